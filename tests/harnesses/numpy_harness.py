@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from harnesses import Harness
+
+
+class NumpyHarness(Harness):
+    name = "numpy"
+    dtypes = (
+        "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
+        "float16", "float32", "float64", "complex64", "complex128",
+    )
+    has_autograd = False
+
+    def tensor(self, values, device=None, dtype=None):
+        return np.array(values, dtype=dtype)
+
+    def from_bits(self, raw, shape, dtype, device=None):
+        return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+
+    def bits(self, x):
+        return np.ascontiguousarray(x).tobytes()
+
+    def values(self, x):
+        return np.array(x)
+
+    def dtype_name(self, x):
+        return np.asarray(x).dtype.name
+
+    def fill(self, x, value):
+        x[...] = value
+
+    def aliases(self, a, b):
+        return np.shares_memory(a, b)
+
+
+HARNESS = NumpyHarness()

@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from harnesses import Harness
+
+
+class TorchHarness(Harness):
+    name = "torch"
+    dtypes = (
+        "bool", "uint8", "int8", "int16", "int32", "int64",
+        "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+    )
+
+    def _dtype(self, name):
+        return getattr(torch, name) if name else None
+
+    def tensor(self, values, device=None, dtype=None):
+        return torch.tensor(values, device=device, dtype=self._dtype(dtype))
+
+    def from_bits(self, raw, shape, dtype, device=None):
+        target = self._dtype(dtype)
+        if dtype == "bool":
+            flat = torch.tensor(list(raw), dtype=torch.uint8).bool()
+            return flat.reshape(shape).to(device)
+        itemsize = torch.empty((), dtype=target).element_size()
+        as_bytes = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+        grouped = as_bytes.reshape(-1, itemsize)
+        return grouped.view(target).reshape(shape).to(device)
+
+    def bits(self, x):
+        # A fresh 1-d buffer: contiguous() keeps odd strides on one-element tensors.
+        flat = torch.empty(x.numel(), dtype=x.dtype)
+        flat.copy_(x.detach().cpu().reshape(-1))
+        if flat.dtype == torch.bool:
+            flat = flat.to(torch.uint8)
+        return flat.view(torch.uint8).numpy().tobytes()
+
+    def values(self, x):
+        x = x.detach().cpu()
+        if x.dtype == torch.bfloat16:
+            x = x.float()
+        return x.numpy().copy()
+
+    def dtype_name(self, x):
+        return str(x.dtype).replace("torch.", "")
+
+    def fill(self, x, value):
+        with torch.no_grad():
+            x.fill_(value)
+
+    def aliases(self, a, b):
+        if a.numel() == 0 or b.numel() == 0:
+            return False
+        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+    def grad_of_sum(self, fn, values, device=None):
+        x = torch.tensor(values, dtype=torch.float64, device=device, requires_grad=True)
+        fn(x).sum().backward()
+        return x.grad.cpu().numpy()
+
+
+HARNESS = TorchHarness()
