@@ -25,6 +25,7 @@ from devshim.api import (
     try_all_gpus,
     try_gpu,
 )
+from devshim import testing
 from devshim.backends import available_backends, get_backend, set_backend, use_backend
 from devshim.device import Device
 from devshim.errors import (
@@ -39,7 +40,7 @@ from devshim.errors import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "Device",
+    "Device", "testing",
     "available_backends", "get_backend", "set_backend", "use_backend",
     "cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "devices", "device",
     "device_of", "to_device", "copy_if_needed", "same_device", "ensure_same_device", "to_numpy",

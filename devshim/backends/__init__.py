@@ -36,6 +36,8 @@ __all__ = [
 # comes last because other frameworks' arrays may also look array-like.
 _ADAPTERS: Dict[str, Tuple[str, str]] = {
     "torch": ("devshim.backends.torch_backend", "TorchBackend"),
+    "tensorflow": ("devshim.backends.tensorflow_backend", "TensorflowBackend"),
+    "mxnet": ("devshim.backends.mxnet_backend", "MxnetBackend"),
     "numpy": ("devshim.backends.numpy_backend", "NumpyBackend"),
 }
 _ALIASES = {"pytorch": "torch", "tf": "tensorflow", "mx": "mxnet"}

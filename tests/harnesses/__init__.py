@@ -19,6 +19,8 @@ import numpy as np
 HARNESS_MODULES = {
     "numpy": ("numpy", "harnesses.numpy_harness"),
     "torch": ("torch", "harnesses.torch_harness"),
+    "tensorflow": ("tensorflow", "harnesses.tensorflow_harness"),
+    "mxnet": ("mxnet", "harnesses.mxnet_harness"),
 }
 
 

@@ -1,0 +1,5 @@
+import sys
+
+from devshim.cli import main
+
+sys.exit(main())
