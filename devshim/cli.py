@@ -74,7 +74,8 @@ def _format_memory(num_bytes: Optional[int]) -> str:
     return f"{num_bytes / 2**30:.1f} GiB" if num_bytes else ""
 
 
-def print_info(info: Dict[str, Any], out=sys.stdout) -> None:
+def print_info(info: Dict[str, Any], out=None) -> None:
+    out = out or sys.stdout
     write = lambda line="": print(line, file=out)  # noqa: E731
     write(f"devshim {info['devshim']} on Python {info['python']}")
     write(f"backend: {info['backend']}  ({info['reason']})")
