@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import importlib
+import sys
 import threading
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Type
 
@@ -32,13 +33,14 @@ __all__ = [
     "virtual_capable_backends",
 ]
 
-# name -> (module, class). Dispatch tries loaded frameworks in this order; numpy
-# comes last because other frameworks' arrays may also look array-like.
-_ADAPTERS: Dict[str, Tuple[str, str]] = {
-    "torch": ("devshim.backends.torch_backend", "TorchBackend"),
-    "tensorflow": ("devshim.backends.tensorflow_backend", "TensorflowBackend"),
-    "mxnet": ("devshim.backends.mxnet_backend", "MxnetBackend"),
-    "numpy": ("devshim.backends.numpy_backend", "NumpyBackend"),
+# name -> (framework's import name, adapter module, adapter class). Dispatch tries
+# loaded frameworks in _DISPATCH_ORDER and checks sys.modules for the framework
+# before importing its adapter, so dispatch costs nothing for frameworks not in use.
+_ADAPTERS: Dict[str, Tuple[str, str, str]] = {
+    "torch": ("torch", "devshim.backends.torch_backend", "TorchBackend"),
+    "tensorflow": ("tensorflow", "devshim.backends.tensorflow_backend", "TensorflowBackend"),
+    "mxnet": ("mxnet", "devshim.backends.mxnet_backend", "MxnetBackend"),
+    "numpy": ("numpy", "devshim.backends.numpy_backend", "NumpyBackend"),
 }
 _ALIASES = {"pytorch": "torch", "tf": "tensorflow", "mx": "mxnet"}
 # Auto-selection order when DEVSHIM_BACKEND is unset; numpy is the fallback.
@@ -80,8 +82,16 @@ def _adapter_class(name: str) -> Type[Backend]:
             f"devshim has no {name} adapter in this version. Available adapters: "
             f"{', '.join(n for n in BACKEND_NAMES if n in _ADAPTERS)}."
         )
-    module, cls = _ADAPTERS[name]
+    _, module, cls = _ADAPTERS[name]
     return getattr(importlib.import_module(module), cls)
+
+
+def _loaded_adapters() -> Iterator[Backend]:
+    """Adapters whose framework is already imported, in dispatch order."""
+    for name in _DISPATCH_ORDER:
+        entry = _ADAPTERS.get(name)
+        if entry is not None and entry[0] in sys.modules:
+            yield _instance(name)
 
 
 def _instance(name: str) -> Backend:
@@ -203,16 +213,7 @@ def backend_for_tensor(x: Any) -> Optional[Backend]:
         return _type_owner[kind]
     except KeyError:
         pass
-    owner = None
-    for name in _DISPATCH_ORDER:
-        if name not in _ADAPTERS:
-            continue
-        cls = _adapter_class(name)
-        if cls.is_loaded():
-            adapter = _instance(name)
-            if adapter.is_tensor(x):
-                owner = adapter
-                break
+    owner = next((a for a in _loaded_adapters() if a.is_tensor(x)), None)
     _type_owner[kind] = owner
     return owner
 
@@ -221,11 +222,9 @@ def describe_native_device(obj: Any) -> Optional[Device]:
     """The neutral Device for any loaded framework's device object, or None."""
     if isinstance(obj, Device):
         return obj
-    for name in _DISPATCH_ORDER:
-        if name in _ADAPTERS and _adapter_class(name).is_loaded():
-            adapter = _instance(name)
-            if adapter.is_native_device(obj):
-                return adapter.describe(obj)
+    for adapter in _loaded_adapters():
+        if adapter.is_native_device(obj):
+            return adapter.describe(obj)
     return None
 
 

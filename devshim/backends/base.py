@@ -210,8 +210,8 @@ class Backend(ABC):
             self.gpu(index)
         elif index != 0 and not self.has_cpu(index):
             raise DeviceUnavailableError(
-                f"cpu:{index} is not available on the {self.name} backend, which has one CPU "
-                f"device. Use ds.cpu()."
+                f"cpu:{index} is not available on the {self.name} backend. Use ds.cpu(), or "
+                f"ds.devices() to list the devices it has."
             )
 
     def has_cpu(self, index: int) -> bool:

@@ -1,0 +1,145 @@
+"""MXNet adapter (1.9.x), for both the ``mxnet.np`` and the classic ``mxnet.nd`` arrays.
+
+Native devices are ``mx.Context`` objects, so ``mx.np.ones((2, 3), ctx=ds.try_gpu())``
+and ``mx.nd.ones((2, 3), ctx=ds.try_gpu())`` work. ``mx.np.ndarray`` subclasses
+``mx.nd.NDArray``, so one check owns both front-ends.
+
+MXNet itself only checks the device *type* of an operation's inputs: adding
+arrays on ``cpu(0)`` and ``cpu(1)`` runs silently. devshim compares type and
+id, which is what makes virtual devices useful here: under
+``DEVSHIM_VIRTUAL_DEVICES=N`` virtual gpu ``i`` is the host context
+``cpu(i + 1)``, and ``cpu(0)`` stays the CPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from devshim import config
+from devshim.backends.base import Backend
+from devshim.device import Device
+from devshim.errors import DeviceUnavailableError, InvalidDeviceError
+
+# MXNet's host-memory context types besides plain "cpu": page-locked memory for
+# fast GPU transfers, and shared memory for DataLoader workers. Both are the host.
+_HOST_TYPES = ("cpu_pinned", "cpu_shared")
+
+
+class MxnetBackend(Backend):
+    """The MXNet adapter: devices are ``mx.Context`` objects.
+
+    Example:
+        >>> with ds.use_backend("mxnet"):
+        ...     X = mx.np.ones((2, 3), ctx=ds.try_gpu())
+    """
+
+    name = "mxnet"
+    module = "mxnet"
+    pip_extra = "mxnet"
+    supports_virtual_devices = True
+
+    def distributions(self) -> tuple:
+        return ("mxnet", "mxnet-cu112", "mxnet-cu117")
+
+    # ------------------------------------------------ framework primitives
+
+    def is_tensor(self, x: Any) -> bool:
+        return isinstance(x, self.fw.nd.NDArray)
+
+    def is_native_device(self, obj: Any) -> bool:
+        return isinstance(obj, self.fw.context.Context)
+
+    def accelerator_count(self) -> int:
+        mx = self.fw
+        try:
+            return mx.context.num_gpus()
+        except mx.base.MXNetError:
+            # A CUDA build of MXNet on a machine without a usable driver.
+            return 0
+
+    def make_native_device(self, kind: str, index: int) -> Any:
+        context = self.fw.context
+        if kind == "cpu":
+            return context.cpu(index)
+        if config.virtual_device_count():
+            return context.cpu(index + 1)
+        return context.gpu(index)
+
+    def describe(self, native: Any) -> Device:
+        kind, index = native.device_type, native.device_id
+        if kind == "gpu":
+            return Device("gpu", index, native=native, backend=self.name, platform="cuda")
+        if kind == "cpu":
+            virtual = config.virtual_device_count()
+            if 0 < index <= virtual:
+                return Device("gpu", index - 1, native=native, backend=self.name, virtual=True)
+            return Device("cpu", index, native=native, backend=self.name)
+        if kind in _HOST_TYPES:
+            return Device("cpu", 0, native=native, backend=self.name, platform=kind)
+        raise InvalidDeviceError(
+            f"devshim does not handle the MXNet context {native!r}; it handles cpu, gpu, "
+            f"cpu_pinned and cpu_shared. Copy the array to one of those first, e.g. "
+            f"x.copyto(mx.cpu())."
+        )
+
+    def tensor_device(self, x: Any) -> Device:
+        return self.describe(x.ctx)  # ``ctx``: both front-ends have it, neither warns
+
+    def copy_to(self, x: Any, native: Any, non_blocking: bool) -> Any:
+        # copyto(Context) always allocates, even on x's own context, and autograd
+        # records it. MXNet's engine is asynchronous anyway: non_blocking changes nothing.
+        return x.copyto(native)
+
+    # move_if_needed: the base's "x itself when device_of(x) is the target, else
+    # copy_to" is MXNet's as_in_ctx, except that it also counts cpu_pinned(0)
+    # arrays as already on the CPU, as same_device does.
+
+    def tensor_to_numpy(self, x: Any) -> Any:
+        # asnumpy allocates a fresh NumPy array and waits for x to be computed.
+        return x.asnumpy()
+
+    # ------------------------------------------------------------ hooks
+
+    def enable_virtual_devices(self, count: int) -> None:
+        """Nothing to set up: every ``cpu(i)`` context exists as soon as it is named."""
+
+    def has_cpu(self, index: int) -> bool:
+        """MXNet accepts any ``cpu(i)``; under virtual devices ``cpu(1..N)`` are the GPUs."""
+        virtual = config.virtual_device_count()
+        if 0 < index <= virtual:
+            raise DeviceUnavailableError(
+                f"cpu:{index} is not a CPU here: with {config.VIRTUAL_DEVICES_VAR}={virtual} "
+                f"MXNet's cpu({index}) backs virtual gpu:{index - 1}. Use ds.cpu() for the "
+                f"CPU, or ds.gpu({index - 1}) for that virtual GPU."
+            )
+        return True
+
+    def check_platform(self, platform: str) -> None:
+        if platform != "cuda":
+            raise DeviceUnavailableError(
+                f"{platform!r} was asked for, but MXNet's accelerators are CUDA GPUs only. "
+                f"Write 'gpu' (or ds.try_gpu()) to mean whichever accelerator is present."
+            )
+
+    def synchronize(self, native: Optional[Any]) -> None:
+        # MXNet queues all work on one engine; waitall is its only global barrier.
+        self.fw.nd.waitall()
+
+    def device_details(self) -> List[Dict[str, Any]]:
+        mx = self.fw
+        details: List[Dict[str, Any]] = []
+        for native in self.devices():
+            described = self.describe(native)
+            entry: Dict[str, Any] = {"device": str(described), "name": str(native)}
+            if described.virtual:
+                entry.update(name=f"{native} (host memory)", virtual=True)
+            elif described.kind == "cpu":
+                entry.update(name=f"{native} (host CPU)")
+            else:
+                try:
+                    free, total = mx.context.gpu_memory_info(described.index)
+                    entry.update(memory_bytes=total, free_bytes=free)
+                except mx.base.MXNetError:
+                    pass  # the count is known but the driver would not say more
+            details.append(entry)
+        return details

@@ -1,0 +1,329 @@
+"""What is specific to the MXNet adapter: both front-ends, Contexts, copyto vs as_in_ctx,
+autograd, device ids MXNet itself ignores, and virtual devices backed by cpu(i + 1)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+import devshim as ds
+from devshim import config
+
+mx = pytest.importorskip("mxnet")
+from mxnet import autograd, npx  # noqa: E402
+
+from harnesses.mxnet_harness import HARNESS, data_span  # noqa: E402  (also calls npx.set_np())
+
+FRONT_ENDS = {
+    "np": lambda values, ctx=None: mx.np.array(np.asarray(values, dtype=np.float32), ctx=ctx),
+    "nd": lambda values, ctx=None: mx.nd.array(np.asarray(values, dtype=np.float32), ctx=ctx),
+}
+
+
+@pytest.fixture
+def bk():
+    with ds.use_backend("mxnet") as adapter:
+        yield adapter
+
+
+@pytest.fixture
+def plain(bk, monkeypatch):
+    """No virtual devices, whatever the environment says."""
+    monkeypatch.setattr(config, "_virtual_devices_override", config._virtual_devices_override)
+    ds.testing.virtual_devices(0)
+    return bk
+
+
+@pytest.fixture
+def virtual(bk, monkeypatch):
+    """Two virtual GPUs for this test only (restored afterwards)."""
+    monkeypatch.setattr(config, "_virtual_devices_override", config._virtual_devices_override)
+    ds.testing.virtual_devices(2)
+    return bk
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("DEVSHIM_")}
+    full_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+        env=full_env, timeout=300,
+    )
+
+
+# ------------------------------------------------------------ both front-ends
+
+
+@pytest.mark.parametrize("front", sorted(FRONT_ENDS))
+def test_both_front_ends_dispatch_to_mxnet_whatever_backend_is_selected(front):
+    x = FRONT_ENDS[front]([1.0, 2.0])
+    with ds.use_backend("numpy"):
+        d = ds.device_of(x)
+        y = ds.to_device(x, mx.cpu())
+    assert (d.backend, str(d), d.native) == ("mxnet", "cpu:0", mx.cpu(0))
+    assert type(y) is type(x)
+    np.testing.assert_array_equal(ds.to_numpy(y), [1.0, 2.0])
+
+
+@pytest.mark.parametrize("front", sorted(FRONT_ENDS))
+def test_copies_keep_the_front_end_and_the_dtype(front, plain):
+    x = FRONT_ENDS[front]([[1.0, 2.0]]).astype("float16")
+    for y in (ds.to_device(x, mx.cpu(1)), ds.copy_if_needed(x, mx.cpu(1))):
+        assert type(y) is type(x) and y.dtype == np.float16 and y.shape == (1, 2)
+        assert y.ctx == mx.cpu(1)
+
+
+def test_a_mixed_nest_of_front_ends_and_numpy(plain):
+    batch = {"np": mx.np.ones((2,), ctx=mx.cpu(1)), "nd": mx.nd.ones((2,), ctx=mx.cpu(1)),
+             "host": np.ones(2), "tag": "t"}
+    moved = ds.to_device(batch, mx.cpu())
+    assert moved["np"].ctx == moved["nd"].ctx == mx.cpu(0)
+    assert type(moved["host"]) is np.ndarray and moved["host"] is not batch["host"]
+    assert moved["tag"] == "t"
+    assert ds.same_device(moved["np"], moved["nd"])
+
+
+# ------------------------------------------------------------ devices are Contexts
+
+
+def test_devices_are_contexts_the_framework_accepts(plain):
+    assert isinstance(ds.cpu(), mx.Context) and ds.cpu() == mx.cpu(0)
+    assert ds.num_gpus() == mx.context.num_gpus()
+    assert mx.np.ones((2, 3), ctx=ds.try_gpu()).ctx == ds.try_gpu()
+    assert mx.nd.ones((2, 3), ctx=ds.try_gpu()).ctx == ds.try_gpu()
+    ctx = mx.cpu(0)
+    assert ds.device(ctx) is ctx and ds.device("cpu(0)") == ctx
+
+
+def test_every_cpu_context_is_usable_without_virtual_devices(plain):
+    assert ds.device("cpu:3") == mx.cpu(3)
+    assert ds.device_of(mx.np.ones(1, ctx=mx.cpu(3))) == ds.Device("cpu", 3)
+
+
+@pytest.mark.skipif(mx.context.num_gpus() > 0, reason="this machine has a GPU")
+def test_gpu_on_a_cpu_only_machine_says_how_many_there_are(plain):
+    with pytest.raises(ds.DeviceUnavailableError, match="sees 0 GPUs"):
+        ds.gpu(0)
+    assert ds.try_gpu() == mx.cpu(0) and ds.try_all_gpus() == [mx.cpu(0)]
+
+
+def test_mps_is_refused_because_mxnet_accelerators_are_cuda(plain):
+    with pytest.raises(ds.DeviceUnavailableError, match="CUDA GPUs only"):
+        ds.device("mps")
+
+
+def test_pinned_host_memory_counts_as_the_cpu(plain):
+    x = mx.nd.ones((2,), ctx=mx.cpu_pinned(0))
+    d = ds.device_of(x)
+    assert (str(d), d.platform, d.native) == ("cpu:0", "cpu_pinned", mx.cpu_pinned(0))
+    assert ds.same_device(x, mx.nd.ones((2,)))
+    assert ds.copy_if_needed(x, ds.cpu()) is x
+
+
+# ------------------------------------------------------------ copyto vs as_in_ctx
+
+
+@pytest.mark.parametrize("front", sorted(FRONT_ENDS))
+def test_to_device_is_copyto_new_storage_even_on_the_same_context(front, plain):
+    x = FRONT_ENDS[front]([1.0, 2.0, 3.0])
+    y = ds.to_device(x, x.ctx)
+    assert y is not x and y.ctx == x.ctx
+    assert not HARNESS.aliases(x, y)
+    y[:] = 7.0
+    np.testing.assert_array_equal(x.asnumpy(), [1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize("front", sorted(FRONT_ENDS))
+def test_copy_if_needed_is_as_in_ctx_identity_when_there(front, plain):
+    x = FRONT_ENDS[front]([1.0, 2.0])
+    for spec in (mx.cpu(), mx.cpu(0), "cpu(0)", "cpu", ds.Device("cpu")):
+        assert ds.copy_if_needed(x, spec) is x
+    moved = ds.copy_if_needed(x, mx.cpu(1))
+    assert moved is not x and moved.ctx == mx.cpu(1) and not HARNESS.aliases(x, moved)
+
+
+def test_the_harness_alias_check_sees_real_views():
+    """The conformance suite's no-alias checks are only worth something if this can say True."""
+    x = mx.np.arange(6.0).reshape(2, 3)
+    assert HARNESS.aliases(x, x[1]) and HARNESS.aliases(x[0:2], x[1])
+    assert not HARNESS.aliases(x[0], x[1])
+    assert not HARNESS.aliases(x, x.copy())
+    start, size = data_span(x[1])
+    assert size == 3 * 4 and start == data_span(x)[0] + 3 * 4
+
+
+@pytest.mark.parametrize("front", sorted(FRONT_ENDS))
+def test_to_numpy_is_asnumpy_a_host_copy(front, virtual):
+    x = FRONT_ENDS[front]([1.0, 2.0], ds.gpu(1))
+    host = ds.to_numpy(x)
+    assert type(host) is np.ndarray and host.dtype == np.float32
+    host[0] = 50.0
+    np.testing.assert_array_equal(x.asnumpy(), [1.0, 2.0])
+
+
+# ------------------------------------------------------------ autograd
+
+
+@pytest.mark.parametrize("front", sorted(FRONT_ENDS))
+@pytest.mark.parametrize("fn", [ds.to_device, ds.copy_if_needed], ids=["to_device", "copy_if_needed"])
+def test_gradients_flow_back_across_devices_under_record(front, fn, virtual):
+    x = FRONT_ENDS[front]([1.0, 2.0, 3.0], ds.gpu(0))
+    x.attach_grad()
+    with autograd.record():
+        there = fn(x * 2.0, ds.gpu(1))
+        loss = (there * there).sum()
+    loss.backward()
+    assert there.ctx == mx.cpu(2)
+    np.testing.assert_allclose(x.grad.asnumpy(), 8.0 * np.array([1.0, 2.0, 3.0]))
+    assert x.grad.ctx == x.ctx
+
+
+# ------------------------------------------------------------ ids MXNet ignores
+
+
+def test_mxnet_ignores_context_ids_but_devshim_does_not(plain):
+    x = mx.np.ones((2,), ctx=mx.cpu(0))
+    y = mx.np.ones((2,), ctx=mx.cpu(1))
+    (x + y).wait_to_read()  # MXNet runs this without complaint
+    assert not ds.same_device(x, y)
+    with pytest.raises(ds.DeviceMismatchError, match=r"cpu:0.*cpu:1"):
+        ds.ensure_same_device(x, y)
+    assert ds.ensure_same_device(x, ds.copy_if_needed(y, mx.cpu(0))) == "cpu:0"
+
+
+def test_cpu0_and_a_virtual_gpu_are_different_devices(virtual):
+    x = mx.np.ones((2,), ctx=ds.cpu())
+    y = mx.np.ones((2,), ctx=ds.gpu(0))
+    assert y.ctx == mx.cpu(1)
+    assert not ds.same_device(x, y)
+    with pytest.raises(ds.DeviceMismatchError, match=r"gpu:0.*virtual=True"):
+        ds.ensure_same_device(x, y)
+
+
+# ------------------------------------------------------------ virtual devices
+
+
+def test_virtual_gpu_i_is_cpu_i_plus_1_and_cpu0_stays_the_host(virtual):
+    assert ds.num_gpus() == 2
+    assert ds.cpu() == mx.cpu(0)
+    assert ds.try_all_gpus() == [mx.cpu(1), mx.cpu(2)]
+    assert ds.devices() == [mx.cpu(0), mx.cpu(1), mx.cpu(2)]
+    assert ds.try_gpu(1) == ds.gpu(1) == ds.device("gpu(1)") == ds.device("cuda:1") == mx.cpu(2)
+    assert ds.try_gpu(2) == mx.cpu(0)
+    d = ds.device_of(mx.nd.ones((1,), ctx=ds.try_gpu(1)))
+    assert (str(d), d.virtual, d.native) == ("gpu:1", True, mx.cpu(2))
+    assert repr(d) == "Device('gpu:1', backend='mxnet', virtual=True)"
+    assert d != ds.Device("gpu", 1) and d == ds.Device("gpu", 1, virtual=True)
+
+
+def test_host_contexts_behind_virtual_gpus_are_not_cpus(virtual):
+    with pytest.raises(ds.DeviceUnavailableError, match=r"cpu\(2\) backs virtual gpu:1"):
+        ds.device("cpu:2")
+    assert ds.device("cpu:3") == mx.cpu(3)  # past the virtual GPUs: an ordinary CPU context
+    with pytest.raises(ds.DeviceUnavailableError, match="sees 2 GPUs"):
+        ds.gpu(2)
+
+
+def test_devshim_device_cpu_hides_virtual_gpus_too(virtual, monkeypatch):
+    monkeypatch.setenv("DEVSHIM_DEVICE", "cpu")
+    assert ds.num_gpus() == 0 and ds.try_all_gpus() == [mx.cpu(0)]
+
+
+def test_asking_for_virtual_devices_again_is_harmless(virtual):
+    for _ in range(3):
+        assert ds.num_gpus() == 2
+    ds.testing.virtual_devices(3)
+    assert ds.try_all_gpus() == [mx.cpu(1), mx.cpu(2), mx.cpu(3)]
+
+
+def test_the_d2l_mxnet_flow_on_virtual_devices(virtual):
+    X = mx.np.ones((2, 3), ctx=ds.try_gpu())
+    Y = mx.np.random.uniform(size=(2, 3), ctx=ds.try_gpu(1))
+    assert (str(ds.device_of(X)), str(ds.device_of(Y))) == ("gpu:0", "gpu:1")
+    Z = ds.to_device(X, ds.try_gpu(1))
+    assert ds.device_of(Z) == ds.device_of(Y) != ds.device_of(X)
+    np.testing.assert_allclose((Y + Z).asnumpy(), Y.asnumpy() + 1.0)
+    assert ds.copy_if_needed(Z, ds.try_gpu(1)) is Z
+    assert Z.as_in_ctx(ds.try_gpu(1)) is Z  # what the chapter writes, for comparison
+
+
+def test_the_d2l_mxnet_flow_from_the_environment_variable():
+    """The same flow in a fresh interpreter, configured only by environment variables."""
+    result = run_python(
+        """
+        from mxnet import np, npx
+        import devshim as ds
+        npx.set_np()
+        X = np.ones((2, 3), ctx=ds.try_gpu())
+        Y = np.ones((2, 3), ctx=ds.try_gpu(1))
+        Z = ds.to_device(X, ds.try_gpu(1))
+        assert ds.copy_if_needed(Z, ds.try_gpu(1)) is Z
+        print(ds.num_gpus(), X.ctx, Y.ctx, Z.ctx, ds.same_device(X, Y), ds.same_device(Y, Z),
+              float((Y + Z).sum()))
+        """,
+        DEVSHIM_BACKEND="mxnet", DEVSHIM_VIRTUAL_DEVICES="2",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["2", "cpu(1)", "cpu(2)", "cpu(2)", "False", "True", "12.0"]
+
+
+def test_info_lists_the_virtual_gpus():
+    result = run_python(
+        "import sys; from devshim.cli import main; sys.exit(main(['info']))",
+        DEVSHIM_BACKEND="mxnet", DEVSHIM_VIRTUAL_DEVICES="2",
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [line.split() for line in result.stdout.splitlines() if line.strip().startswith("mxnet")]
+    devices = [line for line in lines if line[1] in ("cpu:0", "gpu:0", "gpu:1")]
+    assert [line[1:3] for line in devices] == [["cpu:0", "cpu(0)"], ["gpu:0", "cpu(1)"], ["gpu:1", "cpu(2)"]]
+    assert [line[-1] == "(virtual)" for line in devices] == [False, True, True]
+
+
+# ------------------------------------------------------------ engine and threads
+
+
+def test_synchronize_waits_for_the_whole_engine(bk, monkeypatch):
+    calls = []
+    monkeypatch.setattr(mx.nd, "waitall", lambda: calls.append("waitall"))
+    bk.synchronize(None)
+    bk.synchronize(mx.cpu())
+    assert calls == ["waitall", "waitall"]
+
+
+def test_threads_without_set_np_copy_np_arrays(plain):
+    """npx.set_np() is per thread; devshim must not depend on the caller's mode."""
+    x = mx.np.arange(6.0).reshape(2, 3)
+    results, errors = [None] * 8, []
+
+    def work(i):
+        try:
+            assert not npx.is_np_array()
+            y = ds.to_device(x, mx.cpu(i))
+            results[i] = (type(y), y.ctx, ds.copy_if_needed(y, mx.cpu(i)) is y, ds.to_numpy(y))
+        except Exception as err:  # reported below, with the thread's index
+            errors.append((i, repr(err)))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    for i, (kind, ctx, same, host) in enumerate(results):
+        assert kind is mx.np.ndarray and ctx == mx.cpu(i) and same
+        np.testing.assert_array_equal(host, np.arange(6.0).reshape(2, 3))
+
+
+def test_sparse_arrays_dispatch_and_keep_their_storage_type(plain):
+    dense = np.array([[0.0, 1.0], [2.0, 0.0]], dtype=np.float32)
+    csr = mx.nd.array(dense).tostype("csr")
+    moved = ds.to_device(csr, mx.cpu(1))
+    assert moved.stype == "csr" and moved.ctx == mx.cpu(1)
+    assert ds.copy_if_needed(csr, mx.cpu(0)) is csr
+    np.testing.assert_array_equal(ds.to_numpy(moved), dense)
