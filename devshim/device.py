@@ -60,7 +60,9 @@ class Device:
     ``kind`` is ``"cpu"`` or ``"gpu"`` (the backend's accelerator: CUDA, ROCm,
     MPS, or a virtual device), ``index`` its number, ``native`` the framework's
     own device object, ``backend`` the adapter that made it, and ``virtual``
-    whether it is a virtual accelerator backed by host memory.
+    whether it is a virtual accelerator backed by host memory. ``platform``
+    says what is behind it: ``"cpu"``, ``"cuda"``, ``"mps"``, or ``"host"``
+    for a virtual device.
 
     A Device equals another Device on the same hardware (whatever the
     framework), the native device it wraps, and any spec string naming the
@@ -93,7 +95,7 @@ class Device:
         object.__setattr__(self, "native", native)
         object.__setattr__(self, "backend", backend)
         object.__setattr__(self, "virtual", bool(virtual))
-        object.__setattr__(self, "platform", platform or kind)
+        object.__setattr__(self, "platform", platform or ("host" if virtual else kind))
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("devshim.Device is immutable")

@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+import devshim as ds
+from harnesses import Harness
+
+# Under DEVSHIM_VIRTUAL_DEVICES the logical CPUs must be configured before the
+# first tensor exists, and harness.tensor() may be the first thing to make one.
+ds.num_gpus(backend="tensorflow")
+
+
+class TensorflowHarness(Harness):
+    name = "tensorflow"
+    dtypes = (
+        "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
+        "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+    )
+    mutable = False
+
+    def tensor(self, values, device=None, dtype=None):
+        if device is None:
+            return tf.constant(values, dtype=dtype)
+        with device:  # the TensorFlow idiom the issue asks devices to support
+            return tf.constant(values, dtype=dtype)
+
+    def from_bits(self, raw, shape, dtype, device=None):
+        target = tf.as_dtype(dtype)
+        as_bytes = tf.constant(np.frombuffer(raw, dtype=np.uint8))
+        if target == tf.bool:  # tf.bitcast has no bool; the raw bytes are 0 or 1
+            flat = tf.cast(as_bytes, tf.bool)
+        elif target.size == 1:
+            flat = tf.bitcast(as_bytes, target)
+        else:
+            flat = tf.bitcast(tf.reshape(as_bytes, (-1, target.size)), target)
+        x = tf.reshape(flat, shape)
+        if device is None:
+            return x
+        with tf.device(str(device)):
+            return tf.identity(x)
+
+    def bits(self, x):
+        return np.ascontiguousarray(x.numpy()).tobytes()
+
+    def values(self, x):
+        host = np.array(x.numpy())
+        if x.dtype == tf.bfloat16:
+            host = host.astype(np.float32)
+        return host
+
+    def dtype_name(self, x):
+        return x.dtype.name
+
+    def fill(self, x, value):
+        raise NotImplementedError("TensorFlow tensors are immutable")
+
+    def aliases(self, a, b):
+        # TensorFlow has no views: sharing only happens when an op forwards its input
+        # buffer (tf.identity, tf.reshape, copies between two CPU devices). numpy() always
+        # copies, but DLPack exports the buffer itself, so host-memory buffers (CPU and
+        # virtual devices) can be compared. Device memory (a real GPU) cannot be seen from
+        # Python without private APIs, so there this reports False: it cannot observe sharing.
+        if a.shape.num_elements() == 0 or b.shape.num_elements() == 0:
+            return False
+        if not all("CPU" in t.device for t in (a, b)):
+            return False
+        return np.shares_memory(self._host_buffer(a), self._host_buffer(b))
+
+    @staticmethod
+    def _host_buffer(x):
+        if x.dtype == tf.bfloat16:  # DLPack has no bfloat16; bitcast keeps the buffer
+            x = tf.bitcast(x, tf.uint16)
+        return np.from_dlpack(x)
+
+    def grad_of_sum(self, fn, values, device=None):
+        if device is None:
+            x = tf.constant(values, dtype=tf.float64)
+        else:
+            with tf.device(str(device)):
+                x = tf.constant(values, dtype=tf.float64)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            total = tf.reduce_sum(fn(x))
+        return tape.gradient(total, x).numpy()
+
+
+HARNESS = TensorflowHarness()

@@ -1,0 +1,359 @@
+"""What is specific to the TensorFlow adapter: device objects that are also ``with`` scopes,
+fully qualified device strings, variables, GradientTape, tf.function, and virtual devices that
+must be configured before TensorFlow initialises."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import types
+
+import numpy as np
+import pytest
+
+import devshim as ds
+
+tf = pytest.importorskip("tensorflow")
+from devshim.backends.tensorflow_backend import TFDevice  # noqa: E402
+
+# Importing the harness applies DEVSHIM_VIRTUAL_DEVICES before any tensor below exists.
+from harnesses.tensorflow_harness import HARNESS  # noqa: E402
+
+needs_gpu = pytest.mark.skipif(
+    not tf.config.list_physical_devices("GPU"), reason="needs a GPU visible to TensorFlow"
+)
+
+
+@pytest.fixture(autouse=True)
+def bk():
+    with ds.use_backend("tensorflow") as adapter:
+        yield adapter
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter (a fresh TensorFlow) with only ``env``'s DEVSHIM_ vars."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("DEVSHIM_")}
+    full_env.update(DEVSHIM_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2", **env)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+        env=full_env, timeout=300,
+    )
+
+
+def tf_name(device: TFDevice) -> str:
+    """The suffix TensorFlow gives tensors placed on ``device``: "/device:CPU:0"."""
+    return "/device:" + str(device)[1:]
+
+
+# ------------------------------------------------------------ device objects are values
+
+
+def test_devices_are_tfdevices_that_print_their_tensorflow_name():
+    assert isinstance(ds.cpu(), TFDevice)
+    assert str(ds.cpu()) == "/CPU:0" and repr(ds.cpu()) == "TFDevice('/CPU:0')"
+    assert all(isinstance(d, TFDevice) for d in ds.try_all_gpus() + ds.devices())
+
+
+def test_tfdevice_equality_and_hash_follow_the_canonical_name():
+    a, b = TFDevice("/device:GPU:1"), TFDevice("/job:localhost/replica:0/task:0/device:GPU:1")
+    assert a == b and not (a != b) and hash(a) == hash(b) and str(a) == "/GPU:1"
+    assert a != TFDevice("/GPU:0") and a != TFDevice("/CPU:1")
+    assert len({a, b, TFDevice("/GPU:0"), ds.cpu(), ds.cpu()}) == 3
+    assert a != "/GPU:1"  # a device is not a string; str(a) is
+    assert pickle.loads(pickle.dumps(a)) == a
+
+
+def test_tfdevice_is_immutable():
+    with pytest.raises(AttributeError, match="immutable"):
+        ds.cpu().name = "/GPU:0"
+
+
+@pytest.mark.parametrize("bad", ["/TPU:0", "gpu:x", ""])
+def test_tfdevice_rejects_unreadable_names(bad):
+    with pytest.raises(ds.InvalidDeviceError, match="Accepted forms"):
+        TFDevice(bad)
+
+
+def test_tfdevice_compares_with_neutral_devices_both_ways():
+    assert ds.Device("cpu", 0) == ds.cpu() and ds.cpu() == ds.Device("cpu", 0)
+    assert ds.Device("gpu", 0) != ds.cpu() and ds.cpu() != ds.Device("gpu", 0)
+
+
+def test_device_accepts_tensorflow_spellings():
+    assert ds.device("/job:localhost/replica:0/task:0/device:CPU:0") == ds.cpu()
+    assert ds.device("/device:CPU:0") == ds.device("/CPU:0") == ds.cpu()
+    assert ds.device(ds.cpu()) is ds.cpu()
+
+
+def test_cpu_one_is_not_a_cpu_even_when_virtual_devices_use_it():
+    with pytest.raises(ds.DeviceUnavailableError, match="cpu:1 is not available"):
+        ds.device("cpu:1")
+
+
+# ------------------------------------------------------------ device objects are scopes
+
+
+def test_with_try_gpu_places_new_tensors_there():
+    dev = ds.try_gpu()
+    with dev as entered:
+        X = tf.ones((2, 3))
+    assert entered is dev
+    assert X.device.endswith(tf_name(dev))
+    assert ds.device_of(X) == dev
+    assert ds.device_of(X) == ("gpu:0" if ds.num_gpus() else "cpu:0")
+
+
+def test_scopes_nest_and_the_same_object_can_be_re_entered():
+    outer, inner = ds.cpu(), ds.try_gpu()
+    with outer:
+        with inner:
+            with inner:
+                a = tf.ones(1)
+            b = tf.ones(1)
+        c = tf.ones(1)
+    assert a.device.endswith(tf_name(inner)) and b.device.endswith(tf_name(inner))
+    assert c.device.endswith(tf_name(outer))
+
+
+def test_a_scope_closes_when_its_block_raises():
+    with pytest.raises(ZeroDivisionError):
+        with ds.try_gpu():
+            1 / 0
+    with ds.cpu():
+        pass  # the stack of scopes is balanced: entering and leaving again works
+    assert tf.ones(1).device.endswith("/device:CPU:0")
+
+
+def test_one_device_object_used_by_two_threads_keeps_each_threads_scopes():
+    """Thread A enters g1 first, thread B second, A leaves first: each must close its own scope."""
+    result = run_python("""
+        import threading
+        import tensorflow as tf
+        import devshim as ds
+
+        g0, g1 = ds.try_all_gpus()
+        a_inside, b_inside, a_done = threading.Event(), threading.Event(), threading.Event()
+        out = {}
+
+        def a():
+            with g0:
+                with g1:
+                    a_inside.set()
+                    b_inside.wait(30)
+                out["a"] = tf.ones(1)
+            a_done.set()
+
+        def b():
+            a_inside.wait(30)
+            with g1:
+                b_inside.set()
+                a_done.wait(30)
+                out["b inside"] = tf.ones(1)
+            out["b"] = tf.ones(1)
+
+        threads = [threading.Thread(target=a), threading.Thread(target=b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print(*(str(ds.device_of(out[k])) for k in ("a", "b inside", "b")))
+    """, DEVSHIM_VIRTUAL_DEVICES="2")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["gpu:0", "gpu:1", "cpu:0"]
+
+
+# ------------------------------------------------------------ device_of
+
+
+def test_device_of_reads_the_fully_qualified_device_string():
+    x = tf.constant([1.0])
+    assert x.device == "/job:localhost/replica:0/task:0/device:CPU:0"
+    d = ds.device_of(x)
+    assert (d.kind, d.index, d.virtual, d.native) == ("cpu", 0, False, ds.cpu())
+
+
+def test_a_gpu_device_string_reads_as_that_gpu(bk):
+    fake = types.SimpleNamespace(device="/job:localhost/replica:0/task:0/device:GPU:1")
+    d = bk.tensor_device(fake)
+    assert (d.kind, d.index, d.virtual, d.native) == ("gpu", 1, False, TFDevice("/GPU:1"))
+
+
+def test_symbolic_tensors_have_no_device_yet():
+    @tf.function
+    def where(x):
+        return ds.device_of(x)
+
+    with pytest.raises(ds.DevshimError, match="tf.function"):
+        where(tf.constant(1.0))
+
+
+# ------------------------------------------------------------ copies
+
+
+def test_to_device_is_a_new_tensor_in_new_storage():
+    x = tf.constant(np.arange(6.0))
+    y = ds.to_device(x, ds.cpu())
+    assert y is not x and ds.device_of(y) == "cpu"
+    assert HARNESS.aliases(x, tf.identity(x))  # the check can see sharing...
+    assert not HARNESS.aliases(x, y)  # ...and to_device has none
+    np.testing.assert_array_equal(y.numpy(), np.arange(6.0))
+
+
+def test_copy_if_needed_returns_the_tensor_itself():
+    x = tf.constant([1.0])
+    assert ds.copy_if_needed(x, ds.cpu()) is x
+    assert ds.copy_if_needed(x, "/CPU:0") is x
+
+
+def test_to_device_works_inside_tf_function():
+    @tf.function
+    def doubled(x):
+        return ds.to_device(x, ds.cpu()) * 2.0
+
+    np.testing.assert_array_equal(doubled(tf.constant([1.0, 2.0])).numpy(), [2.0, 4.0])
+
+
+def test_to_device_of_a_variable_returns_a_tensor_holding_its_value():
+    v = tf.Variable([1.0, 2.0])
+    t = ds.to_device(v, ds.cpu())
+    assert isinstance(t, tf.Tensor) and not isinstance(t, tf.Variable)
+    assert ds.device_of(v) == "cpu" and ds.device_of(t) == "cpu"
+    v.assign([5.0, 6.0])
+    np.testing.assert_array_equal(t.numpy(), [1.0, 2.0])
+
+
+def test_copy_if_needed_keeps_a_variable_that_is_already_there():
+    v = tf.Variable([1.0])
+    assert ds.copy_if_needed(v, ds.cpu()) is v
+
+
+@pytest.mark.parametrize("fn", [ds.to_device, ds.copy_if_needed])
+def test_gradients_reach_a_variable_through_copies(fn):
+    v = tf.Variable([1.0, 2.0])
+    with tf.GradientTape() as tape:
+        total = tf.reduce_sum(fn(v, ds.try_gpu()) * 3.0)
+    np.testing.assert_array_equal(tape.gradient(total, v).numpy(), [3.0, 3.0])
+
+
+def test_to_numpy_of_a_scalar_is_an_owned_array():
+    host = ds.to_numpy(tf.constant(2.5))
+    assert isinstance(host, np.ndarray) and host.shape == () and host.flags.owndata
+    assert host == 2.5
+
+
+def test_to_numpy_keeps_bfloat16():
+    host = ds.to_numpy(tf.constant([1.5, -2.0], dtype=tf.bfloat16))
+    assert host.dtype.name == "bfloat16"
+    np.testing.assert_array_equal(host.astype(np.float32), [1.5, -2.0])
+
+
+# ------------------------------------------------------------ synchronize and info
+
+
+def test_synchronize_waits_through_tensorflow(bk, monkeypatch):
+    calls = []
+    monkeypatch.setattr(tf.test.experimental, "sync_devices", lambda: calls.append(1))
+    bk.synchronize(None)
+    bk.synchronize(ds.cpu())
+    assert calls == [1, 1]
+
+
+
+def test_device_details_list_cpu_then_each_gpu(bk):
+    details = bk.device_details()
+    assert [d["device"] for d in details] == ["cpu:0"] + [f"gpu:{i}" for i in range(ds.num_gpus())]
+    assert all(d["name"] for d in details)
+
+
+# ------------------------------------------------------------ virtual devices
+
+
+def test_virtual_devices_asked_for_after_tensorflow_initialised_raise():
+    result = run_python("""
+        import tensorflow as tf
+        import devshim as ds
+        tf.ones(1)  # TensorFlow initialises its devices here
+        ds.testing.virtual_devices(2)
+        try:
+            ds.num_gpus()
+        except ds.BackendError as err:
+            print("RAISED:", err)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert "RAISED:" in result.stdout and "too late" in result.stdout
+    assert "DEVSHIM_VIRTUAL_DEVICES=2 before starting Python" in result.stdout
+
+
+def test_virtual_devices_cannot_change_count_once_initialised():
+    result = run_python("""
+        import tensorflow as tf
+        import devshim as ds
+        assert ds.num_gpus() == 2
+        with ds.try_gpu(1):
+            tf.ones(1)
+        assert ds.num_gpus() == 2  # asking again for the same count is fine
+        ds.testing.virtual_devices(3)
+        try:
+            ds.try_gpu(2)
+        except ds.BackendError as err:
+            print("RAISED:", err)
+    """, DEVSHIM_VIRTUAL_DEVICES="2")
+    assert result.returncode == 0, result.stderr
+    assert "RAISED: 3 virtual GPUs" in result.stdout and "too late" in result.stdout
+
+
+def test_entering_a_device_scope_applies_the_request_first():
+    """``with ds.cpu():`` may be the first thing to touch TensorFlow; it must not lose the request."""
+    result = run_python("""
+        import tensorflow as tf
+        import devshim as ds
+        ds.testing.virtual_devices(2)
+        with ds.cpu():
+            a = tf.ones(1)
+        with ds.try_gpu(1):
+            b = tf.ones(1)
+        print(ds.device_of(a), repr(ds.device_of(b)), b.device)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [
+        "cpu:0", "Device('gpu:1',", "backend='tensorflow',", "virtual=True)",
+        "/job:localhost/replica:0/task:0/device:CPU:2",
+    ]
+
+
+def test_nested_scopes_on_virtual_devices_place_each_tensor_where_asked():
+    result = run_python("""
+        import tensorflow as tf
+        import devshim as ds
+        g0, g1 = ds.try_all_gpus()
+        with g0:
+            a = tf.ones(1)
+            with g1:
+                b = tf.ones(1)
+                with g0:
+                    c = tf.ones(1)
+                d = tf.ones(1)
+            e = tf.ones(1)
+        f = tf.ones(1)
+        print(*(str(ds.device_of(t)) for t in (a, b, c, d, e, f)))
+    """, DEVSHIM_VIRTUAL_DEVICES="2")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["gpu:0", "gpu:1", "gpu:0", "gpu:1", "gpu:0", "cpu:0"]
+
+
+# ------------------------------------------------------------ real GPUs
+
+
+@needs_gpu
+def test_copies_to_and_on_a_real_gpu():
+    x = tf.constant([True, False, True])  # bool: no DeepCopy kernel on GPU
+    on_gpu = ds.to_device(x, ds.gpu(0))
+    again = ds.to_device(on_gpu, ds.gpu(0))
+    for y in (on_gpu, again):
+        d = ds.device_of(y)
+        assert (str(d), d.virtual) == ("gpu:0", False)
+        np.testing.assert_array_equal(y.numpy(), [True, False, True])
+    assert again is not on_gpu and ds.copy_if_needed(on_gpu, "gpu:0") is on_gpu

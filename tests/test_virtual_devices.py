@@ -1,0 +1,202 @@
+"""Virtual devices: DEVSHIM_VIRTUAL_DEVICES=N and ds.testing.virtual_devices(N).
+
+TensorFlow fixes its devices when it initialises, so the TensorFlow checks run in a fresh
+interpreter with the variable set; they run in the plain test pass as well as the virtual one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import devshim as ds
+from devshim import config
+from devshim.backends import virtual_capable_backends
+from devshim.backends.numpy_backend import NumpyBackend
+from devshim.backends.torch_backend import TorchBackend
+
+
+def run_python(code: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("DEVSHIM_")}
+    full_env.update(TF_CPP_MIN_LOG_LEVEL="2", **env)
+    command = [sys.executable, "-c", textwrap.dedent(code)] if code else [sys.executable, *args]
+    return subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=300)
+
+
+@pytest.fixture
+def requested(monkeypatch):
+    """Ask for virtual devices in this process for one test (restored afterwards)."""
+    monkeypatch.delenv(config.DEVICE_VAR, raising=False)  # DEVSHIM_DEVICE=cpu would hide them
+    monkeypatch.setattr(config, "_virtual_devices_override", config._virtual_devices_override)
+    return ds.testing.virtual_devices
+
+
+# ------------------------------------------------------------ the D2L flow on TensorFlow
+
+
+def test_the_d2l_tensorflow_flow_on_two_virtual_gpus():
+    pytest.importorskip("tensorflow")
+    result = run_python("""
+        import numpy as np
+        import tensorflow as tf
+        import devshim as ds
+
+        assert ds.num_gpus() == 2 and len(ds.try_all_gpus()) == 2
+        with ds.try_gpu():
+            X = tf.ones((2, 3))
+        with ds.try_gpu(1):
+            Y = tf.random.uniform((2, 3))
+        Z = ds.to_device(X, ds.try_gpu(1))
+
+        assert str(ds.device_of(X)) == "gpu:0" and ds.device_of(X).virtual
+        assert str(ds.device_of(Y)) == str(ds.device_of(Z)) == "gpu:1"
+        assert repr(ds.device_of(Z)) == "Device('gpu:1', backend='tensorflow', virtual=True)"
+        assert ds.same_device(Y, Z) and not ds.same_device(X, Y) and not ds.same_device(X, Z)
+        # real copies: TensorFlow's own placement, and separate host buffers
+        assert X.device.endswith("/device:CPU:1") and Z.device.endswith("/device:CPU:2")
+        assert not np.shares_memory(np.from_dlpack(X), np.from_dlpack(Z))
+
+        # TensorFlow runs an op without a scope on its default device, copying inputs there
+        # silently; the "explicit" policy makes it refuse instead, as a real GPU pair would.
+        tf.config.experimental.set_device_policy("explicit")
+        with ds.try_gpu(1):
+            S = Y + Z
+            try:
+                X + Y
+            except tf.errors.InvalidArgumentError:
+                pass
+            else:
+                raise AssertionError("X + Y across virtual GPUs ran under the explicit policy")
+        assert str(ds.device_of(S)) == "gpu:1"
+        np.testing.assert_allclose(S.numpy(), Y.numpy() + 1.0)
+        assert ds.copy_if_needed(Z, ds.try_gpu(1)) is Z
+        try:
+            ds.ensure_same_device(X, Y)
+        except ds.DeviceMismatchError as err:
+            assert "gpu:0" in str(err) and "gpu:1" in str(err)
+        else:
+            raise AssertionError("X and Y are on different virtual GPUs")
+
+        # the host is still the CPU, and new tensors go there by default
+        assert str(ds.device_of(tf.ones(1))) == "cpu:0" and ds.cpu() != ds.try_gpu()
+        print("D2L OK")
+    """, DEVSHIM_BACKEND="tensorflow", DEVSHIM_VIRTUAL_DEVICES="2")
+    assert result.returncode == 0, result.stderr
+    assert "D2L OK" in result.stdout
+
+
+def test_gradients_cross_virtual_gpus():
+    pytest.importorskip("tensorflow")
+    result = run_python("""
+        import tensorflow as tf
+        import devshim as ds
+
+        with ds.gpu(0):
+            w = tf.Variable([1.0, 2.0])
+        with tf.GradientTape() as tape:
+            on_1 = ds.to_device(w, ds.gpu(1))
+            back = ds.copy_if_needed(on_1 * 3.0, ds.gpu(0))
+            total = tf.reduce_sum(back)
+        grad = tape.gradient(total, w)
+        print(ds.device_of(on_1), ds.device_of(back), grad.numpy().tolist())
+    """, DEVSHIM_BACKEND="tensorflow", DEVSHIM_VIRTUAL_DEVICES="2")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["gpu:1", "gpu:0", "[3.0,", "3.0]"]
+
+
+def test_devshim_info_lists_the_virtual_gpus():
+    pytest.importorskip("tensorflow")
+    result = run_python(
+        "", "-m", "devshim", "info", "--json",
+        DEVSHIM_BACKEND="tensorflow", DEVSHIM_VIRTUAL_DEVICES="2",
+    )
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    tf_info = next(fw for fw in info["frameworks"] if fw["name"] == "tensorflow")
+    assert tf_info["status"] == "ok"
+    assert [(d["device"], bool(d.get("virtual"))) for d in tf_info["devices"]] == [
+        ("cpu:0", False), ("gpu:0", True), ("gpu:1", True),
+    ]
+
+
+def test_in_this_process_when_the_variable_is_set():
+    """The virtual tox pass: the suite itself runs on the virtual GPUs."""
+    count = config.virtual_device_count() if os.environ.get(config.VIRTUAL_DEVICES_VAR) else 0
+    if not count:
+        pytest.skip(f"{config.VIRTUAL_DEVICES_VAR} is not set in this test run")
+    tf = pytest.importorskip("tensorflow")
+    from harnesses.tensorflow_harness import HARNESS  # noqa: F401  (configures TensorFlow)
+
+    with ds.use_backend("tensorflow"):
+        assert ds.num_gpus() == count
+        with ds.try_gpu(count - 1):
+            x = tf.ones(1)
+        d = ds.device_of(x)
+        assert (str(d), d.virtual) == (f"gpu:{count - 1}", True)
+
+
+# ------------------------------------------------------------ backends that cannot
+
+
+@pytest.mark.parametrize("adapter", [TorchBackend(), NumpyBackend()], ids=["torch", "numpy"])
+def test_backends_without_virtual_devices_refuse_naming_those_that_can(adapter, requested):
+    requested(2)
+    with pytest.raises(ds.BackendError) as info:
+        adapter.num_gpus()
+    message = str(info.value)
+    assert f"The {adapter.name} backend cannot present virtual devices" in message
+    assert "DEVSHIM_VIRTUAL_DEVICES=2" in message
+    capable = virtual_capable_backends()
+    assert adapter.name not in capable
+    assert f"Backends that can: {', '.join(capable) or 'none installed'}." in message
+
+
+def test_numpy_refuses_rather_than_falling_back_to_the_cpu(requested):
+    requested(2)
+    for ask in (ds.num_gpus, ds.try_gpu, ds.try_all_gpus, ds.devices):
+        with pytest.raises(ds.BackendError, match="cannot present virtual devices"):
+            ask(backend="numpy")
+
+
+def test_torch_refuses_through_the_public_functions(requested):
+    pytest.importorskip("torch")
+    requested(1)
+    with pytest.raises(ds.BackendError, match="torch backend cannot present virtual devices"):
+        ds.try_gpu(backend="torch")
+
+
+def test_zero_turns_the_request_off(requested):
+    requested(0)
+    assert ds.num_gpus(backend="numpy") == 0
+
+
+# ------------------------------------------------------------ bad requests
+
+
+@pytest.mark.parametrize("value", ["-1", "two", "1.5", "2 gpus"])
+@pytest.mark.parametrize("backend", ["numpy", "tensorflow"])
+def test_bad_variable_values_say_what_is_expected(monkeypatch, value, backend):
+    if backend not in ds.available_backends():
+        pytest.skip(f"{backend} is not installed in this environment")
+    monkeypatch.setattr(config, "_virtual_devices_override", None)
+    monkeypatch.setenv(config.VIRTUAL_DEVICES_VAR, value)
+    with pytest.raises(ds.BackendError, match="must be a non-negative whole number, e.g. DEVSHIM_VIRTUAL_DEVICES=2"):
+        ds.num_gpus(backend=backend)
+
+
+@pytest.mark.parametrize("value", ["", " ", "0"])
+def test_empty_or_zero_variable_means_no_virtual_devices(monkeypatch, value):
+    monkeypatch.setattr(config, "_virtual_devices_override", None)
+    monkeypatch.setenv(config.VIRTUAL_DEVICES_VAR, value)
+    assert ds.num_gpus(backend="numpy") == 0
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, "2", True, None])
+def test_virtual_devices_takes_a_non_negative_int(value, requested):
+    with pytest.raises(ds.BackendError, match="non-negative int"):
+        requested(value)
