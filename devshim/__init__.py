@@ -28,6 +28,7 @@ from devshim.api import (
 from devshim import testing
 from devshim.backends import available_backends, get_backend, set_backend, use_backend
 from devshim.device import Device
+from devshim.timing import Measurement, Timer, benchmark, synchronize
 from devshim.errors import (
     BackendError,
     DeviceMismatchError,
@@ -46,4 +47,5 @@ __all__ = [
     "device_of", "to_device", "copy_if_needed", "same_device", "ensure_same_device", "to_numpy",
     "DevshimError", "BackendError", "InvalidDeviceError", "DeviceUnavailableError",
     "DeviceMismatchError", "NotATensorError",
+    "synchronize", "Timer", "benchmark", "Measurement",
 ]

@@ -96,16 +96,13 @@ def device(spec: Any, *, backend: Optional[str] = None) -> Any:
 # ------------------------------------------------------------------ tensors
 
 
-def _owner(x: Any, function: str) -> Backend:
-    adapter = backend_for_tensor(x)
-    if adapter is None:
-        raise NotATensorError(
-            f"{function}() expects a tensor of an installed framework (torch.Tensor, "
-            f"numpy.ndarray, ...) or a dict/list/tuple/dataclass of them, but got "
-            f"{type(x).__module__}.{type(x).__qualname__}. Convert it to a tensor first, "
-            f"e.g. torch.as_tensor(x) or numpy.asarray(x)."
-        )
-    return adapter
+def _not_a_tensor(x: Any, function: str) -> NotATensorError:
+    return NotATensorError(
+        f"{function}() expects a tensor of an installed framework (torch.Tensor, "
+        f"numpy.ndarray, ...) or a dict/list/tuple/dataclass of them, but got "
+        f"{type(x).__module__}.{type(x).__qualname__}. Convert it to a tensor first, "
+        f"e.g. torch.as_tensor(x) or numpy.asarray(x)."
+    )
 
 
 def device_of(x: Any) -> Device:
@@ -115,7 +112,10 @@ def device_of(x: Any) -> Device:
         >>> str(ds.device_of(torch.ones(2)))
         'cpu:0'
     """
-    return _owner(x, "device_of").tensor_device(x)
+    adapter = backend_for_tensor(x)
+    if adapter is None:
+        raise _not_a_tensor(x, "device_of")
+    return adapter.tensor_device(x)
 
 
 class _TargetCache:
@@ -135,9 +135,10 @@ class _TargetCache:
         return native
 
 
-def _map_tensors(x: Any, function: str, leaf_fn) -> Any:
+def _map_nest(x: Any, function: str, leaf_fn) -> Any:
+    """Apply ``leaf_fn(adapter, tensor)`` to every tensor in the nest ``x``."""
     if not _tree.is_container(x):
-        return leaf_fn(_owner(x, function), x)
+        raise _not_a_tensor(x, function)
 
     def visit(leaf: Any) -> Any:
         adapter = backend_for_tensor(leaf)
@@ -158,8 +159,11 @@ def to_device(x: Any, device: Any, *, non_blocking: bool = False) -> Any:
         >>> Z = ds.to_device(X, ds.try_gpu(1))
         >>> batch = ds.to_device({"x": X, "y": Y}, "gpu")
     """
+    adapter = backend_for_tensor(x)
+    if adapter is not None:
+        return adapter.copy_to(x, adapter.device(device), non_blocking)
     target = _TargetCache(device)
-    return _map_tensors(
+    return _map_nest(
         x, "to_device",
         lambda adapter, leaf: adapter.copy_to(leaf, target.native_for(adapter), non_blocking),
     )
@@ -175,17 +179,20 @@ def copy_if_needed(x: Any, device: Any) -> Any:
         >>> Z2 is Z   # Z was already there
         True
     """
+    adapter = backend_for_tensor(x)
+    if adapter is not None:
+        return adapter.move_if_needed(x, adapter.device(device))
     target = _TargetCache(device)
-    moved = [False]
+    moved = False
 
     def leaf_fn(adapter: Backend, leaf: Any) -> Any:
+        nonlocal moved
         result = adapter.move_if_needed(leaf, target.native_for(adapter))
-        if result is not leaf:
-            moved[0] = True
+        moved = moved or result is not leaf
         return result
 
-    result = _map_tensors(x, "copy_if_needed", leaf_fn)
-    return result if moved[0] else x
+    result = _map_nest(x, "copy_if_needed", leaf_fn)
+    return result if moved else x
 
 
 def to_numpy(x: Any) -> Any:
@@ -197,7 +204,10 @@ def to_numpy(x: Any) -> Any:
         >>> ds.to_numpy(torch.ones(2, device=ds.try_gpu()))
         array([1., 1.], dtype=float32)
     """
-    return _map_tensors(x, "to_numpy", lambda adapter, leaf: adapter.tensor_to_numpy(leaf))
+    adapter = backend_for_tensor(x)
+    if adapter is not None:
+        return adapter.tensor_to_numpy(x)
+    return _map_nest(x, "to_numpy", lambda adapter, leaf: adapter.tensor_to_numpy(leaf))
 
 
 def _tensor_devices(xs: Tuple[Any, ...]) -> List[Tuple[str, Device]]:

@@ -111,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     info = commands.add_parser("info", help="backend, frameworks and devices devshim sees")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     info.set_defaults(run=_cmd_info)
+    from devshim import bench  # the `bench` subcommand lives with the experiments
+
+    bench.register(commands)
     return parser
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, NamedTuple, Optional
 
@@ -27,6 +28,7 @@ class ParsedSpec(NamedTuple):
     platform: Optional[str]  # "cuda"/"mps" when the spec named one, else None
 
 
+@functools.lru_cache(maxsize=256)  # specs repeat: the same few strings, call after call
 def parse_spec(spec: str) -> ParsedSpec:
     """Read a device string into ``(kind, index, platform)``.
 

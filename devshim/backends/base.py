@@ -57,7 +57,10 @@ class Backend(ABC):
     @property
     def fw(self) -> Any:
         """The framework module, imported on first use."""
-        return importlib.import_module(self.module)
+        module = self.__dict__.get("_fw")
+        if module is None:  # a race here only imports twice, which Python makes safe
+            module = self.__dict__["_fw"] = importlib.import_module(self.module)
+        return module
 
     def version(self) -> Optional[str]:
         from importlib import metadata

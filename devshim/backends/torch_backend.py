@@ -119,18 +119,24 @@ class TorchBackend(Backend):
         return t.view(getattr(self.fw, bits)).numpy().view(getattr(ml_dtypes, stand_in))
 
     def synchronize(self, native: Optional[Any]) -> None:
-        torch = self.fw
-        platform = self.platform()
-        if native is not None and getattr(native, "type", None) == "cpu":
+        # Cheap checks first: timing code calls this around every measurement.
+        kind = getattr(native, "type", None)
+        if kind == "cpu":
             return
-        if platform == "cuda" and torch.cuda.is_initialized():
+        torch = self.fw
+        if kind is None:
+            kind = "cuda" if torch.cuda.is_initialized() else self.platform()
+        if kind == "cuda":
+            # No CUDA context yet means nothing was ever queued on a CUDA device.
+            if not torch.cuda.is_initialized():
+                return
             if native is None:
                 for i in range(torch.cuda.device_count()):
                     torch.cuda.synchronize(i)
             else:
                 torch.cuda.synchronize(native)
-        elif platform == "mps":
-            torch.mps.synchronize()
+        elif kind == "mps":
+            torch.mps.synchronize()  # MPS has one device and one queue
 
     def device_details(self) -> List[Dict[str, Any]]:
         details: List[Dict[str, Any]] = [{"device": "cpu:0", "name": "host CPU"}]

@@ -1,0 +1,321 @@
+"""synchronize, Timer and benchmark: on every backend, and on a fake clock for exact numbers."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import devshim as ds
+from devshim.timing import TimingError
+
+
+class FakeClock:
+    """A clock that only moves when told to (or by ``tick`` on every reading)."""
+
+    def __init__(self, tick: float = 0.0, events=None) -> None:
+        self.now = 0.0
+        self.tick = tick
+        self.reads = 0
+        self.events = events
+
+    def __call__(self) -> float:
+        self.reads += 1
+        self.now += self.tick
+        if self.events is not None:
+            self.events.append("clock")
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class FakeQueue:
+    """An asynchronous device on the fake clock, waited on JAX-style (``block_until_ready``).
+
+    ``launch`` returns at once; the work finishes ``cost`` seconds after the
+    queue's earlier work, and waiting moves the clock to that moment.
+    """
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock, self.busy_until, self.waits = clock, 0.0, 0
+
+    def launch(self, cost: float) -> "FakeQueue":
+        self.busy_until = max(self.clock.now, self.busy_until) + cost
+        return self
+
+    def block_until_ready(self):
+        self.waits += 1
+        self.clock.now = max(self.clock.now, self.busy_until)
+        return self
+
+
+@pytest.fixture
+def sync_calls(harness, monkeypatch):
+    """Record every native device the selected adapter is asked to synchronize."""
+    adapter = ds.get_backend()
+    calls = []
+    original = adapter.synchronize
+
+    def spy(native):
+        calls.append(native)
+        original(native)
+
+    monkeypatch.setattr(adapter, "synchronize", spy)
+    return calls
+
+
+# ------------------------------------------------------------- synchronize
+
+
+def test_synchronize_accepts_none_specs_devices_tensors_and_nests(harness):
+    x = harness.tensor([1.0, 2.0], device=ds.cpu())
+    for target in (None, "cpu", ds.cpu(), ds.try_gpu(), ds.device_of(x), x, {"a": [x, x], "n": 3, "z": None}):
+        assert ds.synchronize(target) is None
+
+
+def test_synchronize_waits_on_the_device_a_tensor_lives_on(harness, sync_calls):
+    x = harness.tensor([1.0, 2.0], device=ds.cpu())
+    ds.synchronize(x)
+    assert len(sync_calls) == 1 and ds.device_of(x) == sync_calls[0]
+
+
+def test_synchronize_waits_once_per_distinct_device_in_a_nest(harness, sync_calls):
+    x = harness.tensor([1.0], device=ds.cpu())
+    y = harness.tensor([2.0], device=ds.cpu())
+    ds.synchronize({"x": x, "more": [y, (x, 7)], "label": None})
+    assert len(sync_calls) == 1
+
+
+def test_synchronize_without_a_device_waits_for_every_device_of_the_backend(harness, sync_calls):
+    ds.synchronize()
+    assert sync_calls == [None]
+
+
+def test_synchronize_with_a_spec_waits_for_that_device(harness, sync_calls):
+    ds.synchronize("cpu")
+    assert len(sync_calls) == 1 and ds.Device("cpu") == ds.get_backend().describe(sync_calls[0])
+
+
+def test_synchronize_rejects_what_is_not_a_device(harness):
+    with pytest.raises(ds.InvalidDeviceError, match=r"synchronize\(\) cannot wait on builtins.int"):
+        ds.synchronize(3)
+    with pytest.raises(ds.DeviceUnavailableError, match="gpu:99 is not available"):
+        ds.synchronize("gpu:99")
+
+
+def test_synchronize_blocks_until_ready_on_jax_like_values():
+    clock = FakeClock()
+    a, b = FakeQueue(clock), FakeQueue(clock)
+    a.launch(1.0)
+    ds.synchronize(a)
+    assert clock.now == 1.0
+    a.launch(1.0), b.launch(3.0)
+    ds.synchronize([a, {"b": b}])
+    assert (a.waits, b.waits, clock.now) == (2, 1, 4.0)
+
+
+def test_synchronize_and_timer_import_no_framework():
+    code = (
+        "import sys, devshim as ds\n"
+        "ds.synchronize(); ds.Timer().stop()\n"
+        "print(sorted(m for m in ('torch', 'tensorflow', 'mxnet', 'jax') if m in sys.modules))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEVSHIM_")}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------- Timer
+
+
+def test_timer_records_intervals_like_d2l():
+    clock = FakeClock()
+    timer = ds.Timer(clock=clock)  # starts on construction, like d2l's
+    clock.advance(2.0)
+    assert timer.stop() == 2.0
+    timer.start()
+    clock.advance(3.0)
+    timer.stop()
+    assert timer.times == [2.0, 3.0]
+    assert (timer.avg(), timer.sum(), timer.cumsum()) == (2.5, 5.0, [2.0, 5.0])
+
+
+def test_timer_as_context_manager_records_each_block_but_not_a_failed_one():
+    clock = FakeClock()
+    timer = ds.Timer(clock=clock)
+    for seconds in (1.0, 0.5):
+        with timer as same:
+            clock.advance(seconds)
+        assert same is timer
+    with pytest.raises(KeyError):
+        with timer:
+            clock.advance(9.0)
+            raise KeyError("boom")
+    assert timer.times == [1.0, 0.5]
+
+
+def test_avg_of_an_empty_timer_is_a_devshim_error_not_zero_division():
+    timer = ds.Timer(clock=FakeClock())
+    with pytest.raises(ds.DevshimError, match=r"no recorded time.*timer.stop\(\)") as info:
+        timer.avg()
+    assert isinstance(info.value, TimingError) and not isinstance(info.value, ZeroDivisionError)
+    assert timer.sum() == 0.0 and timer.cumsum() == []
+
+
+def test_timer_synchronizes_before_reading_the_clock_at_start_and_stop(harness, monkeypatch):
+    events = []
+    adapter = ds.get_backend()
+    original = adapter.synchronize
+    monkeypatch.setattr(adapter, "synchronize", lambda native: (events.append(("sync", native)), original(native)))
+    timer = ds.Timer(ds.cpu(), clock=FakeClock(events=events))
+    with timer:
+        pass
+    assert [e if e == "clock" else e[0] for e in events] == ["sync", "clock"] * 3
+    assert all(ds.Device("cpu") == adapter.describe(e[1]) for e in events if e != "clock")
+
+
+def test_timer_counts_queued_work_inside_the_interval():
+    clock = FakeClock()
+    device = FakeQueue(clock)
+    timer = ds.Timer(device, clock=clock)
+    device.launch(0.25)  # returns at once; the device is busy for 0.25 s
+    assert timer.stop() == 0.25 and device.waits == 2
+
+
+# --------------------------------------------------------------- benchmark
+
+
+MS = 2.0**-10  # about a millisecond, exact in binary so sums of it are too
+
+
+def test_warmup_calls_are_not_measured():
+    clock = FakeClock()
+    calls = []
+
+    def fn():
+        calls.append(1)
+        clock.advance(5.0 if len(calls) <= 3 else MS)  # the first calls pay for initialisation
+
+    m = ds.benchmark(fn, warmup=3, min_run_time=10 * MS, clock=clock)
+    assert m.warmup == 3 and m.number_per_run == 1
+    assert m.times == [MS] * 10  # ten runs reach min_run_time; none holds a warm-up call
+    # warm-up, thrown-away calibration blocks, then the measured runs
+    assert len(calls) > 3 + m.runs
+
+
+def test_statistics_on_a_fake_clock():
+    clock = FakeClock()
+    # Warm-up and the calibration block take 0.5 s each: a calibration block that
+    # long is looked at once, so the measured runs get exactly the five after it.
+    durations = iter([0.5, 0.5] + [0.0004, 0.0001, 0.0003, 0.0002, 0.0005])
+
+    def fn():
+        clock.advance(next(durations))
+
+    m = ds.benchmark(fn, warmup=1, min_run_time=0.01, max_runs=5, clock=clock, label="fake")
+    assert m.times == pytest.approx([0.0004, 0.0001, 0.0003, 0.0002, 0.0005])
+    assert (m.median, m.mean, m.min, m.max) == pytest.approx((0.0003, 0.0003, 0.0001, 0.0005))
+    assert m.iqr == pytest.approx(0.0002)  # quartiles 0.2 ms and 0.4 ms
+    assert m.runs == 5
+    text = str(m)
+    assert text.splitlines()[0].startswith("<devshim.Measurement> fake")
+    assert "Median: 300 us" in text and "IQR:    200 us (200 us to 400 us)" in text
+    assert "5 runs, 1 call per run, 1 warm-up call not counted" in text
+    data = json.loads(json.dumps(m.to_dict()))
+    assert data["median"] == pytest.approx(0.0003) and data["q1"] == pytest.approx(0.0002)
+    assert data["times"] == pytest.approx(m.times) and data["runs"] == 5
+
+
+def test_measurement_summarises_its_times():
+    m = ds.Measurement([4.0, 1.0, 3.0, 2.0, 5.0, 6.0], number_per_run=10, label="x", device="gpu:0")
+    assert (m.median, m.mean, m.min, m.max, m.runs) == (3.5, 3.5, 1.0, 6.0, 6)
+    assert m.iqr == pytest.approx(4.75 - 2.25)  # inclusive quartiles, as numpy.percentile
+    assert "6 runs, 10 calls per run" in str(m) and "x on gpu:0" in str(m)
+    single = ds.Measurement([2e-9], number_per_run=1)
+    assert single.iqr == 0 and "Median: 2 ns" in str(single)
+    with pytest.raises(ds.DevshimError, match="at least one time"):
+        ds.Measurement([], number_per_run=1)
+
+
+def test_min_run_time_and_max_runs_bound_the_measurement():
+    clock = FakeClock()
+
+    def fn():
+        clock.advance(0.25)
+
+    assert ds.benchmark(fn, warmup=0, min_run_time=1.0, clock=clock).runs == 4
+    assert ds.benchmark(fn, warmup=0, min_run_time=100.0, max_runs=3, clock=clock).runs == 3
+
+
+def test_each_run_waits_for_the_outputs():
+    clock = FakeClock()
+    device = FakeQueue(clock)
+
+    def fn():
+        clock.advance(0.001)  # launching costs 1 ms; the work itself runs 3 ms on the device
+        return {"out": device.launch(0.003), "step": 1}
+
+    m = ds.benchmark(fn, warmup=2, min_run_time=0.02, clock=clock)
+    assert m.number_per_run == 1
+    assert m.times == pytest.approx([0.004] * m.runs)
+    assert device.waits >= 2 + 1 + m.runs
+
+
+def test_blocks_grow_until_clock_and_wait_cost_under_one_percent():
+    clock = FakeClock(tick=1e-6)  # every clock reading costs a microsecond
+
+    def fn():
+        clock.advance(2e-6)
+
+    m = ds.benchmark(fn, warmup=1, min_run_time=0.01, clock=clock)
+    assert m.overhead > 0
+    assert m.number_per_run > 1
+    assert m.overhead <= 0.01 * m.number_per_run * m.median
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"warmup": -1}, "warmup"),
+    ({"min_run_time": 0}, "min_run_time"),
+    ({"max_runs": 0}, "max_runs"),
+])
+def test_bad_benchmark_arguments_are_devshim_errors(kwargs, match):
+    with pytest.raises(ds.DevshimError, match=match):
+        ds.benchmark(lambda: None, **kwargs)
+    with pytest.raises(ds.DevshimError, match="times a callable"):
+        ds.benchmark(42)
+
+
+def test_garbage_collection_is_restored_even_when_fn_fails():
+    def fail():
+        raise RuntimeError("inside")
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError, match="inside"):
+        ds.benchmark(fail, warmup=0)
+    assert gc.isenabled()
+    ds.benchmark(lambda: None, warmup=0, min_run_time=0.001)
+    assert gc.isenabled()
+
+
+def test_benchmark_on_every_backend_waits_on_outputs_and_reports(harness, sync_calls):
+    x = harness.tensor([[1.0, 2.0], [3.0, 4.0]], device=ds.cpu())
+    m = ds.benchmark(harness.add, x, x, min_run_time=0.01)
+    assert isinstance(m, ds.Measurement) and m.runs >= 1
+    assert all(t > 0 for t in m.times)
+    assert m.min <= m.median <= m.max and m.min <= m.mean <= m.max
+    assert m.device == "cpu:0" and m.label == "add"
+    assert json.loads(json.dumps(m.to_dict()))["runs"] == m.runs
+    # every run (and warm-up and calibration) waits on the output's device
+    assert len(sync_calls) >= m.runs and all(ds.Device("cpu") == ds.get_backend().describe(n) for n in sync_calls)
+
+
+def test_benchmark_with_a_device_waits_for_it(harness, sync_calls):
+    m = ds.benchmark(lambda: None, device=ds.cpu(), min_run_time=0.005)
+    assert m.device == "cpu:0"
+    assert len(sync_calls) >= m.runs
