@@ -15,25 +15,15 @@ from typing import Any, Dict, List, Optional
 
 import devshim
 from devshim import config
-from devshim.backends import BACKEND_NAMES, _ADAPTERS, get_backend, load_backend, selection_reason
-
-# pip distributions that provide each framework's import name.
-_DISTRIBUTIONS = {
-    "torch": ("torch",),
-    "tensorflow": ("tensorflow", "tensorflow-cpu", "tensorflow-macos", "tf-nightly"),
-    "mxnet": ("mxnet", "mxnet-cu112", "mxnet-cu117"),
-    "jax": ("jax",),
-    "numpy": ("numpy",),
-}
-
+from devshim.backends import BACKEND_NAMES, _ADAPTERS, _adapter_class, get_backend, load_backend, selection_reason
 
 def _version(name: str) -> Optional[str]:
-    for dist in _DISTRIBUTIONS[name]:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
+    if name in _ADAPTERS:
+        return _adapter_class(name).version()
+    try:  # a framework devshim has no adapter for yet: its pip package has its name
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def collect_info() -> Dict[str, Any]:

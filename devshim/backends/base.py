@@ -32,12 +32,14 @@ class Backend(ABC):
       ``module``     the top-level import name of the framework ("torch").
       ``pip_extra``  the devshim extra that installs it ("torch").
       ``supports_virtual_devices`` whether DEVSHIM_VIRTUAL_DEVICES can work.
+      ``distributions`` the pip packages that may provide it (default: ``module``).
     """
 
     name: ClassVar[str]
     module: ClassVar[str]
     pip_extra: ClassVar[str]
     supports_virtual_devices: ClassVar[bool] = False
+    distributions: ClassVar[tuple] = ()
 
     # ------------------------------------------------------------ detection
 
@@ -62,19 +64,17 @@ class Backend(ABC):
             module = self.__dict__["_fw"] = importlib.import_module(self.module)
         return module
 
-    def version(self) -> Optional[str]:
+    @classmethod
+    def version(cls) -> Optional[str]:
+        """The installed framework's version, read from package metadata (no import)."""
         from importlib import metadata
 
-        for dist in self.distributions():
+        for dist in cls.distributions or (cls.module,):
             try:
                 return metadata.version(dist)
             except metadata.PackageNotFoundError:
                 continue
         return None
-
-    def distributions(self) -> tuple:
-        """Names of the pip distributions that may provide the framework."""
-        return (self.module,)
 
     # ------------------------------------------------ framework primitives
 

@@ -37,9 +37,7 @@ class MxnetBackend(Backend):
     module = "mxnet"
     pip_extra = "mxnet"
     supports_virtual_devices = True
-
-    def distributions(self) -> tuple:
-        return ("mxnet", "mxnet-cu112", "mxnet-cu117")
+    distributions = ("mxnet", "mxnet-cu112", "mxnet-cu117")
 
     # ------------------------------------------------ framework primitives
 

@@ -99,6 +99,7 @@ class TensorflowBackend(Backend):
     module = "tensorflow"
     pip_extra = "tensorflow"
     supports_virtual_devices = True
+    distributions = ("tensorflow", "tensorflow-cpu", "tensorflow-macos", "tensorflow-intel", "tf-nightly")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -106,9 +107,6 @@ class TensorflowBackend(Backend):
         self._natives: Dict[str, TFDevice] = {}
         self._described: Dict[str, Device] = {}
         self._deep_copy = None
-
-    def distributions(self) -> tuple:
-        return ("tensorflow", "tensorflow-cpu", "tensorflow-macos", "tensorflow-intel", "tf-nightly")
 
     def runtime(self) -> Any:
         """The tensorflow module, with requested virtual devices configured first.
