@@ -109,7 +109,7 @@ class Device:
     def __eq__(self, other: Any) -> bool:
         if isinstance(other, Device):
             return self._key == other._key
-        if isinstance(other, str):
+        if type(other) is str:  # str subclasses are native devices (TensorFlow's): described below
             try:
                 parsed = parse_spec(other)
             except InvalidDeviceError:

@@ -100,12 +100,12 @@ def _wait_for_leaf(
         adapter = load_backend(leaf.backend) if leaf.backend else get_backend(backend)
         native = leaf.native if leaf.backend == adapter.name and leaf.native is not None else adapter.device(leaf)
         return (adapter.name, str(leaf), leaf.virtual), _bind(adapter.synchronize, native)
-    if isinstance(leaf, str):
+    if type(leaf) is str:  # a spec; str subclasses are native devices, described below
         adapter = get_backend(backend)
         native = adapter.device(leaf)
         where = adapter.describe(native)
         return (adapter.name, str(where), where.virtual), _bind(adapter.synchronize, native)
-    described = None if isinstance(leaf, _PLAIN) else describe_native_device(leaf)
+    described = None if type(leaf) in _PLAIN else describe_native_device(leaf)
     if described is not None and described.backend:
         adapter = load_backend(described.backend)
         return (adapter.name, str(described), described.virtual), _bind(adapter.synchronize, leaf)
@@ -421,7 +421,7 @@ def _describe_target(device: Any, outputs: Any, backend: Optional[str]) -> str:
             return ""
         if isinstance(device, Device):
             return str(device)
-        if isinstance(device, str):
+        if type(device) is str:
             adapter = get_backend(backend)
             return str(adapter.describe(adapter.device(device)))
         adapter = backend_for_tensor(device)

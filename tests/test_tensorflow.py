@@ -62,8 +62,16 @@ def test_tfdevice_equality_and_hash_follow_the_canonical_name():
     assert a == b and not (a != b) and hash(a) == hash(b) and str(a) == "/GPU:1"
     assert a != TFDevice("/GPU:0") and a != TFDevice("/CPU:1")
     assert len({a, b, TFDevice("/GPU:0"), ds.cpu(), ds.cpu()}) == 3
-    assert a != "/GPU:1"  # a device is not a string; str(a) is
-    assert pickle.loads(pickle.dumps(a)) == a
+    # Its value is the canonical name, so it equals that string (and only that spelling).
+    assert isinstance(a, str) and a == "/GPU:1" and a != "/device:GPU:1"
+    assert pickle.loads(pickle.dumps(a)) == a and type(pickle.loads(pickle.dumps(a))) is TFDevice
+
+
+def test_tf_device_accepts_devshim_devices_as_names():
+    with tf.device(ds.cpu()):
+        x = tf.ones(2)
+    assert x.device.endswith("/device:CPU:0")
+    assert ds.device_of(x) == ds.cpu()
 
 
 def test_tfdevice_is_immutable():

@@ -56,6 +56,12 @@ def test_the_d2l_tensorflow_flow_on_two_virtual_gpus():
         assert str(ds.device_of(X)) == "gpu:0" and ds.device_of(X).virtual
         assert str(ds.device_of(Y)) == str(ds.device_of(Z)) == "gpu:1"
         assert repr(ds.device_of(Z)) == "Device('gpu:1', backend='tensorflow', virtual=True)"
+        # the native device (a "/CPU:2" name) still compares as virtual gpu:1, both ways
+        assert ds.device_of(Z) == ds.try_gpu(1) and ds.try_gpu(1) == ds.device_of(Z)
+        assert ds.device_of(Z) != ds.cpu() and ds.device_of(Z) != "cpu:2"
+        with tf.device(ds.try_gpu(1)):   # TensorFlow takes the device as a name, too
+            W = tf.ones((2, 3))
+        assert ds.same_device(W, Z)
         assert ds.same_device(Y, Z) and not ds.same_device(X, Y) and not ds.same_device(X, Z)
         # real copies: TensorFlow's own placement, and separate host buffers
         assert X.device.endswith("/device:CPU:1") and Z.device.endswith("/device:CPU:2")

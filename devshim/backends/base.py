@@ -188,7 +188,7 @@ class Backend(ABC):
     def _kind_index(self, spec: Any) -> tuple:
         if isinstance(spec, Device):
             return spec.kind, spec.index
-        if isinstance(spec, str):
+        if type(spec) is str:  # str subclasses are some framework's native devices
             parsed = parse_spec(spec)
             if parsed.platform is not None:
                 self.check_platform(parsed.platform)

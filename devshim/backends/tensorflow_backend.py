@@ -23,51 +23,41 @@ from devshim.device import Device, parse_spec
 from devshim.errors import BackendError, DevshimError, InvalidDeviceError
 
 
-class TFDevice:
-    """A TensorFlow device as a value that is also a ``tf.device`` scope.
+class TFDevice(str):
+    """A TensorFlow device name that is also a ``tf.device`` scope.
 
-    Equal to another TFDevice with the same canonical name, hashable, printed
-    as its TensorFlow name. Each ``with`` opens its own ``tf.device`` scope,
-    so the same object can be nested and re-entered, in any thread.
+    The value is the canonical name ("/GPU:0"), so TensorFlow takes it
+    wherever it takes a device string (``tf.device(dev)``), and it prints,
+    hashes and compares as that name. Each ``with`` opens its own
+    ``tf.device`` scope, so the same object can be nested and re-entered, in
+    any thread.
 
     Example:
         >>> dev = TFDevice("/device:GPU:1")
-        >>> print(dev)
+        >>> print(dev), dev == "/GPU:1", dev in {TFDevice("/GPU:1")}
         /GPU:1
-        >>> dev == TFDevice("/GPU:1"), dev in {TFDevice("/GPU:1")}
-        (True, True)
+        (None, True, True)
         >>> with dev:
         ...     Y = tf.random.uniform((2, 3))
     """
 
-    __slots__ = ("name", "_local")
-
-    def __init__(self, name: str) -> None:
+    def __new__(cls, name: str) -> "TFDevice":
         if not isinstance(name, str):
             raise InvalidDeviceError(
                 f"TFDevice takes a device name such as '/GPU:0', not {type(name).__name__}."
             )
         parsed = parse_spec(name)
-        object.__setattr__(self, "name", f"/{parsed.kind.upper()}:{parsed.index}")
-        object.__setattr__(self, "_local", threading.local())
+        device = super().__new__(cls, f"/{parsed.kind.upper()}:{parsed.index}")
+        object.__setattr__(device, "_local", threading.local())  # per-thread stack of open scopes
+        return device
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("TFDevice is immutable")
 
-    def __eq__(self, other: Any) -> bool:
-        if isinstance(other, TFDevice):
-            return self.name == other.name
-        return NotImplemented  # lets ds.Device compare itself against us
-
-    def __ne__(self, other: Any) -> bool:
-        equal = self.__eq__(other)
-        return equal if equal is NotImplemented else not equal
-
-    def __hash__(self) -> int:
-        return hash(("TFDevice", self.name))
-
-    def __str__(self) -> str:
-        return self.name
+    @property
+    def name(self) -> str:
+        """The canonical TensorFlow name, as a plain string."""
+        return str.__str__(self)
 
     def __repr__(self) -> str:
         return f"TFDevice({self.name!r})"
