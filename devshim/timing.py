@@ -90,7 +90,7 @@ def _wait_for_leaf(
     adapter = None if isinstance(leaf, _PLAIN) else backend_for_tensor(leaf)
     if adapter is not None:
         where = adapter.tensor_device(leaf)
-        return (adapter.name, str(where), where.virtual), _bind(adapter.synchronize, where.native)
+        return _device_wait(adapter, where, where.native)
     block = getattr(leaf, "block_until_ready", None)
     if callable(block):  # JAX arrays: no adapter needed, wait on the value itself
         return None, block
@@ -99,16 +99,14 @@ def _wait_for_leaf(
     if isinstance(leaf, Device):
         adapter = load_backend(leaf.backend) if leaf.backend else get_backend(backend)
         native = leaf.native if leaf.backend == adapter.name and leaf.native is not None else adapter.device(leaf)
-        return (adapter.name, str(leaf), leaf.virtual), _bind(adapter.synchronize, native)
+        return _device_wait(adapter, leaf, native)
     if type(leaf) is str:  # a spec; str subclasses are native devices, described below
         adapter = get_backend(backend)
         native = adapter.device(leaf)
-        where = adapter.describe(native)
-        return (adapter.name, str(where), where.virtual), _bind(adapter.synchronize, native)
+        return _device_wait(adapter, adapter.describe(native), native)
     described = None if type(leaf) in _PLAIN else describe_native_device(leaf)
     if described is not None and described.backend:
-        adapter = load_backend(described.backend)
-        return (adapter.name, str(described), described.virtual), _bind(adapter.synchronize, leaf)
+        return _device_wait(load_backend(described.backend), described, leaf)
     if strict:
         raise InvalidDeviceError(
             f"synchronize() cannot wait on {type(leaf).__module__}.{type(leaf).__qualname__}: "
@@ -118,8 +116,9 @@ def _wait_for_leaf(
     return None
 
 
-def _bind(sync: Callable[[Any], None], native: Any) -> Callable[[], None]:
-    return lambda: sync(native)
+def _device_wait(adapter: Any, where: Device, native: Any) -> Tuple[Any, Callable[[], None]]:
+    """(a key naming the device, a call that waits for it): the key lets callers wait once per device."""
+    return (adapter.name, str(where), where.virtual), lambda: adapter.synchronize(native)
 
 
 class _Waiter:
@@ -148,10 +147,10 @@ class _Waiter:
             adapter = backend_for_tensor(leaf)
             if adapter is not None:
                 where = adapter.tensor_device(leaf)
-                key = (adapter.name, str(where), where.virtual)
+                key, wait = _device_wait(adapter, where, where.native)
                 if key not in seen:
                     seen.add(key)
-                    waits.append(_bind(adapter.synchronize, where.native))
+                    waits.append(wait)
             elif callable(getattr(leaf, "block_until_ready", None)):
                 self.per_value = True
         waits.extend(self.device_waits)

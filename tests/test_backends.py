@@ -240,3 +240,11 @@ def test_tensors_dispatch_on_their_own_framework_whatever_is_selected():
         assert d.backend == "torch"
         assert isinstance(ds.to_device(torch.ones(1), "cpu"), torch.Tensor)
         assert ds.device_of(np.ones(1)).backend == "numpy"
+
+
+def test_registry_and_adapter_classes_name_the_same_framework():
+    """The registry repeats each adapter's framework module so dispatch never imports
+    adapters of frameworks that are not loaded; the two must not drift apart."""
+    for name, (framework, _, _) in backends._ADAPTERS.items():
+        cls = backends._adapter_class(name)
+        assert (cls.name, cls.module) == (name, framework)
