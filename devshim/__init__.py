@@ -1,4 +1,4 @@
-"""devshim: one device API for PyTorch, TensorFlow, MXNet, JAX and NumPy.
+"""devshim: one device API for PyTorch, TensorFlow, MXNet and NumPy.
 
     >>> import devshim as ds                       # imports no framework
     >>> X = torch.ones(2, 3, device=ds.try_gpu())  # GPU 0 if present, else CPU
@@ -6,46 +6,51 @@
     >>> ds.copy_if_needed(Z, ds.try_gpu(1)) is Z   # already there
     True
 
-Importing devshim imports no framework; each is imported the first time a
-function needs it.
+Importing devshim imports no framework, and none of devshim's own modules
+either: each public name is loaded the first time it is used, and each
+framework the first time a function needs it.
 """
-
-from devshim.api import (
-    copy_if_needed,
-    cpu,
-    device,
-    device_of,
-    devices,
-    ensure_same_device,
-    gpu,
-    num_gpus,
-    same_device,
-    to_device,
-    to_numpy,
-    try_all_gpus,
-    try_gpu,
-)
-from devshim import testing
-from devshim.backends import available_backends, get_backend, set_backend, use_backend
-from devshim.device import Device
-from devshim.timing import Measurement, Timer, benchmark, synchronize
-from devshim.errors import (
-    BackendError,
-    DeviceMismatchError,
-    DeviceUnavailableError,
-    DevshimError,
-    InvalidDeviceError,
-    NotATensorError,
-)
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Device", "testing",
-    "available_backends", "get_backend", "set_backend", "use_backend",
-    "cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "devices", "device",
-    "device_of", "to_device", "copy_if_needed", "same_device", "ensure_same_device", "to_numpy",
-    "DevshimError", "BackendError", "InvalidDeviceError", "DeviceUnavailableError",
-    "DeviceMismatchError", "NotATensorError",
-    "synchronize", "Timer", "benchmark", "Measurement",
-]
+# public name -> the module that defines it; loaded on first attribute access (PEP 562).
+_EXPORTS = {
+    **dict.fromkeys(
+        ("cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "devices", "device", "device_of",
+         "to_device", "copy_if_needed", "same_device", "ensure_same_device", "to_numpy"),
+        "devshim.api",
+    ),
+    **dict.fromkeys(
+        ("available_backends", "get_backend", "set_backend", "use_backend"), "devshim.backends"
+    ),
+    "Device": "devshim._device",
+    **dict.fromkeys(("synchronize", "Timer", "benchmark", "Measurement"), "devshim.timing"),
+    **dict.fromkeys(
+        ("DevshimError", "BackendError", "InvalidDeviceError", "DeviceUnavailableError",
+         "DeviceMismatchError", "NotATensorError", "UnsupportedDtypeError", "UnsupportedValueError",
+         "DatalessTensorError", "UnplacedTensorError", "TimingError", "ExperimentError",
+         "BenchUsageError", "PlotUnavailableError"),
+        "devshim.errors",
+    ),
+}
+_SUBMODULES = ("api", "backends", "bench", "errors", "settings", "testing", "timing", "transfer")
+
+__all__ = list(_EXPORTS) + ["testing", "settings", "backends"]
+
+
+def __getattr__(name):
+    import importlib
+
+    module = _EXPORTS.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"devshim.{name}")
+    else:
+        raise AttributeError(f"module 'devshim' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__) | set(_SUBMODULES))

@@ -1,17 +1,20 @@
-"""The public functions. Each one is a thin layer over the adapters.
+"""The public functions: a thin layer over the backends.
 
 Functions that take tensors dispatch on each tensor's own framework, whatever
 backend is selected; functions without a tensor use the selected backend, or
 the one named by ``backend=``.
+
+``device_of``, ``to_device`` and ``copy_if_needed`` are the hot paths. For a
+single tensor each is one dict lookup on the tensor's type, then the owning
+backend's fast path (``Backend.device_of_fn`` and friends), which keeps the
+resolved target device of each spec until settings change. Every data
+movement goes through ``devshim.transfer``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
-
-from devshim import _tree
-from devshim.backends import Backend, backend_for_tensor, get_backend
-from devshim.device import Device
+from devshim import _tree, transfer
+from devshim.backends import COPY, DEVICE_OF, DEVICE_TABLE, MOVE, backend_for_tensor, get_backend, learn_type
 from devshim.errors import DeviceMismatchError, NotATensorError
 
 __all__ = [
@@ -23,7 +26,7 @@ __all__ = [
 # ------------------------------------------------------------------ devices
 
 
-def cpu(*, backend: Optional[str] = None) -> Any:
+def cpu(*, backend=None):
     """The CPU as the backend's native device.
 
     Example:
@@ -33,7 +36,7 @@ def cpu(*, backend: Optional[str] = None) -> Any:
     return get_backend(backend).cpu()
 
 
-def gpu(i: int = 0, *, backend: Optional[str] = None) -> Any:
+def gpu(i: int = 0, *, backend=None):
     """GPU ``i`` as the backend's native device; DeviceUnavailableError if absent.
 
     Example:
@@ -43,7 +46,7 @@ def gpu(i: int = 0, *, backend: Optional[str] = None) -> Any:
     return get_backend(backend).gpu(i)
 
 
-def num_gpus(*, backend: Optional[str] = None) -> int:
+def num_gpus(*, backend=None) -> int:
     """How many GPUs the backend sees (0 under ``DEVSHIM_DEVICE=cpu``).
 
     Example:
@@ -53,7 +56,7 @@ def num_gpus(*, backend: Optional[str] = None) -> int:
     return get_backend(backend).num_gpus()
 
 
-def try_gpu(i: int = 0, *, backend: Optional[str] = None) -> Any:
+def try_gpu(i: int = 0, *, backend=None):
     """GPU ``i`` if it exists, else the CPU.
 
     Example:
@@ -62,7 +65,7 @@ def try_gpu(i: int = 0, *, backend: Optional[str] = None) -> Any:
     return get_backend(backend).try_gpu(i)
 
 
-def try_all_gpus(*, backend: Optional[str] = None) -> List[Any]:
+def try_all_gpus(*, backend=None) -> list:
     """Every GPU, or ``[cpu()]`` when there is none (never an empty list).
 
     Example:
@@ -72,7 +75,7 @@ def try_all_gpus(*, backend: Optional[str] = None) -> List[Any]:
     return get_backend(backend).try_all_gpus()
 
 
-def devices(*, backend: Optional[str] = None) -> List[Any]:
+def devices(*, backend=None) -> list:
     """The CPU followed by every GPU, as native devices.
 
     Example:
@@ -82,9 +85,9 @@ def devices(*, backend: Optional[str] = None) -> List[Any]:
     return get_backend(backend).devices()
 
 
-def device(spec: Any, *, backend: Optional[str] = None) -> Any:
+def device(spec, *, backend=None):
     """The backend's native device for a spec: ``"cpu"``, ``"gpu:1"``, ``"cuda:1"``,
-    ``"mps"``, a native device object, or a ``ds.Device``.
+    ``"mps"``, ``"meta"``, a native device object, or a ``ds.Device``.
 
     Example:
         >>> ds.device("cpu")
@@ -96,7 +99,7 @@ def device(spec: Any, *, backend: Optional[str] = None) -> Any:
 # ------------------------------------------------------------------ tensors
 
 
-def _not_a_tensor(x: Any, function: str) -> NotATensorError:
+def _not_a_tensor(x, function: str) -> NotATensorError:
     return NotATensorError(
         f"{function}() expects a tensor of an installed framework (torch.Tensor, "
         f"numpy.ndarray, ...) or a dict/list/tuple/dataclass of them, but got "
@@ -105,49 +108,36 @@ def _not_a_tensor(x: Any, function: str) -> NotATensorError:
     )
 
 
-def device_of(x: Any) -> Device:
+# Bound once: the hot paths look up one global, not a global and an attribute.
+_device_table_for = DEVICE_TABLE.get
+_device_of_for = DEVICE_OF.get
+_copy_for = COPY.get
+_move_for = MOVE.get
+
+
+def device_of(x):
     """The ``ds.Device`` a tensor lives on.
 
     Example:
         >>> str(ds.device_of(torch.ones(2)))
         'cpu:0'
     """
-    adapter = backend_for_tensor(x)
-    if adapter is None:
-        raise _not_a_tensor(x, "device_of")
-    return adapter.tensor_device(x)
+    # One lookup when the tensor's backend keeps a DeviceTable: no call into the backend.
+    table = _device_table_for(type(x))
+    if table is not None:
+        try:
+            return table[getattr(x, table.attr)]
+        except (KeyError, TypeError, AttributeError):  # a device not described yet, and the like
+            pass
+    fn = _device_of_for(type(x))
+    if fn is None:
+        if learn_type(x) is None:
+            raise _not_a_tensor(x, "device_of")
+        fn = DEVICE_OF[type(x)]
+    return fn(x)
 
 
-class _TargetCache:
-    """Resolves one device spec to each framework's native device at most once."""
-
-    __slots__ = ("spec", "natives")
-
-    def __init__(self, spec: Any) -> None:
-        self.spec = spec
-        self.natives: Dict[str, Any] = {}
-
-    def native_for(self, adapter: Backend) -> Any:
-        native = self.natives.get(adapter.name)
-        if native is None:
-            native = adapter.device(self.spec)
-            self.natives[adapter.name] = native
-        return native
-
-
-def _map_nest(x: Any, function: str, leaf_fn) -> Any:
-    """Apply ``leaf_fn(adapter, tensor)`` to every tensor in the nest ``x``."""
-    if not _tree.is_container(x):
-        raise _not_a_tensor(x, function)
-
-    def visit(leaf: Any) -> Any:
-        adapter = backend_for_tensor(leaf)
-        return leaf if adapter is None else leaf_fn(adapter, leaf)
-
-    return _tree.map_leaves(visit, x)
-
-
-def to_device(x: Any, device: Any, *, non_blocking: bool = False) -> Any:
+def to_device(x, device, *, non_blocking: bool = False):
     """Copy ``x`` (a tensor or a nest of them) to ``device``: always new storage.
 
     Even when ``x`` already lives on ``device`` the result is a copy, so
@@ -159,43 +149,34 @@ def to_device(x: Any, device: Any, *, non_blocking: bool = False) -> Any:
         >>> Z = ds.to_device(X, ds.try_gpu(1))
         >>> batch = ds.to_device({"x": X, "y": Y}, "gpu")
     """
-    adapter = backend_for_tensor(x)
-    if adapter is not None:
-        return adapter.copy_to(x, adapter.device(device), non_blocking)
-    target = _TargetCache(device)
-    return _map_nest(
-        x, "to_device",
-        lambda adapter, leaf: adapter.copy_to(leaf, target.native_for(adapter), non_blocking),
-    )
+    fn = _copy_for(type(x))
+    if fn is not None:
+        return fn(x, device, non_blocking)
+    if learn_type(x) is not None:
+        return COPY[type(x)](x, device, non_blocking)
+    return _walk(x, device, "to_device", _copier(device, non_blocking), keep_unchanged=False)
 
 
-def copy_if_needed(x: Any, device: Any) -> Any:
+def copy_if_needed(x, device):
     """``x`` itself when it already lives on ``device``, else ``to_device(x, device)``.
 
-    For containers, the same container comes back when no leaf had to move.
+    For nests, only the tensors that are elsewhere are copied, and a container
+    in which nothing had to move comes back as itself.
 
     Example:
         >>> Z2 = ds.copy_if_needed(Z, ds.try_gpu(1))
         >>> Z2 is Z   # Z was already there
         True
     """
-    adapter = backend_for_tensor(x)
-    if adapter is not None:
-        return adapter.move_if_needed(x, adapter.device(device))
-    target = _TargetCache(device)
-    moved = False
-
-    def leaf_fn(adapter: Backend, leaf: Any) -> Any:
-        nonlocal moved
-        result = adapter.move_if_needed(leaf, target.native_for(adapter))
-        moved = moved or result is not leaf
-        return result
-
-    result = _map_nest(x, "copy_if_needed", leaf_fn)
-    return result if moved else x
+    fn = _move_for(type(x))
+    if fn is not None:
+        return fn(x, device)
+    if learn_type(x) is not None:
+        return MOVE[type(x)](x, device)
+    return _walk(x, device, "copy_if_needed", _mover(device), keep_unchanged=True)
 
 
-def to_numpy(x: Any) -> Any:
+def to_numpy(x):
     """Copy ``x`` (or every tensor in a nest) to a host NumPy array.
 
     The result never shares memory with ``x``.
@@ -206,11 +187,70 @@ def to_numpy(x: Any) -> Any:
     """
     adapter = backend_for_tensor(x)
     if adapter is not None:
-        return adapter.tensor_to_numpy(x)
-    return _map_nest(x, "to_numpy", lambda adapter, leaf: adapter.tensor_to_numpy(leaf))
+        return transfer.to_host(adapter, x)
+    if not _tree.is_container(x):
+        raise _not_a_tensor(x, "to_numpy")
+
+    def leaf_for(value):
+        owner = backend_for_tensor(value)
+        return None if owner is None else owner.tensor_to_numpy
+
+    return transfer.explicitly(_tree.map_nest, x, leaf_for, False)
 
 
-def _tensor_devices(xs: Tuple[Any, ...]) -> List[Tuple[str, Device]]:
+class _Targets:
+    """One call's target device, resolved once per backend met in the nest."""
+
+    __slots__ = ("spec", "natives")
+
+    def __init__(self, spec) -> None:
+        self.spec = spec
+        self.natives: dict = {}
+
+    def native(self, adapter):
+        found = self.natives.get(adapter)
+        if found is None:
+            found = self.natives[adapter] = adapter.target(self.spec)
+        return found
+
+
+def _copier(device, non_blocking: bool):
+    targets = _Targets(device)
+
+    def leaf_for(value):
+        adapter = backend_for_tensor(value)
+        if adapter is None:
+            return None
+        return adapter.copier(targets.native(adapter), non_blocking)
+
+    leaf_for.targets = targets
+    return leaf_for
+
+
+def _mover(device):
+    targets = _Targets(device)
+
+    def leaf_for(value):
+        adapter = backend_for_tensor(value)
+        if adapter is None:
+            return None
+        native, same_place, copy_to = targets.native(adapter), adapter.same_place, adapter.copy_to
+        return lambda leaf: leaf if same_place(leaf, native) else copy_to(leaf, native, False)
+
+    leaf_for.targets = targets
+    return leaf_for
+
+
+def _walk(x, device, function: str, leaf_for, keep_unchanged: bool):
+    if not _tree.is_container(x):
+        raise _not_a_tensor(x, function)
+    result = transfer.explicitly(_tree.map_nest, x, leaf_for, keep_unchanged)
+    if not leaf_for.targets.natives:
+        get_backend().target(device)  # no tensor in the nest: the device is still checked
+    return result
+
+
+def _tensor_devices(xs: tuple) -> list:
     found = []
     for position, x in enumerate(xs):
         for path, leaf in _tree.iter_leaves(x):
@@ -220,7 +260,7 @@ def _tensor_devices(xs: Tuple[Any, ...]) -> List[Tuple[str, Device]]:
     return found
 
 
-def same_device(*xs: Any) -> bool:
+def same_device(*xs) -> bool:
     """Whether every tensor in ``xs`` (nests walked) lives on one device.
 
     Non-tensor leaves are ignored; with no tensors at all the answer is True.
@@ -233,7 +273,7 @@ def same_device(*xs: Any) -> bool:
     return all(dev == placed[0][1] for _, dev in placed[1:])
 
 
-def ensure_same_device(*xs: Any) -> Device:
+def ensure_same_device(*xs):
     """The one Device all tensors in ``xs`` share; DeviceMismatchError otherwise.
 
     Example:
@@ -254,4 +294,3 @@ def ensure_same_device(*xs: Any) -> Device:
         f"them, e.g. ds.copy_if_needed(<{strays[0]}>, ds.device('{first}')) moves "
         f"{strays[0]} to {first}."
     )
-

@@ -1,7 +1,8 @@
 """The ``devshim`` command (also ``python -m devshim``).
 
-``devshim info`` prints the backend devshim picks and why, the frameworks
-installed with their versions, and the devices each one sees.
+``devshim info`` prints the backend devshim picks and why, each backend with
+its framework's version and what it can do, and the devices each one sees.
+``devshim bench`` runs the experiments (``devshim.bench``).
 """
 
 from __future__ import annotations
@@ -10,44 +11,41 @@ import argparse
 import json
 import os
 import sys
-from importlib import metadata
-from typing import Any, Dict, List, Optional
 
 import devshim
-from devshim import config
-from devshim.backends import BACKEND_NAMES, _ADAPTERS, _adapter_class, get_backend, load_backend, selection_reason
+from devshim import settings
+from devshim.backends import get_backend, load_backend, selection_reason, specs
+from devshim.errors import DevshimError
 
-def _version(name: str) -> Optional[str]:
-    if name in _ADAPTERS:
-        return _adapter_class(name).version()
-    try:  # a framework devshim has no adapter for yet: its pip package has its name
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
+__all__ = ["main", "collect_info", "print_info", "build_parser"]
 
 
-def collect_info() -> Dict[str, Any]:
-    """Everything ``devshim info`` reports, as plain data."""
-    info: Dict[str, Any] = {
+def collect_info() -> dict:
+    """Everything ``devshim info`` reports, as plain data.
+
+    Example:
+        >>> collect_info()["backend"]
+        'torch'
+    """
+    info: dict = {
         "devshim": devshim.__version__,
         "python": sys.version.split()[0],
         "environment": {
             var: os.environ.get(var)
-            for var in (config.BACKEND_VAR, config.DEVICE_VAR, config.VIRTUAL_DEVICES_VAR)
+            for var in (settings.BACKEND_VAR, settings.DEVICE_VAR, settings.VIRTUAL_DEVICES_VAR)
         },
     }
     try:
         info["backend"] = get_backend().name
         info["reason"] = selection_reason()
-    except devshim.DevshimError as err:
+    except DevshimError as err:
         info["backend"], info["reason"] = None, f"error: {err}"
-    frameworks: List[Dict[str, Any]] = []
-    for name in BACKEND_NAMES:
-        entry: Dict[str, Any] = {"name": name, "version": _version(name)}
-        if name not in _ADAPTERS:
-            entry["status"] = "no devshim adapter in this version"
-        elif entry["version"] is None:
-            entry["status"] = f'not installed (pip install "devshim[{name}]")'
+    frameworks: list = []
+    for name, spec in specs().items():
+        entry: dict = {"name": name, "title": spec.title, "version": spec.version(),
+                       "capabilities": spec.capabilities()}
+        if not spec.is_installed():
+            entry["status"] = f"not installed ({spec.install_hint()})"
         else:
             try:
                 adapter = load_backend(name)
@@ -60,13 +58,17 @@ def collect_info() -> Dict[str, Any]:
     return info
 
 
-def _format_memory(num_bytes: Optional[int]) -> str:
+def _format_memory(num_bytes) -> str:
     return f"{num_bytes / 2**30:.1f} GiB" if num_bytes else ""
 
 
-def print_info(info: Dict[str, Any], out=None) -> None:
+def print_info(info: dict, out=None) -> None:
+    """Print ``collect_info()``'s data as the text ``devshim info`` shows."""
     out = out or sys.stdout
-    write = lambda line="": print(line, file=out)  # noqa: E731
+
+    def write(line: str = "") -> None:
+        print(line, file=out)
+
     write(f"devshim {info['devshim']} on Python {info['python']}")
     write(f"backend: {info['backend']}  ({info['reason']})")
     for var, value in info["environment"].items():
@@ -75,6 +77,13 @@ def print_info(info: Dict[str, Any], out=None) -> None:
     write("frameworks:")
     for fw in info["frameworks"]:
         write(f"  {fw['name']:<11} {fw['version'] or '-':<14} {fw['status']}")
+    write()
+    capabilities = list(info["frameworks"][0]["capabilities"]) if info["frameworks"] else []
+    write("capabilities:")
+    write("  " + " " * 11 + " ".join(f"{c:<8}" if len(c) <= 8 else c for c in capabilities))
+    for fw in info["frameworks"]:
+        marks = ["yes" if fw["capabilities"][c] else "-" for c in capabilities]
+        write(f"  {fw['name']:<11}" + " ".join(f"{m:<{max(8, len(c))}}" for m, c in zip(marks, capabilities)).rstrip())
     write()
     write("devices:")
     for fw in info["frameworks"]:
@@ -95,23 +104,30 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``devshim`` argument parser, with its ``info`` and ``bench`` commands."""
     parser = argparse.ArgumentParser(prog="devshim", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
-    info = commands.add_parser("info", help="backend, frameworks and devices devshim sees")
+    info = commands.add_parser("info", help="backends, their capabilities, and the devices devshim sees")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     info.set_defaults(run=_cmd_info)
-    from devshim import bench  # the `bench` subcommand lives with the experiments
+    from devshim import bench
 
     bench.register(commands)
     return parser
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv=None) -> int:
+    """Run the ``devshim`` command; returns the exit status.
+
+    Example:
+        >>> main(["info"])
+        0
+    """
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except devshim.DevshimError as err:
+    except DevshimError as err:
         print(f"devshim: error: {err}", file=sys.stderr)
         return 2
 

@@ -1,8 +1,15 @@
-"""Every error devshim raises.
+"""Every error and warning devshim raises, and nothing else.
 
 Each class also derives from the built-in exception a caller would naturally
 catch (``ValueError``, ``TypeError``, ``RuntimeError``), so code written
-against plain Python exceptions keeps working.
+against plain Python exceptions, or against the framework's own errors,
+keeps working. Every message names what was wrong and says what to do.
+
+Example:
+    >>> try:
+    ...     ds.gpu(7)
+    ... except ds.DeviceUnavailableError as err:   # also a RuntimeError
+    ...     print(err)
 """
 
 from __future__ import annotations
@@ -14,6 +21,14 @@ __all__ = [
     "DeviceUnavailableError",
     "DeviceMismatchError",
     "NotATensorError",
+    "UnsupportedDtypeError",
+    "UnsupportedValueError",
+    "DatalessTensorError",
+    "UnplacedTensorError",
+    "TimingError",
+    "ExperimentError",
+    "BenchUsageError",
+    "PlotUnavailableError",
 ]
 
 
@@ -27,23 +42,146 @@ class DevshimError(Exception):
         ...     print(err)
     """
 
+    # The same initialiser every builtin exception has, named as Exception's: TensorFlow's
+    # autograph re-raises errors from inside tf.function with their own type only when
+    # their __init__ is Exception.__init__ (else it wraps them in a StagingError).
+    __init__ = Exception.__init__
+
 
 class BackendError(DevshimError, ValueError):
     """A backend name is unknown, its framework is not installed, or it cannot
-    do what was asked (for example virtual devices on torch)."""
+    do what was asked (for example virtual devices on NumPy).
+
+    Example:
+        >>> ds.set_backend("caffe")
+        Traceback (most recent call last):
+        devshim.errors.BackendError: Unknown backend 'caffe'. Valid names: ...
+    """
 
 
 class InvalidDeviceError(DevshimError, ValueError):
-    """A device specification that devshim cannot read."""
+    """A device specification that devshim cannot read.
+
+    Example:
+        >>> ds.device("banana")
+        Traceback (most recent call last):
+        devshim.errors.InvalidDeviceError: Cannot read device specification 'banana'. ...
+    """
 
 
 class DeviceUnavailableError(DevshimError, RuntimeError):
-    """A well-formed device that this machine (or backend) does not have."""
+    """A well-formed device that this machine (or backend) does not have.
+
+    Example:
+        >>> ds.gpu(3)          # on a machine with one GPU
+        Traceback (most recent call last):
+        devshim.errors.DeviceUnavailableError: gpu:3 is not available: ...
+    """
 
 
 class DeviceMismatchError(DevshimError, RuntimeError):
-    """Tensors that must share a device do not."""
+    """Tensors that must share a device do not.
+
+    Example:
+        >>> ds.ensure_same_device(x_on_gpu0, y_on_gpu1)
+        Traceback (most recent call last):
+        devshim.errors.DeviceMismatchError: Tensors are on different devices: ...
+    """
 
 
 class NotATensorError(DevshimError, TypeError):
-    """A value that no installed backend recognises as a tensor."""
+    """A value that no installed backend recognises as a tensor.
+
+    Example:
+        >>> ds.device_of([1, 2])
+        Traceback (most recent call last):
+        devshim.errors.NotATensorError: device_of() expects a tensor ...
+    """
+
+
+class UnsupportedDtypeError(DevshimError, TypeError):
+    """A tensor whose dtype the requested operation cannot represent, such as
+    ``to_numpy`` of a torch ``complex32`` or quantized tensor (NumPy has no
+    such type). The message says which conversion to make first.
+
+    Example:
+        >>> ds.to_numpy(torch.zeros(2, dtype=torch.complex32))
+        Traceback (most recent call last):
+        devshim.errors.UnsupportedDtypeError: NumPy has no complex32 type. ...
+    """
+
+
+class UnsupportedValueError(DevshimError, TypeError):
+    """A framework value devshim recognises but refuses to move, rather than
+    skip it silently or alias it (for example a ``tf.TensorArray`` in a nest).
+
+    Example:
+        >>> ds.to_device({"steps": tf.TensorArray(tf.float32, 2)}, "cpu")
+        Traceback (most recent call last):
+        devshim.errors.UnsupportedValueError: devshim cannot move a TensorArray ...
+    """
+
+
+class DatalessTensorError(DevshimError, RuntimeError):
+    """A tensor on a device that holds no data (torch's ``meta``) was asked for
+    its values: there is nothing to copy.
+
+    Example:
+        >>> ds.to_numpy(torch.ones(2, device="meta"))
+        Traceback (most recent call last):
+        devshim.errors.DatalessTensorError: This tensor lives on meta:0, ...
+    """
+
+
+class UnplacedTensorError(DevshimError, RuntimeError):
+    """A tensor that has no device yet, such as a symbolic tensor inside
+    ``tf.function``, whose placement is decided when the graph runs.
+
+    Example:
+        >>> @tf.function
+        ... def f(x):
+        ...     return ds.device_of(x)
+        >>> f(tf.ones(1))
+        Traceback (most recent call last):
+        devshim.errors.UnplacedTensorError: This Tensor has no device yet: ...
+    """
+
+
+class TimingError(DevshimError, ValueError):
+    """A timing request that cannot be answered (an empty Timer, a bad argument).
+
+    Example:
+        >>> ds.Timer().avg()
+        Traceback (most recent call last):
+        devshim.errors.TimingError: Timer.avg() has no recorded time to average yet. ...
+    """
+
+
+class ExperimentError(DevshimError, ValueError):
+    """An experiment of ``devshim bench`` was asked for something it cannot measure.
+
+    Example:
+        >>> from devshim.bench.experiments import matmul
+        >>> matmul.run(sizes=[0])
+        Traceback (most recent call last):
+        devshim.errors.ExperimentError: matmul sizes must be ...
+    """
+
+
+class BenchUsageError(DevshimError, ValueError):
+    """Command-line options of ``devshim bench`` that cannot work (an output
+    file in a folder that does not exist, a plot format matplotlib cannot write).
+
+    Example:
+        $ devshim bench matmul --json /no/such/folder/rows.json
+        devshim: error: --json /no/such/folder/rows.json: the folder /no/such/folder does not exist ...
+    """
+
+
+class PlotUnavailableError(DevshimError, RuntimeError):
+    """``--plot`` was asked for but matplotlib is not installed.
+
+    Example:
+        $ devshim bench matmul --plot matmul.png
+        devshim: error: --plot needs matplotlib, which is not installed. ...
+    """

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from devshim import config
-from devshim.errors import BackendError
+from devshim import settings
 
 __all__ = ["virtual_devices"]
 
@@ -14,7 +13,7 @@ def virtual_devices(count: int) -> None:
 
     Call it before the backend first touches its devices: TensorFlow, for one,
     fixes its device list when it initialises. Backends that cannot present
-    virtual devices (torch, numpy) raise ``ds.BackendError`` when asked for
+    virtual devices (numpy) raise ``ds.BackendError`` when asked for
     devices afterwards. ``virtual_devices(0)`` turns the request off.
 
     Example:
@@ -23,5 +22,7 @@ def virtual_devices(count: int) -> None:
         2
     """
     if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        from devshim.errors import BackendError
+
         raise BackendError(f"virtual_devices() takes a non-negative int, not {count!r}.")
-    config._virtual_devices_override = count
+    settings.set_virtual_devices(count)

@@ -1,4 +1,4 @@
-"""Shared fixtures. ``harness`` runs a test once per installed framework."""
+"""Shared fixtures. ``harness`` runs a test once per backend that has a harness."""
 
 from __future__ import annotations
 
@@ -7,31 +7,52 @@ import os
 import pytest
 
 import devshim as ds
-from devshim import config
-from harnesses import HARNESS_MODULES, installed_backends, load_harness
+from devshim import settings
+from devshim.backends import specs
+from harnesses import backends_with_harness, installed_backends, load_harness
 
-VIRTUAL = bool(os.environ.get(config.VIRTUAL_DEVICES_VAR, "").strip())
+VIRTUAL = bool(os.environ.get(settings.VIRTUAL_DEVICES_VAR, "").strip())
 
 
 def _backend_params():
     installed = set(installed_backends())
     params = []
-    for name in HARNESS_MODULES:
+    for name in backends_with_harness():
         marks = []
         if name not in installed:
             marks.append(pytest.mark.skip(reason=f"{name} is not installed in this environment"))
-        elif VIRTUAL and not _supports_virtual(name):
+        elif VIRTUAL and not specs()[name].virtual_devices:
             marks.append(pytest.mark.skip(
-                reason=f"{config.VIRTUAL_DEVICES_VAR} is set and {name} has no virtual devices "
+                reason=f"{settings.VIRTUAL_DEVICES_VAR} is set and {name} has no virtual devices "
                 f"(tests/test_virtual_devices.py checks that it refuses)"))
         params.append(pytest.param(name, marks=marks, id=name))
     return params
 
 
-def _supports_virtual(name: str) -> bool:
-    from devshim.backends import _adapter_class
+@pytest.fixture(autouse=True)
+def _fresh_settings():
+    """Each test starts, and leaves, with settings read from the environment as it is.
 
-    return _adapter_class(name).supports_virtual_devices
+    Autouse fixtures are set up before ``monkeypatch``, so this runs after
+    monkeypatch has restored the environment.
+    """
+    yield
+    settings.set_virtual_devices(None)
+    settings.reload()
+
+
+@pytest.fixture
+def setenv(monkeypatch):
+    """``setenv(name, value)``: set (or with None, unset) a variable and make devshim read it."""
+
+    def set_variable(name: str, value):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+        settings.reload()
+
+    return set_variable
 
 
 @pytest.fixture(params=_backend_params())
@@ -56,5 +77,5 @@ def two_devices(harness):
         return found[0], found[1]
     pytest.skip(
         f"{harness.name} sees a single device here; run with a second GPU or "
-        f"{config.VIRTUAL_DEVICES_VAR}=2 on a backend that supports it"
+        f"{settings.VIRTUAL_DEVICES_VAR}=2 on a backend that supports it"
     )

@@ -1,44 +1,45 @@
-"""Backend selection: DEVSHIM_BACKEND, aliases, set_backend, use_backend, dispatch, threads."""
+"""The registry and backend selection: rows, names, DEVSHIM_BACKEND, set/use_backend, dispatch, threads."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import threading
 
 import numpy as np
 import pytest
 
 import devshim as ds
-from devshim import backends
-from devshim.backends.numpy_backend import NumpyBackend
+from devshim import backends, settings
+from devshim.backends.spec import BackendSpec
+from helpers import run_python
 
 FRAMEWORKS = ("torch", "tensorflow", "mxnet", "jax", "cupy")
 
 
 @pytest.fixture
-def fresh_selection(monkeypatch):
+def fresh_selection(setenv):
     """Forget the process-wide selection before and after the test."""
     backends.reset_backend()
-    yield monkeypatch
+    yield setenv
     backends.reset_backend()
 
 
-def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("DEVSHIM_")}
-    full_env.update(env)
-    return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=120
-    )
-
-
-def test_import_devshim_imports_no_framework():
+def test_import_devshim_imports_no_framework_and_none_of_its_own_modules():
     result = run_python(
         "import sys, json, devshim\n"
+        "loaded = [m for m in sys.modules if m.startswith('devshim.')]\n"
         "devshim.Device('gpu', 1) == 'gpu:1'\n"
+        f"print(json.dumps([loaded, [m for m in {FRAMEWORKS!r} if m in sys.modules]]))"
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [[], []]
+
+
+def test_using_devshim_imports_only_the_frameworks_it_needs():
+    result = run_python(
+        "import sys, json, devshim as ds\n"
+        "ds.cpu(backend='numpy'); ds.available_backends(); ds.Device('gpu', 1) == 'cuda:1'\n"
         f"print(json.dumps([m for m in {FRAMEWORKS!r} if m in sys.modules]))"
     )
     assert result.returncode == 0, result.stderr
@@ -56,7 +57,7 @@ def test_import_never_fails_even_with_a_bad_backend_variable():
     )
     assert result.returncode == 0, result.stderr
     assert "BackendError: Unknown backend 'caffe'" in result.stdout
-    assert "torch, tensorflow, mxnet, jax, numpy" in result.stdout
+    assert f"Valid names: {', '.join(backends.backend_names())}" in result.stdout
 
 
 def test_the_environment_variable_is_read_when_first_needed_not_at_import():
@@ -70,10 +71,28 @@ def test_the_environment_variable_is_read_when_first_needed_not_at_import():
     assert result.stdout.strip() == "numpy"
 
 
+# ------------------------------------------------------------ the table
+
+
+def test_the_registry_is_built_from_each_backend_packages_row():
+    table = backends.specs()
+    assert {"torch", "tensorflow", "mxnet", "numpy"} <= set(table)
+    for name, spec in table.items():
+        assert isinstance(spec, BackendSpec) and spec.name == name
+        assert spec.package == f"devshim.backends.{name}"
+        package = __import__(spec.package, fromlist=["SPEC"])
+        assert package.SPEC is spec
+
+
+def test_backends_are_listed_in_auto_selection_order():
+    ranks = [spec.auto_rank for spec in backends.specs().values()]
+    ranked = [r for r in ranks if r is not None]
+    assert ranks[:len(ranked)] == sorted(ranked)  # ranked ones first, in order; never-auto ones after
+
+
 @pytest.mark.parametrize("alias,name", [
     ("torch", "torch"), ("pytorch", "torch"), ("PyTorch", "torch"), ("tensorflow", "tensorflow"),
-    ("tf", "tensorflow"), ("mxnet", "mxnet"), ("mx", "mxnet"), ("jax", "jax"), ("numpy", "numpy"),
-    (" numpy ", "numpy"),
+    ("tf", "tensorflow"), ("mxnet", "mxnet"), ("mx", "mxnet"), ("numpy", "numpy"), (" numpy ", "numpy"),
 ])
 def test_names_and_aliases(alias, name):
     assert backends.canonical_name(alias) == name
@@ -81,48 +100,98 @@ def test_names_and_aliases(alias, name):
 
 @pytest.mark.parametrize("bad", ["caffe", "", "torch2", "np"])
 def test_unknown_names_list_the_valid_ones(bad):
-    with pytest.raises(ds.BackendError, match="Valid names: torch, tensorflow, mxnet, jax, numpy") as info:
+    with pytest.raises(ds.BackendError, match=f"Valid names: {', '.join(backends.backend_names())}") as info:
         ds.set_backend(bad)
     assert isinstance(info.value, ValueError)
+    assert "pytorch (torch)" in str(info.value)
 
 
 def test_known_but_uninstalled_framework_names_the_pip_extra(monkeypatch):
-    monkeypatch.setattr(NumpyBackend, "is_installed", classmethod(lambda cls: False))
-    with pytest.raises(ds.BackendError, match=r'pip install "devshim\[numpy\]"'):
-        ds.get_backend("numpy")
+    spec = backends.specs()["torch"]
+    monkeypatch.setattr(BackendSpec, "is_installed", lambda self: self.name != "torch")
+    with pytest.raises(ds.BackendError, match=r'pip install "devshim\[torch\]"'):
+        ds.get_backend(spec.name)
+
+
+def test_a_plugin_backend_registers_its_row_and_class():
+    class Plugin(backends.Backend):
+        spec = BackendSpec("plugin", import_name="json", title="A plug-in", auto_rank=None)
+
+        def is_tensor(self, x):
+            return False
+
+        def is_native_device(self, obj):
+            return False
+
+        def accelerator_count(self):
+            return 0
+
+        def make_native_device(self, kind, index):
+            return f"plugin-{kind}"
+
+        def describe(self, native):
+            return ds.Device("cpu", backend="plugin")
+
+        def tensor_device(self, x):
+            raise AssertionError("no tensors")
+
+        def copy_to(self, x, native, non_blocking):
+            raise AssertionError("no tensors")
+
+        def tensor_to_numpy(self, x):
+            raise AssertionError("no tensors")
+
+    backends.register_backend(Plugin.spec, Plugin)
+    try:
+        assert "plugin" in backends.backend_names()
+        assert ds.cpu(backend="plugin") == "plugin-cpu"
+        assert "plugin" in ds.available_backends()  # its import name, json, is always there
+    finally:
+        backends.unregister_backend("plugin")
+    assert "plugin" not in backends.backend_names()
+
+
+# ------------------------------------------------------------ selection
 
 
 def test_selection_from_the_environment_variable(fresh_selection):
-    fresh_selection.setenv("DEVSHIM_BACKEND", "numpy")
+    fresh_selection("DEVSHIM_BACKEND", "numpy")
     assert ds.get_backend().name == "numpy"
     assert backends.selection_reason() == "DEVSHIM_BACKEND=numpy"
 
 
-def test_auto_selection_takes_the_first_installed_in_preference_order(fresh_selection):
-    fresh_selection.delenv("DEVSHIM_BACKEND", raising=False)
-    installed = {"tensorflow", "mxnet"}
-    for name in ("torch", "tensorflow", "mxnet"):
-        cls = backends._adapter_class(name)
-        fresh_selection.setattr(cls, "is_installed", classmethod(lambda c, n=name: n in installed))
-    fresh_selection.setattr(backends, "_instance", lambda name: f"<{name}>")
+def test_reload_reads_a_changed_variable_but_keeps_set_backend(fresh_selection):
+    fresh_selection("DEVSHIM_BACKEND", "numpy")
+    assert ds.get_backend().name == "numpy"
+    ds.set_backend("numpy")
+    fresh_selection("DEVSHIM_BACKEND", "caffe")  # reloads settings
+    assert backends.selection_reason() == "set_backend('numpy')"
+    backends.reset_backend()
+    with pytest.raises(ds.BackendError, match="caffe"):
+        ds.get_backend()
+
+
+def test_auto_selection_takes_the_first_installed_in_rank_order(fresh_selection, monkeypatch):
+    fresh_selection("DEVSHIM_BACKEND", None)
+    installed = {"tensorflow", "mxnet", "numpy"}
+    monkeypatch.setattr(BackendSpec, "is_installed", lambda self: self.name in installed)
+    monkeypatch.setattr(backends, "_instance", lambda name: f"<{name}>")
     adapter, reason = backends._select_default()
     assert adapter == "<tensorflow>" and "tensorflow is the first installed" in reason
 
 
-def test_auto_selection_falls_back_to_numpy(fresh_selection):
-    fresh_selection.delenv("DEVSHIM_BACKEND", raising=False)
-    for name in ("torch", "tensorflow", "mxnet"):
-        fresh_selection.setattr(backends._adapter_class(name), "is_installed", classmethod(lambda c: False))
+def test_auto_selection_falls_back_to_numpy(fresh_selection, monkeypatch):
+    fresh_selection("DEVSHIM_BACKEND", None)
+    monkeypatch.setattr(BackendSpec, "is_installed", lambda self: self.name == "numpy")
     assert ds.get_backend().name == "numpy"
-    assert "numpy is the fallback" in backends.selection_reason()
+    assert "numpy is the first installed" in backends.selection_reason()
     assert ds.available_backends() == ["numpy"]
 
 
-def test_available_backends_lists_installed_ones_in_preference_order():
+def test_available_backends_lists_installed_ones_in_rank_order():
     names = ds.available_backends()
-    assert names[-1] == "numpy"
-    expected = [n for n in ("torch", "tensorflow", "mxnet") if backends._adapter_class(n).is_installed()]
-    assert names[:-1] == [n for n in ("torch", "tensorflow", "jax", "mxnet") if n in expected]
+    assert names == [n for n, s in backends.specs().items() if s.is_installed()]
+    assert "numpy" in names
 
 
 def test_set_backend_is_process_wide_and_use_backend_wins_inside_its_block(fresh_selection):
@@ -150,7 +219,7 @@ def test_use_backend_restores_the_previous_selection_after_an_error(fresh_select
 
 def test_use_backend_is_isolated_per_thread(fresh_selection):
     torch = pytest.importorskip("torch")
-    fresh_selection.setenv("DEVSHIM_BACKEND", "numpy")
+    fresh_selection("DEVSHIM_BACKEND", "numpy")
     barrier = threading.Barrier(2)
     seen = {}
 
@@ -176,7 +245,7 @@ def test_use_backend_is_isolated_per_thread(fresh_selection):
 
 def test_use_backend_is_isolated_per_asyncio_task(fresh_selection):
     pytest.importorskip("torch")
-    fresh_selection.setenv("DEVSHIM_BACKEND", "numpy")
+    fresh_selection("DEVSHIM_BACKEND", "numpy")
 
     async def task(name, started, proceed):
         with ds.use_backend(name):
@@ -197,11 +266,14 @@ def test_use_backend_is_isolated_per_asyncio_task(fresh_selection):
     assert asyncio.run(main()) == ("torch", "numpy", "numpy")
 
 
-def test_eight_threads_dispatching_for_the_first_time_at_once(fresh_selection):
+# ------------------------------------------------------------ dispatch
+
+
+def test_eight_threads_dispatching_for_the_first_time_at_once(fresh_selection, monkeypatch):
     """The first dispatch builds adapters and caches; racing threads must agree."""
     torch = pytest.importorskip("torch")
-    fresh_selection.setattr(backends, "_instances", {})
-    fresh_selection.setattr(backends, "_type_owner", {})
+    monkeypatch.setattr(backends, "_instances", {})
+    backends._forget_types()
     barrier = threading.Barrier(8)
     results, errors = [None] * 8, []
 
@@ -226,6 +298,7 @@ def test_eight_threads_dispatching_for_the_first_time_at_once(fresh_selection):
         t.start()
     for t in threads:
         t.join(30)
+    backends._forget_types()
     assert not errors
     for i, (name, device_type, adapter, identity, selected) in enumerate(results):
         assert name == ("torch" if i % 2 else "numpy")
@@ -242,9 +315,11 @@ def test_tensors_dispatch_on_their_own_framework_whatever_is_selected():
         assert ds.device_of(np.ones(1)).backend == "numpy"
 
 
-def test_registry_and_adapter_classes_name_the_same_framework():
-    """The registry repeats each adapter's framework module so dispatch never imports
-    adapters of frameworks that are not loaded; the two must not drift apart."""
-    for name, (framework, _, _) in backends._ADAPTERS.items():
-        cls = backends._adapter_class(name)
-        assert (cls.name, cls.module) == (name, framework)
+def test_the_fast_paths_forget_resolved_devices_when_settings_change(setenv):
+    x = np.ones(2)
+    assert ds.copy_if_needed(x, "cpu") is x
+    adapter = ds.get_backend("numpy")
+    assert "cpu" in adapter._targets
+    settings.reload()
+    assert "cpu" not in adapter._targets
+    assert ds.copy_if_needed(x, "cpu") is x

@@ -1,51 +1,62 @@
-"""`devshim bench`: table on stdout, progress on stderr, JSON and PNG files, clear errors."""
+"""`devshim bench`: table on stdout, progress on stderr, JSON and PNG files, clear errors,
+and every bad path refused before anything is measured."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
 import pytest
 
 import devshim as ds
 from devshim import bench, cli
+from devshim.bench.experiments import experiments
+from devshim.bench.table import format_table
+from helpers import run_python
 
 TINY = {
     "matmul": ["--sizes", "4", "8"],
-    "logging": ["--sizes", "4", "--steps", "3"],
-    "parallel": ["--sizes", "8", "--steps", "2"],
+    "logging": ["--size", "4", "--steps", "3"],
+    "parallel": ["--size", "8", "--repeats", "2"],
     "transfer": ["--sizes", "0.01", "0.02"],
-    "overhead": [],
+    "overhead": ["--rounds", "1"],
+    "startup": [],
 }
 FAST = ["--min-run-time", "0.002"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def clean_env(**extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DEVSHIM_")}
-    env.update(extra)
-    return env
+def test_every_experiment_has_tiny_arguments_here():
+    assert set(TINY) == set(experiments())
 
 
 @pytest.mark.parametrize("experiment", sorted(TINY))
 def test_each_experiment_prints_a_table_and_writes_json_and_png(experiment, tmp_path, capsys):
     pytest.importorskip("matplotlib")
     data, picture = tmp_path / "rows.json", tmp_path / "plot.png"
-    argv = ["bench", experiment, "--backend", "all", *TINY[experiment], *FAST,
+    backend = ["--backend", "all"] if experiments()[experiment].per_backend else []
+    argv = ["bench", experiment, *backend, *TINY[experiment], *FAST, "--no-progress",
             "--json", str(data), "--plot", str(picture)]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
-    backends, _ = bench.all_backends()
     document = json.loads(data.read_text())
     assert document["experiment"] == experiment
-    assert {row["backend"] for row in document["rows"]} == set(backends)
-    assert set(document["setup"]["backends"]) == set(backends)
+    if backend:
+        backends, _ = bench.all_backends()
+        assert {row["backend"] for row in document["rows"]} == set(backends)
+        assert set(document["setup"]["backends"]) == set(backends)
     table = [line for line in out.splitlines() if line.startswith("|")]
     assert len(table) == 2 + len(document["rows"])  # heading, rule, one line per row
     assert picture.read_bytes().startswith(PNG_MAGIC)
     assert f"wrote {data}" in out and f"wrote {picture}" in out
+    for row in document["rows"]:  # every row carries its spread into the JSON
+        assert any(key.endswith("_iqr") for key in row) and "noisy" in row
+
+
+def test_times_in_the_table_carry_their_spread(capsys):
+    assert cli.main(["bench", "matmul", *TINY["matmul"], *FAST, "--no-progress"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")][2:]
+    assert rows and all("±" in line for line in rows)
 
 
 def test_progress_bar_goes_to_stderr(capsys):
@@ -84,6 +95,23 @@ def test_plot_without_matplotlib_is_a_one_line_error(tmp_path, capsys, monkeypat
     assert captured.out == "" and not data.exists()  # it failed before measuring anything
 
 
+@pytest.mark.parametrize("flag, where, match", [
+    ("--json", "missing/rows.json", "does not exist"),
+    ("--plot", "missing/plot.png", "does not exist"),
+    ("--json", ".", "that is a folder"),
+    ("--plot", "plot.nosuchformat", "cannot tell the image format"),
+])
+def test_a_bad_output_path_fails_before_the_run(flag, where, match, tmp_path, capsys, monkeypatch):
+    if flag == "--plot":
+        pytest.importorskip("matplotlib")
+    measured = []
+    monkeypatch.setattr(experiments()["matmul"], "run", lambda **kw: measured.append(kw) or [])
+    code = cli.main(["bench", "matmul", *TINY["matmul"], flag, str(tmp_path / where)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"devshim: error: {flag} ") and match in err
+    assert measured == []
+
+
 def test_plot_without_matplotlib_in_a_real_process_has_no_traceback(tmp_path):
     code = (
         "import sys\n"
@@ -91,18 +119,15 @@ def test_plot_without_matplotlib_in_a_real_process_has_no_traceback(tmp_path):
         "from devshim.cli import main\n"
         f"sys.exit(main(['bench', 'matmul', '--sizes', '4', '--plot', {str(tmp_path / 'p.png')!r}]))\n"
     )
-    env = clean_env(DEVSHIM_BACKEND="numpy")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    result = run_python(code, DEVSHIM_BACKEND="numpy", timeout=120)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr and 'pip install "devshim[plot]"' in result.stderr
 
 
 def test_python_dash_m_devshim_bench_runs(tmp_path):
-    env = clean_env(DEVSHIM_BACKEND="numpy")
-    result = subprocess.run(
-        [sys.executable, "-m", "devshim", "bench", "logging", "--sizes", "4", "--steps", "2", *FAST,
-         "--no-progress", "--json", str(tmp_path / "l.json")],
-        capture_output=True, text=True, env=env, timeout=120,
+    result = run_python(
+        "", "-m", "devshim", "bench", "logging", "--size", "4", "--steps", "2", *FAST,
+        "--no-progress", "--json", str(tmp_path / "l.json"), DEVSHIM_BACKEND="numpy", timeout=120,
     )
     assert result.returncode == 0, result.stderr
     assert "log to host each step" in result.stdout
@@ -111,37 +136,45 @@ def test_python_dash_m_devshim_bench_runs(tmp_path):
 
 
 @pytest.mark.parametrize("argv, match", [
-    (["bench", "overhead", "--sizes", "3"], "takes no --sizes"),
-    (["bench", "matmul", "--sizes", "1.5"], "whole matrix sizes"),
-    (["bench", "logging", "--sizes", "4", "8"], "one matrix size"),
-    (["bench", "transfer", "--steps", "3"], "--steps applies to logging and parallel"),
-    (["bench", "transfer", "--device", "cpu", "--device", "cpu"], "give --device once"),
-    (["bench", "matmul", "--backend", "caffe"], "Unknown backend 'caffe'"),
+    (["bench", "overhead", "--sizes", "3"], "unrecognized arguments: --sizes"),
+    (["bench", "matmul", "--sizes", "1.5"], "invalid int value: '1.5'"),
+    (["bench", "logging", "--size", "4", "8"], "unrecognized arguments: 8"),
+    (["bench", "transfer", "--steps", "3"], "unrecognized arguments: --steps"),
+    (["bench", "convolution"], "invalid choice: 'convolution'"),
 ])
-def test_bad_options_are_explained(argv, match, capsys):
-    assert cli.main(argv + FAST) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("devshim: error: ") and match in err
-
-
-def test_unknown_experiment_is_an_argparse_error(capsys):
+def test_options_an_experiment_does_not_take_are_argparse_errors(argv, match, capsys):
     with pytest.raises(SystemExit) as info:
-        cli.main(["bench", "convolution"])
+        cli.main(argv)
     assert info.value.code == 2
-    assert "invalid choice: 'convolution'" in capsys.readouterr().err
+    assert match in capsys.readouterr().err
 
 
-def test_table_aligns_numbers_right_and_marks_missing_values():
+def test_an_unknown_backend_is_explained(capsys):
+    assert cli.main(["bench", "matmul", "--backend", "caffe", *FAST]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("devshim: error: ") and "Unknown backend 'caffe'" in err
+
+
+def test_each_experiment_has_its_own_help(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "parallel", "--help"])
+    out = capsys.readouterr().out
+    assert "--repeats" in out and "--size" in out and "--json" in out
+
+
+def test_table_aligns_numbers_right_marks_missing_values_and_noisy_rows():
     rows = [
-        {"backend": "numpy", "device": "cpu:0", "operation": "device_of",
-         "native_seconds": None, "devshim_seconds": 2.5e-7, "ratio": None},
+        {"backend": "numpy", "device": "cpu:0", "operation": "device_of", "native_seconds": None,
+         "devshim_seconds": 2.5e-7, "devshim_iqr": 1e-8, "ratio": None, "noisy": False},
         {"backend": "numpy", "device": "cpu:0", "operation": "to_device 1 MiB",
-         "native_seconds": 3.0e-5, "devshim_seconds": 3.3e-5, "ratio": 1.1},
+         "native_seconds": 3.0e-5, "native_iqr": 6e-6, "devshim_seconds": 3.3e-5, "devshim_iqr": 0.0,
+         "ratio": 1.1, "noisy": True},
     ]
-    lines = bench.format_table("overhead", rows).splitlines()
-    assert lines == [
-        "| backend | device | operation       | native | devshim | devshim/native |",
-        "|---------|--------|-----------------|-------:|--------:|---------------:|",
-        "| numpy   | cpu:0  | device_of       |      - |  250 ns |              - |",
-        "| numpy   | cpu:0  | to_device 1 MiB |  30 us |   33 us |          1.10x |",
+    lines = format_table(experiments()["overhead"], rows).splitlines()
+    assert lines[:4] == [
+        "|   backend | device | operation       |     native |    devshim | devshim/native |",
+        "|-----------|--------|-----------------|-----------:|-----------:|---------------:|",
+        "|   numpy   | cpu:0  | device_of       |          - | 250 ns ±2% |              - |",
+        "| * numpy   | cpu:0  | to_device 1 MiB | 30 us ±10% |  33 us ±0% |          1.10x |",
     ]
+    assert lines[4].startswith("* spread above 10% of the median")

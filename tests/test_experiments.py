@@ -1,4 +1,5 @@
-"""The D2L GPU experiments: each runs on every backend with tiny sizes and returns well-formed rows."""
+"""The experiments of ``devshim bench``: each runs on every backend with tiny sizes and returns
+well-formed rows carrying their spread; each module declares its options, columns and plot."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ import numpy as np
 import pytest
 
 import devshim as ds
-from devshim import experiments
+from devshim.bench import experiment as shared
+from devshim.bench import measure as measuring
+from devshim.bench.experiment import BarPlot, Column, Experiment, LinePlot
+from devshim.bench.experiments import experiments
 
 FAST = {"min_run_time": 0.003}
+run = {name: e.run for name, e in experiments().items()}
 
 
 def _name(device):
@@ -22,32 +27,53 @@ def _json_ready(rows):
     assert json.loads(json.dumps(rows)) == rows
 
 
+def _has_spread(row, key="seconds"):
+    q1, q3 = row[f"{key}_q1"], row[f"{key}_q3"]
+    assert q1 <= row[key] <= q3 and row[f"{key}_iqr"] == pytest.approx(q3 - q1)
+    assert isinstance(row["noisy"], bool) and 1 <= row["tries"] <= measuring.TRIES
+
+
+def test_every_experiment_module_declares_itself():
+    found = experiments()
+    assert list(found)[:6] == ["matmul", "logging", "parallel", "transfer", "overhead", "startup"]
+    for name, declared in found.items():
+        assert isinstance(declared, Experiment) and declared.name == name
+        assert callable(declared.run) and declared.summary
+        assert declared.columns and all(isinstance(c, Column) for c in declared.columns)
+        assert isinstance(declared.plot, (LinePlot, BarPlot))
+        assert declared.run.__doc__ and "Example" in declared.run.__doc__
+
+
 def test_matmul_rows_cover_each_device_and_size(harness):
-    rows = experiments.matmul([4, 8], **FAST)
+    rows = run["matmul"]([4, 8], **FAST)
     devices = [_name(d) for d in ds.devices()]
     assert [(r["device"], r["size"]) for r in rows] == [(d, n) for d in devices for n in (4, 8)]
     for row in rows:
         assert row["backend"] == harness.name
         assert row["seconds"] > 0
+        _has_spread(row)
         assert row["gflops"] == pytest.approx(2 * row["size"] ** 3 / row["seconds"] / 1e9)
+        assert row["gflops_low"] <= row["gflops"] <= row["gflops_high"]
     cpu_rows = [r for r in rows if r["device"] == "cpu:0"]
     assert all(r["cpu_over_device"] == 1.0 for r in cpu_rows)
     _json_ready(rows)
 
 
 def test_logging_reads_the_host_once_per_step_versus_once(harness):
-    rows = experiments.logging(steps=5, size=4, **FAST)
+    rows = run["logging"](steps=5, size=4, **FAST)
     assert [r["variant"] for r in rows] == ["log to host each step", "log on device, move once"]
     assert [r["host_reads"] for r in rows] == [5, 1]
     assert rows[1]["slowdown"] == 1.0
     assert rows[0]["slowdown"] == pytest.approx(rows[0]["seconds"] / rows[1]["seconds"])
     assert all(r["seconds"] > 0 and r["steps"] == 5 and r["size"] == 4 for r in rows)
+    for row in rows:
+        _has_spread(row)
     _json_ready(rows)
 
 
 def test_every_host_read_goes_through_one_hookable_door(harness, monkeypatch):
     doors, counts, values = [], [], []
-    original = experiments.HostReads.read
+    original = shared.HostReads.read
 
     def watched(self, x):
         if not any(door is self for door in doors):
@@ -57,42 +83,51 @@ def test_every_host_read_goes_through_one_hookable_door(harness, monkeypatch):
         values.append(original(self, x))
         return values[-1]
 
-    monkeypatch.setattr(experiments.HostReads, "read", watched)
-    rows = experiments.logging(steps=3, size=4, min_run_time=0.001)
+    monkeypatch.setattr(shared.HostReads, "read", watched)
+    rows = run["logging"](steps=3, size=4, min_run_time=0.001)
     assert [r["host_reads"] for r in rows] == [3, 1]
-    # per variant: a counted run through a door of its own, then every timed run through another
-    host_counted, host_timed, device_counted, device_timed = counts
+    host_counted, device_counted = counts[0], counts[len(counts) // 2]
     assert (host_counted, device_counted) == (3, 1)
-    assert host_timed % 3 == 0 and host_timed >= 3 and device_timed >= 1
     assert all(isinstance(v, np.ndarray) for v in values)  # each read is an explicit ds.to_numpy
 
 
 def test_parallel_compares_sequence_with_two_at_once(harness):
-    rows = experiments.parallel(size=8, repeats=2, **FAST)
-    assert [r["variant"] for r in rows] == ["in sequence on one device", "at once on two devices"]
-    assert rows[0]["speedup"] == 1.0
+    rows = run["parallel"](size=8, repeats=2, **FAST)
+    assert rows[0]["variant"] == "in sequence on one device" and rows[0]["speedup"] == 1.0
     assert rows[1]["speedup"] == pytest.approx(rows[0]["seconds"] / rows[1]["seconds"])
-    assert " + " in rows[1]["devices"]
     if ds.num_gpus() < 2:
+        assert rows[1]["variant"] == "at once on one device"
         assert rows[1]["note"] == "one device only: both streams share it"
+        assert rows[1]["devices"].endswith(" twice")
+    else:
+        assert rows[1]["variant"] == "at once on two devices" and " + " in rows[1]["devices"]
     _json_ready(rows)
 
 
+def test_parallel_on_the_same_device_twice_is_labelled(harness):
+    rows = run["parallel"](size=8, repeats=1, devices=["cpu", "cpu"], **FAST)
+    assert rows[1]["variant"] == "at once on one device" and rows[1]["devices"] == "cpu:0 twice"
+    with pytest.raises(ds.ExperimentError, match="one or two devices"):
+        run["parallel"](devices=["cpu"] * 3)
+
+
 def test_transfer_measures_both_directions_per_size(harness):
-    rows = experiments.transfer([0.01, 0.02], **FAST)
+    rows = run["transfer"]([0.01, 0.02], **FAST)
     assert [r["direction"] for r in rows] == ["host->device", "device->host"] * 2
     for row in rows:
         nbytes = row["megabytes"] * 2**20
         assert row["gb_per_s"] == pytest.approx(nbytes / row["seconds"] / 1e9)
+        assert row["gb_per_s_low"] <= row["gb_per_s"] <= row["gb_per_s_high"]
     assert rows[0]["megabytes"] < rows[2]["megabytes"]
     assert {r["device"] for r in rows} == {_name(ds.try_gpu())}
     _json_ready(rows)
 
 
 def test_overhead_compares_devshim_with_the_native_call(harness):
-    rows = experiments.overhead(min_run_time=0.002, rounds=1)
+    rows = run["overhead"](min_run_time=0.002, rounds=1)
     assert [r["operation"] for r in rows] == [
-        "device_of", "copy_if_needed (no move)", "to_device 64 B", "to_device 1 MiB", "to_device nest of 8",
+        "device_of", "copy_if_needed (no move)", "to_device 64 B", "to_device 1 MiB",
+        "to_device nest of 8", "to_device dict of 1000",
     ]
     for row in rows:
         assert row["backend"] == harness.name and row["devshim_seconds"] > 0
@@ -100,39 +135,84 @@ def test_overhead_compares_devshim_with_the_native_call(harness):
             assert row["ratio"] is None
         else:
             assert row["ratio"] == pytest.approx(row["devshim_seconds"] / row["native_seconds"])
+            assert row["ratio_low"] <= row["ratio"] * 1.000001 and row["ratio"] <= row["ratio_high"] * 1.000001
+    _json_ready(rows)
+
+
+def test_startup_measures_fresh_interpreters():
+    rows = run["startup"](min_run_time=0.05)
+    assert [r["case"] for r in rows] == ["python -c pass", "import devshim", "import devshim; devshim.cpu()"]
+    assert rows[0]["over_bare"] == 0.0
+    assert all(r["seconds"] > 0 for r in rows)
     _json_ready(rows)
 
 
 def test_progress_is_reported_from_zero_to_done(harness):
     reports = []
-    experiments.matmul([4, 8], progress=lambda *r: reports.append(r), **FAST)
+    run["matmul"]([4, 8], progress=lambda *r: reports.append(r), **FAST)
     total = 2 * len(ds.devices())
     assert reports[0][:2] == (0, total) and reports[-1] == (total, total, "done")
     assert [r[0] for r in reports] == list(range(total + 1))
 
 
 def test_the_experiments_accept_a_device(harness):
-    rows = experiments.transfer([0.01], device="cpu", **FAST)
+    rows = run["transfer"]([0.01], device="cpu", **FAST)
     assert {r["device"] for r in rows} == {"cpu:0"}
-    assert {r["device"] for r in experiments.matmul([4], devices=["cpu"], **FAST)} == {"cpu:0"}
+    assert {r["device"] for r in run["matmul"]([4], devices=["cpu"], **FAST)} == {"cpu:0"}
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda: experiments.matmul([]), "matmul sizes"),
-    (lambda: experiments.matmul([0]), "matmul sizes"),
-    (lambda: experiments.transfer([-1]), "transfer sizes"),
-    (lambda: experiments.logging(steps=0), "steps"),
-    (lambda: experiments.parallel(repeats=0), "repeats"),
-    (lambda: experiments.overhead(rounds=0), "rounds"),
+@pytest.mark.parametrize("name, kwargs, match", [
+    ("matmul", {"sizes": []}, "matmul sizes"),
+    ("matmul", {"sizes": [0]}, "matmul sizes"),
+    ("transfer", {"sizes_mb": [-1]}, "transfer sizes"),
+    ("logging", {"steps": 0}, "steps"),
+    ("parallel", {"repeats": 0}, "repeats"),
+    ("overhead", {"rounds": 0}, "rounds"),
 ])
-def test_bad_parameters_are_devshim_errors(harness, call, match):
-    with pytest.raises(ds.DevshimError, match=match):
-        call()
+def test_bad_parameters_are_devshim_errors(harness, name, kwargs, match):
+    with pytest.raises(ds.ExperimentError, match=match):
+        run[name](**kwargs)
 
 
-def test_ops_table_names_its_backend(harness):
-    ops = experiments.ops_for()
-    assert ops.name == harness.name
-    a = ops.rand((3, 3), ds.cpu())
-    assert ds.device_of(ops.matmul(a, a)) == "cpu"
-    assert harness.shape(ops.stack([ops.norm(a), ops.norm(a)])) in ((2,), (2, 1))
+def test_the_ops_module_names_its_operations(harness):
+    ops = shared.ops_for(harness.name)
+    a = ops.rand((4, 3), ds.cpu())
+    assert ds.device_of(ops.matmul(a, ops.stack([a[0], a[1], a[2]]))) == "cpu"
+    pieces = ops.split(a, [1, 3])
+    assert [harness.shape(p) for p in pieces] == [(1, 3), (3, 3)]
+    np.testing.assert_allclose(harness.values(ops.concat(pieces)), harness.values(a))
+    np.testing.assert_allclose(harness.values(ops.add(a, a)), 2 * harness.values(a))
+    assert float(ds.to_numpy(ops.norm(a))) == pytest.approx(np.linalg.norm(harness.values(a)), rel=1e-5)
+
+
+def test_a_noisy_measurement_is_measured_again_and_flagged(monkeypatch):
+    spreads = iter([0.6, 0.4, 0.3])  # three tries whose IQR / median is 0.3, 0.2, 0.15
+
+    def fake_benchmark(fn, *args, **kwargs):
+        share = next(spreads)
+        m = ds.Measurement([1.0 - share / 2, 1.0, 1.0 + share / 2], number_per_run=1)
+        return m
+
+    monkeypatch.setattr(measuring, "benchmark", fake_benchmark)
+    m = measuring.measure(lambda: None, min_run_time=0.01)
+    assert m.tries == measuring.TRIES and m.noisy
+    assert m.iqr / m.median == pytest.approx(0.15)  # the steadiest of the three was kept
+
+
+def test_a_steady_measurement_is_taken_once(monkeypatch):
+    calls = []
+
+    def fake_benchmark(fn, *args, **kwargs):
+        calls.append(1)
+        return ds.Measurement([1.0, 1.01, 1.02], number_per_run=1)
+
+    monkeypatch.setattr(measuring, "benchmark", fake_benchmark)
+    m = measuring.measure(lambda: None, min_run_time=0.01)
+    assert (m.tries, m.noisy, len(calls)) == (1, False, 1)
+
+
+def test_an_experiment_needs_an_ops_module(monkeypatch):
+    spec = ds.get_backend("numpy").spec
+    monkeypatch.setattr(type(spec), "has_module", lambda self, module: module != "ops")
+    with pytest.raises(ds.ExperimentError, match="has no ops module"):
+        shared.ops_for("numpy")

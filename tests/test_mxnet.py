@@ -3,17 +3,14 @@ autograd, device ids MXNet itself ignores, and virtual devices backed by cpu(i +
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 import threading
 
 import numpy as np
 import pytest
 
 import devshim as ds
-from devshim import config
+from devshim import settings
+from helpers import run_python
 
 mx = pytest.importorskip("mxnet")
 from mxnet import autograd, npx  # noqa: E402
@@ -33,28 +30,17 @@ def bk():
 
 
 @pytest.fixture
-def plain(bk, monkeypatch):
-    """No virtual devices, whatever the environment says."""
-    monkeypatch.setattr(config, "_virtual_devices_override", config._virtual_devices_override)
+def plain(bk):
+    """No virtual devices, whatever the environment says (conftest restores them after)."""
     ds.testing.virtual_devices(0)
     return bk
 
 
 @pytest.fixture
-def virtual(bk, monkeypatch):
-    """Two virtual GPUs for this test only (restored afterwards)."""
-    monkeypatch.setattr(config, "_virtual_devices_override", config._virtual_devices_override)
+def virtual(bk):
+    """Two virtual GPUs for this test only (conftest restores the environment's choice after)."""
     ds.testing.virtual_devices(2)
     return bk
-
-
-def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("DEVSHIM_")}
-    full_env.update(env)
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-        env=full_env, timeout=300,
-    )
 
 
 # ------------------------------------------------------------ both front-ends
@@ -222,6 +208,15 @@ def test_virtual_gpu_i_is_cpu_i_plus_1_and_cpu0_stays_the_host(virtual):
     assert d != ds.Device("gpu", 1) and d == ds.Device("gpu", 1, virtual=True)
 
 
+def test_a_real_gpu_context_is_not_a_virtual_gpu(virtual):
+    for native in (mx.gpu(0), mx.gpu(1)):
+        with pytest.raises(ds.DeviceUnavailableError, match="real GPU"):
+            ds.device(native)
+        with pytest.raises(ds.DeviceUnavailableError, match="real GPU"):
+            ds.to_device(mx.np.ones(1), native)
+    assert ds.device("gpu(1)") == mx.cpu(2)  # the spec string means the backend's gpu:1
+
+
 def test_host_contexts_behind_virtual_gpus_are_not_cpus(virtual):
     with pytest.raises(ds.DeviceUnavailableError, match=r"cpu\(2\) backs virtual gpu:1"):
         ds.device("cpu:2")
@@ -230,8 +225,8 @@ def test_host_contexts_behind_virtual_gpus_are_not_cpus(virtual):
         ds.gpu(2)
 
 
-def test_devshim_device_cpu_hides_virtual_gpus_too(virtual, monkeypatch):
-    monkeypatch.setenv("DEVSHIM_DEVICE", "cpu")
+def test_devshim_device_cpu_hides_virtual_gpus_too(virtual, setenv):
+    setenv("DEVSHIM_DEVICE", "cpu")
     assert ds.num_gpus() == 0 and ds.try_all_gpus() == [mx.cpu(0)]
 
 

@@ -4,11 +4,8 @@ must be configured before TensorFlow initialises."""
 
 from __future__ import annotations
 
-import os
+import copy
 import pickle
-import subprocess
-import sys
-import textwrap
 import types
 
 import numpy as np
@@ -17,7 +14,8 @@ import pytest
 import devshim as ds
 
 tf = pytest.importorskip("tensorflow")
-from devshim.backends.tensorflow_backend import TFDevice  # noqa: E402
+from devshim.backends.tensorflow.core import TFDevice  # noqa: E402
+from helpers import run_python as run_fresh  # noqa: E402
 
 # Importing the harness applies DEVSHIM_VIRTUAL_DEVICES before any tensor below exists.
 from harnesses.tensorflow_harness import HARNESS  # noqa: E402
@@ -33,14 +31,9 @@ def bk():
         yield adapter
 
 
-def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+def run_python(code: str, **env: str):
     """Run ``code`` in a fresh interpreter (a fresh TensorFlow) with only ``env``'s DEVSHIM_ vars."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("DEVSHIM_")}
-    full_env.update(DEVSHIM_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2", **env)
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-        env=full_env, timeout=300,
-    )
+    return run_fresh(code, DEVSHIM_BACKEND="tensorflow", **env)
 
 
 def tf_name(device: TFDevice) -> str:
@@ -65,6 +58,7 @@ def test_tfdevice_equality_and_hash_follow_the_canonical_name():
     # Its value is the canonical name, so it equals that string (and only that spelling).
     assert isinstance(a, str) and a == "/GPU:1" and a != "/device:GPU:1"
     assert pickle.loads(pickle.dumps(a)) == a and type(pickle.loads(pickle.dumps(a))) is TFDevice
+    assert copy.copy(a) is a and copy.deepcopy(a) is a
 
 
 def test_tf_device_accepts_devshim_devices_as_names():
@@ -77,12 +71,20 @@ def test_tf_device_accepts_devshim_devices_as_names():
 def test_tfdevice_is_immutable():
     with pytest.raises(AttributeError, match="immutable"):
         ds.cpu().name = "/GPU:0"
+    with pytest.raises(AttributeError, match="immutable"):
+        del ds.cpu()._local
 
 
-@pytest.mark.parametrize("bad", ["/TPU:0", "gpu:x", ""])
+@pytest.mark.parametrize("bad", ["gpu:x", "", "/XLA:0"])
 def test_tfdevice_rejects_unreadable_names(bad):
     with pytest.raises(ds.InvalidDeviceError, match="Accepted forms"):
         TFDevice(bad)
+
+
+@pytest.mark.parametrize("other", ["/TPU:0", "meta", "mps:0"])
+def test_tfdevice_rejects_devices_that_are_not_cpus_or_gpus(other):
+    with pytest.raises(ds.InvalidDeviceError, match="CPUs and GPUs"):
+        TFDevice(other)
 
 
 def test_tfdevice_compares_with_neutral_devices_both_ways():
@@ -194,7 +196,7 @@ def test_symbolic_tensors_have_no_device_yet():
     def where(x):
         return ds.device_of(x)
 
-    with pytest.raises(ds.DevshimError, match="tf.function"):
+    with pytest.raises(ds.UnplacedTensorError, match="tf.function"):
         where(tf.constant(1.0))
 
 
@@ -256,6 +258,99 @@ def test_to_numpy_keeps_bfloat16():
     host = ds.to_numpy(tf.constant([1.5, -2.0], dtype=tf.bfloat16))
     assert host.dtype.name == "bfloat16"
     np.testing.assert_array_equal(host.astype(np.float32), [1.5, -2.0])
+
+
+# ------------------------------------------------------------ composite tensors and Keras variables
+
+
+def test_ragged_tensors_move_whole_and_keep_their_type():
+    rt = tf.ragged.constant([[1.0, 2.0], [3.0]])
+    out = ds.to_device(rt, ds.cpu())
+    assert isinstance(out, tf.RaggedTensor) and out is not rt
+    assert out.to_list() == [[1.0, 2.0], [3.0]]
+    assert not HARNESS.aliases(rt.flat_values, out.flat_values)
+    assert ds.device_of(rt) == "cpu" and ds.copy_if_needed(rt, "cpu") is rt
+    with pytest.raises(ds.UnsupportedValueError, match="to_tensor"):
+        ds.to_numpy(rt)
+
+
+def test_sparse_tensors_and_indexed_slices_move_whole():
+    st = tf.sparse.SparseTensor([[0, 1]], [5.0], [2, 2])
+    out = ds.to_device({"sparse": st}, ds.cpu())["sparse"]
+    assert isinstance(out, tf.SparseTensor)
+    np.testing.assert_array_equal(tf.sparse.to_dense(out).numpy(), [[0.0, 5.0], [0.0, 0.0]])
+    assert not HARNESS.aliases(st.values, out.values)
+    slices = tf.IndexedSlices(tf.constant([[1.0]]), tf.constant([0]), tf.constant([2, 1]))
+    moved = ds.to_device([slices], ds.cpu())[0]
+    assert isinstance(moved, tf.IndexedSlices)
+    np.testing.assert_array_equal(tf.convert_to_tensor(moved).numpy(), [[1.0], [0.0]])
+    with pytest.raises(ds.UnsupportedValueError, match="sparse.to_dense"):
+        ds.to_numpy(st)
+
+
+def test_a_tensor_array_in_a_nest_is_refused_not_skipped():
+    ta = tf.TensorArray(tf.float32, size=2)
+    with pytest.raises(ds.UnsupportedValueError, match="TensorArray.*stack"):
+        ds.to_device({"steps": ta}, ds.cpu())
+
+
+def test_keras_variables_move_through_their_value():
+    keras = pytest.importorskip("keras")
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("Keras here runs on another backend")
+    kv = keras.Variable([1.0, 2.0])
+    assert ds.device_of(kv) == "cpu"
+    assert ds.copy_if_needed(kv, ds.cpu()) is kv
+    copied = ds.to_device({"w": kv}, ds.cpu())["w"]
+    assert isinstance(copied, tf.Tensor)
+    np.testing.assert_array_equal(copied.numpy(), [1.0, 2.0])
+    kv.assign([7.0, 8.0])
+    np.testing.assert_array_equal(copied.numpy(), [1.0, 2.0])  # a copy, not an alias
+    np.testing.assert_array_equal(ds.to_numpy(kv), [7.0, 8.0])
+
+
+def test_copies_work_under_the_explicit_device_policy():
+    """docs/tensorflow.md recommends the "explicit" policy; devshim's own copies must pass it."""
+    result = run_python("""
+        import tensorflow as tf
+        import devshim as ds
+        with ds.gpu(0):
+            a = tf.constant([1.0, 2.0])
+            v = tf.Variable([3.0])
+        tf.config.experimental.set_device_policy("explicit")
+        out = [ds.to_device(a, ds.gpu(1)), ds.to_device(a, ds.gpu(0)), ds.to_device(a, ds.cpu()),
+               ds.copy_if_needed(a, ds.gpu(1)), ds.to_device(v, ds.gpu(1)),
+               ds.to_device({"a": a}, ds.gpu(1))["a"]]
+        print(*(str(ds.device_of(t)) for t in out))
+        try:
+            with ds.gpu(1):
+                a + out[0]
+        except tf.errors.InvalidArgumentError:
+            print("explicit policy still refuses implicit copies")
+    """, DEVSHIM_VIRTUAL_DEVICES="2")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["gpu:1", "gpu:0", "cpu:0", "gpu:1", "gpu:1", "gpu:1"]
+    assert lines[1] == "explicit policy still refuses implicit copies"
+
+
+def test_a_real_gpu_name_is_not_a_virtual_gpu():
+    result = run_python("""
+        import tensorflow as tf
+        import devshim as ds
+        from devshim.backends.tensorflow.core import TFDevice
+        assert ds.num_gpus() == 2
+        x = tf.ones(1)
+        for target in (TFDevice("/GPU:0"), TFDevice("/GPU:1")):
+            try:
+                ds.to_device(x, target)
+            except ds.DeviceUnavailableError as err:
+                print("refused:", "real GPU" in str(err))
+        print(ds.device_of(ds.to_device(x, "/GPU:1")))   # a spec string: the backend's gpu:1
+        print(ds.device_of(ds.to_device(x, TFDevice("/CPU:2"))))  # the logical device itself
+    """, DEVSHIM_VIRTUAL_DEVICES="2")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["refused:", "True", "refused:", "True", "gpu:1", "gpu:1"]
 
 
 # ------------------------------------------------------------ synchronize and info

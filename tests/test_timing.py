@@ -11,7 +11,10 @@ import sys
 import pytest
 
 import devshim as ds
-from devshim.timing import TimingError
+from devshim import backends
+from devshim._device import Device
+from devshim.backends.spec import BackendSpec
+from devshim.errors import TimingError
 
 
 class FakeClock:
@@ -52,6 +55,48 @@ class FakeQueue:
         self.waits += 1
         self.clock.now = max(self.clock.now, self.busy_until)
         return self
+
+
+class FakeQueueBackend(backends.Backend):
+    """A backend whose values are FakeQueues and which waits per value, as JAX does."""
+
+    spec = BackendSpec("fakequeue", import_name=__name__, title="A fake asynchronous device")
+    waits_per_value = True
+
+    def is_tensor(self, x):
+        return isinstance(x, FakeQueue)
+
+    def is_native_device(self, obj):
+        return False
+
+    def accelerator_count(self):
+        return 0
+
+    def make_native_device(self, kind, index):
+        return kind
+
+    def describe(self, native):
+        return Device("cpu", backend="fakequeue")
+
+    def tensor_device(self, x):
+        return Device("cpu", backend="fakequeue")
+
+    def copy_to(self, x, native, non_blocking):
+        raise AssertionError("FakeQueues are not copied")
+
+    def tensor_to_numpy(self, x):
+        raise AssertionError("FakeQueues are not read")
+
+    def wait(self, x):
+        x.block_until_ready()
+
+
+@pytest.fixture
+def fake_queues():
+    """Register the FakeQueue backend for one test."""
+    backends.register_backend(FakeQueueBackend.spec, FakeQueueBackend)
+    yield
+    backends.unregister_backend("fakequeue")
 
 
 @pytest.fixture
@@ -108,7 +153,7 @@ def test_synchronize_rejects_what_is_not_a_device(harness):
         ds.synchronize("gpu:99")
 
 
-def test_synchronize_blocks_until_ready_on_jax_like_values():
+def test_synchronize_waits_per_value_on_backends_that_wait_per_value(fake_queues):
     clock = FakeClock()
     a, b = FakeQueue(clock), FakeQueue(clock)
     a.launch(1.0)
@@ -160,6 +205,23 @@ def test_timer_as_context_manager_records_each_block_but_not_a_failed_one():
     assert timer.times == [1.0, 0.5]
 
 
+def test_nested_with_blocks_on_one_timer_record_both_intervals():
+    clock = FakeClock()
+    timer = ds.Timer(clock=clock)
+    with timer:
+        clock.advance(1.0)
+        with timer:
+            clock.advance(2.0)
+        clock.advance(4.0)
+    assert timer.times == [2.0, 7.0]  # inner first; the outer one is not shortened
+    with timer:
+        timer.start()  # d2l's start/stop inside a block leave the block alone
+        clock.advance(1.0)
+        assert timer.stop() == 1.0
+        clock.advance(1.0)
+    assert timer.times == [2.0, 7.0, 1.0, 2.0]
+
+
 def test_avg_of_an_empty_timer_is_a_devshim_error_not_zero_division():
     timer = ds.Timer(clock=FakeClock())
     with pytest.raises(ds.DevshimError, match=r"no recorded time.*timer.stop\(\)") as info:
@@ -180,7 +242,7 @@ def test_timer_synchronizes_before_reading_the_clock_at_start_and_stop(harness, 
     assert all(ds.Device("cpu") == adapter.describe(e[1]) for e in events if e != "clock")
 
 
-def test_timer_counts_queued_work_inside_the_interval():
+def test_timer_counts_queued_work_inside_the_interval(fake_queues):
     clock = FakeClock()
     device = FakeQueue(clock)
     timer = ds.Timer(device, clock=clock)
@@ -253,7 +315,7 @@ def test_min_run_time_and_max_runs_bound_the_measurement():
     assert ds.benchmark(fn, warmup=0, min_run_time=100.0, max_runs=3, clock=clock).runs == 3
 
 
-def test_each_run_waits_for_the_outputs():
+def test_each_run_waits_for_the_outputs(fake_queues):
     clock = FakeClock()
     device = FakeQueue(clock)
 

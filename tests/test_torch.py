@@ -1,16 +1,22 @@
-"""What is specific to the torch adapter: accelerator platforms, dtypes NumPy lacks, Parameters."""
+"""What is specific to the torch backend: finding the accelerator, dtypes NumPy lacks,
+the meta device, Parameters."""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pytest
 
 import devshim as ds
+from devshim import settings
 
 torch = pytest.importorskip("torch")
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU")
-needs_two_cuda = pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two CUDA GPUs"
+needs_accelerator = pytest.mark.skipif(
+    not torch.accelerator.is_available(), reason="needs a GPU (or other accelerator) visible to torch"
+)
+needs_two = pytest.mark.skipif(
+    torch.accelerator.device_count() < 2, reason="needs two accelerators visible to torch"
 )
 
 
@@ -20,43 +26,94 @@ def bk():
         yield adapter
 
 
-@pytest.fixture
-def fake_mps(bk, monkeypatch):
-    """Make this torch build look like an Apple machine with MPS and no CUDA."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
-    return bk
+def fake_accelerator(monkeypatch, platform, count):
+    """Make torch.accelerator report ``count`` devices of ``platform`` (None: no accelerator)."""
+    found = torch.device(platform) if platform else None
+    monkeypatch.setattr(torch.accelerator, "current_accelerator",
+                        lambda check_available=False: found)
+    monkeypatch.setattr(torch.accelerator, "device_count", lambda: count)
+    monkeypatch.setattr(torch.accelerator, "current_device_index", lambda: 0)
+    settings.reload()  # forget what the adapter found before
 
 
-def test_mps_counts_as_the_gpu(fake_mps):
-    assert ds.num_gpus() == 1
-    assert ds.try_gpu() == torch.device("mps", 0)
-    assert ds.try_all_gpus() == [torch.device("mps", 0)]
-    assert ds.device("gpu") == torch.device("mps", 0)
-    assert ds.device("mps") == torch.device("mps", 0)
-    mps_device = fake_mps.describe(torch.device("mps"))
-    assert (mps_device.kind, mps_device.index, mps_device.platform) == ("gpu", 0, "mps")
+@pytest.mark.parametrize("platform", ["cuda", "xpu", "mps", "mtia"])
+def test_the_accelerator_torch_reports_is_the_gpu(bk, monkeypatch, platform):
+    fake_accelerator(monkeypatch, platform, 2)
+    assert ds.num_gpus() == 2
+    assert ds.try_gpu(1) == torch.device(platform, 1) and ds.try_gpu(2) == torch.device("cpu")
+    assert ds.try_all_gpus() == [torch.device(platform, 0), torch.device(platform, 1)]
+    assert ds.device("gpu:1") == ds.device(f"{platform}:1") == torch.device(platform, 1)
+    d = bk.describe(torch.device(platform, 1))
+    assert (d.kind, d.index, d.platform) == ("gpu", 1, platform)
+    assert bk.accelerator_platform() == platform
 
 
-def test_naming_the_wrong_platform_says_to_write_gpu(fake_mps):
+def test_an_out_of_tree_accelerator_is_the_gpu_under_its_own_name(bk, monkeypatch):
+    """A privateuse1 backend renamed by its plug-in (Ascend's "npu", say) is found by torch.accelerator."""
+    fake = type("FakeDevice", (), {"type": "npu"})()
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda check_available=False: fake)
+    monkeypatch.setattr(torch.accelerator, "device_count", lambda: 1)
+    settings.reload()
+    assert bk.accelerator_platform() == "npu" and ds.num_gpus() == 1
+    from devshim._device import parse_spec
+
+    assert tuple(parse_spec("npu:0")) == ("gpu", 0, "npu")  # registered as a spec
+
+
+def test_naming_another_platform_than_the_one_present_says_to_write_gpu(bk, monkeypatch):
+    fake_accelerator(monkeypatch, "mps", 1)
     with pytest.raises(ds.DeviceUnavailableError, match="'gpu'"):
         ds.device("cuda:0")
 
 
-def test_devshim_device_cpu_hides_mps_too(fake_mps, monkeypatch):
-    monkeypatch.setenv("DEVSHIM_DEVICE", "cpu")
+def test_devshim_device_cpu_hides_the_accelerator_too(bk, monkeypatch, setenv):
+    fake_accelerator(monkeypatch, "mps", 1)
+    setenv("DEVSHIM_DEVICE", "cpu")
     assert ds.num_gpus() == 0 and ds.try_gpu() == torch.device("cpu")
+    with pytest.raises(ds.DeviceUnavailableError, match="hidden by DEVSHIM_DEVICE=cpu"):
+        ds.device(torch.device("mps", 0))
 
 
-def test_cuda_counts_come_from_torch_cuda(bk, monkeypatch):
+def test_without_torch_accelerator_the_old_checks_are_used(bk, monkeypatch):
+    monkeypatch.delattr(torch, "accelerator")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    if hasattr(torch, "xpu"):
+        monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
+    settings.reload()
+    assert bk.accelerator_platform() == "mps"
+    assert ds.num_gpus() == 1 and ds.try_gpu() == torch.device("mps", 0)
+
+
+def test_cuda_on_old_torch_counts_through_torch_cuda(bk, monkeypatch):
+    monkeypatch.delattr(torch, "accelerator")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    settings.reload()
     assert ds.num_gpus() == 3
-    assert ds.try_gpu(2) == torch.device("cuda", 2)
-    assert ds.try_gpu(3) == torch.device("cpu")
     assert ds.try_all_gpus() == [torch.device("cuda", i) for i in range(3)]
     with pytest.raises(ds.DeviceUnavailableError, match="sees 3 GPUs"):
         ds.gpu(3)
+
+
+def test_synchronize_waits_through_torch_accelerator(bk, monkeypatch):
+    fake_accelerator(monkeypatch, "xpu", 2)
+    calls = []
+    monkeypatch.setattr(torch.accelerator, "synchronize", lambda device=None: calls.append(device))
+    bk.synchronize(None)
+    bk.synchronize(torch.device("xpu", 1))
+    bk.synchronize(torch.device("cpu"))
+    assert calls == [torch.device("xpu", 0), torch.device("xpu", 1), torch.device("xpu", 1)]
+
+
+def test_no_cuda_context_means_nothing_to_wait_for(bk, monkeypatch):
+    fake_accelerator(monkeypatch, "cuda", 1)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.accelerator, "synchronize", lambda device=None: pytest.fail("waited"))
+    bk.synchronize(None)
+
+
+# ------------------------------------------------------------ devices
 
 
 def test_native_torch_devices_describe_to_neutral_ones(bk):
@@ -64,11 +121,13 @@ def test_native_torch_devices_describe_to_neutral_ones(bk):
     assert torch.device("cpu") == ds.device_of(torch.ones(1))
     assert ds.Device("gpu", 1) == torch.device("cuda", 1)
     assert ds.Device("gpu", 1) != torch.device("cuda", 0)
+    assert ds.Device("meta") == torch.device("meta")
 
 
 def test_unsupported_torch_device_types_say_what_is_handled(bk):
-    with pytest.raises(ds.InvalidDeviceError, match="cpu, cuda and mps"):
-        ds.device_of(torch.ones(1, device="meta"))
+    with pytest.raises(ds.InvalidDeviceError, match="cpu, meta and this machine's accelerator"):
+        bk.describe(torch.device("hpu", 0))
+    assert (ds.Device("cpu") == torch.device("hpu", 0)) is False  # comparing never raises
 
 
 def test_torch_devices_work_for_numpy_arrays_on_the_same_hardware():
@@ -87,6 +146,15 @@ def test_mixed_framework_nests_move_leaf_by_leaf():
     assert ds.ensure_same_device(t, a) == "cpu"
 
 
+def test_copy_if_needed_with_an_unindexed_native_device_is_exact(bk, monkeypatch):
+    """torch.device("cuda") means the current GPU: the resolved target carries its index."""
+    fake_accelerator(monkeypatch, "cuda", 2)
+    assert ds.device(torch.device("cuda")) == torch.device("cuda", 0)
+
+
+# ------------------------------------------------------------ copies and dtypes
+
+
 def test_parameters_copy_as_tensors_with_gradient(bk):
     layer = torch.nn.Linear(2, 1)
     weight = ds.to_device(layer.weight, "cpu")
@@ -103,6 +171,27 @@ def test_to_numpy_keeps_bfloat16_exactly_through_ml_dtypes(bk):
     assert host.view(np.int16).tobytes() == x.view(torch.int16).numpy().tobytes()
 
 
+def test_to_numpy_of_dtypes_numpy_lacks_says_what_to_convert_to(bk):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns that complex32 and quantization are experimental
+        complex32 = torch.zeros(2, dtype=torch.complex32)
+        quantized = torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8)
+    with pytest.raises(ds.UnsupportedDtypeError, match=r"complex32.*x.to\(torch.complex64\)") as info:
+        ds.to_numpy(complex32)
+    assert isinstance(info.value, TypeError)
+    with pytest.raises(ds.UnsupportedDtypeError, match=r"qint8.*dequantize\(\)"):
+        ds.to_numpy(quantized)
+    np.testing.assert_allclose(ds.to_numpy(quantized.dequantize()), [1.0, 1.0])
+
+
+def test_to_numpy_without_ml_dtypes_is_the_same_clear_error(bk, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)
+    with pytest.raises(ds.UnsupportedDtypeError, match=r"bfloat16.*ml_dtypes"):
+        ds.to_numpy(torch.ones(2, dtype=torch.bfloat16))
+
+
 def test_to_numpy_of_conjugate_and_grad_tensors(bk):
     z = torch.tensor([1 + 2j]).conj()
     np.testing.assert_array_equal(ds.to_numpy(z), [1 - 2j])
@@ -113,32 +202,38 @@ def test_to_numpy_of_conjugate_and_grad_tensors(bk):
 def test_non_blocking_is_accepted(bk):
     x = torch.ones(4)
     y = ds.to_device(x, ds.try_gpu(), non_blocking=True)
-    ds.get_backend().synchronize(None)
+    ds.synchronize(y)
     assert torch.equal(y.cpu(), x)
 
 
-def test_virtual_devices_are_refused_naming_the_backends_that_can(bk, monkeypatch):
-    monkeypatch.setenv("DEVSHIM_VIRTUAL_DEVICES", "2")
-    with pytest.raises(ds.BackendError, match="cannot present virtual devices") as info:
-        ds.num_gpus()
-    assert "DEVSHIM_VIRTUAL_DEVICES" in str(info.value)
+def test_a_meta_module_places_like_any_other_but_holds_no_data(bk):
+    with torch.device("meta"):
+        layer = torch.nn.Linear(3, 2)
+    assert ds.device_of(layer.weight) == "meta" and ds.same_device(layer.weight, layer.bias)
+    assert not ds.same_device(layer.weight, torch.ones(1))
+    with pytest.raises(ds.DatalessTensorError, match="to_empty"):
+        ds.to_device(layer.weight, "cpu")
 
 
-@needs_cuda
-def test_on_a_real_gpu_to_device_and_back(bk):
+# ------------------------------------------------------------ real hardware
+
+
+@needs_accelerator
+def test_on_a_real_accelerator_to_device_and_back(bk):
     x = torch.arange(6.0).reshape(2, 3)
     g = ds.to_device(x, ds.try_gpu())
-    assert g.is_cuda and ds.device_of(g) == "gpu:0" and ds.device_of(g) == "cuda:0"
-    assert ds.copy_if_needed(g, "gpu") is g and ds.copy_if_needed(g, "cuda") is g
-    assert ds.copy_if_needed(g, torch.device("cuda")) is g
+    platform = bk.accelerator_platform()
+    assert g.device.type == platform and ds.device_of(g) == "gpu:0" and ds.device_of(g) == f"{platform}:0"
+    assert ds.copy_if_needed(g, "gpu") is g and ds.copy_if_needed(g, platform) is g
+    assert ds.copy_if_needed(g, torch.device(platform)) is g
     np.testing.assert_array_equal(ds.to_numpy(g), x.numpy())
     assert not ds.same_device(x, g)
     with pytest.raises(ds.DeviceMismatchError):
         ds.ensure_same_device(x, g)
 
 
-@needs_two_cuda
-def test_on_two_real_gpus(bk):
+@needs_two
+def test_on_two_real_accelerators(bk):
     X = torch.ones(2, 3, device=ds.try_gpu())
     Y = torch.rand(2, 3, device=ds.try_gpu(1))
     Z = ds.to_device(X, ds.try_gpu(1))

@@ -8,32 +8,29 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
 import devshim as ds
-from devshim import config
-from devshim.backends import virtual_capable_backends
-from devshim.backends.numpy_backend import NumpyBackend
-from devshim.backends.torch_backend import TorchBackend
-
-
-def run_python(code: str, *args: str, **env: str) -> subprocess.CompletedProcess:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("DEVSHIM_")}
-    full_env.update(TF_CPP_MIN_LOG_LEVEL="2", **env)
-    command = [sys.executable, "-c", textwrap.dedent(code)] if code else [sys.executable, *args]
-    return subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=300)
+from devshim import settings
+from devshim.backends import virtual, virtual_capable_backends
+from devshim.backends.numpy.core import NumpyBackend
+from devshim.backends.torch.core import TorchBackend
+from helpers import run_python
 
 
 @pytest.fixture
-def requested(monkeypatch):
-    """Ask for virtual devices in this process for one test (restored afterwards)."""
-    monkeypatch.delenv(config.DEVICE_VAR, raising=False)  # DEVSHIM_DEVICE=cpu would hide them
-    monkeypatch.setattr(config, "_virtual_devices_override", config._virtual_devices_override)
+def requested(setenv):
+    """Ask for virtual devices in this process for one test (conftest restores the environment's choice)."""
+    setenv(settings.DEVICE_VAR, None)  # DEVSHIM_DEVICE=cpu would hide them
     return ds.testing.virtual_devices
+
+
+def test_the_one_virtual_device_rule():
+    """Every backend with virtual devices maps them the same way: gpu:i is host device i + 1."""
+    assert [virtual.host_index(i) for i in range(3)] == [1, 2, 3]
+    assert [virtual.virtual_gpu_index(h, count=2) for h in range(4)] == [None, 0, 1, None]
+    assert virtual.host_devices_needed(2) == 3
 
 
 # ------------------------------------------------------------ the D2L flow on TensorFlow
@@ -132,9 +129,9 @@ def test_devshim_info_lists_the_virtual_gpus():
 
 def test_in_this_process_when_the_variable_is_set():
     """The virtual tox pass: the suite itself runs on the virtual GPUs."""
-    count = config.virtual_device_count() if os.environ.get(config.VIRTUAL_DEVICES_VAR) else 0
+    count = settings.virtual_device_count() if os.environ.get(settings.VIRTUAL_DEVICES_VAR) else 0
     if not count:
-        pytest.skip(f"{config.VIRTUAL_DEVICES_VAR} is not set in this test run")
+        pytest.skip(f"{settings.VIRTUAL_DEVICES_VAR} is not set in this test run")
     tf = pytest.importorskip("tensorflow")
     from harnesses.tensorflow_harness import HARNESS  # noqa: F401  (configures TensorFlow)
 
@@ -186,19 +183,17 @@ def test_zero_turns_the_request_off(requested):
 
 @pytest.mark.parametrize("value", ["-1", "two", "1.5", "2 gpus"])
 @pytest.mark.parametrize("backend", ["numpy", "tensorflow"])
-def test_bad_variable_values_say_what_is_expected(monkeypatch, value, backend):
+def test_bad_variable_values_say_what_is_expected(setenv, value, backend):
     if backend not in ds.available_backends():
         pytest.skip(f"{backend} is not installed in this environment")
-    monkeypatch.setattr(config, "_virtual_devices_override", None)
-    monkeypatch.setenv(config.VIRTUAL_DEVICES_VAR, value)
+    setenv(settings.VIRTUAL_DEVICES_VAR, value)
     with pytest.raises(ds.BackendError, match="must be a non-negative whole number, e.g. DEVSHIM_VIRTUAL_DEVICES=2"):
         ds.num_gpus(backend=backend)
 
 
 @pytest.mark.parametrize("value", ["", " ", "0"])
-def test_empty_or_zero_variable_means_no_virtual_devices(monkeypatch, value):
-    monkeypatch.setattr(config, "_virtual_devices_override", None)
-    monkeypatch.setenv(config.VIRTUAL_DEVICES_VAR, value)
+def test_empty_or_zero_variable_means_no_virtual_devices(setenv, value):
+    setenv(settings.VIRTUAL_DEVICES_VAR, value)
     assert ds.num_gpus(backend="numpy") == 0
 
 

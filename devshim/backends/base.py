@@ -1,89 +1,107 @@
-"""The contract every framework adapter implements.
+"""The device contract every backend's ``core.py`` implements.
 
-An adapter is one small class per framework. It must never import its
-framework at module level: the framework is imported the first time a method
-needs it (``self.fw``). Tensor ownership (``is_tensor``) is only ever asked
-once the framework is already in ``sys.modules``, so detection is free.
+A backend's ``core.py`` holds one subclass of ``Backend``. It never imports
+its framework at module level: ``self.fw`` imports it the first time a method
+needs it. Tensor ownership (``is_tensor``) is only ever asked once the
+framework is in ``sys.modules``, so detection is free.
 
 Subclasses implement the abstract methods, which work on single tensors
-("leaves") and on the backend's native device objects. Everything users see
-(nesting, spec strings, range checks, ``DEVSHIM_DEVICE``, virtual devices)
-is implemented here once, on top of them.
+("leaves") and on the framework's native device objects. Everything users see
+(nesting, spec strings, range checks, ``DEVSHIM_DEVICE``, virtual devices,
+the cached fast paths) is written once, here and in ``devshim/api.py``.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
-import sys
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Dict, List, Optional
 
-from devshim import config
-from devshim.device import Device, parse_spec
+from devshim import settings, transfer
+from devshim._device import ACCEPTED_SPECS, Device, parse_spec
 from devshim.errors import BackendError, DeviceUnavailableError, InvalidDeviceError
+
+__all__ = ["Backend", "DeviceTable"]
+
+_TARGET_CACHE_LIMIT = 256
+
+
+class DeviceTable(dict):
+    """What a tensor's device attribute says -> its ``ds.Device``; ``attr`` names the attribute.
+
+    A backend whose tensors carry a hashable device attribute (torch's ``x.device``,
+    TensorFlow's ``x.device`` name, MXNet's ``x.ctx``) keeps its descriptions in one
+    of these, filling it as it describes devices, and hands it to ``ds.device_of``,
+    which then answers with one lookup and no call into the backend.
+    """
+
+    __slots__ = ("attr",)
+
+    def __init__(self, attr: str) -> None:
+        super().__init__()
+        self.attr = attr
 
 
 class Backend(ABC):
-    """One framework's implementation of the devshim contract.
+    """One framework's implementation of the devshim device contract.
 
-    Class attributes every adapter sets:
-      ``name``       the canonical backend name ("torch").
-      ``module``     the top-level import name of the framework ("torch").
-      ``pip_extra``  the devshim extra that installs it ("torch").
-      ``supports_virtual_devices`` whether DEVSHIM_VIRTUAL_DEVICES can work.
-      ``distributions`` the pip packages that may provide it (default: ``module``).
+    ``spec`` (a ``BackendSpec``) is the backend's declaration row, from its
+    package's ``__init__.py``; ``name`` is ``spec.name``.
+
+    Example:
+        >>> bk = ds.get_backend("torch")
+        >>> bk.name, bk.cpu()
+        ('torch', device(type='cpu'))
     """
 
-    name: ClassVar[str]
-    module: ClassVar[str]
-    pip_extra: ClassVar[str]
-    supports_virtual_devices: ClassVar[bool] = False
-    distributions: ClassVar[tuple] = ()
+    spec = None  # the BackendSpec from the backend package's __init__.py
+    name = ""
+    #: True when waiting is per value (``wait(x)`` on each output, JAX's
+    #: ``block_until_ready``); False when it is per device (``synchronize``).
+    waits_per_value = False
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.spec is not None:
+            cls.name = cls.spec.name
+
+    def __init__(self) -> None:
+        # spec -> native device, for specs already resolved and checked. Cleared (never
+        # replaced: the fast paths hold it) whenever settings change.
+        self._targets: dict = {}
 
     # ------------------------------------------------------------ detection
 
     @classmethod
     def is_installed(cls) -> bool:
         """Whether the framework can be imported, found without importing it."""
-        try:
-            return importlib.util.find_spec(cls.module) is not None
-        except (ImportError, ValueError):
-            return False
+        return cls.spec.is_installed()
 
     @classmethod
     def is_loaded(cls) -> bool:
         """Whether the framework is imported already (so its tensors may exist)."""
-        return cls.module in sys.modules
+        return cls.spec.is_loaded()
+
+    @classmethod
+    def version(cls):
+        """The installed framework's version, read from package metadata (no import)."""
+        return cls.spec.version()
 
     @property
-    def fw(self) -> Any:
+    def fw(self):
         """The framework module, imported on first use."""
         module = self.__dict__.get("_fw")
         if module is None:  # a race here only imports twice, which Python makes safe
-            module = self.__dict__["_fw"] = importlib.import_module(self.module)
+            module = self.__dict__["_fw"] = importlib.import_module(self.spec.import_name)
         return module
-
-    @classmethod
-    def version(cls) -> Optional[str]:
-        """The installed framework's version, read from package metadata (no import)."""
-        from importlib import metadata
-
-        for dist in cls.distributions or (cls.module,):
-            try:
-                return metadata.version(dist)
-            except metadata.PackageNotFoundError:
-                continue
-        return None
 
     # ------------------------------------------------ framework primitives
 
     @abstractmethod
-    def is_tensor(self, x: Any) -> bool:
+    def is_tensor(self, x) -> bool:
         """Whether ``x`` is a tensor of this framework. Called only once loaded."""
 
     @abstractmethod
-    def is_native_device(self, obj: Any) -> bool:
+    def is_native_device(self, obj) -> bool:
         """Whether ``obj`` is one of this framework's device objects. Called only once loaded."""
 
     @abstractmethod
@@ -91,35 +109,46 @@ class Backend(ABC):
         """How many real accelerators the framework sees (ignores DEVSHIM_DEVICE)."""
 
     @abstractmethod
-    def make_native_device(self, kind: str, index: int) -> Any:
+    def make_native_device(self, kind: str, index: int):
         """The framework's device object for ``kind``/``index``; no range checks."""
 
     @abstractmethod
-    def describe(self, native: Any) -> Device:
+    def describe(self, native) -> Device:
         """The neutral Device for one of this framework's device objects."""
 
     @abstractmethod
-    def tensor_device(self, x: Any) -> Device:
+    def tensor_device(self, x) -> Device:
         """The neutral Device a tensor of this framework lives on."""
 
     @abstractmethod
-    def copy_to(self, x: Any, native: Any, non_blocking: bool) -> Any:
+    def copy_to(self, x, native, non_blocking: bool):
         """A copy of ``x`` on ``native`` in new storage, recorded by autograd."""
 
     @abstractmethod
-    def tensor_to_numpy(self, x: Any) -> Any:
+    def tensor_to_numpy(self, x):
         """A NumPy array holding a copy of ``x``'s values, never sharing its memory."""
 
-    def move_if_needed(self, x: Any, native: Any) -> Any:
-        """``x`` itself when it already lives on ``native``, else ``copy_to``."""
-        if self.tensor_device(x) == self.describe(native):
-            return x
-        return self.copy_to(x, native, False)
+    # ------------------------------------------------ optional primitives
 
-    def synchronize(self, native: Optional[Any]) -> None:
+    def same_place(self, x, native) -> bool:
+        """Whether tensor ``x`` already lives on ``native`` (``copy_if_needed``'s test).
+
+        Backends override this with the framework's cheapest exact check.
+        """
+        return self.tensor_device(x) == self.describe(native)
+
+    def accelerator_platform(self):
+        """The accelerator's platform name ("cuda", "mps", ...) or None without one."""
+        return None
+
+    def synchronize(self, native) -> None:
         """Wait for work queued on ``native`` (all devices when None). Host-only: no-op."""
 
-    def device_details(self) -> List[Dict[str, Any]]:
+    def wait(self, x) -> None:
+        """Wait until tensor ``x`` is computed. Default: wait for its device."""
+        self.synchronize(self.tensor_device(x).native)
+
+    def device_details(self) -> list:
         """What ``devshim info`` prints about each device: at least ``device`` and ``name``."""
         return [
             {"device": str(self.describe(native)), "name": str(native)}
@@ -127,36 +156,63 @@ class Backend(ABC):
         ]
 
     def enable_virtual_devices(self, count: int) -> None:
-        """Make ``count`` virtual accelerators exist. Adapters that can, override this."""
-        from devshim.backends import virtual_capable_backends
+        """Make ``count`` virtual accelerators exist. Backends whose spec says they can override this."""
 
-        raise BackendError(
-            f"The {self.name} backend cannot present virtual devices "
-            f"({config.VIRTUAL_DEVICES_VAR}={count} was asked for). Backends that can: "
-            f"{', '.join(virtual_capable_backends()) or 'none installed'}. "
-            f"Unset {config.VIRTUAL_DEVICES_VAR}, or pick one of those with DEVSHIM_BACKEND."
-        )
+    def has_cpu(self, index: int) -> bool:
+        """Whether cpu:index exists (frameworks with several CPU devices override)."""
+        return index == 0
+
+    def check_platform(self, platform: str) -> None:
+        """Called when a spec names a platform ("cuda", "mps"); refuse one this machine lacks."""
+        actual = self.accelerator_platform()
+        if actual is not None and platform != actual:
+            raise DeviceUnavailableError(
+                f"{platform!r} was asked for, but the {self.name} backend's accelerator here is "
+                f"{actual!r}. Write 'gpu' (or ds.try_gpu()) to mean whichever accelerator is present."
+            )
+
+    def copier(self, native, non_blocking: bool):
+        """``x -> copy_to(x, native, non_blocking)`` for the leaves of one nest; backends whose
+        copy is one method call return that method, saving a Python call per leaf."""
+        copy_to = self.copy_to
+        return lambda x: copy_to(x, native, non_blocking)
+
+    def reset(self) -> None:
+        """Forget everything cached from settings or the machine (after ``settings.reload()``)."""
+        self._targets.clear()
 
     # -------------------------------------------------- public operations
 
     def num_gpus(self) -> int:
         """Accelerators visible through devshim (0 under DEVSHIM_DEVICE=cpu)."""
-        if config.accelerators_hidden():
+        if settings.accelerators_hidden():
             return 0
-        virtual = config.virtual_device_count()
+        virtual = settings.virtual_device_count()
         if virtual:
+            if not self.spec.virtual_devices:
+                self._refuse_virtual_devices(virtual)
             self.enable_virtual_devices(virtual)
             return virtual
         return self.accelerator_count()
 
-    def cpu(self) -> Any:
+    def _refuse_virtual_devices(self, count: int) -> None:
+        from devshim.backends import virtual_capable_backends
+
+        raise BackendError(
+            f"The {self.name} backend cannot present virtual devices "
+            f"({settings.VIRTUAL_DEVICES_VAR}={count} was asked for). Backends that can: "
+            f"{', '.join(virtual_capable_backends()) or 'none installed'}. "
+            f"Unset {settings.VIRTUAL_DEVICES_VAR}, or pick one of those with DEVSHIM_BACKEND."
+        )
+
+    def cpu(self):
         return self.make_native_device("cpu", 0)
 
-    def gpu(self, i: int = 0) -> Any:
+    def gpu(self, i: int = 0):
         _check_index(i)
         count = self.num_gpus()
         if i >= count:
-            hidden = " (hidden by DEVSHIM_DEVICE=cpu)" if config.accelerators_hidden() else ""
+            hidden = " (hidden by DEVSHIM_DEVICE=cpu)" if settings.accelerators_hidden() else ""
             raise DeviceUnavailableError(
                 f"gpu:{i} is not available: the {self.name} backend sees {count} "
                 f"GPU{'s' if count != 1 else ''}{hidden}. Use ds.try_gpu({i}) to fall back to "
@@ -164,67 +220,182 @@ class Backend(ABC):
             )
         return self.make_native_device("gpu", i)
 
-    def try_gpu(self, i: int = 0) -> Any:
+    def try_gpu(self, i: int = 0):
         _check_index(i)
         return self.make_native_device("gpu", i) if i < self.num_gpus() else self.cpu()
 
-    def try_all_gpus(self) -> List[Any]:
+    def try_all_gpus(self) -> list:
         count = self.num_gpus()
         return [self.make_native_device("gpu", i) for i in range(count)] or [self.cpu()]
 
-    def devices(self) -> List[Any]:
+    def devices(self) -> list:
         return [self.cpu()] + [self.make_native_device("gpu", i) for i in range(self.num_gpus())]
 
-    def device(self, spec: Any) -> Any:
-        """The native device for any accepted spec, checked to exist."""
+    def device(self, spec):
+        """The native device for any accepted spec, checked to exist.
+
+        Specs (strings, ``ds.Device``, another framework's device objects) name
+        a place by kind and index: "gpu:1" is this backend's GPU 1, virtual or
+        real. A native device object of this framework names one physical
+        device exactly: a real GPU the machine does not have is unavailable
+        even when virtual devices are on.
+        """
         if self.is_loaded() and self.is_native_device(spec):
-            described = self.describe(spec)
-            self._check_exists(described.kind, described.index)
+            self._check_native(spec)
             return spec
-        kind, index = self._kind_index(spec)
+        kind, index, platform = self._read_spec(spec)
+        if platform is not None and kind == "gpu":
+            self.check_platform(platform)
         self._check_exists(kind, index)
         return self.make_native_device(kind, index)
 
-    def _kind_index(self, spec: Any) -> tuple:
+    def target(self, spec):
+        """``device(spec)``, remembered for hashable specs until settings change.
+
+        This is what ``to_device`` and ``copy_if_needed`` resolve their
+        target with: the same spec comes back call after call.
+        """
+        try:
+            return self._targets[spec]
+        except (KeyError, TypeError):
+            pass
+        native = self.device(spec)
+        if self._cacheable(spec):
+            targets = self._targets
+            if len(targets) >= _TARGET_CACHE_LIMIT:
+                targets.clear()
+            targets[spec] = native
+        return native
+
+    def _cacheable(self, spec) -> bool:
+        try:
+            hash(spec)
+        except TypeError:
+            return False
+        return True
+
+    def native_for(self, device: Device):
+        """The native object for a ``ds.Device`` of this backend (one rebuilt by pickle)."""
+        if device.kind == "gpu" and device.virtual != bool(settings.virtual_device_count()):
+            what = "a virtual" if device.virtual else "a real"
+            raise DeviceUnavailableError(
+                f"{device!r} is {what} GPU, which the {self.name} backend does not present in "
+                f"this process ({settings.VIRTUAL_DEVICES_VAR}="
+                f"{settings.virtual_device_count()}). Ask ds.device('{device}') for this "
+                f"process's own gpu:{device.index}."
+            )
+        return self.device(device)
+
+    def _read_spec(self, spec) -> tuple:
         if isinstance(spec, Device):
-            return spec.kind, spec.index
-        if type(spec) is str:  # str subclasses are some framework's native devices
-            parsed = parse_spec(spec)
-            if parsed.platform is not None:
-                self.check_platform(parsed.platform)
-            return parsed.kind, parsed.index
+            return spec.kind, spec.index, None
+        if type(spec) is str:
+            return parse_spec(spec)
         from devshim.backends import describe_native_device
 
-        described = describe_native_device(spec)
-        if described is None:
-            from devshim.device import ACCEPTED_SPECS
+        described = describe_native_device(spec)  # another framework's device object
+        if described is not None:
+            return described.kind, described.index, None
+        if isinstance(spec, str):  # str subclasses that are no framework's device: numpy.str_
+            return parse_spec(str(spec))
+        raise InvalidDeviceError(
+            f"Cannot use {spec!r} ({type(spec).__name__}) as a device. Accepted forms: {ACCEPTED_SPECS}."
+        )
 
-            raise InvalidDeviceError(
-                f"Cannot use {spec!r} ({type(spec).__name__}) as a device. "
-                f"Accepted forms: {ACCEPTED_SPECS}."
-            )
-        return described.kind, described.index
-
-    def check_platform(self, platform: str) -> None:
-        """Called when a spec names a platform ("cuda", "mps"); adapters may refuse it."""
+    def _check_native(self, native) -> None:
+        """A native device must exist exactly: its own kind, index, and virtual flag."""
+        described = self.describe(native)
+        if described.kind == "gpu" and not described.virtual:
+            count = 0 if settings.accelerators_hidden() else self.accelerator_count()
+            if described.index >= count:
+                hidden = " (hidden by DEVSHIM_DEVICE=cpu)" if settings.accelerators_hidden() else ""
+                virtual = settings.virtual_device_count()
+                also = (f" Virtual GPUs are on ({settings.VIRTUAL_DEVICES_VAR}={virtual}); use "
+                        f"ds.gpu({described.index}) or the spec 'gpu:{described.index}' for virtual "
+                        f"gpu:{described.index}." if virtual else "")
+                raise DeviceUnavailableError(
+                    f"{native!r} is a real GPU, and the {self.name} backend sees {count} real "
+                    f"GPU{'s' if count != 1 else ''} on this machine{hidden}.{also} Use ds.try_gpu() "
+                    f"to fall back to the CPU."
+                )
+            return
+        self._check_exists(described.kind, described.index)
 
     def _check_exists(self, kind: str, index: int) -> None:
         if kind == "gpu":
             self.gpu(index)
+        elif kind == "meta":
+            self.make_native_device("meta", 0)  # backends without a meta device raise here
         elif index != 0 and not self.has_cpu(index):
             raise DeviceUnavailableError(
                 f"cpu:{index} is not available on the {self.name} backend. Use ds.cpu(), or "
                 f"ds.devices() to list the devices it has."
             )
 
-    def has_cpu(self, index: int) -> bool:
-        """Whether cpu:index exists (frameworks with several CPU devices override)."""
-        return index == 0
+    def _no_meta(self):
+        return DeviceUnavailableError(
+            f"The {self.name} backend has no data-less 'meta' device; that is a PyTorch device. "
+            f"Use ds.cpu() or ds.try_gpu()."
+        )
+
+    # -------------------------------------------------- fast paths for devshim/api.py
+
+    def device_table(self):
+        """The backend's ``DeviceTable``, or None when its tensors have no such attribute."""
+        return None
+
+    def device_of_fn(self):
+        """``x -> Device`` for this backend's tensors: what ``ds.device_of`` calls."""
+        return self.tensor_device
+
+    def copy_fn(self):
+        """``(x, spec, non_blocking) -> copy``: what ``ds.to_device`` calls for one tensor.
+
+        With no transfer guard watching there is nothing to mark, so the copy
+        calls the adapter straight away; otherwise it goes through
+        ``devshim.transfer.copy``, which marks it as asked for.
+        """
+        targets, resolve, copy_to, adapter = self._targets, self.target, self.copy_to, self
+        copy = transfer.copy
+
+        def to_device(x, device, non_blocking):
+            try:
+                native = targets[device]
+            except (KeyError, TypeError):  # resolved outside the handler: no chained traceback
+                native = None
+            if native is None:
+                native = resolve(device)
+            if transfer.watchers:
+                return copy(adapter, x, native, non_blocking)
+            return copy_to(x, native, non_blocking)
+
+        return to_device
+
+    def move_fn(self):
+        """``(x, spec) -> x or a copy``: what ``ds.copy_if_needed`` calls for one tensor."""
+        targets, resolve, same_place, copy_to, adapter = (
+            self._targets, self.target, self.same_place, self.copy_to, self)
+        move = transfer.move
+
+        def copy_if_needed(x, device):
+            try:
+                native = targets[device]
+            except (KeyError, TypeError):  # resolved outside the handler: no chained traceback
+                native = None
+            if native is None:
+                native = resolve(device)
+            if same_place(x, native):
+                return x
+            if transfer.watchers:
+                return move(adapter, x, native)
+            return copy_to(x, native, False)
+
+        return copy_if_needed
 
     def __repr__(self) -> str:
         return f"<devshim {self.name} backend>"
 
 
-def _check_index(i: Any) -> None:
+def _check_index(i) -> None:
     if not isinstance(i, int) or isinstance(i, bool) or i < 0:
         raise InvalidDeviceError(f"A GPU index must be a non-negative int, not {i!r}.")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import pickle
 
 import pytest
 
 import devshim as ds
-from devshim.device import parse_spec
+from devshim._device import parse_spec
 
 
 def test_cpu_is_accepted_by_the_framework(harness):
@@ -57,8 +58,8 @@ def test_gpu_index_must_be_a_non_negative_int(harness, bad):
         ds.try_gpu(bad)
 
 
-def test_devshim_device_cpu_hides_accelerators(harness, monkeypatch):
-    monkeypatch.setenv("DEVSHIM_DEVICE", "cpu")
+def test_devshim_device_cpu_hides_accelerators(harness, setenv):
+    setenv("DEVSHIM_DEVICE", "cpu")
     assert ds.num_gpus() == 0
     assert ds.try_gpu() == ds.cpu()
     assert ds.try_all_gpus() == [ds.cpu()]
@@ -66,8 +67,8 @@ def test_devshim_device_cpu_hides_accelerators(harness, monkeypatch):
         ds.gpu(0)
 
 
-def test_devshim_device_with_a_bad_value_says_what_works(harness, monkeypatch):
-    monkeypatch.setenv("DEVSHIM_DEVICE", "tpu")
+def test_devshim_device_with_a_bad_value_says_what_works(harness, setenv):
+    setenv("DEVSHIM_DEVICE", "tpu")
     with pytest.raises(ds.InvalidDeviceError, match="DEVSHIM_DEVICE=cpu"):
         ds.num_gpus()
 
@@ -90,7 +91,7 @@ def test_device_accepts_native_and_neutral_devices(harness):
     assert ds.device_of(x) == "cpu"
 
 
-@pytest.mark.parametrize("spec", ["gpu", "gpu:0", "cuda", "cuda:3", "gpu(2)", "/GPU:1"])
+@pytest.mark.parametrize("spec", ["gpu", "gpu:0", "cuda", "cuda:3", "gpu(2)", "/GPU:1", "tpu:0", "xpu:5"])
 def test_device_for_absent_gpus_raises_unavailable(harness, spec):
     if parse_spec(spec).index < ds.num_gpus():
         pytest.skip(f"{spec} exists here")
@@ -98,7 +99,37 @@ def test_device_for_absent_gpus_raises_unavailable(harness, spec):
         ds.device(spec)
 
 
-@pytest.mark.parametrize("spec", ["tpu", "gpu:-1", "gpu:x", "", "cuda:0:1", "gpu 1", 42, 1.5, None, object()])
+def test_a_native_gpu_the_machine_lacks_is_unavailable_even_with_virtual_devices(harness):
+    """A native GPU object names real hardware: virtual GPUs never stand in for it."""
+    real = ds.get_backend().accelerator_count()
+    native = harness.real_gpu(real)
+    if native is None:
+        pytest.skip(f"{harness.name} has no GPU device objects")
+    with pytest.raises(ds.DeviceUnavailableError, match="real GPU"):
+        ds.device(native)
+    with pytest.raises(ds.DeviceUnavailableError):
+        ds.to_device(harness.tensor([1.0]), native)
+
+
+def test_meta_is_a_data_less_device_where_the_backend_has_one(harness):
+    if not harness.has_meta:
+        with pytest.raises(ds.DeviceUnavailableError, match="meta"):
+            ds.device("meta")
+        return
+    x = harness.tensor([1.0, 2.0], device=ds.device("meta"))
+    d = ds.device_of(x)
+    assert (d.kind, str(d)) == ("meta", "meta:0") and d == "meta"
+    assert ds.same_device(x, ds.to_device(harness.tensor([3.0]), "meta"))
+    assert not ds.same_device(x, harness.tensor([1.0]))
+    with pytest.raises(ds.DeviceMismatchError, match="meta:0"):
+        ds.ensure_same_device(x, harness.tensor([1.0]))
+    for copy_out in (lambda: ds.to_numpy(x), lambda: ds.to_device(x, ds.cpu()),
+                     lambda: ds.copy_if_needed(x, "cpu")):
+        with pytest.raises(ds.DatalessTensorError, match="no data|nothing to"):
+            copy_out()
+
+
+@pytest.mark.parametrize("spec", ["banana", "gpu:-1", "gpu:x", "", "cuda:0:1", "gpu 1", "xla:0", 42, 1.5, None, object()])
 def test_device_rejects_unreadable_specs_listing_accepted_forms(harness, spec):
     with pytest.raises(ds.InvalidDeviceError, match="Accepted forms"):
         ds.device(spec)
@@ -111,15 +142,32 @@ def test_device_of_a_tensor_is_neutral_and_comparable(harness):
     assert (d.kind, d.index, str(d), d.backend, d.virtual) == ("cpu", 0, "cpu:0", harness.name, False)
     assert d == ds.cpu() and d == "cpu" and d == "cpu:0" and d == ds.Device("cpu", 0)
     assert d != "gpu:0" and d != ds.Device("gpu", 0) and d != "not a device"
-    assert hash(d) == hash(ds.Device("cpu", 0))
-    assert {d: 1}[ds.Device("cpu")] == 1
+    assert hash(d) == hash(ds.Device("cpu", 0)) == hash("cpu:0")
+    assert {d: 1}[ds.Device("cpu")] == 1 and {"cpu:0": 1}[d] == 1 and {d: 1}["cpu:0"] == 1
     assert ds.device_of(harness.tensor([0], device=d.native)) == d
 
 
-def test_device_pickles_as_its_neutral_description(harness):
+def test_a_nest_without_tensors_still_checks_the_device(harness):
+    for fn in (ds.to_device, ds.copy_if_needed):
+        with pytest.raises(ds.InvalidDeviceError, match="Accepted forms"):
+            fn([], "banana")
+        with pytest.raises(ds.DeviceUnavailableError):
+            fn({"n": 3}, f"gpu:{ds.num_gpus() + 7}")
+
+
+def test_specs_given_as_str_subclasses_are_specs(harness):
+    np = pytest.importorskip("numpy")
+    assert ds.device(np.str_("cpu")) == ds.cpu()
+    assert ds.device_of(ds.to_device(harness.tensor([1.0]), np.str_("cpu:0"))) == "cpu"
+
+
+def test_device_pickles_and_gets_its_native_device_back_from_the_backend(harness):
     d = ds.device_of(harness.tensor([1.0]))
     restored = pickle.loads(pickle.dumps(d))
-    assert restored == d and restored.backend == harness.name and restored.native is None
+    assert restored == d and restored.backend == harness.name and restored is not d
+    assert restored.native == d.native
+    assert ds.device_of(harness.tensor([0.0], device=restored.native)) == d
+    assert copy.copy(d) is d and copy.deepcopy(d) is d
 
 
 @pytest.mark.parametrize("value", [3, 2.5, "cpu", None, [1, 2], object()])

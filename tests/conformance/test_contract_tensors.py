@@ -88,7 +88,7 @@ def test_to_device_of_a_bare_non_tensor_raises(harness, value):
 def test_to_device_with_a_bad_or_absent_device_raises(harness):
     x = harness.tensor([1.0])
     with pytest.raises(ds.InvalidDeviceError):
-        ds.to_device(x, "tpu:0")
+        ds.to_device(x, "banana:0")
     with pytest.raises(ds.DeviceUnavailableError):
         ds.to_device(x, f"gpu:{ds.num_gpus()}")
 

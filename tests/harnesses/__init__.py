@@ -1,10 +1,11 @@
 """Per-framework test helpers for the conformance suite.
 
 The conformance tests are written once against the ``Harness`` interface;
-each framework supplies one small subclass in its own module here, listed in
-``HARNESS_MODULES``. A harness is only imported when its framework is
-installed, so the suite runs in every tox env and skips, with a reason, the
-frameworks that env does not have.
+each backend supplies one small subclass in ``harnesses/<backend>_harness.py``.
+Which backends exist comes from devshim's registry, so a new backend package
+plus its harness joins the suite with no list to edit. A harness is only
+imported when its framework is installed, so the suite runs in every tox env
+and skips, with a reason, the frameworks that env does not have.
 """
 
 from __future__ import annotations
@@ -14,15 +15,6 @@ import importlib.util
 from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
-
-# backend name -> (framework module checked with find_spec, harness module)
-HARNESS_MODULES = {
-    "numpy": ("numpy", "harnesses.numpy_harness"),
-    "torch": ("torch", "harnesses.torch_harness"),
-    "tensorflow": ("tensorflow", "harnesses.tensorflow_harness"),
-    "mxnet": ("mxnet", "harnesses.mxnet_harness"),
-}
-
 
 class Harness:
     """What the conformance suite needs to know about one framework.
@@ -38,6 +30,12 @@ class Harness:
     has_autograd: bool = True
     #: whether tensors can be mutated in place (TensorFlow's cannot).
     mutable: bool = True
+    #: whether the framework has a data-less "meta" device.
+    has_meta: bool = False
+
+    def real_gpu(self, index: int) -> Any:
+        """The framework's own object for real GPU ``index`` (None: it has no GPU objects)."""
+        return None
 
     def tensor(self, values: Any, device: Any = None, dtype: Optional[str] = None) -> Any:
         """A tensor holding ``values`` on native ``device`` (default: the framework's default)."""
@@ -83,13 +81,18 @@ class Harness:
         return a + b
 
 
+def backends_with_harness() -> List[str]:
+    """Every registered backend that has a harness module here, in registry order."""
+    from devshim.backends import specs
+
+    return [name for name in specs() if importlib.util.find_spec(f"harnesses.{name}_harness") is not None]
+
+
 def installed_backends() -> List[str]:
-    return [
-        name for name, (module, _) in HARNESS_MODULES.items()
-        if importlib.util.find_spec(module) is not None
-    ]
+    from devshim.backends import specs
+
+    return [name for name in backends_with_harness() if specs()[name].is_installed()]
 
 
 def load_harness(name: str) -> Harness:
-    module = importlib.import_module(HARNESS_MODULES[name][1])
-    return module.HARNESS
+    return importlib.import_module(f"harnesses.{name}_harness").HARNESS

@@ -30,6 +30,9 @@ class MxnetHarness(Harness):
     # What mxnet.np arrays can hold in 1.9.1: no int16, unsigned > 8 bits, complex or bfloat16.
     dtypes = ("bool", "uint8", "int8", "int32", "int64", "float16", "float32", "float64")
 
+    def real_gpu(self, index):
+        return mx.gpu(index)
+
     def tensor(self, values, device=None, dtype=None):
         return mx.np.array(np.asarray(values, dtype=dtype or np.float32), ctx=device)
 

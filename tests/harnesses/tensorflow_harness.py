@@ -19,6 +19,11 @@ class TensorflowHarness(Harness):
     )
     mutable = False
 
+    def real_gpu(self, index):
+        from devshim.backends.tensorflow.core import TFDevice
+
+        return TFDevice(f"/GPU:{index}")
+
     def tensor(self, values, device=None, dtype=None):
         if device is None:
             return tf.constant(values, dtype=dtype)

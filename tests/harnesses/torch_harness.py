@@ -8,10 +8,16 @@ from harnesses import Harness
 
 class TorchHarness(Harness):
     name = "torch"
+    has_meta = True
     dtypes = (
         "bool", "uint8", "int8", "int16", "int32", "int64",
         "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
     )
+
+    def real_gpu(self, index):
+        import devshim as ds
+
+        return torch.device(ds.get_backend("torch").accelerator_platform() or "cuda", index)
 
     def _dtype(self, name):
         return getattr(torch, name) if name else None

@@ -1,4 +1,4 @@
-"""MXNet adapter (1.9.x), for both the ``mxnet.np`` and the classic ``mxnet.nd`` arrays.
+"""MXNet's device contract (1.9.x), for both the ``mxnet.np`` and the classic ``mxnet.nd`` arrays.
 
 Native devices are ``mx.Context`` objects, so ``mx.np.ones((2, 3), ctx=ds.try_gpu())``
 and ``mx.nd.ones((2, 3), ctx=ds.try_gpu())`` work. ``mx.np.ndarray`` subclasses
@@ -6,18 +6,18 @@ and ``mx.nd.ones((2, 3), ctx=ds.try_gpu())`` work. ``mx.np.ndarray`` subclasses
 
 MXNet itself only checks the device *type* of an operation's inputs: adding
 arrays on ``cpu(0)`` and ``cpu(1)`` runs silently. devshim compares type and
-id, which is what makes virtual devices useful here: under
-``DEVSHIM_VIRTUAL_DEVICES=N`` virtual gpu ``i`` is the host context
-``cpu(i + 1)``, and ``cpu(0)`` stays the CPU.
+id, which is what makes virtual devices useful here: following
+``devshim.backends.virtual``, under ``DEVSHIM_VIRTUAL_DEVICES=N`` virtual gpu
+``i`` is the host context ``cpu(i + 1)``, and ``cpu(0)`` stays the CPU.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
-
-from devshim import config
-from devshim.backends.base import Backend
-from devshim.device import Device
+from devshim import settings
+from devshim.backends import virtual
+from devshim.backends.base import Backend, DeviceTable
+from devshim.backends.mxnet import SPEC
+from devshim._device import Device
 from devshim.errors import DeviceUnavailableError, InvalidDeviceError
 
 # MXNet's host-memory context types besides plain "cpu": page-locked memory for
@@ -33,18 +33,25 @@ class MxnetBackend(Backend):
         ...     X = mx.np.ones((2, 3), ctx=ds.try_gpu())
     """
 
-    name = "mxnet"
-    module = "mxnet"
-    pip_extra = "mxnet"
-    supports_virtual_devices = True
-    distributions = ("mxnet", "mxnet-cu112", "mxnet-cu117")
+    spec = SPEC
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._described = DeviceTable("ctx")  # Context -> Device
+
+    def device_table(self):
+        return self._described
+
+    def reset(self) -> None:
+        super().reset()
+        self._described.clear()
 
     # ------------------------------------------------ framework primitives
 
-    def is_tensor(self, x: Any) -> bool:
+    def is_tensor(self, x) -> bool:
         return isinstance(x, self.fw.nd.NDArray)
 
-    def is_native_device(self, obj: Any) -> bool:
+    def is_native_device(self, obj) -> bool:
         return isinstance(obj, self.fw.context.Context)
 
     def accelerator_count(self) -> int:
@@ -55,22 +62,33 @@ class MxnetBackend(Backend):
             # A CUDA build of MXNet on a machine without a usable driver.
             return 0
 
-    def make_native_device(self, kind: str, index: int) -> Any:
+    def accelerator_platform(self):
+        return "cuda" if self.accelerator_count() else None
+
+    def make_native_device(self, kind: str, index: int):
         context = self.fw.context
+        if kind == "meta":
+            raise self._no_meta()
         if kind == "cpu":
             return context.cpu(index)
-        if config.virtual_device_count():
-            return context.cpu(index + 1)
+        if settings.virtual_device_count():
+            return context.cpu(virtual.host_index(index))
         return context.gpu(index)
 
-    def describe(self, native: Any) -> Device:
+    def describe(self, native) -> Device:
+        described = self._described.get(native)
+        if described is None:
+            described = self._described[native] = self._describe(native)
+        return described
+
+    def _describe(self, native) -> Device:
         kind, index = native.device_type, native.device_id
         if kind == "gpu":
             return Device("gpu", index, native=native, backend=self.name, platform="cuda")
         if kind == "cpu":
-            virtual = config.virtual_device_count()
-            if 0 < index <= virtual:
-                return Device("gpu", index - 1, native=native, backend=self.name, virtual=True)
+            gpu = virtual.virtual_gpu_index(index, settings.virtual_device_count())
+            if gpu is not None:
+                return Device("gpu", gpu, native=native, backend=self.name, virtual=True)
             return Device("cpu", index, native=native, backend=self.name)
         if kind in _HOST_TYPES:
             return Device("cpu", 0, native=native, backend=self.name, platform=kind)
@@ -80,19 +98,18 @@ class MxnetBackend(Backend):
             f"x.copyto(mx.cpu())."
         )
 
-    def tensor_device(self, x: Any) -> Device:
+    def tensor_device(self, x) -> Device:
         return self.describe(x.ctx)  # ``ctx``: both front-ends have it, neither warns
 
-    def copy_to(self, x: Any, native: Any, non_blocking: bool) -> Any:
+    # same_place: the base's "device_of(x) is the target" is MXNet's as_in_ctx, except
+    # that it also counts cpu_pinned(0) arrays as already on the CPU, as same_device does.
+
+    def copy_to(self, x, native, non_blocking: bool):
         # copyto(Context) always allocates, even on x's own context, and autograd
         # records it. MXNet's engine is asynchronous anyway: non_blocking changes nothing.
         return x.copyto(native)
 
-    # move_if_needed: the base's "x itself when device_of(x) is the target, else
-    # copy_to" is MXNet's as_in_ctx, except that it also counts cpu_pinned(0)
-    # arrays as already on the CPU, as same_device does.
-
-    def tensor_to_numpy(self, x: Any) -> Any:
+    def tensor_to_numpy(self, x):
         # asnumpy allocates a fresh NumPy array and waits for x to be computed.
         return x.asnumpy()
 
@@ -103,12 +120,13 @@ class MxnetBackend(Backend):
 
     def has_cpu(self, index: int) -> bool:
         """MXNet accepts any ``cpu(i)``; under virtual devices ``cpu(1..N)`` are the GPUs."""
-        virtual = config.virtual_device_count()
-        if 0 < index <= virtual:
+        count = settings.virtual_device_count()
+        gpu = virtual.virtual_gpu_index(index, count)
+        if gpu is not None:
             raise DeviceUnavailableError(
-                f"cpu:{index} is not a CPU here: with {config.VIRTUAL_DEVICES_VAR}={virtual} "
-                f"MXNet's cpu({index}) backs virtual gpu:{index - 1}. Use ds.cpu() for the "
-                f"CPU, or ds.gpu({index - 1}) for that virtual GPU."
+                f"cpu:{index} is not a CPU here: with {settings.VIRTUAL_DEVICES_VAR}={count} "
+                f"MXNet's cpu({index}) backs virtual gpu:{gpu}. Use ds.cpu() for the "
+                f"CPU, or ds.gpu({gpu}) for that virtual GPU."
             )
         return True
 
@@ -119,21 +137,25 @@ class MxnetBackend(Backend):
                 f"Write 'gpu' (or ds.try_gpu()) to mean whichever accelerator is present."
             )
 
-    def synchronize(self, native: Optional[Any]) -> None:
+    def synchronize(self, native) -> None:
         # MXNet queues all work on one engine; waitall is its only global barrier.
         self.fw.nd.waitall()
 
-    def device_details(self) -> List[Dict[str, Any]]:
+    def wait(self, x) -> None:
+        x.wait_to_read()
+
+    def device_details(self) -> list:
         mx = self.fw
-        details: List[Dict[str, Any]] = []
+        details: list = []
         for native in self.devices():
             described = self.describe(native)
-            entry: Dict[str, Any] = {"device": str(described), "name": str(native)}
+            entry: dict = {"device": str(described), "name": str(native)}
             if described.virtual:
                 entry.update(name=f"{native} (host memory)", virtual=True)
             elif described.kind == "cpu":
                 entry.update(name=f"{native} (host CPU)")
             else:
+                entry["platform"] = "cuda"
                 try:
                     free, total = mx.context.gpu_memory_info(described.index)
                     entry.update(memory_bytes=total, free_bytes=free)

@@ -1,0 +1,263 @@
+"""PyTorch's device contract.
+
+"gpu" is torch's accelerator, whichever it is: ``torch.accelerator`` (torch
+2.6 and later) names it (cuda, also for ROCm builds; xpu; mps; mtia; an
+out-of-tree device renamed from privateuse1). Older torch falls back to
+checking cuda, xpu, mps and mtia in turn. Native devices are
+``torch.device`` objects, so ``torch.ones(2, device=ds.try_gpu())`` works.
+torch's ``meta`` device (shapes without data) is devshim's kind ``"meta"``.
+PyTorch has a single CPU device.
+"""
+
+from __future__ import annotations
+
+from devshim.backends.base import Backend, DeviceTable
+from devshim.backends.torch import SPEC
+from devshim._device import Device, register_platform
+from devshim.errors import DatalessTensorError, InvalidDeviceError, UnsupportedDtypeError
+
+# torch dtypes NumPy lacks, and the ml_dtypes type (same bits) that stands in for each.
+_ML_DTYPES = {
+    "bfloat16": ("int16", "bfloat16"),
+    "float8_e4m3fn": ("uint8", "float8_e4m3fn"),
+    "float8_e5m2": ("uint8", "float8_e5m2"),
+    "float8_e4m3fnuz": ("uint8", "float8_e4m3fnuz"),
+    "float8_e5m2fnuz": ("uint8", "float8_e5m2fnuz"),
+}
+# Accelerator device types torch may report, tried in this order on torch without
+# torch.accelerator.
+_FALLBACK_PLATFORMS = ("cuda", "xpu", "mps", "mtia")
+_UNKNOWN = object()
+
+
+class TorchBackend(Backend):
+    """PyTorch tensors on the CPU, the accelerator, or ``meta``.
+
+    Example:
+        >>> ds.get_backend("torch").try_gpu()
+        device(type='cpu')
+    """
+
+    spec = SPEC
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._described = DeviceTable("device")  # torch.device -> Device
+        self._platform = _UNKNOWN
+        self._count = None
+
+    def device_table(self):
+        return self._described
+
+    def reset(self) -> None:
+        super().reset()
+        self._described.clear()
+        self._platform = _UNKNOWN
+        self._count = None
+
+    # ------------------------------------------------------------ the accelerator
+
+    def accelerator_platform(self):
+        """The accelerator's device type ("cuda", "xpu", "mps", ...), or None without one."""
+        if self._platform is _UNKNOWN:
+            self._platform = self._find_platform()
+            if self._platform is not None:
+                register_platform(self._platform)  # so "npu:1" reads as a spec, say
+        return self._platform
+
+    def _find_platform(self):
+        torch = self.fw
+        accelerator = getattr(torch, "accelerator", None)
+        if accelerator is not None and hasattr(accelerator, "current_accelerator"):
+            try:
+                found = accelerator.current_accelerator(check_available=True)
+            except TypeError:  # torch 2.6: no check_available
+                found = accelerator.current_accelerator() if accelerator.is_available() else None
+            return found.type if found is not None else None
+        for platform in _FALLBACK_PLATFORMS:
+            module = getattr(torch.backends, platform, None) if platform == "mps" else getattr(torch, platform, None)
+            try:
+                if module is not None and module.is_available():
+                    return platform
+            except RuntimeError:  # a build whose driver is missing
+                continue
+        return None
+
+    def accelerator_count(self) -> int:
+        if self._count is None:
+            platform = self.accelerator_platform()
+            if platform is None:
+                self._count = 0
+            else:
+                accelerator = getattr(self.fw, "accelerator", None)
+                if accelerator is not None and hasattr(accelerator, "device_count"):
+                    self._count = accelerator.device_count()
+                elif platform == "mps":
+                    self._count = 1
+                else:
+                    self._count = self.fw.get_device_module(platform).device_count()
+        return self._count
+
+    # ------------------------------------------------------------ primitives
+
+    def is_tensor(self, x) -> bool:
+        return isinstance(x, self.fw.Tensor)
+
+    def is_native_device(self, obj) -> bool:
+        return isinstance(obj, self.fw.device)
+
+    def make_native_device(self, kind: str, index: int):
+        torch = self.fw
+        if kind == "cpu":
+            return torch.device("cpu")
+        if kind == "meta":
+            return torch.device("meta")
+        return torch.device(self.accelerator_platform() or "cuda", index)
+
+    def device(self, spec):
+        native = super().device(spec)
+        if native.index is None and native.type not in ("cpu", "meta"):
+            # torch.device("cuda") means the current GPU: name it, so comparisons are exact.
+            native = self.fw.device(native.type, self.describe(native).index)
+        return native
+
+    def describe(self, native) -> Device:
+        described = self._described.get(native)
+        if described is None:
+            described = self._describe(native)
+            self._described[native] = described
+        return described
+
+    def _describe(self, native) -> Device:
+        kind = native.type
+        if kind == "cpu":
+            return Device("cpu", 0, native=native, backend=self.name)
+        if kind == "meta":
+            return Device("meta", 0, native=native, backend=self.name, platform="meta")
+        platform = self.accelerator_platform()
+        if kind == platform or kind in _FALLBACK_PLATFORMS:
+            index = native.index
+            if index is None:
+                index = self._current_index(kind) if kind == platform else 0
+            return Device("gpu", index, native=native, backend=self.name, platform=kind)
+        raise InvalidDeviceError(
+            f"devshim does not handle torch device type {kind!r}; it handles cpu, meta and this "
+            f"machine's accelerator ({platform or 'none here'}; cuda, xpu, mps or mtia elsewhere). "
+            f"Move the tensor to one of those first, e.g. x.to('cpu')."
+        )
+
+    def _current_index(self, platform: str) -> int:
+        accelerator = getattr(self.fw, "accelerator", None)
+        if accelerator is not None and hasattr(accelerator, "current_device_index"):
+            return accelerator.current_device_index()
+        if platform == "mps":
+            return 0
+        return self.fw.get_device_module(platform).current_device()
+
+    def tensor_device(self, x) -> Device:
+        native = x.device
+        try:
+            return self._described[native]
+        except KeyError:
+            pass
+        return self.describe(native)
+
+    def same_place(self, x, native) -> bool:
+        return x.device == native
+
+    def copy_to(self, x, native, non_blocking: bool):
+        # copy=True guarantees new storage even when x is already on `native`;
+        # Tensor.to is differentiable, so autograd sees the copy.
+        try:
+            return x.to(native, non_blocking=non_blocking, copy=True)
+        except NotImplementedError:
+            if x.is_meta and native.type != "meta":
+                raise self._dataless(x, f"copy it to {native}") from None
+            raise
+
+    def tensor_to_numpy(self, x):
+        if x.is_meta:
+            raise self._dataless(x, "read its values")
+        t = x.detach()
+        t = t.cpu() if t.device.type != "cpu" else t.clone()
+        t = t.resolve_conj().resolve_neg()
+        name = str(t.dtype).replace("torch.", "")
+        if name in _ML_DTYPES:
+            return self._through_ml_dtypes(t, name)
+        try:
+            return t.numpy()
+        except TypeError:
+            raise self._no_numpy_dtype(t, name) from None
+
+    def _through_ml_dtypes(self, t, name: str):
+        bits, stand_in = _ML_DTYPES[name]
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise UnsupportedDtypeError(
+                f"NumPy has no {name} type. Install ml_dtypes (pip install \"devshim[torch]\") "
+                f"to get an exact copy, or convert first, e.g. ds.to_numpy(x.float())."
+            ) from None
+        return t.view(getattr(self.fw, bits)).numpy().view(getattr(ml_dtypes, stand_in))
+
+    def _no_numpy_dtype(self, t, name: str) -> UnsupportedDtypeError:
+        if t.is_quantized:
+            advice = ("dequantize it first, ds.to_numpy(x.dequantize()), or take the stored "
+                      "integers with ds.to_numpy(x.int_repr())")
+        elif name == "complex32":
+            advice = "convert it first, e.g. ds.to_numpy(x.to(torch.complex64))"
+        else:
+            advice = "convert it to a dtype NumPy has first, e.g. ds.to_numpy(x.float())"
+        return UnsupportedDtypeError(f"NumPy has no {name} type, so this tensor cannot become a "
+                                     f"NumPy array as it is: {advice}.")
+
+    def _dataless(self, x, what: str) -> DatalessTensorError:
+        return DatalessTensorError(
+            f"This tensor lives on meta:0, torch's device for shapes without data, so there is "
+            f"nothing to {what}. Create it on a real device (ds.cpu(), ds.try_gpu()), or "
+            f"materialise a meta module with module.to_empty(device=...) and load its weights."
+        )
+
+    # ------------------------------------------------------------ waiting
+
+    def synchronize(self, native) -> None:
+        # Cheap checks first: timing code calls this around every measurement.
+        kind = getattr(native, "type", None)
+        if kind == "cpu" or kind == "meta":
+            return
+        platform = self.accelerator_platform()
+        if platform is None:
+            return
+        torch = self.fw
+        if platform == "cuda" and not torch.cuda.is_initialized():
+            return  # no CUDA context yet: nothing was ever queued on a CUDA device
+        accelerator = getattr(torch, "accelerator", None)
+        sync = (accelerator.synchronize if accelerator is not None and hasattr(accelerator, "synchronize")
+                else torch.get_device_module(platform).synchronize)
+        if native is None:
+            for i in range(self.accelerator_count()):
+                sync(torch.device(platform, i))
+        else:
+            sync(native)
+
+    def wait(self, x) -> None:
+        self.synchronize(x.device)
+
+    def device_details(self) -> list:
+        details: list = [{"device": "cpu:0", "name": "host CPU"}]
+        torch = self.fw
+        platform = self.accelerator_platform()
+        for native in self.devices()[1:]:
+            entry: dict = {"device": str(self.describe(native)), "name": str(native), "platform": platform}
+            if platform == "mps":
+                entry.update(name="Apple MPS")
+            else:
+                try:
+                    props = torch.get_device_module(platform).get_device_properties(native.index)
+                    entry["name"] = getattr(props, "name", str(native))
+                    if getattr(props, "total_memory", None):
+                        entry["memory_bytes"] = props.total_memory
+                except (AttributeError, RuntimeError, AssertionError):
+                    pass  # the count is known but the runtime would not say more
+            details.append(entry)
+        return details

@@ -1,0 +1,45 @@
+"""The operations ``devshim bench`` needs, in PyTorch (imported only when an experiment runs)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def rand(shape, device):
+    """float32 normal samples of ``shape`` on ``device``."""
+    return torch.randn(shape, device=device)
+
+
+matmul = torch.matmul
+add = torch.add
+
+
+def norm(x):
+    """The Frobenius norm, left on the device."""
+    return torch.linalg.norm(x)
+
+
+def stack(xs):
+    return torch.stack(xs)
+
+
+def concat(xs):
+    return torch.cat(xs)
+
+
+def split(x, sections):
+    """``x`` split along dim 0 into pieces of the given sizes."""
+    return list(torch.split(x, list(sections)))
+
+
+# The framework's own spelling of devshim's calls: the overhead experiment's baselines.
+def native_copy(x, device):
+    return x.to(device, copy=True)
+
+
+def native_move(x, device):
+    return x.to(device)
+
+
+def native_device_of(x):
+    return x.device

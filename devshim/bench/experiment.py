@@ -1,0 +1,203 @@
+"""What an experiment of ``devshim bench`` declares, and the helpers experiments share.
+
+Each experiment is one module in ``devshim/bench/experiments/`` holding an
+``EXPERIMENT``: its name, its command-line options, the columns of its table
+and the plot it draws, and the function that measures (returning rows, plain
+dicts ready for a table or JSON). The CLI, the table and the plot read these
+declarations; nothing lists experiments by name.
+
+Experiments use only devshim's public API and the backends' ``ops`` modules.
+"""
+
+from __future__ import annotations
+
+import devshim as ds
+from devshim.backends import get_backend
+from devshim.errors import ExperimentError
+
+__all__ = [
+    "Experiment", "Option", "Column", "LinePlot", "BarPlot",
+    "Steps", "HostReads", "ops_for", "device_name", "native_device", "check_sizes", "check_count",
+]
+
+
+class Option:
+    """One command-line option of an experiment; ``dest`` is the keyword its run function takes.
+
+    Example:
+        >>> Option("--steps", dest="steps", type=int, metavar="N", help="steps to log")
+    """
+
+    def __init__(self, flag: str, *, dest: str, help: str, type=None, nargs=None, action=None,
+                 metavar=None) -> None:
+        self.flag, self.dest, self.help = flag, dest, help
+        self.type, self.nargs, self.action, self.metavar = type, nargs, action, metavar
+
+    def add_to(self, parser) -> None:
+        extra = {}
+        if self.type is not None:
+            extra["type"] = self.type
+        if self.nargs is not None:
+            extra["nargs"] = self.nargs
+        if self.metavar is not None:
+            extra["metavar"] = self.metavar
+        parser.add_argument(self.flag, dest=self.dest, action=self.action or "store", help=self.help, **extra)
+
+
+class Column:
+    """One column of an experiment's table.
+
+    ``form`` is how values print: ``"text"``, ``"number"``, ``"seconds"``
+    (with the row's spread, ``<key>_iqr``, as "±x%") or ``"ratio"`` ("1.23x").
+
+    Example:
+        >>> Column("seconds", "time", form="seconds")
+    """
+
+    def __init__(self, key: str, heading: str, *, form: str = "text") -> None:
+        self.key, self.heading, self.form = key, heading, form
+
+
+class LinePlot:
+    """A line per group of rows, ``y`` against ``x`` on a log2 axis, with error bars
+    from the rows' ``<y>_low``/``<y>_high`` (the measurement's quartiles).
+
+    Example:
+        >>> LinePlot(x="size", y="gflops", group=("backend", "device"),
+        ...          xlabel="matrix size n", ylabel="GFLOP/s (median)")
+    """
+
+    def __init__(self, *, x: str, y: str, group: tuple, xlabel: str, ylabel: str) -> None:
+        self.x, self.y, self.group, self.xlabel, self.ylabel = x, y, group, xlabel, ylabel
+
+
+class BarPlot:
+    """A horizontal bar per row, ``value`` scaled by ``scale``, with error bars from
+    ``<value>_low``/``<value>_high``; ``reference`` draws a vertical line (1.0 for ratios);
+    ``annotate(row)`` writes a label at the end of each bar.
+
+    Example:
+        >>> BarPlot(label="variant", value="seconds", scale=1e3, xlabel="milliseconds (median)")
+    """
+
+    def __init__(self, *, label: str, value: str, xlabel: str, scale: float = 1.0,
+                 reference=None, annotate=None) -> None:
+        self.label, self.value, self.xlabel, self.scale = label, value, xlabel, scale
+        self.reference, self.annotate = reference, annotate
+
+
+class Experiment:
+    """An experiment's declaration; ``run(backend=..., progress=..., min_run_time=..., **options)``
+    measures and returns the rows.
+
+    Example:
+        >>> EXPERIMENT = Experiment("matmul", summary="...", run=run, options=[...],
+        ...                         columns=[...], plot=LinePlot(...))
+    """
+
+    def __init__(self, name: str, *, summary: str, run, options: list, columns: list, plot,
+                 per_backend: bool = True) -> None:
+        self.name, self.summary, self.run = name, summary, run
+        self.options, self.columns, self.plot = options, columns, plot
+        #: False for experiments that do not depend on the backend (``startup``): run once.
+        self.per_backend = per_backend
+
+    def keywords(self, args) -> dict:
+        """The run function's keywords from parsed command-line arguments (those given)."""
+        found = {}
+        for option in self.options:
+            value = getattr(args, option.dest, None)
+            if value is not None:
+                found[option.dest] = value
+        return found
+
+
+# ---------------------------------------------------------------- shared helpers
+
+
+def ops_for(backend):
+    """The backend's ``ops`` module (its framework is imported now).
+
+    Example:
+        >>> ops = ops_for("torch")
+        >>> ops.matmul(ops.rand((4, 4), ds.cpu()), ops.rand((4, 4), ds.cpu()))
+    """
+    adapter = get_backend(backend)
+    if not adapter.spec.has_module("ops"):
+        raise ExperimentError(
+            f"The {adapter.name} backend has no ops module, so the experiments cannot run on it; "
+            f"run them with --backend set to one of: "
+            f"{', '.join(n for n in ds.available_backends() if get_backend(n).spec.has_module('ops'))}."
+        )
+    return adapter.spec.module("ops")
+
+
+def native_device(device, backend: str):
+    """The backend's native device for a spec."""
+    return ds.device(device, backend=backend)
+
+
+def device_name(native, backend: str) -> str:
+    """"gpu:1", or "gpu:1 (virtual)" for a virtual device."""
+    described = get_backend(backend).describe(native)
+    return f"{described} (virtual)" if described.virtual else str(described)
+
+
+def check_sizes(sizes, what: str) -> list:
+    sizes = list(sizes) if isinstance(sizes, (list, tuple)) else [sizes]
+    if not sizes or any(not isinstance(s, (int, float)) or isinstance(s, bool) or s <= 0 for s in sizes):
+        raise ExperimentError(f"{what} must be a non-empty list of positive numbers, not {sizes!r}.")
+    return sizes
+
+
+def check_count(value, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ExperimentError(f"{what} must be a whole number >= 1, not {value!r}.")
+    return value
+
+
+class HostReads:
+    """The one door through which experiments read device values on the host.
+
+    Every read is an explicit ``ds.to_numpy`` and is counted, so a transfer
+    guard (or a test) can watch or wrap ``read`` to see each one.
+
+    Example:
+        >>> reads = HostReads()
+        >>> value = float(reads.read(loss))
+        >>> reads.count
+        1
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def read(self, x):
+        self.count += 1
+        return ds.to_numpy(x)
+
+
+class Steps:
+    """Runs labelled steps, reporting ``progress(done, total, label)`` before the first and after each.
+
+    Example:
+        >>> steps = Steps(progress)
+        >>> steps.add("torch cpu:0 64x64", measure_one)
+        >>> steps.run()
+    """
+
+    def __init__(self, progress) -> None:
+        self.progress = progress
+        self.steps: list = []
+
+    def add(self, label: str, step) -> None:
+        self.steps.append((label, step))
+
+    def run(self) -> None:
+        total = len(self.steps)
+        for done, (label, step) in enumerate(self.steps):
+            if self.progress is not None:
+                self.progress(done, total, label)
+            step()
+        if self.progress is not None:
+            self.progress(total, total, "done")

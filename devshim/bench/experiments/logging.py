@@ -1,0 +1,94 @@
+"""D2L exercise 3: log a norm to the host every step, or keep the log on the device."""
+
+from __future__ import annotations
+
+from devshim.backends import get_backend
+from devshim.bench.experiment import (
+    BarPlot, Column, Experiment, HostReads, Option, Steps, check_count, check_sizes, device_name,
+    native_device, ops_for,
+)
+from devshim.bench.measure import measure, spread_fields
+from devshim.errors import ExperimentError
+
+VARIANTS = ("log to host each step", "log on device, move once")
+
+
+def run(steps: int = 1000, size: int = 100, *, backend=None, device=None, min_run_time: float = 0.3,
+        progress=None) -> list:
+    """Log a matmul's Frobenius norm to the host every step vs keep the log on
+    the device and move it once.
+
+    Rows, one per variant: seconds (median for all ``steps``) with its spread,
+    host_reads (``steps`` vs 1, counted through ``HostReads``), and slowdown
+    (seconds / the on-device variant's seconds). Both variants must log the same values.
+
+    Example:
+        >>> slow, fast = run(steps=1000)
+        >>> slow["host_reads"], fast["host_reads"], slow["slowdown"]
+        (1000, 1, 3.2)
+    """
+    check_count(steps, "steps")
+    size = int(check_sizes([size], "logging size")[0])
+    adapter = get_backend(backend)
+    name, ops = adapter.name, ops_for(adapter.name)
+    target = adapter.try_gpu() if device is None else native_device(device, name)
+    a, b = ops.rand((size, size), target), ops.rand((size, size), target)
+
+    def to_host_each_step(reads: HostReads) -> list:
+        return [float(reads.read(ops.norm(ops.matmul(a, b)))) for _ in range(steps)]
+
+    def on_device_move_once(reads: HostReads) -> list:
+        log = [ops.norm(ops.matmul(a, b)) for _ in range(steps)]
+        return [float(v) for v in reads.read(ops.stack(log)).ravel()]
+
+    variants = dict(zip(VARIANTS, (to_host_each_step, on_device_move_once)))
+    results: dict = {}
+    logs: dict = {}
+    plan = Steps(progress)
+
+    def one(label: str, variant) -> None:
+        counted = HostReads()
+        logs[label] = variant(counted)
+        m = measure(variant, HostReads(), warmup=1, min_run_time=min_run_time, device=target, label=label)
+        results[label] = {
+            "backend": name, "device": device_name(target, name), "variant": label,
+            "steps": steps, "size": size, **spread_fields(m), "host_reads": counted.count,
+        }
+
+    for label, variant in variants.items():
+        plan.add(f"{name} {label}", lambda label=label, variant=variant: one(label, variant))
+    plan.run()
+    first, second = (logs[label] for label in VARIANTS)
+    if len(first) != len(second) or any(abs(x - y) > 1e-3 * max(1.0, abs(x)) for x, y in zip(first, second)):
+        raise ExperimentError(
+            f"The two logging variants logged different norms on {name}; the experiment is broken. "
+            f"Please report it with the output of `devshim info`."
+        )
+    fast = results[VARIANTS[1]]["seconds"]
+    rows = [results[label] for label in VARIANTS]
+    for row in rows:
+        row["slowdown"] = row["seconds"] / fast
+    return rows
+
+
+def _reads(row) -> str:
+    return f"{row['host_reads']} host read{'s' if row['host_reads'] != 1 else ''}"
+
+
+EXPERIMENT = Experiment(
+    "logging",
+    summary="D2L exercise 3: log a norm to the host each step vs keep the log on the device",
+    run=run,
+    options=[
+        Option("--steps", dest="steps", type=int, metavar="N", help="steps to log (default 1000)"),
+        Option("--size", dest="size", type=int, metavar="N", help="matrix size n of each step's matmul (default 100)"),
+        Option("--device", dest="device", metavar="D", help="where to compute (default: try_gpu())"),
+    ],
+    columns=[
+        Column("backend", "backend"), Column("device", "device"), Column("variant", "variant"),
+        Column("steps", "steps", form="number"), Column("seconds", "time", form="seconds"),
+        Column("host_reads", "host reads", form="number"), Column("slowdown", "slowdown", form="ratio"),
+    ],
+    plot=BarPlot(label="variant", value="seconds", scale=1e3, xlabel="milliseconds (median, IQR bars)",
+                 annotate=_reads),
+)

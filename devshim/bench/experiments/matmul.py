@@ -1,0 +1,73 @@
+"""D2L exercise 1: large and small matmuls on the CPU and on each GPU."""
+
+from __future__ import annotations
+
+from devshim.backends import get_backend
+from devshim.bench.experiment import (
+    Column, Experiment, LinePlot, Option, Steps, check_sizes, device_name, native_device, ops_for,
+)
+from devshim.bench.measure import measure, spread_fields
+
+
+def run(sizes=(16, 64, 256, 1024), *, backend=None, devices=None, min_run_time: float = 0.2,
+        progress=None) -> list:
+    """Time ``n x n`` float32 matmuls on the CPU and each GPU.
+
+    Rows: backend, device, size, seconds (median per matmul) with its spread,
+    gflops (with gflops_low/high from the quartiles), and cpu_over_device
+    (CPU seconds / this device's seconds: above 1, the device is faster).
+    ``devices`` limits the accelerators; the CPU is always measured, as the reference.
+
+    Example:
+        >>> for row in run([64, 1024]):
+        ...     print(row["device"], row["size"], row["gflops"])
+    """
+    sizes = [int(n) for n in check_sizes(sizes, "matmul sizes")]
+    adapter = get_backend(backend)
+    name, ops = adapter.name, ops_for(adapter.name)
+    cpu = adapter.cpu()
+    chosen = adapter.devices()[1:] if devices is None else [native_device(d, name) for d in devices]
+    targets = [cpu] + [d for d in chosen if adapter.describe(d) != adapter.describe(cpu)]
+    rows: list = []
+    cpu_seconds: dict = {}
+    steps = Steps(progress)
+
+    def one(device, n: int) -> None:
+        a, b = ops.rand((n, n), device), ops.rand((n, n), device)
+        m = measure(ops.matmul, a, b, warmup=1, min_run_time=min_run_time, device=device)
+        if device is cpu:
+            cpu_seconds[n] = m.median
+        flops = 2 * n**3
+        q1, q3 = m.quartiles()
+        rows.append({
+            "backend": name, "device": device_name(device, name), "size": n,
+            **spread_fields(m),
+            "gflops": flops / m.median / 1e9, "gflops_low": flops / q3 / 1e9, "gflops_high": flops / q1 / 1e9,
+            "cpu_over_device": cpu_seconds[n] / m.median,
+        })
+
+    for device in targets:
+        for n in sizes:
+            steps.add(f"{name} {device_name(device, name)} {n}x{n}", lambda d=device, n=n: one(d, n))
+    steps.run()
+    return rows
+
+
+EXPERIMENT = Experiment(
+    "matmul",
+    summary="D2L exercise 1: square float32 matmuls by size, on the CPU and each GPU",
+    run=run,
+    options=[
+        Option("--sizes", dest="sizes", type=int, nargs="+", metavar="N",
+               help="matrix sizes n (n x n); default 16 64 256 1024"),
+        Option("--device", dest="devices", action="append", metavar="D",
+               help="an accelerator to measure (repeatable); the CPU is always measured, as the reference"),
+    ],
+    columns=[
+        Column("backend", "backend"), Column("device", "device"), Column("size", "n", form="number"),
+        Column("seconds", "time", form="seconds"), Column("gflops", "GFLOP/s", form="number"),
+        Column("cpu_over_device", "CPU/device", form="ratio"),
+    ],
+    plot=LinePlot(x="size", y="gflops", group=("backend", "device"),
+                  xlabel="matrix size n (n x n, float32)", ylabel="GFLOP/s (median, IQR bars)"),
+)

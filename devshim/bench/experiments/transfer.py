@@ -1,0 +1,71 @@
+""""Copying is slow": host-to-device and device-to-host bandwidth."""
+
+from __future__ import annotations
+
+import devshim as ds
+from devshim.backends import get_backend
+from devshim.bench.experiment import (
+    Column, Experiment, LinePlot, Option, Steps, check_sizes, device_name, native_device, ops_for,
+)
+from devshim.bench.measure import measure, spread_fields
+
+
+def run(sizes_mb=(1, 8, 64), *, backend=None, device=None, min_run_time: float = 0.2,
+        progress=None) -> list:
+    """Host-to-device (``ds.to_device``) and device-to-host (``ds.to_numpy``)
+    bandwidth for float32 buffers of ``sizes_mb`` MiB.
+
+    ``device`` defaults to the first GPU; without one it is the CPU, and the
+    numbers are host memory-copy bandwidth. Rows: direction, device,
+    megabytes, seconds (median per copy) with its spread, gb_per_s (with
+    gb_per_s_low/high from the quartiles).
+
+    Example:
+        >>> for row in run([1, 64]):
+        ...     print(row["direction"], row["megabytes"], row["gb_per_s"])
+    """
+    sizes_mb = check_sizes(sizes_mb, "transfer sizes (MiB)")
+    adapter = get_backend(backend)
+    name, ops = adapter.name, ops_for(adapter.name)
+    target = adapter.try_gpu() if device is None else native_device(device, name)
+    where = device_name(target, name)
+    rows: list = []
+    plan = Steps(progress)
+
+    def one(mb: float) -> None:
+        count = max(1, int(mb * 2**20) // 4)
+        nbytes = count * 4
+        host = ops.rand((count,), adapter.cpu())
+        placed = ds.to_device(host, target)
+        for direction, fn, arg in (("host->device", lambda x: ds.to_device(x, target), host),
+                                   ("device->host", ds.to_numpy, placed)):
+            m = measure(fn, arg, warmup=1, min_run_time=min_run_time, device=target, label=direction)
+            q1, q3 = m.quartiles()
+            rows.append({"backend": name, "direction": direction, "device": where,
+                         "megabytes": nbytes / 2**20, **spread_fields(m),
+                         "gb_per_s": nbytes / m.median / 1e9,
+                         "gb_per_s_low": nbytes / q3 / 1e9, "gb_per_s_high": nbytes / q1 / 1e9})
+
+    for mb in sizes_mb:
+        plan.add(f"{name} {where} {mb:g} MiB", lambda mb=mb: one(mb))
+    plan.run()
+    return rows
+
+
+EXPERIMENT = Experiment(
+    "transfer",
+    summary='"copying is slow": host-to-device and device-to-host GB/s by buffer size',
+    run=run,
+    options=[
+        Option("--sizes", dest="sizes_mb", type=float, nargs="+", metavar="MIB",
+               help="buffer sizes in MiB (default 1 8 64)"),
+        Option("--device", dest="device", metavar="D", help="the device end (default: try_gpu())"),
+    ],
+    columns=[
+        Column("backend", "backend"), Column("direction", "direction"), Column("device", "device"),
+        Column("megabytes", "MiB", form="number"), Column("seconds", "time", form="seconds"),
+        Column("gb_per_s", "GB/s", form="number"),
+    ],
+    plot=LinePlot(x="megabytes", y="gb_per_s", group=("backend", "device", "direction"),
+                  xlabel="buffer size (MiB)", ylabel="GB/s (median, IQR bars)"),
+)

@@ -1,0 +1,134 @@
+"""``Measurement``: what ``benchmark`` measured, summarised."""
+
+from __future__ import annotations
+
+import statistics
+
+from devshim.errors import TimingError
+
+__all__ = ["Measurement", "format_seconds"]
+
+
+def format_seconds(seconds: float) -> str:
+    """A duration with three significant digits and a fitting unit.
+
+    Example:
+        >>> format_seconds(0.00042)
+        '420 us'
+    """
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+class Measurement:
+    """What ``benchmark`` measured: seconds per call, one value per run.
+
+    ``times`` holds one entry per run (a block of ``number_per_run`` calls,
+    divided by that number); ``median``, ``mean``, ``iqr``, ``min``, ``max``
+    summarise them. ``overhead`` is what one clock reading plus the wait
+    after a block cost, in seconds.
+
+    Example:
+        >>> m = ds.benchmark(torch.matmul, a, b)
+        >>> m.median, m.iqr, m.runs
+        (0.0041, 0.0002, 48)
+        >>> print(m)
+    """
+
+    def __init__(
+        self,
+        times: list,
+        number_per_run: int,
+        *,
+        label: str = "",
+        device: str = "",
+        warmup: int = 0,
+        overhead: float = 0.0,
+    ) -> None:
+        if not times:
+            raise TimingError("A Measurement needs at least one time; benchmark() made none.")
+        self.times = list(times)
+        self.number_per_run = number_per_run
+        self.label = label
+        self.device = device
+        self.warmup = warmup
+        self.overhead = overhead
+
+    @property
+    def runs(self) -> int:
+        return len(self.times)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.times)
+
+    @property
+    def min(self) -> float:
+        return min(self.times)
+
+    @property
+    def max(self) -> float:
+        return max(self.times)
+
+    def quartiles(self) -> tuple:
+        """(first quartile, third quartile) of ``times``, inclusive method (as numpy.percentile).
+
+        Example:
+            >>> q1, q3 = m.quartiles()
+        """
+        if len(self.times) < 2:
+            return self.times[0], self.times[0]
+        q1, _, q3 = statistics.quantiles(self.times, n=4, method="inclusive")
+        return q1, q3
+
+    @property
+    def iqr(self) -> float:
+        q1, q3 = self.quartiles()
+        return q3 - q1
+
+    def to_dict(self) -> dict:
+        """Plain, JSON-ready data.
+
+        Example:
+            >>> json.dumps(ds.benchmark(f).to_dict())
+        """
+        q1, q3 = self.quartiles()
+        return {
+            "label": self.label,
+            "device": self.device,
+            "median": self.median,
+            "mean": self.mean,
+            "iqr": self.iqr,
+            "q1": q1,
+            "q3": q3,
+            "min": self.min,
+            "max": self.max,
+            "runs": self.runs,
+            "number_per_run": self.number_per_run,
+            "warmup": self.warmup,
+            "overhead": self.overhead,
+            "times": list(self.times),
+        }
+
+    def __str__(self) -> str:
+        q1, q3 = self.quartiles()
+        where = f" on {self.device}" if self.device else ""
+        return "\n".join([
+            f"<devshim.Measurement> {self.label}{where}",
+            f"  Median: {format_seconds(self.median)}",
+            f"  IQR:    {format_seconds(self.iqr)} ({format_seconds(q1)} to {format_seconds(q3)})",
+            f"  Mean:   {format_seconds(self.mean)} (min {format_seconds(self.min)}, "
+            f"max {format_seconds(self.max)})",
+            f"  {self.runs} runs, {self.number_per_run} call{'s' if self.number_per_run != 1 else ''}"
+            f" per run, {self.warmup} warm-up call{'s' if self.warmup != 1 else ''} not counted",
+        ])
+
+    def __repr__(self) -> str:
+        return (f"Measurement(label={self.label!r}, median={self.median!r}, runs={self.runs}, "
+                f"number_per_run={self.number_per_run})")

@@ -1,0 +1,16 @@
+"""Helpers the test modules share (fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+
+def run_python(code: str, *args: str, timeout: int = 300, **env: str) -> subprocess.CompletedProcess:
+    """Run ``code`` (or ``python *args``) in a fresh interpreter whose only DEVSHIM_ variables are ``env``."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("DEVSHIM_")}
+    full_env.update(TF_CPP_MIN_LOG_LEVEL="2", **env)
+    command = [sys.executable, "-c", textwrap.dedent(code)] if code else [sys.executable, *args]
+    return subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=timeout)
