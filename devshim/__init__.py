@@ -25,15 +25,24 @@ _EXPORTS = {
     ),
     "Device": "devshim._device",
     **dict.fromkeys(("synchronize", "Timer", "benchmark", "Measurement"), "devshim.timing"),
+    **dict.fromkeys(("transfer_guard", "TransferReport"), "devshim.guard"),
+    **dict.fromkeys(
+        ("place_model", "model_device", "model_devices", "unplace", "split_batch", "replicate",
+         "allreduce"),
+        "devshim.placement",
+    ),
     **dict.fromkeys(
         ("DevshimError", "BackendError", "InvalidDeviceError", "DeviceUnavailableError",
-         "DeviceMismatchError", "NotATensorError", "UnsupportedDtypeError", "UnsupportedValueError",
-         "DatalessTensorError", "UnplacedTensorError", "TimingError", "ExperimentError",
-         "BenchUsageError", "PlotUnavailableError"),
+         "DeviceMismatchError", "ImplicitTransferError", "InvalidGuardLevelError", "NotATensorError",
+         "NotAModelError", "UnbuiltModelError", "UnsupportedPlacementError", "BatchSplitError",
+         "UnsupportedDtypeError", "UnsupportedValueError", "DatalessTensorError", "UnplacedTensorError",
+         "TimingError", "ExperimentError", "BenchUsageError", "PlotUnavailableError",
+         "DevshimWarning", "ImplicitTransferWarning"),
         "devshim.errors",
     ),
 }
-_SUBMODULES = ("api", "backends", "bench", "errors", "settings", "testing", "timing", "transfer")
+_SUBMODULES = ("api", "backends", "bench", "errors", "guard", "placement", "settings", "testing", "timing",
+               "transfer")
 
 __all__ = list(_EXPORTS) + ["testing", "settings", "backends"]
 

@@ -20,7 +20,13 @@ __all__ = [
     "InvalidDeviceError",
     "DeviceUnavailableError",
     "DeviceMismatchError",
+    "ImplicitTransferError",
+    "InvalidGuardLevelError",
     "NotATensorError",
+    "NotAModelError",
+    "UnbuiltModelError",
+    "UnsupportedPlacementError",
+    "BatchSplitError",
     "UnsupportedDtypeError",
     "UnsupportedValueError",
     "DatalessTensorError",
@@ -29,6 +35,8 @@ __all__ = [
     "ExperimentError",
     "BenchUsageError",
     "PlotUnavailableError",
+    "DevshimWarning",
+    "ImplicitTransferWarning",
 ]
 
 
@@ -89,6 +97,32 @@ class DeviceMismatchError(DevshimError, RuntimeError):
     """
 
 
+class ImplicitTransferError(DevshimError, RuntimeError):
+    """Under ``ds.transfer_guard("disallow")``, a copy between the host and a device
+    that the code did not ask for: reading an accelerator tensor on the host with
+    ``float(t)``, ``t.item()``, ``t.numpy()``, ``print(t)``, ``np.asarray(t)`` and
+    the like. The message names the read and the explicit call to use instead
+    (``ds.to_numpy``).
+
+    Example:
+        >>> with ds.transfer_guard("disallow"):
+        ...     float(loss_on_gpu)
+        Traceback (most recent call last):
+        devshim.errors.ImplicitTransferError: float(t) reads a tensor on gpu:0 on the host ...
+    """
+
+
+class InvalidGuardLevelError(DevshimError, ValueError):
+    """A transfer-guard level devshim does not know (valid: "allow", "log", "disallow"),
+    given to ``ds.transfer_guard`` or in ``DEVSHIM_TRANSFER_GUARD``.
+
+    Example:
+        >>> ds.transfer_guard("forbid")
+        Traceback (most recent call last):
+        devshim.errors.InvalidGuardLevelError: Unknown transfer-guard level 'forbid'. ...
+    """
+
+
 class NotATensorError(DevshimError, TypeError):
     """A value that no installed backend recognises as a tensor.
 
@@ -96,6 +130,52 @@ class NotATensorError(DevshimError, TypeError):
         >>> ds.device_of([1, 2])
         Traceback (most recent call last):
         devshim.errors.NotATensorError: device_of() expects a tensor ...
+    """
+
+
+class NotAModelError(DevshimError, TypeError):
+    """``place_model`` and friends got something that is not a model of an installed
+    framework (a torch ``nn.Module``, a Gluon ``Block``, a Keras model).
+
+    Example:
+        >>> ds.place_model([1, 2], "cpu")
+        Traceback (most recent call last):
+        devshim.errors.NotAModelError: builtins.list is not a model devshim can place. ...
+    """
+
+
+class UnbuiltModelError(DevshimError, RuntimeError):
+    """A model with no parameters yet (lazy torch layers, a Gluon block waiting for
+    deferred initialisation, an unbuilt Keras model): there is nothing to place or
+    ask about. The message says how to create the parameters first.
+
+    Example:
+        >>> ds.model_device(nn.LazyLinear(4))
+        Traceback (most recent call last):
+        devshim.errors.UnbuiltModelError: This LazyLinear has no parameters yet ...
+    """
+
+
+class UnsupportedPlacementError(DevshimError, TypeError):
+    """A placement the framework cannot do safely: splitting a Gluon block or a
+    Keras model over devices by hooks, cloning a subclassed Keras model. The
+    message says why and what to do instead.
+
+    Example:
+        >>> ds.place_model(keras_model, {"dense": "gpu:1"})
+        Traceback (most recent call last):
+        devshim.errors.UnsupportedPlacementError: Keras places a layer's weights when it builds ...
+    """
+
+
+class BatchSplitError(DevshimError, ValueError):
+    """``split_batch`` cannot split the batch: fewer examples than devices, or
+    tensors with different numbers of examples.
+
+    Example:
+        >>> ds.split_batch(X[:1], y[:1], ds.try_all_gpus())   # 1 example, 2 GPUs
+        Traceback (most recent call last):
+        devshim.errors.BatchSplitError: split_batch got 1 example for 2 devices ...
     """
 
 
@@ -184,4 +264,25 @@ class PlotUnavailableError(DevshimError, RuntimeError):
     Example:
         $ devshim bench matmul --plot matmul.png
         devshim: error: --plot needs matplotlib, which is not installed. ...
+    """
+
+
+class DevshimWarning(UserWarning):
+    """Base class of the warnings devshim issues.
+
+    Example:
+        >>> warnings.simplefilter("error", ds.DevshimWarning)   # make them fail tests
+    """
+
+
+class ImplicitTransferWarning(DevshimWarning):
+    """Under ``ds.transfer_guard("log")``, a copy between devices (or between the host
+    and a device) that the code did not ask for. Issued once per call site; the
+    guard's report counts every occurrence.
+
+    Example:
+        >>> with ds.transfer_guard("log") as report:
+        ...     float(loss_on_gpu)        # ImplicitTransferWarning, once for this line
+        >>> report.total
+        1
     """

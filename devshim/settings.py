@@ -6,8 +6,10 @@ Environment variables are parsed once, the first time a setting is needed
 ``DEVSHIM_BACKEND``          which framework functions without a tensor use.
 ``DEVSHIM_DEVICE``           ``cpu`` hides every accelerator; unset, ``auto`` or ``gpu`` does not.
 ``DEVSHIM_VIRTUAL_DEVICES``  N virtual accelerators backed by host memory (backends that can).
+``DEVSHIM_TRANSFER_GUARD``   ``log`` or ``disallow``: the process's transfer-guard level (default ``allow``).
 
-Choices scoped to a ``with`` block live in ContextVars here too (``use_backend``),
+Choices scoped to a ``with`` block live in ContextVars here too (``use_backend``,
+``transfer_guard``),
 so a block in one thread or asyncio task never changes what another sees.
 
 Example:
@@ -26,17 +28,23 @@ from contextvars import ContextVar
 from devshim.errors import BackendError, InvalidDeviceError
 
 __all__ = [
-    "BACKEND_VAR", "DEVICE_VAR", "VIRTUAL_DEVICES_VAR",
-    "requested_backend", "accelerators_hidden", "virtual_device_count",
-    "set_virtual_devices", "reload", "on_change", "scoped_backend",
+    "BACKEND_VAR", "DEVICE_VAR", "VIRTUAL_DEVICES_VAR", "TRANSFER_GUARD_VAR", "GUARD_LEVELS",
+    "requested_backend", "accelerators_hidden", "virtual_device_count", "default_guard_level",
+    "set_virtual_devices", "reload", "on_change", "scoped_backend", "scoped_guard",
 ]
 
 BACKEND_VAR = "DEVSHIM_BACKEND"
 DEVICE_VAR = "DEVSHIM_DEVICE"
 VIRTUAL_DEVICES_VAR = "DEVSHIM_VIRTUAL_DEVICES"
+TRANSFER_GUARD_VAR = "DEVSHIM_TRANSFER_GUARD"
+
+#: Transfer-guard levels, from most to least permissive.
+GUARD_LEVELS = ("allow", "log", "disallow")
 
 #: The backend of the innermost ``use_backend`` block of this thread or task.
 scoped_backend: ContextVar = ContextVar("devshim_backend", default=None)
+#: The transfer-guard state of this thread or task (None: the process default).
+scoped_guard: ContextVar = ContextVar("devshim_transfer_guard", default=None)
 
 # Parsed environment: name -> value, or the exception to raise when it is used.
 # A bad value only fails the functions that need it.
@@ -78,7 +86,21 @@ def _parse_virtual() -> object:
     return count
 
 
-_PARSERS = {"backend": _parse_backend, "device": _parse_device, "virtual": _parse_virtual}
+def _parse_guard() -> object:
+    from devshim.errors import InvalidGuardLevelError
+
+    raw = os.environ.get(TRANSFER_GUARD_VAR, "").strip()
+    value = raw.lower() or "allow"
+    if value not in GUARD_LEVELS:
+        return InvalidGuardLevelError(
+            f"{TRANSFER_GUARD_VAR}={raw!r} is not a transfer-guard level. Valid levels: "
+            f"{', '.join(GUARD_LEVELS)}; e.g. {TRANSFER_GUARD_VAR}=disallow, or unset it."
+        )
+    return value
+
+
+_PARSERS = {"backend": _parse_backend, "device": _parse_device, "virtual": _parse_virtual,
+            "guard": _parse_guard}
 
 
 def _get(name: str):
@@ -123,6 +145,16 @@ def virtual_device_count() -> int:
     if _virtual_override is not None:
         return _virtual_override
     return _get("virtual")
+
+
+def default_guard_level() -> str:
+    """The process's transfer-guard level from ``DEVSHIM_TRANSFER_GUARD`` ("allow" when unset).
+
+    Example:
+        >>> ds.settings.default_guard_level()
+        'allow'
+    """
+    return _get("guard")
 
 
 def set_virtual_devices(count) -> None:

@@ -9,8 +9,13 @@ import textwrap
 
 
 def run_python(code: str, *args: str, timeout: int = 300, **env: str) -> subprocess.CompletedProcess:
-    """Run ``code`` (or ``python *args``) in a fresh interpreter whose only DEVSHIM_ variables are ``env``."""
+    """Run ``code`` (or ``python *args``) in a fresh interpreter whose only DEVSHIM_ variables are
+    ``env``, importing the same devshim as this process (the installed one under tox)."""
+    import devshim
+
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("DEVSHIM_")}
+    home = os.path.dirname(os.path.dirname(os.path.abspath(devshim.__file__)))
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [home, full_env.get("PYTHONPATH")]))
     full_env.update(TF_CPP_MIN_LOG_LEVEL="2", **env)
     command = [sys.executable, "-c", textwrap.dedent(code)] if code else [sys.executable, *args]
     return subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=timeout)

@@ -14,7 +14,7 @@ from devshim.backends import Backend, BackendSpec, specs
 from devshim.backends.spec import CAPABILITY_MODULES
 
 PACKAGES = [m.name for m in pkgutil.iter_modules(devshim.backends.__path__) if m.ispkg]
-OPS = ("rand", "matmul", "norm", "stack", "split", "concat", "add",
+OPS = ("rand", "matmul", "norm", "stack", "split", "concat", "add", "item",
        "native_copy", "native_move", "native_device_of")
 
 

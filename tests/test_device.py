@@ -183,10 +183,13 @@ def test_every_error_derives_from_devshim_error_and_lives_in_errors():
 
     for name in errors.__all__:
         cls = getattr(errors, name)
-        assert issubclass(cls, ds.DevshimError) and cls.__module__ == "devshim.errors"
+        base = ds.DevshimWarning if issubclass(cls, Warning) else ds.DevshimError
+        assert issubclass(cls, base) and cls.__module__ == "devshim.errors"
         assert getattr(ds, name) is cls  # exported from devshim
         assert cls.__doc__ and "Example" in cls.__doc__
     assert issubclass(ds.BackendError, ValueError)
     assert issubclass(ds.NotATensorError, TypeError)
     assert issubclass(ds.DeviceMismatchError, RuntimeError)
     assert issubclass(ds.UnsupportedDtypeError, TypeError)
+    assert issubclass(ds.ImplicitTransferError, RuntimeError) and issubclass(ds.InvalidGuardLevelError, ValueError)
+    assert issubclass(ds.ImplicitTransferWarning, UserWarning)

@@ -35,7 +35,7 @@ def _has_spread(row, key="seconds"):
 
 def test_every_experiment_module_declares_itself():
     found = experiments()
-    assert list(found)[:6] == ["matmul", "logging", "parallel", "transfer", "overhead", "startup"]
+    assert list(found)[:7] == ["matmul", "logging", "parallel", "transfer", "overhead", "guard", "startup"]
     for name, declared in found.items():
         assert isinstance(declared, Experiment) and declared.name == name
         assert callable(declared.run) and declared.summary
@@ -136,6 +136,21 @@ def test_overhead_compares_devshim_with_the_native_call(harness):
         else:
             assert row["ratio"] == pytest.approx(row["devshim_seconds"] / row["native_seconds"])
             assert row["ratio_low"] <= row["ratio"] * 1.000001 and row["ratio"] <= row["ratio_high"] * 1.000001
+    _json_ready(rows)
+
+
+def test_guard_measures_each_condition_or_says_there_is_no_guard(harness):
+    rows = run["guard"](size=4, min_run_time=0.002)
+    if not ds.get_backend().spec.has_module("guard"):
+        assert rows == [{"backend": harness.name, "operation": "-", "condition": "-",
+                         "note": f"{harness.name} has no transfer guard"}]
+        return
+    assert [(r["operation"], r["condition"]) for r in rows] == [
+        (op, c) for op in ("add (same device)", "host read of a host tensor")
+        for c in ("no guard", "allow block", "disallow block")]
+    for row in rows:
+        _has_spread(row)
+        assert row["ratio"] == pytest.approx(row["seconds"] / (row["seconds"] - row["over_unguarded"]))
     _json_ready(rows)
 
 

@@ -203,6 +203,9 @@ def _instance(name: str) -> Backend:
             if adapter is None:
                 adapter = _adapter_class(name)()
                 _instances[name] = adapter
+                from devshim import guard  # late: the guard module uses this registry
+
+                guard.backend_loaded(name)
     return adapter
 
 

@@ -177,6 +177,19 @@ class Backend(ABC):
         copy_to = self.copy_to
         return lambda x: copy_to(x, native, non_blocking)
 
+    def move_to(self, x, native):
+        """``x`` itself when it already lives on ``native``, else a copy there (one tensor)."""
+        return x if self.same_place(x, native) else self.copy_to(x, native, False)
+
+    def narrow(self, x, start: int, stop: int):
+        """Rows ``start:stop`` of ``x``, computed where ``x`` lives (a view where the framework has them)."""
+        return x[start:stop]
+
+    def on_device(self, native):
+        """A ``with`` block in which the framework's ops run on ``native`` (TensorFlow needs
+        one: it runs an op without a scope on its default device). Others: a no-op."""
+        return _NO_SCOPE
+
     def reset(self) -> None:
         """Forget everything cached from settings or the machine (after ``settings.reload()``)."""
         self._targets.clear()
@@ -394,6 +407,19 @@ class Backend(ABC):
 
     def __repr__(self) -> str:
         return f"<devshim {self.name} backend>"
+
+
+class _NoScope:
+    __slots__ = ()
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+_NO_SCOPE = _NoScope()
 
 
 def _check_index(i) -> None:

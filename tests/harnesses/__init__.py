@@ -37,6 +37,41 @@ class Harness:
         """The framework's own object for real GPU ``index`` (None: it has no GPU objects)."""
         return None
 
+    #: whether an op may run with inputs on two devices (TensorFlow copies, MXNet ignores
+    #: context ids); PyTorch refuses such ops itself.
+    runs_mixed_ops: bool = True
+
+    # ---- models (for the placement conformance tests); None from mlp(): no model support
+
+    def mlp(self, sizes: Sequence[int] = (4, 8, 3), seed: int = 0) -> Any:
+        """A small MLP (linear, ReLU, linear) on the CPU, weights drawn from NumPy with ``seed``."""
+        return None
+
+    def forward(self, model: Any, x: Any) -> Any:
+        return model(x)
+
+    def grads(self, model: Any, x: Any, y: Any) -> list:
+        """Gradients of sum((model(x) - y) ** 2) w.r.t. the parameters, as framework tensors on
+        the parameters' devices, in parameter order."""
+        raise NotImplementedError
+
+    def param_values(self, model: Any) -> list:
+        """The parameters as NumPy arrays, in parameter order."""
+        raise NotImplementedError
+
+    def sgd_step(self, model: Any, grads: list, lr: float) -> None:
+        """p -= lr * g for each parameter and gradient (gradients already on the parameter's device)."""
+        raise NotImplementedError
+
+    def run_on(self, device: Any, fn: Callable[[], Any]) -> Any:
+        """``fn()`` placed on ``device`` the framework's way (TensorFlow: a device scope)."""
+        return fn()
+
+    def host_reads(self) -> list:
+        """(how the code reads it, read(x)) for each implicit host read the guard must see;
+        ``x`` is 0-d."""
+        return []
+
     def tensor(self, values: Any, device: Any = None, dtype: Optional[str] = None) -> Any:
         """A tensor holding ``values`` on native ``device`` (default: the framework's default)."""
         raise NotImplementedError

@@ -11,7 +11,7 @@ import ctypes
 
 import mxnet as mx
 import numpy as np
-from mxnet import autograd, npx
+from mxnet import autograd, gluon, npx
 
 from harnesses import Harness
 
@@ -32,6 +32,34 @@ class MxnetHarness(Harness):
 
     def real_gpu(self, index):
         return mx.gpu(index)
+
+    def mlp(self, sizes=(4, 8, 3), seed=0):
+        rng = np.random.default_rng(seed)
+        net = gluon.nn.Sequential()
+        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+            net.add(gluon.nn.Dense(b, in_units=a, activation="relu" if i < len(sizes) - 2 else None))
+        net.initialize(ctx=mx.cpu())
+        for _, p in net.collect_params().items():
+            p.set_data(mx.np.array(rng.standard_normal(p.shape).astype(np.float32)))
+        return net
+
+    def grads(self, model, x, y):
+        with autograd.record():
+            loss = ((model(x) - y) ** 2).sum()
+        loss.backward()
+        return [p.grad(p.list_ctx()[0]) for p in model.collect_params().values()]
+
+    def param_values(self, model):
+        return [p.data(p.list_ctx()[0]).asnumpy() for p in model.collect_params().values()]
+
+    def sgd_step(self, model, grads, lr):
+        for p, g in zip(model.collect_params().values(), grads):
+            p.set_data(p.data(p.list_ctx()[0]) - lr * g)
+
+    def host_reads(self):
+        return [("float(a)", float), ("int(a)", int), ("bool(a)", bool), ("a.item()", lambda a: a.item()),
+                ("a.tolist()", lambda a: a.tolist()), ("a.asnumpy()", lambda a: a.asnumpy()),
+                ("print(a) / repr(a)", repr)]
 
     def tensor(self, values, device=None, dtype=None):
         return mx.np.array(np.asarray(values, dtype=dtype or np.float32), ctx=device)

@@ -19,6 +19,44 @@ class TensorflowHarness(Harness):
     )
     mutable = False
 
+    def run_on(self, device, fn):
+        with device:
+            return fn()
+
+    def mlp(self, sizes=(4, 8, 3), seed=0):
+        import keras
+
+        rng = np.random.default_rng(seed)
+        layers = [keras.Input((sizes[0],))]
+        for i, b in enumerate(sizes[1:]):
+            layers.append(keras.layers.Dense(b, activation="relu" if i < len(sizes) - 2 else None))
+        model = keras.Sequential(layers)
+        model.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in model.get_weights()])
+        return model
+
+    def forward(self, model, x):
+        with ds.device(ds.model_device(model).native):  # run where the weights are
+            return model(x)
+
+    def grads(self, model, x, y):
+        with ds.device(ds.model_device(model).native):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum((model(x) - y) ** 2)
+            return tape.gradient(loss, [w.value for w in model.trainable_weights])
+
+    def param_values(self, model):
+        return [np.array(w) for w in model.get_weights()]
+
+    def sgd_step(self, model, grads, lr):
+        for w, g in zip(model.trainable_weights, grads):
+            with tf.device(w.value.device):
+                w.assign_sub(lr * g)
+
+    def host_reads(self):
+        # np.asarray(t) and memoryview(t) read through the buffer protocol, in C: not seen.
+        return [("float(t)", float), ("int(t)", int), ("bool(t)", bool), ("t.numpy()", lambda t: t.numpy()),
+                ("print(t) / repr(t)", repr), ("formatting t (f-string, str.format)", lambda t: f"{t}")]
+
     def real_gpu(self, index):
         from devshim.backends.tensorflow.core import TFDevice
 

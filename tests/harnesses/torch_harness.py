@@ -9,6 +9,13 @@ from harnesses import Harness
 class TorchHarness(Harness):
     name = "torch"
     has_meta = True
+    runs_mixed_ops = False
+
+    def host_reads(self):
+        return [("float(t)", float), ("int(t)", int), ("bool(t)", bool), ("t.item()", lambda t: t.item()),
+                ("t.tolist()", lambda t: t.tolist()), ("t.numpy()", lambda t: t.numpy()),
+                ("print(t) / repr(t)", repr), ("np.asarray(t)", np.asarray),
+                ("formatting t (f-string, str.format)", lambda t: f"{t}")]
     dtypes = (
         "bool", "uint8", "int8", "int16", "int32", "int64",
         "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
@@ -61,6 +68,32 @@ class TorchHarness(Harness):
             return False
         return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
+    def mlp(self, sizes=(4, 8, 3), seed=0):
+        rng = np.random.default_rng(seed)
+        layers = []
+        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+            layer = torch.nn.Linear(a, b)
+            with torch.no_grad():
+                layer.weight.copy_(torch.from_numpy(rng.standard_normal((b, a)).astype(np.float32)))
+                layer.bias.copy_(torch.from_numpy(rng.standard_normal(b).astype(np.float32)))
+            layers.append(layer)
+            if i < len(sizes) - 2:
+                layers.append(torch.nn.ReLU())
+        return torch.nn.Sequential(*layers)
+
+    def grads(self, model, x, y):
+        model.zero_grad(set_to_none=True)
+        ((model(x) - y) ** 2).sum().backward()
+        return [p.grad for p in model.parameters()]
+
+    def param_values(self, model):
+        return [p.detach().cpu().numpy().copy() for p in model.parameters()]
+
+    def sgd_step(self, model, grads, lr):
+        with torch.no_grad():
+            for p, g in zip(model.parameters(), grads):
+                p -= lr * g
+
     def grad_of_sum(self, fn, values, device=None):
         x = torch.tensor(values, dtype=torch.float64, device=device, requires_grad=True)
         fn(x).sum().backward()
@@ -68,3 +101,4 @@ class TorchHarness(Harness):
 
 
 HARNESS = TorchHarness()
+

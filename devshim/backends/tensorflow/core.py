@@ -188,13 +188,18 @@ class TensorflowBackend(Backend):
         described = self._described.get(name)
         if described is None:
             kind, index, _ = parse_spec(name)
-            native = self._native(f"/{kind.upper()}:{index}")
-            gpu = virtual.virtual_gpu_index(index, self._virtual) if kind == "cpu" else None
-            if gpu is not None:
-                described = Device("gpu", gpu, native=native, backend=self.name, virtual=True)
-            else:
-                described = Device(kind, index, native=native, backend=self.name,
-                                   platform="cuda" if kind == "gpu" else None)
+            canonical = f"/{kind.upper()}:{index}"
+            # One Device object per place, whatever the spelling: callers may compare with `is`.
+            described = self._described.get(canonical)
+            if described is None:
+                native = self._native(canonical)
+                gpu = virtual.virtual_gpu_index(index, self._virtual) if kind == "cpu" else None
+                if gpu is not None:
+                    described = Device("gpu", gpu, native=native, backend=self.name, virtual=True)
+                else:
+                    described = Device(kind, index, native=native, backend=self.name,
+                                       platform="cuda" if kind == "gpu" else None)
+                self._described[canonical] = described
             self._described[name] = described
         return described
 
@@ -369,6 +374,16 @@ class TensorflowBackend(Backend):
             f"devshim cannot move a {type(x).__name__}: TensorFlow gives no way to copy it as a "
             f"whole. Stack it into a tensor first (tensor_array.stack()), or move its tensors."
         )
+
+    def narrow(self, x, start: int, stop: int):
+        tf = self.fw
+        if isinstance(x, tf.Tensor) and x.device:
+            with tf.device(x.device):  # slice where x is, not on TensorFlow's default device
+                return x[start:stop]
+        return x[start:stop]
+
+    def on_device(self, native):
+        return self.runtime().device(native.name)
 
     # ------------------------------------------------------------ fast paths
 

@@ -1,4 +1,9 @@
-"""The operations ``devshim bench`` needs, in TensorFlow (imported only when an experiment runs)."""
+"""The operations ``devshim bench`` needs, in TensorFlow (imported only when an experiment runs).
+
+TensorFlow runs an op without a device scope on its default device (GPU 0, or
+the host), copying inputs there: each op here runs under the scope of its
+first input's device, so it computes where its data is, as the experiments mean.
+"""
 
 from __future__ import annotations
 
@@ -10,32 +15,51 @@ def _scope(device):
     return tf.device(str(device))
 
 
+def _where(x):
+    return tf.device(x.device)
+
+
 def rand(shape, device):
     """float32 normal samples of ``shape`` on ``device``."""
     with _scope(device):
         return tf.random.normal(shape)
 
 
-matmul = tf.matmul
-add = tf.add
+def matmul(a, b):
+    with _where(a):
+        return tf.matmul(a, b)
+
+
+def add(a, b):
+    with _where(a):
+        return tf.add(a, b)
 
 
 def norm(x):
     """The Frobenius norm, left on the device."""
-    return tf.norm(x)
+    with _where(x):
+        return tf.norm(x)
 
 
 def stack(xs):
-    return tf.stack(xs)
+    with _where(xs[0]):
+        return tf.stack(xs)
 
 
 def concat(xs):
-    return tf.concat(xs, axis=0)
+    with _where(xs[0]):
+        return tf.concat(xs, axis=0)
 
 
 def split(x, sections):
     """``x`` split along axis 0 into pieces of the given sizes."""
-    return tf.split(x, list(sections), axis=0)
+    with _where(x):
+        return tf.split(x, list(sections), axis=0)
+
+
+def item(x):
+    """The framework's implicit host read of a one-element tensor (TensorFlow has no item())."""
+    return x.numpy().item()
 
 
 # The framework's own spelling of devshim's calls: the overhead experiment's baselines.

@@ -32,6 +32,11 @@ def split(x, sections):
     return list(torch.split(x, list(sections)))
 
 
+def item(x):
+    """The framework's implicit host read of a one-element tensor."""
+    return x.item()
+
+
 # The framework's own spelling of devshim's calls: the overhead experiment's baselines.
 def native_copy(x, device):
     return x.to(device, copy=True)

@@ -7,7 +7,7 @@ order the D2L chapter meets them), then any others by name.
 Example:
     >>> from devshim.bench.experiments import experiments
     >>> list(experiments())
-    ['matmul', 'logging', 'parallel', 'transfer', 'overhead', 'startup']
+    ['matmul', 'logging', 'parallel', 'transfer', 'overhead', 'guard', 'startup']
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pkgutil
 
 __all__ = ["experiments"]
 
-ORDER = ("matmul", "logging", "parallel", "transfer", "overhead", "startup")
+ORDER = ("matmul", "logging", "parallel", "transfer", "overhead", "guard", "startup")
 _found = None
 
 

@@ -1,0 +1,105 @@
+"""The transfer guard's hooks for MXNet 1.9.
+
+Op inputs: MXNet checks only the device *type* of an op's inputs, so
+``cpu(0) + cpu(1)`` (and, on a GPU machine, ``gpu(0) + gpu(1)``) runs
+silently, on the first input's context. Every imperative op of both
+front-ends (``mx.nd``, ``mx.np``, ``mx.npx``) is generated to call one
+function, looked up in ``mxnet.ndarray.register`` when it runs; it is wrapped
+while a guard is active, and inputs on another context than the first are
+reported, comparing whole contexts (type and id). A 0-d host array is a number.
+
+Host reads: ``asnumpy`` is the door for every read (``item()``, ``float(a)``,
+``int(a)``, ``bool(a)``, ``tolist()``, ``print(a)``, ``asscalar()``); it is
+replaced while a guard is active.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import mxnet as mx
+from mxnet.ndarray import register as _register
+
+import devshim
+from devshim import guard, transfer
+
+_READERS = {
+    "item": "a.item()",
+    "__float__": "float(a)",
+    "__int__": "int(a)",
+    "__bool__": "bool(a)",
+    "tolist": "a.tolist()",
+    "asscalar": "a.asscalar()",
+    "__repr__": "print(a) / repr(a)",
+    "__str__": "print(a) / str(a)",
+    "__array__": "np.asarray(a)",
+}
+_NDArray = mx.nd.NDArray
+_saved: dict = {}
+
+
+def _backend():
+    return devshim.get_backend("mxnet")
+
+
+def _guarded_asnumpy(original):
+    def asnumpy(self):
+        state = guard.current()
+        if state.checking and not transfer.is_explicit():
+            place = _backend().describe(self.ctx)
+            if place.kind != "cpu":
+                what = guard.read_name(_READERS, "a.asnumpy()")
+                guard.implicit("device_to_host", guard.READ, what, place, devshim.Device("cpu"), state)
+                with transfer.explicit():
+                    return original(self)
+        return original(self)
+
+    asnumpy._devshim_original = original
+    return asnumpy
+
+
+def _guarded_invoke(original):
+    def _imperative_invoke(handle, ndargs, keys, vals, out, is_np_op, output_is_list):
+        state = guard.current()
+        if state.checking and len(ndargs) > 1 and not transfer.is_explicit():
+            _check(sys._getframe(1).f_code.co_name, ndargs, state)  # the generated op's name
+        return original(handle, ndargs, keys, vals, out, is_np_op, output_is_list)
+
+    _imperative_invoke._devshim_original = original
+    return _imperative_invoke
+
+
+def _check(op_name: str, ndargs, state) -> None:
+    backend = _backend()
+    places = []
+    for array in ndargs:
+        place = backend.describe(array.ctx)
+        if place.kind == "cpu" and array.shape == ():
+            continue  # a 0-d host array is a number
+        places.append(place)
+    if len(places) < 2:
+        return
+    target = places[0]  # MXNet runs the op on its first input's context
+    for source in places[1:]:
+        if source == target:
+            continue
+        direction, kind = guard.direction_of(source, target)
+        guard.implicit(direction, kind, f"mxnet op {op_name}", source, target, state)
+
+
+def install() -> None:
+    """Wrap ``asnumpy`` and the function every imperative op calls."""
+    if _saved:
+        return
+    _saved["asnumpy"] = _NDArray.__dict__["asnumpy"]
+    _NDArray.asnumpy = _guarded_asnumpy(_saved["asnumpy"])
+    _saved["_imperative_invoke"] = _register._imperative_invoke
+    _register._imperative_invoke = _guarded_invoke(_saved["_imperative_invoke"])
+
+
+def uninstall() -> None:
+    """Put MXNet's own functions back."""
+    if not _saved:
+        return
+    _NDArray.asnumpy = _saved.pop("asnumpy")
+    _register._imperative_invoke = _saved.pop("_imperative_invoke")

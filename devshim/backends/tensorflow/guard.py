@@ -1,0 +1,179 @@
+"""The transfer guard's hooks for TensorFlow (eager execution).
+
+Host reads: every way of reading an eager tensor on the host (``t.numpy()``,
+``float(t)``, ``int(t)``, ``bool(t)``, ``np.asarray(t)``, ``print(t)``,
+f-strings, pickling) goes through one method of TensorFlow's eager tensor
+base class, which is replaced while some guard is active. ``memoryview(t)``
+reads the buffer directly and is not seen.
+
+Op inputs: TensorFlow copies an op's inputs to the op's device without a
+word: the device scope's, or without a scope its own pick (GPU 0 when there
+is one, else ``/CPU:0``; an op with a variable input runs on the variable's
+device). The two calls every eager op goes through (the generated ops' fast
+path and ``execute``) are wrapped while a guard is active, and each input on
+another device than the op's is reported. Python scalars, 0-d host tensors
+and host int32 tensors (TensorFlow keeps shapes and indices on the host even
+for GPU ops) are not transfers. ``tf.identity`` and copies devshim makes are
+explicit. Ops inside a ``tf.function`` are placed by TensorFlow's graph
+runtime and are not seen one by one.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+from tensorflow.python import pywrap_tfe
+from tensorflow.python.framework import ops as _tf_ops
+
+import devshim
+from devshim import guard, transfer
+
+# Callers of the one reading method, as the read looks in the code that makes it.
+_READERS = {
+    "numpy": "t.numpy()",
+    "__float__": "float(t)",
+    "__int__": "int(t)",
+    "__index__": "using t as an index",
+    "__bool__": "bool(t)",
+    "__complex__": "complex(t)",
+    "__array__": "np.asarray(t)",
+    "__format__": "formatting t (f-string, str.format)",
+    "__reduce__": "pickling t",
+    "value_text": "print(t) / repr(t)",
+    "numpy_text": "print(t) / repr(t)",
+    "_summarize_value": "print(t) / repr(t)",
+}
+# Ops that are copies the user asked for, and function calls whose ops TensorFlow places itself.
+_EXPLICIT_OPS = {"Identity", "IdentityN", "DeepCopy", "CopyToDevice"}
+_FUNCTION_CALLS = {"PartitionedCall", "StatefulPartitionedCall"}
+
+_EagerTensorBase = _tf_ops._EagerTensorBase
+_EagerTensor = _tf_ops.EagerTensor  # (no tensor made here: that would start TensorFlow's runtime)
+_RESOURCE, _INT32, _INT64 = tf.resource, tf.int32, tf.int64
+_saved: dict = {}
+# Set by install(): where descriptions come from, and TensorFlow's default device for ops
+# without a scope (GPU 0 when the machine has one, else the host).
+_place = None
+_default = None
+
+
+def _on_accelerator(t) -> bool:
+    name = t.device
+    return bool(name) and _place(name).kind != "cpu"
+
+
+def _guarded_numpy(original):
+    def _numpy(self):
+        state = guard.current()
+        if state.checking and not transfer.is_explicit() and _on_accelerator(self):
+            what = guard.read_name(_READERS, "reading t on the host")
+            guard.implicit("device_to_host", guard.READ, what, _place(self.device),
+                           devshim.Device("cpu"), state)
+            with transfer.explicit():
+                return original(self)
+        return original(self)
+
+    _numpy._devshim_original = original
+    return _numpy
+
+
+def _tensors(values) -> list:
+    found = []
+    for value in values:
+        if isinstance(value, _EagerTensor):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                if isinstance(item, _EagerTensor):
+                    found.append(item)
+    return found
+
+
+def _is_host_number(t, place) -> bool:
+    # 0-d host tensors are numbers; host int32 tensors are shapes and indices, which
+    # TensorFlow keeps in host memory even for ops on a GPU.
+    return place.kind == "cpu" and (t.dtype == _INT32 or t.shape.rank == 0)
+
+
+def _default_target(inputs: list):
+    for t in inputs:
+        if t.dtype == _RESOURCE:
+            return _place(t.device)  # an op with a variable input runs on the variable's device
+    if all(_place(t.device).kind == "cpu" and t.dtype in (_INT32, _INT64) for t in inputs):
+        return _place("/CPU:0")
+    return _default
+
+
+def _check(op_name: str, device_name, inputs: list, state) -> None:
+    if op_name in _EXPLICIT_OPS or op_name in _FUNCTION_CALLS:
+        return
+    names = [t.device for t in inputs]
+    first = names[0]
+    alike = names.count(first) == len(names)
+    # _place gives one Device object per place, so `is` compares places.
+    if device_name:
+        target = _place(device_name)
+        if alike and _place(first) is target:
+            return  # the common case: inputs already where the op runs
+    else:
+        if alike and _place(first) is _default:
+            return
+        target = _default_target(inputs)
+    for t, name in zip(inputs, names):
+        if not name:
+            continue
+        source = _place(name)
+        if source is target or _is_host_number(t, source):
+            continue
+        direction, kind = guard.direction_of(source, target)
+        scope = "" if device_name else " (no device scope: TensorFlow's default device)"
+        guard.implicit(direction, kind, f"tf op {op_name}{scope}", source, target, state)
+
+
+def _guarded_fast_path(original):
+    def TFE_Py_FastPathExecute(ctx, op_name, name, *args):
+        state = guard.current()
+        if state.checking and len(args) > 1 and not transfer.is_explicit():
+            inputs = _tensors(args)
+            if len(inputs) > 1:
+                _check(op_name, ctx.device_name, inputs, state)
+        return original(ctx, op_name, name, *args)
+
+    TFE_Py_FastPathExecute._devshim_original = original
+    return TFE_Py_FastPathExecute
+
+
+def _guarded_execute(original):
+    def TFE_Py_Execute(ctx_handle, device_name, op_name, inputs, attrs, num_outputs):
+        state = guard.current()
+        if state.checking and not transfer.is_explicit():
+            tensors = _tensors(inputs)
+            if tensors:
+                _check(op_name, device_name, tensors, state)
+        return original(ctx_handle, device_name, op_name, inputs, attrs, num_outputs)
+
+    TFE_Py_Execute._devshim_original = original
+    return TFE_Py_Execute
+
+
+def install() -> None:
+    """Wrap the reading method and the two op entry points."""
+    global _place, _default
+    if _saved:
+        return
+    backend = devshim.get_backend("tensorflow")
+    _place = backend._describe_name
+    _default = _place("/GPU:0" if backend.accelerator_count() else "/CPU:0")
+    _saved["_numpy"] = _EagerTensorBase.__dict__["_numpy"]
+    _EagerTensorBase._numpy = _guarded_numpy(_saved["_numpy"])
+    for name, wrap in (("TFE_Py_FastPathExecute", _guarded_fast_path), ("TFE_Py_Execute", _guarded_execute)):
+        _saved[name] = getattr(pywrap_tfe, name)
+        setattr(pywrap_tfe, name, wrap(_saved[name]))
+
+
+def uninstall() -> None:
+    """Put TensorFlow's own functions back."""
+    if not _saved:
+        return
+    _EagerTensorBase._numpy = _saved.pop("_numpy")
+    for name in ("TFE_Py_FastPathExecute", "TFE_Py_Execute"):
+        setattr(pywrap_tfe, name, _saved.pop(name))

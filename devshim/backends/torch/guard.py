@@ -1,0 +1,217 @@
+"""The transfer guard's hooks for PyTorch.
+
+Host reads: torch.Tensor's reading methods (``float(t)``, ``int(t)``,
+``bool(t)``, ``t.item()``, ``t.tolist()``, ``t.numpy()``, ``np.asarray(t)``,
+``print(t)``, f-strings, ...) are replaced on the class while some guard is
+active, so every thread and every tensor subclass goes through them; each
+checks the guard state of the calling thread or task and, for a tensor that
+is not on the CPU, reports the read before making it.
+
+Op inputs: PyTorch itself refuses most ops whose inputs are on different
+devices (a 0-d CPU tensor counts as a number). Inside a ``transfer_guard``
+block a ``TorchFunctionMode`` of devshim's scans each op's direct arguments
+(and lists of tensors among them): under "disallow" such an op raises
+``DeviceMismatchError`` naming both devices and the fix instead of PyTorch's
+error, under "log" it is counted (then PyTorch runs or refuses it as usual),
+and the few ops PyTorch lets through with mixed inputs (a CPU index into a
+GPU tensor) are caught too. Torch function modes are per thread, so this
+part applies in the threads that enter a block; ``DEVSHIM_TRANSFER_GUARD``
+alone (no block) guards host reads only.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+import devshim
+from devshim import guard, transfer
+
+#: torch.Tensor method -> how the read looks in the code that makes it.
+READS = {
+    "__float__": "float(t)",
+    "__int__": "int(t)",
+    "__bool__": "bool(t)",
+    "__index__": "using t as an index",
+    "__complex__": "complex(t)",
+    "item": "t.item()",
+    "tolist": "t.tolist()",
+    "numpy": "t.numpy()",
+    "__array__": "np.asarray(t)",
+    "__repr__": "print(t) / repr(t)",
+    "__format__": "formatting t (f-string, str.format)",
+}
+_MISSING = object()
+_saved: dict = {}  # method name -> torch.Tensor's own attribute, or _MISSING when inherited
+
+
+def _reader(name: str, original, what: str):
+    def read(self, *args, **kwargs):
+        state = guard.current()
+        if state.checking and not transfer.is_explicit() and not self.is_cpu:
+            guard.implicit("device_to_host", guard.READ, what, devshim.device_of(self),
+                           devshim.Device("cpu"), state)
+            with transfer.explicit():  # the reads the framework makes inside are this one
+                return original(self, *args, **kwargs)
+        return original(self, *args, **kwargs)
+
+    read.__name__ = name
+    read.__qualname__ = f"Tensor.{name}"
+    read.__doc__ = getattr(original, "__doc__", None)
+    read._devshim_original = original
+    return read
+
+
+def install() -> None:
+    """Put the guarded reading methods on torch.Tensor."""
+    for name, what in READS.items():
+        if name in _saved:
+            continue
+        own = torch.Tensor.__dict__.get(name, _MISSING)
+        _saved[name] = own
+        reader = _reader(name, getattr(torch.Tensor, name), what)
+        _READERS[reader] = reader._devshim_original
+        setattr(torch.Tensor, name, reader)
+
+
+def uninstall() -> None:
+    """Give torch.Tensor its own methods back."""
+    for name, own in list(_saved.items()):
+        _READERS.pop(getattr(torch.Tensor, name), None)
+        if own is _MISSING:
+            delattr(torch.Tensor, name)
+        else:
+            setattr(torch.Tensor, name, own)
+        del _saved[name]
+
+
+# ------------------------------------------------------------------ op inputs
+
+# Explicit copies the user writes; reading methods have their own hooks above.
+_Tensor = torch.Tensor
+_EXEMPT = {
+    torch.Tensor.to, torch.Tensor.cpu, torch.Tensor.cuda, torch.Tensor.copy_,
+    torch.Tensor.__deepcopy__, torch.Tensor.__reduce_ex__, torch.Tensor.__setstate__,
+}
+_EXEMPT.update(getattr(torch.Tensor, name) for name in READS if hasattr(torch.Tensor, name))
+_READERS: dict = {}  # our reading methods -> torch's: the mode calls torch's, the read is already checked
+
+
+def _name(func) -> str:
+    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+
+
+class _Mode(torch.overrides.TorchFunctionMode):
+    """Checks each op's tensor inputs against the guard of the running thread or task."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = {}
+        if func in _EXEMPT:
+            return func(*args, **kwargs)
+        original = _READERS.get(func)
+        if original is not None:
+            return original(*args, **kwargs)
+        if len(args) + len(kwargs) > 1 and _mixed(args, kwargs):
+            state = guard.current()
+            if (state.device_to_device != guard.ALLOW or state.host_to_device != guard.ALLOW) \
+                    and not transfer.is_explicit():
+                _check(func, _places(args, kwargs), state)
+        return func(*args, **kwargs)
+
+
+def _tensors(args, kwargs):
+    for value in args:
+        if isinstance(value, _Tensor):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                if isinstance(item, _Tensor):
+                    yield item
+    if kwargs:
+        yield from _tensors(kwargs.values(), None)
+
+
+def _mixed(args, kwargs) -> bool:
+    """Whether the op's tensor inputs are on more than one device: the cheap test every
+    op pays, written out flat (no generator, no call per tensor)."""
+    first = None
+    for value in args:
+        if isinstance(value, _Tensor):
+            if first is None:
+                first = value.device
+            elif value.device != first:
+                return True
+        elif isinstance(value, (list, tuple)) and value and isinstance(value[0], _Tensor):
+            for item in value:
+                if isinstance(item, _Tensor):
+                    if first is None:
+                        first = item.device
+                    elif item.device != first:
+                        return True
+    if kwargs:
+        for value in kwargs.values():
+            if isinstance(value, _Tensor):
+                if first is None:
+                    first = value.device
+                elif value.device != first:
+                    return True
+    return False
+
+
+def _places(args, kwargs) -> list:
+    places = []
+    for t in _tensors(args, kwargs):
+        if t.is_cpu and t.dim() == 0:
+            continue  # a 0-d host tensor is a number to PyTorch, as a Python scalar is
+        device = t.device
+        if device not in places:
+            places.append(device)
+    return places
+
+
+def _check(func, places: list, state) -> None:
+    if len(places) < 2:
+        return
+    # PyTorch runs an op on its first non-CPU input's device: the others would move there.
+    target = next((d for d in places if d.type != "cpu"), places[0])
+    for source in places:
+        if source == target:
+            continue
+        source, target_place = _describe(source), _describe(target)
+        direction, kind = guard.direction_of(source, target_place)
+        guard.implicit(direction, kind, _name(func), source, target_place, state)
+
+
+def _describe(native):
+    return devshim.get_backend("torch").describe(native)
+
+
+_local = threading.local()
+_mode = None
+
+
+def enter_thread() -> None:
+    """Make sure devshim's mode is on this thread's torch function mode stack."""
+    global _mode
+    depth = getattr(_local, "depth", 0)
+    if depth == 0:
+        if _mode is None:
+            _mode = _Mode()
+        _mode.__enter__()
+    _local.depth = depth + 1
+
+
+def exit_thread() -> None:
+    """Take devshim's mode off this thread's stack when its last block closes."""
+    depth = getattr(_local, "depth", 0) - 1
+    _local.depth = max(depth, 0)
+    if depth == 0 and _mode is not None:
+        stack = torch.overrides._get_current_function_mode_stack()
+        if stack and stack[-1] is _mode:
+            _mode.__exit__(None, None, None)
+        else:
+            # Someone pushed a mode over ours and has not popped it: leaving ours in place
+            # is harmless (it lets everything through outside guard blocks).
+            _local.depth = 0

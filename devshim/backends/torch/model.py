@@ -1,0 +1,139 @@
+"""Placing torch ``nn.Module``s: one device, a device map with input-copying hooks, replicas.
+
+``module.to`` moves parameters and every buffer (non-persistent ones too), in
+place, so a weight shared by two submodules stays one tensor. A split model's
+placed submodules get forward pre-hooks (registered with torch's own
+``register_forward_pre_hook(..., with_kwargs=True)``, removable, ``forward``
+untouched) that copy their tensor inputs to the submodule's device with
+``ds.copy_if_needed``: explicit copies, which autograd differentiates and the
+transfer guard allows.
+"""
+
+from __future__ import annotations
+
+import copy
+import weakref
+
+import torch
+
+import devshim
+from devshim.errors import UnbuiltModelError, UnsupportedPlacementError
+
+_handles: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its hook handles
+
+
+def is_model(obj) -> bool:
+    return isinstance(obj, torch.nn.Module)
+
+
+def _check_built(module) -> None:
+    lazy = [name for name, p in module.named_parameters()
+            if isinstance(p, torch.nn.parameter.UninitializedParameter)]
+    if lazy:
+        raise UnbuiltModelError(
+            f"This {type(module).__name__} has no parameters yet: {', '.join(lazy[:4])} "
+            f"{'are' if len(lazy) > 1 else 'is'} lazy (torch.nn.Lazy* layers get their shape from the "
+            f"first input). Run one forward pass with a sample batch first, then place or ask again."
+        )
+
+
+def named_places(module, adapter) -> list:
+    """(name, Device) for each parameter (tied ones once) and each buffer."""
+    _check_built(module)
+    found = [(name, adapter.tensor_device(p)) for name, p in module.named_parameters()]
+    found += [(name, adapter.tensor_device(b)) for name, b in module.named_buffers()]
+    if not found:
+        raise UnbuiltModelError(
+            f"This {type(module).__name__} has no parameters or buffers, so it is on no device: "
+            f"there is nothing to place. Models with weights can be asked."
+        )
+    return found
+
+
+def _tied(module) -> list:
+    """Groups of names under which one parameter appears more than once (tied weights)."""
+    groups: dict = {}
+    for name, p in module.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(name)
+    return [names for names in groups.values() if len(names) > 1]
+
+
+def _retie(module, groups: list) -> None:
+    # module.to() keeps ties when it can convert parameters in place; across device types
+    # whose tensors differ in kind (to meta, say) it makes a new Parameter per occurrence.
+    for names in groups:
+        first = module.get_parameter(names[0])
+        for name in names[1:]:
+            owner, _, attr = name.rpartition(".")
+            setattr(module.get_submodule(owner) if owner else module, attr, first)
+
+
+def place(module, native, adapter, input_shape=None):
+    _check_built(module)
+    groups = _tied(module)
+    module.to(native)
+    _retie(module, groups)
+    return module
+
+
+def child_sizes(module) -> list:
+    """(name, parameter bytes) of each top-level child, in order: what "balanced" spreads."""
+    return [(name, sum(p.numel() * p.element_size() for p in child.parameters()))
+            for name, child in module.named_children()]
+
+
+def place_map(module, natives: dict, adapter):
+    _check_built(module)
+    groups = _tied(module)
+    _refuse_split_ties(groups, natives, adapter)
+    unplace(module)
+    handles = []
+    for name, native in natives.items():
+        block = module.get_submodule(name) if name else module
+        block.to(native)
+        handles.append(block.register_forward_pre_hook(_copier(native), with_kwargs=True))
+    _retie(module, groups)
+    _handles[module] = handles
+    return module
+
+
+def _refuse_split_ties(groups: list, natives: dict, adapter) -> None:
+    def placed(name: str):
+        best = None
+        for prefix, native in natives.items():
+            if name == prefix or name.startswith(prefix + ".") or not prefix:
+                if best is None or len(prefix) > len(best[0]):
+                    best = (prefix, native)
+        return adapter.describe(best[1]) if best else None
+
+    for names in groups:
+        where = {str(placed(name)) for name in names}
+        if len(where) > 1:
+            raise UnsupportedPlacementError(
+                f"{' and '.join(names)} are one tied parameter, which cannot live on "
+                f"{' and '.join(sorted(where))} at once. Put the modules that share it on one device, "
+                f"or untie it."
+            )
+
+
+def _copier(native):
+    def copy_inputs(block, args, kwargs):
+        return devshim.copy_if_needed(args, native), devshim.copy_if_needed(kwargs, native)
+
+    return copy_inputs
+
+
+def unplace(module) -> None:
+    for handle in _handles.pop(module, ()):
+        handle.remove()
+
+
+def replicate(module, natives: list, adapter) -> list:
+    _check_built(module)
+    if _handles.get(module):
+        raise UnsupportedPlacementError(
+            f"This {type(module).__name__} is split over devices by ds.place_model; its replicas would "
+            f"keep copying inputs to the original's devices. Call ds.unplace(net) first, or replicate "
+            f"the model before splitting it."
+        )
+    return [copy.deepcopy(module).to(native) for native in natives]

@@ -1,0 +1,124 @@
+"""Conformance: ds.transfer_guard on every backend that has one, on two distinct devices
+(real GPUs, or virtual ones: these tests run in the virtual tox pass)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import devshim as ds
+
+
+@pytest.fixture
+def guarded(harness, two_devices):
+    if not ds.get_backend().spec.has_module("guard"):
+        pytest.skip(f"{harness.name} has no transfer guard (nothing on it can move implicitly)")
+    first, second = two_devices
+    accelerator = second if ds.get_backend().describe(second).kind != "cpu" else first
+    if ds.get_backend().describe(accelerator).kind == "cpu":
+        pytest.skip(f"{harness.name} has no accelerator here, real or virtual")
+    return first, second, accelerator
+
+
+def test_a_mixed_device_op_is_refused_under_disallow(harness, guarded):
+    first, second, _ = guarded
+    x, y = harness.tensor([1.0, 2.0], device=first), harness.tensor([3.0, 4.0], device=second)
+    with ds.transfer_guard("disallow") as report:
+        with pytest.raises(ds.DeviceMismatchError) as info:
+            harness.add(x, y)
+    message = str(info.value)
+    assert str(ds.device_of(x)) in message or str(ds.device_of(y)) in message
+    assert "ds.copy_if_needed" in message and isinstance(info.value, RuntimeError)
+    assert report.total == 1 and report.events[0].action == "refused"
+    site = report.events[0].site  # the code that ran the op: here, the harness's add()
+    assert "/tests/" in site and site.rpartition(":")[2].isdigit()
+
+
+def test_a_mixed_device_op_runs_under_allow_and_is_counted_under_log(harness, guarded):
+    first, second, _ = guarded
+    x, y = harness.tensor([1.0, 2.0], device=first), harness.tensor([3.0, 4.0], device=second)
+    with ds.transfer_guard("allow") as report:
+        if harness.runs_mixed_ops:
+            harness.add(x, y)
+    assert report.total == 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with ds.transfer_guard("log") as report:
+            for _ in range(3):
+                try:
+                    harness.add(x, y)
+                except RuntimeError:
+                    assert not harness.runs_mixed_ops  # the framework's own refusal
+    assert report.total >= 3 and report.total % 3 == 0  # each run counted (one event per moved input)
+    assert all(e.action == "logged" for e in report.events)
+    assert len([w for w in caught if issubclass(w.category, ds.ImplicitTransferWarning)]) == 1  # once per site
+
+
+@pytest.mark.parametrize("form", range(9))
+def test_each_host_read_is_refused_under_disallow_and_logged_under_log(harness, guarded, form):
+    reads = harness.host_reads()
+    if form >= len(reads):
+        pytest.skip(f"{harness.name} has {len(reads)} host-read forms")
+    what, read = reads[form]
+    _, _, accelerator = guarded
+    x = harness.tensor(2.0, device=accelerator)
+    with ds.transfer_guard("disallow") as report:
+        with pytest.raises(ds.ImplicitTransferError, match="ds.to_numpy") as info:
+            read(x)
+    assert what in str(info.value) and str(ds.device_of(x)) in str(info.value)
+    assert report.counts["device-to-host read"] == 1 and report.events[0].what == what
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ds.ImplicitTransferWarning)
+        with ds.transfer_guard("log") as report:
+            value = read(x)
+    assert report.counts["device-to-host read"] == 1 and report.events[0].action == "logged"
+    expected = read(ds.to_device(x, ds.cpu()))  # the same read of a host copy: no transfer
+    if isinstance(expected, np.ndarray):
+        np.testing.assert_array_equal(value, expected)
+    elif not isinstance(expected, str):
+        assert value == expected
+
+
+def test_host_reads_of_host_tensors_are_no_transfers(harness, guarded):
+    x = harness.tensor(2.0, device=ds.cpu())
+    with ds.transfer_guard("disallow") as report:
+        for _, read in harness.host_reads():
+            read(x)
+    assert report.total == 0
+
+
+def test_devshims_explicit_calls_pass_under_disallow(harness, guarded):
+    first, second, accelerator = guarded
+    x = harness.tensor([1.0, 2.0], device=first)
+    with ds.transfer_guard("disallow") as report:
+        y = ds.to_device(x, second)
+        z = ds.copy_if_needed({"x": x}, second)["x"]
+        host = ds.to_numpy(y)
+        back = ds.copy_if_needed(z, first)
+        harness.run_on(first, lambda: harness.add(back, x))  # (TensorFlow: under first's scope)
+        ds.synchronize(y)
+    np.testing.assert_array_equal(host, [1.0, 2.0])
+    assert ds.same_device(y, z) and report.total == 0
+
+
+def test_levels_are_restored_after_a_block_even_when_it_raises(harness, guarded):
+    _, _, accelerator = guarded
+    x = harness.tensor(2.0, device=accelerator)
+    with ds.transfer_guard("disallow"):
+        with pytest.raises(KeyError):
+            with ds.transfer_guard("allow"):
+                float(x)  # allowed here
+                raise KeyError("boom")
+        with pytest.raises(ds.ImplicitTransferError):
+            float(x)
+    assert float(x) == 2.0  # no guard any more
+
+
+def test_one_direction_can_be_allowed_alone(harness, guarded):
+    first, second, accelerator = guarded
+    x = harness.tensor(2.0, device=accelerator)
+    with ds.transfer_guard("disallow", device_to_host="allow") as report:
+        assert float(x) == 2.0
+    assert report.total == 0 and report.levels["device_to_host"] == "allow"

@@ -1,0 +1,257 @@
+"""ds.transfer_guard: the API (levels, nesting, reports, warnings, errors, threads, tasks,
+DEVSHIM_TRANSFER_GUARD), and what is specific to each framework's hooks."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import warnings
+
+import pytest
+
+import devshim as ds
+from devshim import guard, settings, transfer
+from helpers import run_python
+
+GPU, CPU = ds.Device("gpu", 0), ds.Device("cpu")
+
+
+def read(state=None):
+    """What a backend hook does for a host read of a tensor on gpu:0."""
+    guard.implicit("device_to_host", guard.READ, "float(t)", GPU, CPU, state)
+
+
+def op():
+    guard.implicit("device_to_device", guard.OP_INPUT, "add", ds.Device("gpu", 1), GPU)
+
+
+# ------------------------------------------------------------ levels
+
+
+@pytest.mark.parametrize("kwargs", [{"level": "forbid"}, {"device_to_host": "never"}, {"level": "LOG"}])
+def test_an_unknown_level_lists_the_valid_ones(kwargs):
+    with pytest.raises(ds.InvalidGuardLevelError, match="Valid levels: 'allow', 'log', 'disallow'") as info:
+        ds.transfer_guard(**kwargs)
+    assert isinstance(info.value, ValueError)
+
+
+def test_disallow_raises_the_named_errors():
+    with ds.transfer_guard("disallow") as report:
+        with pytest.raises(ds.ImplicitTransferError, match=r"float\(t\) reads a tensor on gpu:0.*ds.to_numpy"):
+            read()
+        with pytest.raises(ds.DeviceMismatchError, match=r"add has inputs on gpu:1 and on gpu:0.*ds.copy_if_needed"):
+            op()
+    assert report.counts == {"cross-device op input": 1, "device-to-host read": 1, "host-to-device": 0}
+    assert report.total == 2 and {e.action for e in report.events} == {"refused"}
+
+
+def test_log_warns_once_per_call_site_and_counts_every_time():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with ds.transfer_guard("log") as report:
+            for _ in range(4):
+                guard.implicit("device_to_host", guard.READ, "float(t)", GPU, CPU)  # one call site
+            guard.implicit("device_to_host", guard.READ, "float(t)", GPU, CPU)  # another
+    assert report.total == 5
+    assert len(caught) == 2 and all(issubclass(w.category, ds.ImplicitTransferWarning) for w in caught)
+    assert caught[0].filename == __file__  # the warning points at the code that made the transfer
+    lines = str(report).splitlines()
+    assert lines[0].startswith("5 implicit transfers (device_to_host=log")
+    assert any(line.split()[2] == "4" for line in lines[1:])  # "device-to-host read  4  float(t) ..."
+
+
+def test_allow_checks_nothing():
+    with ds.transfer_guard("allow") as report:
+        read()
+    assert report.total == 0 and not guard.current().checking
+
+
+def test_per_direction_levels_override_and_inherit():
+    with ds.transfer_guard("disallow"):
+        with ds.transfer_guard(device_to_host="log") as inner:
+            assert guard.current().device_to_device == "disallow"  # inherited
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                read()  # logged, not refused
+            with pytest.raises(ds.DeviceMismatchError):
+                op()
+    assert inner.levels == {"device_to_host": "log", "device_to_device": "disallow", "host_to_device": "disallow"}
+
+
+def test_nested_blocks_restore_the_outer_levels_also_on_exceptions():
+    with ds.transfer_guard("log") as outer:
+        with pytest.raises(ZeroDivisionError):
+            with ds.transfer_guard("disallow"):
+                1 / 0
+        assert guard.current().device_to_host == "log"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            read()
+    assert guard.current().device_to_host == settings.default_guard_level()
+    assert outer.total == 1
+
+
+def test_an_outer_report_sees_what_inner_blocks_saw():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with ds.transfer_guard("log") as outer:
+            with ds.transfer_guard("log") as inner:
+                read()
+            read()
+    assert (inner.total, outer.total) == (1, 2)
+
+
+def test_explicit_transfers_are_never_counted():
+    with ds.transfer_guard("disallow") as report:
+        with transfer.explicit():
+            read()
+            op()
+    assert report.total == 0
+
+
+def test_the_same_guard_object_can_be_reentered():
+    block = ds.transfer_guard("disallow")
+    with block:
+        with block:
+            assert guard.current().checking
+        assert guard.current().checking
+    assert guard.current().device_to_host == settings.default_guard_level()
+
+
+# ------------------------------------------------------------ isolation
+
+
+def test_a_guard_in_one_thread_does_not_reach_another():
+    seen = {}
+    inside, done = threading.Event(), threading.Event()
+
+    def other():
+        inside.wait(10)
+        seen["level"] = guard.current().device_to_host
+        try:
+            read()
+            seen["read"] = "allowed"
+        except ds.ImplicitTransferError:
+            seen["read"] = "refused"
+        done.set()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    with ds.transfer_guard("disallow"):
+        inside.set()
+        done.wait(10)
+    thread.join(10)
+    assert seen == {"level": settings.default_guard_level(), "read": "allowed"}
+
+
+def test_a_guard_in_one_asyncio_task_does_not_reach_another():
+    async def guarded(started, proceed):
+        with ds.transfer_guard("disallow"):
+            started.set()
+            await proceed.wait()
+            return guard.current().device_to_host
+
+    async def bystander(started, proceed):
+        await started.wait()
+        level = guard.current().device_to_host
+        proceed.set()
+        return level
+
+    async def main():
+        started, proceed = asyncio.Event(), asyncio.Event()
+        return await asyncio.gather(guarded(started, proceed), bystander(started, proceed))
+
+    assert asyncio.run(main()) == ["disallow", "allow"]
+
+
+# ------------------------------------------------------------ the process default
+
+
+def test_the_variable_sets_the_process_default(setenv):
+    setenv("DEVSHIM_TRANSFER_GUARD", "disallow")
+    with pytest.raises(ds.ImplicitTransferError):
+        read()
+    with ds.transfer_guard("allow"):
+        read()
+    setenv("DEVSHIM_TRANSFER_GUARD", None)
+    read()
+
+
+def test_a_bad_variable_value_is_a_named_error(setenv):
+    setenv("DEVSHIM_TRANSFER_GUARD", "sometimes")
+    with pytest.raises(ds.InvalidGuardLevelError, match="DEVSHIM_TRANSFER_GUARD='sometimes'"):
+        ds.transfer_guard().__enter__()
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow", "mxnet"])
+def test_the_variable_guards_a_fresh_process(framework):
+    pytest.importorskip(framework)
+    code = {
+        "torch": "import torch, devshim as ds\nx = torch.ones(1, device='meta')\nds.device_of(x)\n"
+                 "try:\n    float(x)\nexcept ds.ImplicitTransferError as err:\n    print('refused', 'float(t)' in str(err))\n",
+        "tensorflow": "import tensorflow as tf, devshim as ds\nwith ds.gpu(0):\n    x = tf.ones(1)\n"
+                      "try:\n    float(x)\nexcept ds.ImplicitTransferError as err:\n    print('refused', 'float(t)' in str(err))\n",
+        "mxnet": "import mxnet as mx, devshim as ds\nx = mx.nd.ones((1,), ctx=ds.gpu(0))\n"
+                 "try:\n    float(x.asscalar())\nexcept ds.ImplicitTransferError as err:\n    print('refused', 'a.asscalar()' in str(err))\n",
+    }[framework]
+    env = {"DEVSHIM_BACKEND": framework, "DEVSHIM_TRANSFER_GUARD": "disallow"}
+    if framework != "torch":
+        env["DEVSHIM_VIRTUAL_DEVICES"] = "1"
+    result = run_python(code, **env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["refused", "True"]
+
+
+# ------------------------------------------------------------ torch specifics (cpu vs meta)
+
+
+def test_torch_meta_reads_and_mixed_ops():
+    torch = pytest.importorskip("torch")
+    meta, host = torch.ones(3, device="meta"), torch.ones(3)
+    with ds.transfer_guard("disallow") as report:
+        with pytest.raises(ds.ImplicitTransferError, match=r"t\.item\(\) reads a tensor on meta:0"):
+            meta.item()
+        with pytest.raises(ds.DeviceMismatchError, match="host-to-device"):
+            host + meta
+        assert float(host.sum()) == 3.0 and (host + torch.tensor(2.0)).sum().item() == 9.0  # 0-d host: a number
+    assert report.counts == {"cross-device op input": 0, "device-to-host read": 1, "host-to-device": 1}
+    with ds.transfer_guard("allow"):
+        with pytest.raises(RuntimeError) as native:
+            host + meta  # PyTorch refuses mixed devices itself
+    assert not isinstance(native.value, ds.DevshimError)
+
+
+def test_torch_hooks_are_in_only_while_a_guard_checks():
+    torch = pytest.importorskip("torch")
+    ds.device_of(torch.ones(1))  # the torch backend is loaded
+    own = torch.Tensor.__dict__.get("item")
+    with ds.transfer_guard("disallow"):
+        assert torch.Tensor.__dict__.get("item") is not own
+        assert transfer.watchers >= 1
+        with ds.transfer_guard("allow"):
+            pass
+    assert torch.Tensor.__dict__.get("item") is own
+    assert torch.overrides._get_current_function_mode_stack() == []
+
+
+def test_torch_cpu_index_into_another_device_is_an_implicit_copy():
+    torch = pytest.importorskip("torch")
+    meta = torch.ones(4, device="meta")
+    with ds.transfer_guard("disallow"):
+        with pytest.raises(ds.DeviceMismatchError):
+            meta[torch.tensor([0, 1])]
+        meta[torch.tensor(1)]  # a 0-d index is a number
+
+
+def test_tensorflow_ops_in_one_place_pass_and_shapes_stay_on_the_host():
+    tf = pytest.importorskip("tensorflow")
+    from harnesses.tensorflow_harness import HARNESS  # noqa: F401  (configures virtual devices first)
+
+    with ds.use_backend("tensorflow"):
+        x = tf.ones((2, 3))
+        with ds.transfer_guard("disallow") as report:
+            y = tf.reshape(x * 2.0 + tf.constant(1.0), tf.constant([3, 2]))
+            v = tf.Variable([1.0])
+            v.assign_add([1.0])
+            float(tf.reduce_sum(y))  # a host tensor: no transfer
+    assert report.total == 0
