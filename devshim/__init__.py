@@ -28,7 +28,8 @@ _EXPORTS = {
     **dict.fromkeys(
         ("DevshimError", "BackendError", "InvalidDeviceError", "DeviceUnavailableError",
          "DeviceMismatchError", "NotATensorError", "UnsupportedDtypeError", "UnsupportedValueError",
-         "DatalessTensorError", "UnplacedTensorError", "TimingError", "ExperimentError",
+         "DatalessTensorError", "UnplacedTensorError", "MultiDeviceValueError",
+         "MixedArrayModulesError", "TimingError", "ExperimentError",
          "BenchUsageError", "PlotUnavailableError"),
         "devshim.errors",
     ),
