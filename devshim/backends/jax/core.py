@@ -14,8 +14,10 @@ trace). What devshim answers for each:
   ``MultiDeviceValueError`` naming them; ``to_device`` gathers it onto the target;
 - a tracer has no device until the traced function runs: ``device_of`` and
   ``to_numpy`` raise ``UnplacedTensorError``; ``to_device`` and ``copy_if_needed``
-  record a ``jax.device_put`` in the trace, so gradients flow through them and
-  ``jit`` places the value where they say.
+  record a ``jax.device_put`` in the trace, so gradients flow through them. Under
+  ``grad`` alone it runs eagerly and moves the value; inside ``jit`` the compiled
+  computation decides where its outputs land (JAX 0.10 keeps them on the
+  computation's device), so move the outputs after the jitted call.
 
 ``to_device`` is ``jax.device_put(x, device, may_alias=False)``: new storage even
 on the array's own device, where a plain ``device_put`` hands the same buffer back.
