@@ -24,6 +24,7 @@ _EXPORTS = {
         ("available_backends", "get_backend", "set_backend", "use_backend"), "devshim.backends"
     ),
     "Device": "devshim._device",
+    **dict.fromkeys(("array_module", "get_array_module"), "devshim.generic"),
     **dict.fromkeys(("synchronize", "Timer", "benchmark", "Measurement"), "devshim.timing"),
     **dict.fromkeys(
         ("DevshimError", "BackendError", "InvalidDeviceError", "DeviceUnavailableError",
@@ -34,7 +35,7 @@ _EXPORTS = {
         "devshim.errors",
     ),
 }
-_SUBMODULES = ("api", "backends", "bench", "errors", "settings", "testing", "timing", "transfer")
+_SUBMODULES = ("api", "backends", "bench", "errors", "generic", "settings", "testing", "timing", "transfer")
 
 __all__ = list(_EXPORTS) + ["testing", "settings", "backends"]
 

@@ -268,6 +268,9 @@ class JaxBackend(Backend):
             f"device first: ds.to_device(x, device)."
         )
 
+    def array_namespace(self, x):
+        return self.fw.numpy  # jax.numpy is JAX's array-API namespace (x.__array_namespace__())
+
     # ------------------------------------------------------------ fast paths
 
     def move_fn(self):

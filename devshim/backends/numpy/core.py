@@ -75,6 +75,9 @@ class NumpyBackend(Backend):
     def tensor_to_numpy(self, x):
         return self.fw.array(x, copy=True)
 
+    def array_namespace(self, x):
+        return self.fw  # numpy itself, as in Chainer (NumPy 2 is an array-API namespace too)
+
     def device_details(self) -> list:
         return [{"device": "cpu:0", "name": "host CPU"}]
 
