@@ -1,4 +1,4 @@
-"""devshim: one device API for PyTorch, TensorFlow, MXNet and NumPy.
+"""devshim: one device API for PyTorch, TensorFlow, JAX, MXNet, CuPy and NumPy.
 
     >>> import devshim as ds                       # imports no framework
     >>> X = torch.ones(2, 3, device=ds.try_gpu())  # GPU 0 if present, else CPU
