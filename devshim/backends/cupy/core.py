@@ -121,9 +121,10 @@ class CupyBackend(Backend):
             with cupy.cuda.Device(self._pointer_device(x)):
                 x = cupy.asarray(x)  # a CuPy view of the Numba array's memory, on its own GPU
         with native:
-            # cupy.array copies a NumPy array to the current GPU, and a CuPy array from any
-            # GPU into new memory on the current one (peer to peer, or through the host).
-            return cupy.array(x, copy=True)
+            # cupy.asarray copies a NumPy array, or a CuPy array of another GPU, to the current
+            # GPU, and hands back a CuPy array already on it, which is then copied on that GPU.
+            y = cupy.asarray(x)
+            return x.copy() if y is x else y
 
     def tensor_to_numpy(self, x):
         if isinstance(x, self.fw.ndarray):
