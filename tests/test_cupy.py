@@ -81,8 +81,9 @@ class FakeGpuBackend(backends.Backend):
 
 
 @pytest.fixture
-def partner(monkeypatch):
+def partner(monkeypatch, setenv):
     """Register the stand-in partner (ahead of a real CuPy, if one is installed) for one test."""
+    setenv(ds.settings.VIRTUAL_DEVICES_VAR, None)  # NumPy refuses virtual devices
     backends.register_backend(FakeGpuBackend.spec, FakeGpuBackend)
     real = backends.specs().get("cupy")
     if real is not None:
@@ -134,7 +135,8 @@ def test_a_gpu_the_partner_lacks_is_unavailable_with_the_partners_count(partner)
         ds.to_device(np.ones(1), "gpu:2")
 
 
-def test_without_a_partner_numpy_says_how_to_get_one(monkeypatch):
+def test_without_a_partner_numpy_says_how_to_get_one(monkeypatch, setenv):
+    setenv(ds.settings.VIRTUAL_DEVICES_VAR, None)
     real = backends.specs().get("cupy")
     monkeypatch.setattr(real, "host_partner", None)
     with pytest.raises(ds.DeviceUnavailableError, match=r"install CuPy \(pip install \"devshim\[cupy\]\"\)"):
