@@ -336,11 +336,14 @@ class JaxBackend(Backend):
             if count == self._virtual:
                 return
             needed = virtual.host_devices_needed(count)
+            flags = os.environ.get("XLA_FLAGS")
             self._ask_for_host_devices(needed)
             try:
-                have = len(self._cpu_devices())
+                have = len(self._cpu_devices())  # JAX initialises here if it had not yet
             except DeviceUnavailableError:
                 have = 0
+            finally:
+                _restore_environment("XLA_FLAGS", flags)  # child processes get the user's flags
             if have < needed:
                 raise BackendError(
                     f"{count} virtual GPUs were asked for ({settings.VIRTUAL_DEVICES_VAR} or "
@@ -370,6 +373,13 @@ class JaxBackend(Backend):
                 jax.config.update("jax_num_cpu_devices", needed)
             except RuntimeError:
                 pass  # initialised already: the count the caller checks says whether it is enough
+
+
+def _restore_environment(name: str, value) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 def _equivalent(sharding, target, ndim: int) -> bool:

@@ -51,4 +51,10 @@ def native_move(x, device):
 
 
 def native_device_of(x):
-    return x.device
+    return x.device  # JAX 0.4.31 and later; older JAX has only x.devices()
+
+
+if not hasattr(jax.Array, "device"):
+    def native_device_of(x):  # noqa: F811
+        (device,) = x.devices()
+        return device
