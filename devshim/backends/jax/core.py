@@ -246,7 +246,7 @@ class JaxBackend(Backend):
     def tensor_to_numpy(self, x):
         import numpy as np
 
-        if isinstance(x, self.fw.core.Tracer):
+        if _is_tracer(x):
             raise self._traced(x, "has no values")
         # device_get is JAX's explicit transfer (allowed under jax.transfer_guard("disallow"));
         # on the CPU it returns a read-only view of x's buffer, so copy it for the caller.
@@ -261,7 +261,7 @@ class JaxBackend(Backend):
         )
 
     def _spread(self, x, devices) -> MultiDeviceValueError:
-        names = ", ".join(sorted(str(self.describe(d)) for d in devices))
+        names = ", ".join(sorted(_name(self, d) for d in devices))
         return MultiDeviceValueError(
             f"This JAX array is spread over {len(devices)} devices ({names}; {x.sharding}), so it "
             f"has no one device. Ask about its parts (x.addressable_shards), or gather it onto one "
@@ -302,7 +302,7 @@ class JaxBackend(Backend):
     # ------------------------------------------------------------ waiting
 
     def wait(self, x) -> None:
-        if not isinstance(x, self.fw.core.Tracer):
+        if not _is_tracer(x):
             x.block_until_ready()
 
     def device_details(self) -> list:
@@ -373,6 +373,18 @@ class JaxBackend(Backend):
                 jax.config.update("jax_num_cpu_devices", needed)
             except RuntimeError:
                 pass  # initialised already: the count the caller checks says whether it is enough
+
+
+def _is_tracer(x) -> bool:
+    """Tracers have no sharding until the traced function runs (concrete arrays always have one)."""
+    return not hasattr(x, "sharding")
+
+
+def _name(adapter, native) -> str:
+    try:
+        return str(adapter.describe(native))
+    except InvalidDeviceError:  # another process's device, in a multi-process run
+        return repr(native)
 
 
 def _restore_environment(name: str, value) -> None:
