@@ -330,3 +330,16 @@ def test_devshim_info_lists_the_virtual_gpus():
     assert [(d["device"], bool(d.get("virtual"))) for d in entry["devices"]] == [
         ("cpu:0", False), ("gpu:0", True), ("gpu:1", True),
     ]
+
+
+def test_the_ops_module_leaves_jax_unstarted_so_virtual_devices_still_work():
+    result = run_python("""
+        import devshim as ds
+        from devshim.bench.experiment import ops_for
+
+        ops = ops_for("jax")             # imported before devshim has touched any device
+        x = ops.rand((2, 3), ds.try_gpu(1))
+        print(ds.device_of(x), ds.device_of(ops.matmul(x, x.T)))
+    """, DEVSHIM_VIRTUAL_DEVICES="2")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["gpu:1", "gpu:1"]

@@ -8,14 +8,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-_key = jax.random.PRNGKey(0)
 _draws = itertools.count()
 
 
 def rand(shape, device):
     """float32 normal samples of ``shape``, computed on ``device`` (and committed there)."""
-    key = jax.random.fold_in(_key, next(_draws))
+    # The key is made here, not at import: making an array starts JAX, and devshim must
+    # configure virtual devices first (it has by now: ``device`` came from devshim).
     with jax.default_device(device):
+        key = jax.random.PRNGKey(next(_draws))
         return jax.device_put(jax.random.normal(key, shape, dtype=jnp.float32), device)
 
 
