@@ -1,4 +1,4 @@
-"""devshim: one device API for PyTorch, TensorFlow, MXNet and NumPy.
+"""devshim: one device API for PyTorch, TensorFlow, JAX, MXNet, CuPy and NumPy.
 
     >>> import devshim as ds                       # imports no framework
     >>> X = torch.ones(2, 3, device=ds.try_gpu())  # GPU 0 if present, else CPU
@@ -24,6 +24,7 @@ _EXPORTS = {
         ("available_backends", "get_backend", "set_backend", "use_backend"), "devshim.backends"
     ),
     "Device": "devshim._device",
+    **dict.fromkeys(("array_module", "get_array_module"), "devshim.generic"),
     **dict.fromkeys(("synchronize", "Timer", "benchmark", "Measurement"), "devshim.timing"),
     **dict.fromkeys(("transfer_guard", "TransferReport"), "devshim.guard"),
     **dict.fromkeys(
@@ -36,13 +37,13 @@ _EXPORTS = {
          "DeviceMismatchError", "ImplicitTransferError", "InvalidGuardLevelError", "NotATensorError",
          "NotAModelError", "UnbuiltModelError", "UnsupportedPlacementError", "BatchSplitError",
          "UnsupportedDtypeError", "UnsupportedValueError", "DatalessTensorError", "UnplacedTensorError",
-         "TimingError", "ExperimentError", "BenchUsageError", "PlotUnavailableError",
-         "DevshimWarning", "ImplicitTransferWarning"),
+         "MultiDeviceValueError", "MixedArrayModulesError", "TimingError", "ExperimentError",
+         "BenchUsageError", "PlotUnavailableError", "DevshimWarning", "ImplicitTransferWarning"),
         "devshim.errors",
     ),
 }
-_SUBMODULES = ("api", "backends", "bench", "errors", "guard", "placement", "settings", "testing", "timing",
-               "transfer")
+_SUBMODULES = ("api", "backends", "bench", "errors", "generic", "guard", "placement", "settings", "testing",
+               "timing", "transfer")
 
 __all__ = list(_EXPORTS) + ["testing", "settings", "backends"]
 

@@ -31,6 +31,8 @@ __all__ = [
     "UnsupportedValueError",
     "DatalessTensorError",
     "UnplacedTensorError",
+    "MultiDeviceValueError",
+    "MixedArrayModulesError",
     "TimingError",
     "ExperimentError",
     "BenchUsageError",
@@ -224,6 +226,31 @@ class UnplacedTensorError(DevshimError, RuntimeError):
         >>> f(tf.ones(1))
         Traceback (most recent call last):
         devshim.errors.UnplacedTensorError: This Tensor has no device yet: ...
+    """
+
+
+class MultiDeviceValueError(UnsupportedValueError):
+    """A value spread over several devices at once (a JAX array sharded or
+    replicated over a mesh, a TensorFlow composite tensor whose parts live
+    apart) was asked for its one device. Moving it whole works: ``to_device``
+    gathers it onto the target.
+
+    Example:
+        >>> ds.device_of(jax.device_put(x, NamedSharding(mesh, P("batch"))))
+        Traceback (most recent call last):
+        devshim.errors.MultiDeviceValueError: This JAX array is spread over 2 devices ...
+    """
+
+
+class MixedArrayModulesError(DevshimError, TypeError):
+    """``array_module`` got arrays of frameworks that no one array module handles
+    together (a torch tensor and a JAX array, say). NumPy arrays mixed with CuPy
+    arrays are not an error: CuPy is the answer, as in Chainer.
+
+    Example:
+        >>> ds.array_module(torch.ones(2), jnp.ones(2))
+        Traceback (most recent call last):
+        devshim.errors.MixedArrayModulesError: array_module() got arrays of several frameworks ...
     """
 
 

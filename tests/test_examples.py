@@ -53,3 +53,18 @@ def test_data_parallel_example_under_a_disallowing_guard(backend):
     assert f"{backend}: every replica's weights equal the single-device step's: True" in out
     if VIRTUAL[backend]:
         assert "shards of [5, 4] on ['gpu:0', 'gpu:1']" in out
+
+
+@pytest.mark.parametrize("hide_gpus", [False, True], ids=["as-is", "DEVSHIM_DEVICE=cpu"])
+def test_generic_softplus_example_runs_on_every_installed_framework(hide_gpus):
+    import devshim as ds
+
+    env = {"DEVSHIM_DEVICE": "cpu"} if hide_gpus else {}
+    result = run_python("", str(EXAMPLES / "generic_softplus.py"), timeout=300, **env)
+    assert result.returncode == 0, result.stderr
+    printed = [line.split()[0] for line in result.stdout.splitlines()]
+    expected = [name for name in ("numpy", "torch", "jax", "tensorflow", "mxnet")
+                if name in ds.available_backends()]
+    if "cupy" in ds.available_backends() and ds.num_gpus(backend="cupy"):
+        expected.append("cupy")
+    assert printed == expected

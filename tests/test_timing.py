@@ -123,17 +123,38 @@ def test_synchronize_accepts_none_specs_devices_tensors_and_nests(harness):
         assert ds.synchronize(target) is None
 
 
-def test_synchronize_waits_on_the_device_a_tensor_lives_on(harness, sync_calls):
+@pytest.fixture
+def wait_calls(harness, monkeypatch):
+    """Record every value the selected adapter is asked to wait for (backends that wait per value)."""
+    adapter = ds.get_backend()
+    calls = []
+    original = adapter.wait
+
+    def spy(x):
+        calls.append(x)
+        original(x)
+
+    monkeypatch.setattr(adapter, "wait", spy)
+    return calls
+
+
+def test_synchronize_waits_on_the_device_a_tensor_lives_on(harness, sync_calls, wait_calls):
     x = harness.tensor([1.0, 2.0], device=ds.cpu())
     ds.synchronize(x)
-    assert len(sync_calls) == 1 and ds.device_of(x) == sync_calls[0]
+    if ds.get_backend().waits_per_value:  # JAX: the value itself, never its device
+        assert wait_calls == [x] and sync_calls == []
+    else:
+        assert len(sync_calls) == 1 and ds.device_of(x) == sync_calls[0]
 
 
-def test_synchronize_waits_once_per_distinct_device_in_a_nest(harness, sync_calls):
+def test_synchronize_waits_once_per_distinct_device_in_a_nest(harness, sync_calls, wait_calls):
     x = harness.tensor([1.0], device=ds.cpu())
     y = harness.tensor([2.0], device=ds.cpu())
     ds.synchronize({"x": x, "more": [y, (x, 7)], "label": None})
-    assert len(sync_calls) == 1
+    if ds.get_backend().waits_per_value:  # each value is waited for; no device is
+        assert [id(v) for v in wait_calls] == [id(x), id(y), id(x)] and sync_calls == []
+    else:
+        assert len(sync_calls) == 1
 
 
 def test_synchronize_without_a_device_waits_for_every_device_of_the_backend(harness, sync_calls):
@@ -365,7 +386,7 @@ def test_garbage_collection_is_restored_even_when_fn_fails():
     assert gc.isenabled()
 
 
-def test_benchmark_on_every_backend_waits_on_outputs_and_reports(harness, sync_calls):
+def test_benchmark_on_every_backend_waits_on_outputs_and_reports(harness, sync_calls, wait_calls):
     x = harness.tensor([[1.0, 2.0], [3.0, 4.0]], device=ds.cpu())
     m = ds.benchmark(harness.add, x, x, min_run_time=0.01)
     assert isinstance(m, ds.Measurement) and m.runs >= 1
@@ -373,8 +394,13 @@ def test_benchmark_on_every_backend_waits_on_outputs_and_reports(harness, sync_c
     assert m.min <= m.median <= m.max and m.min <= m.mean <= m.max
     assert m.device == "cpu:0" and m.label == "add"
     assert json.loads(json.dumps(m.to_dict()))["runs"] == m.runs
-    # every run (and warm-up and calibration) waits on the output's device
-    assert len(sync_calls) >= m.runs and all(ds.Device("cpu") == ds.get_backend().describe(n) for n in sync_calls)
+    if ds.get_backend().waits_per_value:
+        # every run (and warm-up and calibration) waits on its output, and on no device
+        assert len(wait_calls) >= m.runs and sync_calls == []
+        assert all(ds.device_of(y) == "cpu" for y in wait_calls)
+    else:
+        # every run (and warm-up and calibration) waits on the output's device
+        assert len(sync_calls) >= m.runs and all(ds.Device("cpu") == ds.get_backend().describe(n) for n in sync_calls)
 
 
 def test_benchmark_with_a_device_waits_for_it(harness, sync_calls):

@@ -33,6 +33,7 @@ __all__ = [
     "available_backends", "get_backend", "load_backend", "set_backend", "use_backend",
     "reset_backend", "selection_reason",
     "backend_for_tensor", "describe_native_device", "native_for", "virtual_capable_backends",
+    "accelerator_partner",
     "DEVICE_TABLE", "DEVICE_OF", "COPY", "MOVE", "learn_type",
 ]
 
@@ -244,6 +245,21 @@ def virtual_capable_backends() -> list:
         ['tensorflow', 'mxnet']
     """
     return [name for name, spec in specs().items() if spec.virtual_devices and spec.is_installed()]
+
+
+def accelerator_partner(host: str):
+    """The installed backend whose host partner is ``host`` (CuPy for NumPy), or None.
+
+    A NumPy array sent to a GPU becomes an array of this backend: NumPy has no GPU.
+
+    Example:
+        >>> ds.backends.accelerator_partner("numpy").name   # where CuPy is installed
+        'cupy'
+    """
+    for name, spec in specs().items():
+        if spec.host_partner == host and spec.is_installed():
+            return _instance(name)
+    return None
 
 
 # ------------------------------------------------------------------ selection

@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 
 from devshim import settings, transfer
 from devshim._device import ACCEPTED_SPECS, Device, parse_spec
-from devshim.errors import BackendError, DeviceUnavailableError, InvalidDeviceError
+from devshim.errors import BackendError, DeviceUnavailableError, InvalidDeviceError, UnsupportedValueError
 
 __all__ = ["Backend", "DeviceTable"]
 
@@ -147,6 +147,14 @@ class Backend(ABC):
     def wait(self, x) -> None:
         """Wait until tensor ``x`` is computed. Default: wait for its device."""
         self.synchronize(self.tensor_device(x).native)
+
+    def array_namespace(self, x):
+        """The module whose functions take ``x`` (``ds.array_module``): NumPy-like, ideally the
+        array-API namespace of the framework's arrays. Backends without one refuse."""
+        raise UnsupportedValueError(
+            f"The {self.name} backend has no array module for {type(x).__name__} values, so "
+            f"ds.array_module cannot answer. Convert the value first, e.g. with ds.to_numpy(x)."
+        )
 
     def device_details(self) -> list:
         """What ``devshim info`` prints about each device: at least ``device`` and ``name``."""

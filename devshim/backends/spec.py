@@ -34,6 +34,9 @@ class BackendSpec:
     ``extra``          the devshim extra that installs it (``pip install "devshim[torch]"``).
     ``auto_rank``      order of automatic selection (lower first); None: never auto-selected.
     ``virtual_devices`` whether ``DEVSHIM_VIRTUAL_DEVICES`` can work on it.
+    ``host_partner``   the backend whose arrays are this one's host arrays ("numpy" for
+                       CuPy): that backend hands GPU transfers of its arrays to this one,
+                       and this one's copies to the CPU are that backend's arrays.
     ``title``          the framework's name for people ("PyTorch").
     ``package``        the backend's package (filled in by the registry).
 
@@ -44,7 +47,7 @@ class BackendSpec:
     """
 
     __slots__ = ("name", "aliases", "import_name", "distributions", "extra", "auto_rank",
-                 "virtual_devices", "title", "package")
+                 "virtual_devices", "host_partner", "title", "package")
 
     def __init__(
         self,
@@ -57,6 +60,7 @@ class BackendSpec:
         extra=None,
         auto_rank=None,
         virtual_devices: bool = False,
+        host_partner=None,
         package=None,
     ) -> None:
         self.name = name
@@ -66,6 +70,7 @@ class BackendSpec:
         self.extra = extra
         self.auto_rank = auto_rank
         self.virtual_devices = virtual_devices
+        self.host_partner = host_partner
         self.title = title
         self.package = package or f"devshim.backends.{name}"
 

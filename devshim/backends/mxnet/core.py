@@ -18,7 +18,7 @@ from devshim.backends import virtual
 from devshim.backends.base import Backend, DeviceTable
 from devshim.backends.mxnet import SPEC
 from devshim._device import Device
-from devshim.errors import DeviceUnavailableError, InvalidDeviceError
+from devshim.errors import DeviceUnavailableError, InvalidDeviceError, UnsupportedValueError
 
 # MXNet's host-memory context types besides plain "cpu": page-locked memory for
 # fast GPU transfers, and shared memory for DataLoader workers. Both are the host.
@@ -112,6 +112,15 @@ class MxnetBackend(Backend):
     def tensor_to_numpy(self, x):
         # asnumpy allocates a fresh NumPy array and waits for x to be computed.
         return x.asnumpy()
+
+    def array_namespace(self, x):
+        mx = self.fw
+        if isinstance(x, mx.np.ndarray):
+            return mx.np  # MXNet's NumPy-compatible front-end
+        raise UnsupportedValueError(
+            f"This is a classic mx.nd.NDArray, whose functions are not NumPy's, so it has no "
+            f"array module. Use MXNet's NumPy front-end: ds.array_module(x.as_np_ndarray())."
+        )
 
     # ------------------------------------------------------------ hooks
 

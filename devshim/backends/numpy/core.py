@@ -4,18 +4,26 @@ The native device is the string ``"cpu"``, which NumPy 2's ``device=``
 arguments accept (``np.ones(2, device=ds.cpu())``). NumPy cannot present
 virtual devices: every array lives in the same host memory, so "distinct"
 devices would be a fiction, and devshim refuses rather than fake them.
+
+NumPy has no GPU, but it can have an *accelerator partner*: the installed
+backend that names numpy as its host partner (CuPy). A NumPy array sent to a
+GPU (``to_device(x, "gpu:1")``, or to a ``cupy.cuda.Device``) becomes that
+backend's array there; the transfer is the partner's ``copy_to``. Everything
+else about NumPy stays host-only: ``ds.gpu(backend="numpy")`` still refuses.
 """
 
 from __future__ import annotations
 
 from operator import methodcaller
 
+from devshim import transfer
 from devshim.backends.base import Backend, DeviceTable
 from devshim.backends.numpy import SPEC
 from devshim._device import Device
 from devshim.errors import DeviceUnavailableError
 
-_CPU = Device("cpu", 0, native="cpu", backend="numpy")
+HOST = "cpu"
+_CPU = Device("cpu", 0, native=HOST, backend="numpy")
 _copy = methodcaller("copy")
 
 
@@ -54,7 +62,7 @@ class NumpyBackend(Backend):
                 f"NumPy arrays live on the host only; {kind}:{index} does not exist there. "
                 f"Pick a GPU framework with DEVSHIM_BACKEND, or use ds.cpu()."
             )
-        return "cpu"
+        return HOST
 
     def describe(self, native) -> Device:
         return _CPU
@@ -64,16 +72,76 @@ class NumpyBackend(Backend):
         return _CPU
 
     def same_place(self, x, native) -> bool:
-        return True  # the target was checked to be the host, and every array is there
+        return native is HOST  # every array is on the host; a partner's device is elsewhere
 
     def copy_to(self, x, native, non_blocking: bool):
-        return x.copy()
+        if native is HOST:
+            return x.copy()
+        return self._partner_for(native).copy_to(x, native, non_blocking)
 
     def copier(self, native, non_blocking: bool):
-        return _copy  # x.copy(), with no Python frame of devshim's per leaf
+        if native is HOST:
+            return _copy  # x.copy(), with no Python frame of devshim's per leaf
+        return self._partner_for(native).copier(native, non_blocking)
+
+    # ------------------------------------------------------------ the accelerator partner
+
+    def target(self, spec):
+        """The host for host specs; for a GPU, the accelerator partner's device (CuPy's).
+
+        ``device()`` stays host-only: only transfers of NumPy arrays reach the partner.
+        """
+        try:
+            return self._targets[spec]
+        except (KeyError, TypeError):
+            pass
+        try:
+            native = self.device(spec)
+        except DeviceUnavailableError as refused:
+            if not self._names_a_gpu(spec):
+                raise
+            partner = self._accelerator_partner()
+            if partner is None:
+                raise DeviceUnavailableError(
+                    f"{refused} NumPy has no GPU of its own; to send NumPy arrays to one, install "
+                    f"CuPy (pip install \"devshim[cupy]\"): ds.to_device(x, \"gpu\") then gives a "
+                    f"CuPy array. Or convert with your framework, e.g. torch.as_tensor(x, device=...)."
+                ) from None
+            native = partner.target(spec)
+        if self._cacheable(spec):
+            self._targets[spec] = native
+        return native
+
+    def _accelerator_partner(self):
+        from devshim.backends import accelerator_partner
+
+        return accelerator_partner(self.name)
+
+    def _partner_for(self, native):
+        partner = self._accelerator_partner()
+        if partner is None or not (partner.is_loaded() and partner.is_native_device(native)):
+            raise DeviceUnavailableError(
+                f"NumPy arrays live on the host only, and {native!r} is not a device of NumPy's "
+                f"accelerator partner. Use ds.cpu(), or a CuPy device (pip install \"devshim[cupy]\")."
+            )
+        return partner
+
+    def _names_a_gpu(self, spec) -> bool:
+        from devshim.backends import describe_native_device
+        from devshim._device import parse_spec
+
+        if isinstance(spec, Device):
+            return spec.kind == "gpu"
+        if type(spec) is str:
+            return parse_spec(spec).kind == "gpu"
+        described = describe_native_device(spec)
+        return described is not None and described.kind == "gpu"
 
     def tensor_to_numpy(self, x):
         return self.fw.array(x, copy=True)
+
+    def array_namespace(self, x):
+        return self.fw  # numpy itself, as in Chainer (NumPy 2 is an array-API namespace too)
 
     def device_details(self) -> list:
         return [{"device": "cpu:0", "name": "host CPU"}]
@@ -81,15 +149,18 @@ class NumpyBackend(Backend):
     # The fast paths skip what cannot differ for NumPy: where an array lives.
 
     def move_fn(self):
-        targets, resolve = self._targets, self.target
+        targets, resolve, copy_to, adapter = self._targets, self.target, self.copy_to, self
+        move = transfer.move
 
         def copy_if_needed(x, device):
             try:
-                targets[device]
-                return x
+                native = targets[device]
             except (KeyError, TypeError):
-                pass
-            resolve(device)  # still checks that the device exists
-            return x
+                native = resolve(device)  # still checks that the device exists
+            if native is HOST:
+                return x
+            if transfer.watchers:  # a GPU of the accelerator partner: a real transfer
+                return move(adapter, x, native)
+            return copy_to(x, native, False)
 
         return copy_if_needed

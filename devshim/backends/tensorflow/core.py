@@ -29,7 +29,7 @@ from devshim.backends.base import Backend, DeviceTable
 from devshim.backends.tensorflow import SPEC
 from devshim._device import Device, parse_spec
 from devshim.errors import (
-    BackendError, InvalidDeviceError, UnplacedTensorError, UnsupportedDtypeError, UnsupportedValueError,
+    BackendError, InvalidDeviceError, MultiDeviceValueError, UnplacedTensorError, UnsupportedDtypeError, UnsupportedValueError,
 )
 
 
@@ -222,7 +222,7 @@ class TensorflowBackend(Backend):
             if not places:
                 raise UnplacedTensorError(f"This {type(x).__name__} holds no tensor, so it has no device.")
             listing = ", ".join(sorted(str(p) for p in places))
-            raise UnsupportedValueError(
+            raise MultiDeviceValueError(
                 f"The parts of this {type(x).__name__} live on several devices ({listing}), so it has "
                 f"no one device. Move it whole first: ds.to_device(x, device)."
             )
@@ -359,6 +359,10 @@ class TensorflowBackend(Backend):
         if isinstance(value, np.ndarray) and value.flags.owndata and value.base is None:
             return value
         return np.array(value, copy=True)
+
+    def array_namespace(self, x):
+        # array-api-compat has no TensorFlow; tf.experimental.numpy is TensorFlow's NumPy API.
+        return self.fw.experimental.numpy
 
     def _keras_value(self, x):
         value = x.value

@@ -14,7 +14,7 @@ from __future__ import annotations
 from devshim.backends.base import Backend, DeviceTable
 from devshim.backends.torch import SPEC
 from devshim._device import Device, register_platform
-from devshim.errors import DatalessTensorError, InvalidDeviceError, UnsupportedDtypeError
+from devshim.errors import BackendError, DatalessTensorError, InvalidDeviceError, UnsupportedDtypeError
 
 # torch dtypes NumPy lacks, and the ml_dtypes type (same bits) that stands in for each.
 _ML_DTYPES = {
@@ -217,6 +217,19 @@ class TorchBackend(Backend):
             f"nothing to {what}. Create it on a real device (ds.cpu(), ds.try_gpu()), or "
             f"materialise a meta module with module.to_empty(device=...) and load its weights."
         )
+
+    def array_namespace(self, x):
+        # torch's own namespace differs from the array API (torch.maximum takes no Python
+        # numbers, for one); array-api-compat's wrapper is the array-API namespace of torch.
+        try:
+            from array_api_compat import torch as namespace
+        except ImportError:
+            raise BackendError(
+                "ds.array_module for torch tensors needs array-api-compat, whose array_api_compat.torch "
+                "is the array-API namespace of torch. Install it: pip install \"devshim[torch]\" "
+                "(or pip install array-api-compat)."
+            ) from None
+        return namespace
 
     # ------------------------------------------------------------ waiting
 

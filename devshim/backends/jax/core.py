@@ -1,0 +1,408 @@
+"""JAX's device contract.
+
+Native devices are ``jax.Device`` objects, so ``jax.device_put(x, ds.try_gpu())``
+works. "gpu" is JAX's accelerator: the devices of its default backend when that
+is not the CPU (CUDA or ROCm GPUs, TPUs), counted with ``jax.local_devices``,
+which never raises for a missing platform. JAX has no data-less device.
+
+Arrays are ``jax.Array``: single-device arrays, arrays sharded or replicated over
+several devices, and tracers (the values ``jax.jit``, ``jax.grad`` and ``vmap``
+trace). What devshim answers for each:
+
+- a single-device array lives on its device (``x.sharding``'s one device);
+- an array spread over several devices has no one device: ``device_of`` raises
+  ``MultiDeviceValueError`` naming them; ``to_device`` gathers it onto the target;
+- a tracer has no device until the traced function runs: ``device_of`` and
+  ``to_numpy`` raise ``UnplacedTensorError``; ``to_device`` and ``copy_if_needed``
+  record a ``jax.device_put`` in the trace, so gradients flow through them. Under
+  ``grad`` alone it runs eagerly and moves the value; inside ``jit`` the compiled
+  computation decides where its outputs land (JAX 0.10 keeps them on the
+  computation's device), so move the outputs after the jitted call.
+
+``to_device`` is ``jax.device_put(x, device, may_alias=False)``: new storage even
+on the array's own device, where a plain ``device_put`` hands the same buffer back.
+
+Virtual devices follow ``devshim.backends.virtual``: with
+``DEVSHIM_VIRTUAL_DEVICES=N`` JAX gets N + 1 host (CPU) devices before it
+initialises its backends (``jax_num_cpu_devices``, or ``XLA_FLAGS`` on JAX
+without that option); host device 0 stays the CPU and virtual ``gpu:i`` is host
+device ``i + 1``.
+
+JAX waits per value (``block_until_ready``): it has no call that waits for a device.
+"""
+
+from __future__ import annotations
+
+import os
+from _thread import allocate_lock  # threading's own lock, without its import cost
+
+from devshim import settings, transfer
+from devshim.backends import virtual
+from devshim.backends.base import Backend, DeviceTable
+from devshim.backends.jax import SPEC
+from devshim._device import Device, register_platform
+from devshim.errors import (
+    BackendError, DeviceUnavailableError, InvalidDeviceError, MultiDeviceValueError, UnplacedTensorError,
+)
+
+_HOST_COUNT_FLAG = "--xla_force_host_platform_device_count"
+_UNKNOWN = object()
+
+
+class JaxBackend(Backend):
+    """JAX arrays on the host CPU, the accelerator (GPU or TPU), or virtual host devices.
+
+    Example:
+        >>> with ds.use_backend("jax"):
+        ...     x = jax.device_put(jnp.ones((2, 3)), ds.try_gpu())
+    """
+
+    spec = SPEC
+    waits_per_value = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = allocate_lock()
+        self._virtual = 0  # virtual GPUs presented now (host devices 1..N)
+        self._described = DeviceTable("sharding")  # a single-device sharding -> Device
+        self._by_device: dict = {}  # jax.Device -> Device
+        self._single: dict = {}  # jax.Device -> its SingleDeviceSharding, for same_place
+        self._cpus = None  # this process's CPU devices; JAX fixes them when it initialises
+        self._accelerators = None
+        self._platform = _UNKNOWN
+        self._copy_put = None
+
+    def device_table(self):
+        return self._described
+
+    def reset(self) -> None:
+        super().reset()
+        self._described.clear()
+        self._by_device.clear()
+        self._virtual = 0  # re-read from settings at the next use (_runtime)
+
+    def _runtime(self):
+        """The jax module, with requested virtual devices configured first.
+
+        Everything that may make JAX initialise its backends calls this first.
+        """
+        requested = settings.virtual_device_count()
+        if requested and requested != self._virtual and not settings.accelerators_hidden():
+            self.enable_virtual_devices(requested)
+        return self.fw
+
+    # ------------------------------------------------------------ device lists
+
+    def _cpu_devices(self) -> tuple:
+        if self._cpus is None:
+            try:
+                self._cpus = tuple(self.fw.local_devices(backend="cpu"))
+            except RuntimeError as err:
+                raise DeviceUnavailableError(
+                    f"JAX has no CPU backend in this process ({err}). JAX_PLATFORMS="
+                    f"{os.environ.get('JAX_PLATFORMS', '(unset)')!r} probably leaves it out; add "
+                    f"'cpu' to it, e.g. JAX_PLATFORMS=cuda,cpu."
+                ) from None
+        return self._cpus
+
+    def _accelerator_devices(self) -> tuple:
+        if self._accelerators is None:
+            jax = self.fw
+            try:
+                platform = jax.default_backend()
+            except RuntimeError:  # JAX_PLATFORMS names a platform that failed to start
+                platform = "cpu"
+            found = ()
+            if platform != "cpu":
+                try:
+                    found = tuple(jax.local_devices(backend=platform))
+                except RuntimeError:
+                    found = ()
+            self._accelerators = found
+        return self._accelerators
+
+    def accelerator_count(self) -> int:
+        self._runtime()
+        return len(self._accelerator_devices())
+
+    def accelerator_platform(self):
+        """"cuda", "rocm" or "tpu" (a plug-in's own name otherwise), or None without one."""
+        if self._platform is _UNKNOWN:
+            self._runtime()
+            found = self._accelerator_devices()
+            self._platform = _platform_name(found[0]) if found else None
+            if self._platform is not None:
+                register_platform(self._platform)  # so "rocm:1" reads as a spec, say
+        return self._platform
+
+    # ------------------------------------------------------------ primitives
+
+    def is_tensor(self, x) -> bool:
+        return isinstance(x, self.fw.Array)  # tracers are jax.Array instances too
+
+    def is_native_device(self, obj) -> bool:
+        return isinstance(obj, self.fw.Device)
+
+    def make_native_device(self, kind: str, index: int):
+        self._runtime()
+        if kind == "meta":
+            raise self._no_meta()
+        if kind == "cpu":
+            return self._cpu_devices()[index]
+        if self._virtual:
+            return self._cpu_devices()[virtual.host_index(index)]
+        return self._accelerator_devices()[index]
+
+    def has_cpu(self, index: int) -> bool:
+        self._runtime()
+        if virtual.virtual_gpu_index(index, self._virtual) is not None:
+            return False  # that host device backs a virtual GPU
+        return index < len(self._cpu_devices())
+
+    def describe(self, native) -> Device:
+        described = self._by_device.get(native)
+        if described is None:
+            self._runtime()
+            described = self._by_device[native] = self._describe(native)
+        return described
+
+    def _describe(self, native) -> Device:
+        if native.platform == "cpu":
+            cpus = self._cpu_devices()
+            if native in cpus:
+                index = cpus.index(native)
+                gpu = virtual.virtual_gpu_index(index, self._virtual)
+                if gpu is not None:
+                    return Device("gpu", gpu, native=native, backend=self.name, virtual=True)
+                return Device("cpu", index, native=native, backend=self.name)
+        else:
+            accelerators = self._accelerator_devices()
+            if native in accelerators:
+                return Device("gpu", accelerators.index(native), native=native, backend=self.name,
+                              platform=self.accelerator_platform())
+        raise InvalidDeviceError(
+            f"{native!r} is not one of this process's JAX devices (jax.local_devices()); devshim "
+            f"handles the local CPU and accelerator devices. Move the array to one of those first, "
+            f"e.g. jax.device_put(x, jax.local_devices()[0])."
+        )
+
+    def tensor_device(self, x) -> Device:
+        try:
+            sharding = x.sharding
+        except AttributeError:  # a tracer (jit, grad, vmap): no sharding until it runs
+            raise self._traced(x, "has no device") from None
+        devices = sharding.device_set
+        if len(devices) != 1:
+            raise self._spread(x, devices)
+        (native,) = devices
+        described = self.describe(native)
+        self._described[sharding] = described
+        return described
+
+    def same_place(self, x, native) -> bool:
+        try:
+            sharding = x.sharding
+        except AttributeError:
+            return False  # a tracer: place it where asked, the trace records that
+        target = self._single_sharding(native)
+        return sharding == target or _equivalent(sharding, target, x.ndim)
+
+    def _single_sharding(self, native):
+        found = self._single.get(native)
+        if found is None:
+            found = self._single[native] = self.fw.sharding.SingleDeviceSharding(native)
+        return found
+
+    # ------------------------------------------------------------ copies
+
+    def copy_to(self, x, native, non_blocking: bool):
+        put = self._copy_put
+        if put is None:
+            put = self._copy_put = self._make_copy_put()
+        return put(x, native)
+
+    def _make_copy_put(self):
+        """``(x, device) -> a copy of x on device in new storage``, recorded by JAX's tracing."""
+        import inspect
+
+        jax = self.fw
+        device_put = jax.device_put
+        if "may_alias" not in inspect.signature(device_put).parameters:
+            # JAX before may_alias: device_put hands the same buffer back on the same device.
+            array = jax.numpy.array
+
+            def put(x, native):
+                return array(device_put(x, native), copy=True)  # copied on x's new device
+
+            return put
+        return lambda x, native: device_put(x, native, may_alias=False)
+
+    def copier(self, native, non_blocking: bool):
+        put = self._copy_put
+        if put is None:
+            put = self._copy_put = self._make_copy_put()
+        return lambda x: put(x, native)
+
+    def tensor_to_numpy(self, x):
+        import numpy as np
+
+        if _is_tracer(x):
+            raise self._traced(x, "has no values")
+        # device_get is JAX's explicit transfer (allowed under jax.transfer_guard("disallow"));
+        # on the CPU it returns a read-only view of x's buffer, so copy it for the caller.
+        return np.array(self.fw.device_get(x), copy=True)
+
+    def _traced(self, x, what: str) -> UnplacedTensorError:
+        return UnplacedTensorError(
+            f"This value is a JAX tracer ({type(x).__name__}): inside jax.jit, jax.grad, vmap and "
+            f"other transformations an array {what} until the traced function runs. Ask "
+            f"ds.device_of / ds.to_numpy outside the transformation (about its inputs or outputs); "
+            f"ds.to_device and ds.copy_if_needed do work inside it."
+        )
+
+    def _spread(self, x, devices) -> MultiDeviceValueError:
+        names = ", ".join(sorted(_name(self, d) for d in devices))
+        return MultiDeviceValueError(
+            f"This JAX array is spread over {len(devices)} devices ({names}; {x.sharding}), so it "
+            f"has no one device. Ask about its parts (x.addressable_shards), or gather it onto one "
+            f"device first: ds.to_device(x, device)."
+        )
+
+    def array_namespace(self, x):
+        return self.fw.numpy  # jax.numpy is JAX's array-API namespace (x.__array_namespace__())
+
+    # ------------------------------------------------------------ fast paths
+
+    def move_fn(self):
+        targets, resolve, single, copy_to, adapter = (
+            self._targets, self.target, self._single_sharding, self.copy_to, self)
+        move = transfer.move
+
+        def copy_if_needed(x, device):
+            try:
+                native = targets[device]
+            except (KeyError, TypeError):  # resolved outside the handler: no chained traceback
+                native = None
+            if native is None:
+                native = resolve(device)
+            try:
+                sharding = x.sharding
+            except AttributeError:
+                pass  # a tracer: copied below, which records the placement
+            else:
+                target = single(native)
+                if sharding == target or _equivalent(sharding, target, x.ndim):
+                    return x
+            if transfer.watchers:
+                return move(adapter, x, native)
+            return copy_to(x, native, False)
+
+        return copy_if_needed
+
+    # ------------------------------------------------------------ waiting
+
+    def wait(self, x) -> None:
+        if not _is_tracer(x):
+            x.block_until_ready()
+
+    def device_details(self) -> list:
+        self._runtime()
+        details: list = [{"device": "cpu:0", "name": f"host CPU ({self._cpu_devices()[0]!r})"}]
+        count = self.num_gpus()
+        if count and self._virtual:
+            for i in range(count):
+                host = self._cpu_devices()[virtual.host_index(i)]
+                details.append({"device": f"gpu:{i}", "name": f"virtual GPU in host memory ({host!r})",
+                                "virtual": True})
+            return details
+        for i, native in enumerate(self._accelerator_devices()[:count]):
+            entry: dict = {"device": f"gpu:{i}", "name": f"{native.device_kind} ({native!r})",
+                           "platform": self.accelerator_platform()}
+            try:
+                stats = native.memory_stats() or {}
+            except (RuntimeError, NotImplementedError, AttributeError):
+                stats = {}
+            if stats.get("bytes_limit"):
+                entry["memory_bytes"] = stats["bytes_limit"]
+            details.append(entry)
+        return details
+
+    # ------------------------------------------------------------ virtual devices
+
+    def enable_virtual_devices(self, count: int) -> None:
+        if count == self._virtual:
+            return
+        with self._lock:
+            if count == self._virtual:
+                return
+            needed = virtual.host_devices_needed(count)
+            flags = os.environ.get("XLA_FLAGS")
+            self._ask_for_host_devices(needed)
+            try:
+                have = len(self._cpu_devices())  # JAX initialises here if it had not yet
+            except DeviceUnavailableError:
+                have = 0
+            finally:
+                _restore_environment("XLA_FLAGS", flags)  # child processes get the user's flags
+            if have < needed:
+                raise BackendError(
+                    f"{count} virtual GPUs were asked for ({settings.VIRTUAL_DEVICES_VAR} or "
+                    f"ds.testing.virtual_devices({count})); they need {needed} JAX host devices, but "
+                    f"JAX has already initialised its backends with {have}, so it is too late to add "
+                    f"them. Set {settings.VIRTUAL_DEVICES_VAR}={count} before starting Python, or call "
+                    f"ds.testing.virtual_devices({count}) right after importing JAX, before any JAX "
+                    f"array, computation or jax.devices() call."
+                )
+            self._described.clear()
+            self._by_device.clear()
+            self._targets.clear()
+            self._virtual = count
+
+    def _ask_for_host_devices(self, needed: int) -> None:
+        """Ask JAX for ``needed`` host devices; JAX honours it only before it initialises."""
+        jax = self.fw
+        try:
+            current = jax.config.jax_num_cpu_devices
+        except AttributeError:  # JAX without the option reads XLA_FLAGS when it initialises
+            flags = os.environ.get("XLA_FLAGS", "")
+            if _HOST_COUNT_FLAG not in flags:
+                os.environ["XLA_FLAGS"] = f"{flags} {_HOST_COUNT_FLAG}={needed}".strip()
+            return
+        if current < needed:
+            try:
+                jax.config.update("jax_num_cpu_devices", needed)
+            except RuntimeError:
+                pass  # initialised already: the count the caller checks says whether it is enough
+
+
+def _is_tracer(x) -> bool:
+    """Tracers have no sharding until the traced function runs (concrete arrays always have one)."""
+    return not hasattr(x, "sharding")
+
+
+def _name(adapter, native) -> str:
+    try:
+        return str(adapter.describe(native))
+    except InvalidDeviceError:  # another process's device, in a multi-process run
+        return repr(native)
+
+
+def _restore_environment(name: str, value) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
+def _equivalent(sharding, target, ndim: int) -> bool:
+    """Whether a sharding of another kind (a NamedSharding over one device, say) places an
+    array exactly as the single-device ``target`` does: same device, same memory."""
+    return len(sharding.device_set) == 1 and sharding.is_equivalent_to(target, ndim)
+
+
+def _platform_name(native) -> str:
+    platform = native.platform.lower()
+    if platform == "gpu":  # JAX calls CUDA and ROCm devices "gpu"; the client says which
+        version = str(getattr(native.client, "platform_version", "")).lower()
+        return "rocm" if "rocm" in version else "cuda"
+    return platform

@@ -1,0 +1,345 @@
+"""What is specific to the JAX adapter: jax.Device objects, copies that are new buffers,
+tracers under jit and grad, sharded arrays, and host devices configured before JAX starts."""
+
+from __future__ import annotations
+
+import json
+import types
+
+import numpy as np
+import pytest
+
+import devshim as ds
+
+jax = pytest.importorskip("jax")
+# Importing the harness applies DEVSHIM_VIRTUAL_DEVICES before any array below exists.
+from harnesses.jax_harness import HARNESS  # noqa: E402,F401
+import jax.numpy as jnp  # noqa: E402
+import ml_dtypes  # noqa: E402
+
+from devshim.backends.jax.core import JaxBackend  # noqa: E402
+from helpers import run_python as run_fresh  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def bk():
+    with ds.use_backend("jax") as adapter:
+        yield adapter
+
+
+def run_python(code: str, **env: str):
+    """Run ``code`` in a fresh interpreter (a fresh JAX) with only ``env``'s DEVSHIM_ variables."""
+    return run_fresh(code, DEVSHIM_BACKEND="jax", **env)
+
+
+def pointer(x) -> int:
+    return x.unsafe_buffer_pointer()
+
+
+def only_device(x):
+    """The one device of a single-device array (x.devices(): JAX before 0.4.31 has no x.device)."""
+    (device,) = x.devices()
+    return device
+
+
+# ------------------------------------------------------------ devices are jax.Device objects
+
+
+def test_devices_are_jax_devices_that_jax_takes():
+    assert ds.cpu() is jax.local_devices(backend="cpu")[0]
+    assert all(isinstance(d, jax.Device) for d in ds.devices() + ds.try_all_gpus())
+    x = jax.device_put(jnp.ones((2, 3)), ds.try_gpu())
+    assert only_device(x) is ds.try_gpu()
+    assert ds.device_of(x) == ds.try_gpu() and ds.device_of(x).native is ds.try_gpu()
+
+
+def test_without_an_accelerator_num_gpus_is_zero_and_nothing_raises():
+    if ds.get_backend().accelerator_count():
+        pytest.skip("JAX sees an accelerator here")
+    assert ds.get_backend().accelerator_count() == 0
+    assert ds.get_backend().accelerator_platform() is None
+    if not ds.settings.virtual_device_count():
+        assert ds.num_gpus() == 0 and ds.try_gpu() is ds.cpu() and ds.try_all_gpus() == [ds.cpu()]
+
+
+class FakeDevice:
+    """Stands in for a jax.Device of a platform this machine lacks (hashable, like the real one)."""
+
+    def __init__(self, platform: str, index: int) -> None:
+        self.platform, self.id, self.device_kind = platform, index, f"fake {platform}"
+        self.client = types.SimpleNamespace(platform_version="fake")
+
+
+def fake_accelerators(monkeypatch, platform: str, count: int, default=None):
+    """Make JAX's default backend ``platform`` with ``count`` fake devices; CPU devices stay real."""
+    fakes = [FakeDevice(platform, i) for i in range(count)]
+    real_local_devices = jax.local_devices
+
+    def local_devices(backend=None):
+        return fakes if backend == platform else real_local_devices(backend=backend)
+
+    monkeypatch.setattr(jax, "default_backend", default or (lambda: platform))
+    monkeypatch.setattr(jax, "local_devices", local_devices)
+    return fakes
+
+
+def test_a_tpu_counts_as_the_accelerator(monkeypatch):
+    fakes = fake_accelerators(monkeypatch, "tpu", 2)
+    adapter = JaxBackend()
+    assert adapter.accelerator_count() == 2 and adapter.accelerator_platform() == "tpu"
+    d = adapter.describe(fakes[1])
+    assert (str(d), d.platform, d.native) == ("gpu:1", "tpu", fakes[1])
+    assert adapter.describe(adapter.cpu()) == "cpu"
+
+
+def test_jax_gpu_devices_are_cuda_or_rocm_by_their_client(monkeypatch):
+    fakes = fake_accelerators(monkeypatch, "gpu", 1)
+    adapter = JaxBackend()
+    assert adapter.accelerator_platform() == "cuda"
+    fakes[0].client.platform_version = "rocm 60300"
+    assert JaxBackend().accelerator_platform() == "rocm"
+
+
+def test_a_platform_that_fails_to_start_means_no_accelerator(monkeypatch):
+    def broken():
+        raise RuntimeError("Unable to initialize backend 'cuda'")
+
+    fake_accelerators(monkeypatch, "gpu", 1, default=broken)
+    assert JaxBackend().accelerator_count() == 0
+
+
+def test_jax_has_no_meta_device():
+    with pytest.raises(ds.DeviceUnavailableError, match="meta"):
+        ds.device("meta")
+
+
+# ------------------------------------------------------------ copies
+
+
+def test_to_device_makes_a_new_buffer_where_device_put_hands_the_same_one_back():
+    x = jax.device_put(jnp.arange(4.0), ds.cpu())
+    assert pointer(jax.device_put(x, ds.cpu())) == pointer(x)  # why devshim does not stop there
+    y = ds.to_device(x, ds.cpu())
+    assert pointer(y) != pointer(x) and only_device(y) is ds.cpu()
+    assert getattr(y, "committed", True)  # put on a device: committed there (JAX 0.4.31+ says so)
+    np.testing.assert_array_equal(np.asarray(y), [0.0, 1.0, 2.0, 3.0])
+
+
+def test_copy_if_needed_returns_the_array_itself_committed_or_not():
+    committed = jax.device_put(jnp.ones(3), ds.cpu())
+    default_placed = jnp.ones(3)  # uncommitted, on JAX's default device
+    assert ds.copy_if_needed(committed, ds.cpu()) is committed
+    assert ds.copy_if_needed(default_placed, ds.device_of(default_placed)) is default_placed
+    assert ds.copy_if_needed({"w": committed}, "cpu")["w"] is committed
+
+
+def test_copies_work_without_may_alias_on_older_jax():
+    """JAX before device_put(may_alias=...) still gets a copy in new storage."""
+    adapter = JaxBackend()
+    adapter.__dict__["_fw"] = types.SimpleNamespace(
+        device_put=lambda x, device: jax.device_put(x, device), numpy=jnp)
+    x = jax.device_put(jnp.arange(3.0), ds.cpu())
+    y = adapter.copy_to(x, ds.cpu(), False)
+    assert pointer(y) != pointer(x) and only_device(y) is ds.cpu()
+    np.testing.assert_array_equal(np.asarray(y), [0.0, 1.0, 2.0])
+
+
+def test_to_numpy_owns_its_memory_and_keeps_bfloat16():
+    x = jnp.array([1.5, -2.0], dtype=jnp.bfloat16)
+    host = ds.to_numpy(x)
+    assert host.dtype == ml_dtypes.bfloat16 and host.flags.writeable and host.flags.owndata
+    host[0] = 7
+    assert float(x[0]) == 1.5
+
+
+def test_device_of_is_answered_from_the_device_table():
+    x = jax.device_put(jnp.ones(2), ds.cpu())
+    first = ds.device_of(x)
+    assert ds.get_backend().device_table()[x.sharding] is first
+    assert ds.device_of(jax.device_put(jnp.zeros(5), ds.cpu())) is first
+
+
+# ------------------------------------------------------------ tracers: jit and grad
+
+
+def test_to_device_and_copy_if_needed_work_inside_jit():
+    """Inside jit they record a device_put; where the outputs land is the compiled
+    computation's business (docs/jax.md): move them after the call to be sure."""
+    target = ds.try_gpu(ds.num_gpus() - 1) if ds.num_gpus() else ds.cpu()
+    x = jax.device_put(jnp.arange(3.0), ds.cpu())
+
+    @jax.jit
+    def f(t):
+        return ds.to_device(t, target) * 2.0, ds.copy_if_needed(t + 1.0, target)
+
+    doubled, shifted = f(x)
+    np.testing.assert_array_equal(np.asarray(doubled), [0.0, 2.0, 4.0])
+    np.testing.assert_array_equal(np.asarray(shifted), [1.0, 2.0, 3.0])
+    for y in (doubled, shifted):
+        assert ds.device_of(y) in (ds.device_of(x), ds.device(target))
+        assert ds.device_of(ds.copy_if_needed(y, target)) == ds.device(target)
+
+
+def test_gradients_flow_through_copies_under_jit_and_grad():
+    def loss(w):
+        moved = ds.to_device(w * 3.0, ds.try_gpu())
+        back = ds.copy_if_needed(moved, ds.cpu())
+        return jnp.sum(back * 2.0)
+
+    w = jnp.array([1.0, 2.0])
+    np.testing.assert_allclose(jax.grad(loss)(w), [6.0, 6.0])
+    np.testing.assert_allclose(jax.jit(jax.grad(loss))(w), [6.0, 6.0])
+
+
+@pytest.mark.parametrize("transform", ["jit", "grad", "vmap"])
+def test_a_tracer_has_no_device_and_no_values(transform):
+    seen = {}
+
+    def f(t):
+        for name, call in (("device_of", ds.device_of), ("to_numpy", ds.to_numpy)):
+            with pytest.raises(ds.UnplacedTensorError, match="JAX tracer") as info:
+                call(t)
+            seen[name] = info.value
+        return jnp.sum(t)
+
+    wrapped = {"jit": jax.jit(f), "grad": jax.grad(f), "vmap": jax.vmap(f)}[transform]
+    wrapped(jnp.ones((2, 2)))
+    assert isinstance(seen["device_of"], RuntimeError) and "has no device" in str(seen["device_of"])
+    assert "has no values" in str(seen["to_numpy"])
+
+
+def test_synchronize_waits_for_a_value_and_skips_tracers():
+    y = jnp.ones((64, 64)) @ jnp.ones((64, 64))
+    ds.synchronize(y)
+    assert y.is_ready()
+    jax.jit(lambda t: (ds.synchronize(t), t)[1])(y)  # nothing to wait for while tracing
+
+
+# ------------------------------------------------------------ several host devices, fresh processes
+
+
+def test_sharded_arrays_have_no_one_device_and_are_gathered_by_to_device():
+    result = run_python("""
+        import jax, jax.numpy as jnp, numpy as np
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        import devshim as ds
+
+        cpus = jax.local_devices(backend="cpu")
+        assert len(cpus) == 4 and ds.num_gpus() == 0
+        assert ds.device("cpu:3") is cpus[3] and str(ds.device_of(jax.device_put(jnp.ones(1), cpus[2]))) == "cpu:2"
+        mesh = Mesh(np.array(cpus[:2]), ("batch",))
+        for spec in (P("batch"), P()):          # sharded, then replicated
+            x = jax.device_put(jnp.arange(8.0), NamedSharding(mesh, spec))
+            try:
+                ds.device_of(x)
+            except ds.MultiDeviceValueError as err:
+                assert isinstance(err, ds.UnsupportedValueError) and "cpu:0, cpu:1" in str(err)
+            else:
+                raise AssertionError("a sharded array has no one device")
+            y = ds.to_device(x, "cpu:3")
+            assert str(ds.device_of(y)) == "cpu:3"
+            z = ds.copy_if_needed(x, ds.cpu())
+            assert z is not x and str(ds.device_of(z)) == "cpu:0"
+            np.testing.assert_array_equal(ds.to_numpy(x), np.arange(8.0))
+        one = jax.device_put(jnp.ones(2), NamedSharding(Mesh(np.array(cpus[1:2]), ("a",)), P()))
+        assert str(ds.device_of(one)) == "cpu:1" and ds.copy_if_needed(one, "cpu:1") is one
+        print("SHARDED OK")
+    """, XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    assert result.returncode == 0, result.stderr
+    assert "SHARDED OK" in result.stdout
+
+
+def test_the_d2l_flow_on_two_virtual_gpus():
+    result = run_python("""
+        import jax, jax.numpy as jnp, numpy as np
+        import devshim as ds
+
+        assert ds.num_gpus() == 2        # devshim configures JAX before JAX starts
+        hosts = jax.local_devices(backend="cpu")
+        assert len(hosts) == 3
+        assert ds.try_all_gpus() == [hosts[1], hosts[2]] and ds.cpu() is hosts[0]
+        X = jax.device_put(jnp.ones((2, 3)), ds.try_gpu())
+        Y = jax.device_put(jnp.full((2, 3), 2.0), ds.try_gpu(1))
+        Z = ds.to_device(X, ds.try_gpu(1))
+        assert repr(ds.device_of(Z)) == "Device('gpu:1', backend='jax', virtual=True)"
+        assert str(ds.device_of(X)) == "gpu:0" and ds.device_of(Z) == ds.try_gpu(1)
+        assert ds.same_device(Y, Z) and not ds.same_device(X, Y)
+        assert Z.unsafe_buffer_pointer() != X.unsafe_buffer_pointer()
+        np.testing.assert_array_equal(np.asarray(Y + Z), np.full((2, 3), 3.0))
+        assert ds.copy_if_needed(Z, ds.try_gpu(1)) is Z
+        assert str(ds.device_of(jnp.ones(1))) == "cpu:0"     # new arrays stay on the host
+        try:
+            ds.device("cpu:1")
+        except ds.DeviceUnavailableError:
+            pass
+        else:
+            raise AssertionError("host device 1 backs virtual gpu:0, it is not a CPU")
+        print("D2L OK")
+    """, DEVSHIM_VIRTUAL_DEVICES="2")
+    assert result.returncode == 0, result.stderr
+    assert "D2L OK" in result.stdout
+
+
+def test_virtual_devices_asked_for_after_jax_started_raise_backend_error():
+    result = run_python("""
+        import jax.numpy as jnp
+        import devshim as ds
+
+        jnp.ones(1)                      # JAX initialises its backends here, with one host device
+        ds.testing.virtual_devices(2)
+        try:
+            ds.num_gpus()
+        except ds.BackendError as err:
+            print(err)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert "it is too late to add them" in result.stdout and "before starting Python" in result.stdout
+
+
+def test_host_devices_configured_before_are_enough_for_a_later_request():
+    result = run_python("""
+        import jax.numpy as jnp
+        import devshim as ds
+
+        jnp.ones(1)                      # started with four host devices (XLA_FLAGS)
+        ds.testing.virtual_devices(2)
+        print(ds.num_gpus(), ds.device_of(ds.to_device(jnp.ones(1), "gpu:1")).virtual)
+    """, XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["2", "True"]
+
+
+def test_older_jax_gets_its_host_devices_from_xla_flags(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
+    adapter = JaxBackend()
+    adapter.__dict__["_fw"] = types.SimpleNamespace(config=types.SimpleNamespace())  # no jax_num_cpu_devices
+    adapter._ask_for_host_devices(3)
+    import os
+
+    assert os.environ["XLA_FLAGS"] == (
+        "--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=3")
+
+
+def test_devshim_info_lists_the_virtual_gpus():
+    result = run_fresh("", "-m", "devshim", "info", "--json", DEVSHIM_BACKEND="jax", DEVSHIM_VIRTUAL_DEVICES="2")
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    entry = next(fw for fw in info["frameworks"] if fw["name"] == "jax")
+    assert entry["status"] == "ok"
+    assert entry["capabilities"]["virtual devices"] is True and entry["capabilities"]["ops"] is True
+    assert [(d["device"], bool(d.get("virtual"))) for d in entry["devices"]] == [
+        ("cpu:0", False), ("gpu:0", True), ("gpu:1", True),
+    ]
+
+
+def test_the_ops_module_leaves_jax_unstarted_so_virtual_devices_still_work():
+    result = run_python("""
+        import devshim as ds
+        from devshim.bench.experiment import ops_for
+
+        ops = ops_for("jax")             # imported before devshim has touched any device
+        x = ops.rand((2, 3), ds.try_gpu(1))
+        print(ds.device_of(x), ds.device_of(ops.matmul(x, x.T)))
+    """, DEVSHIM_VIRTUAL_DEVICES="2")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["gpu:1", "gpu:1"]
