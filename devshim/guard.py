@@ -234,11 +234,13 @@ class transfer_guard:
         if checking:
             _activate()
             _enter_thread()
-        self._stack.append((token, checking))
+        self._stack.append((token, checking, _enter_block(state)))
         return report
 
     def __exit__(self, *exc) -> None:
-        token, checking = self._stack.pop()
+        token, checking, entered = self._stack.pop()
+        for module in reversed(entered):
+            module.exit_block()
         settings.scoped_guard.reset(token)
         if checking:
             _exit_thread()
@@ -423,6 +425,19 @@ def _enter_thread() -> None:
         enter = getattr(module, "enter_thread", None)
         if enter is not None and name in _installed:
             enter()
+
+
+def _enter_block(state) -> list:
+    """Tell the installed guards that want every block (JAX maps levels onto its own guard)."""
+    if not _installed:
+        return []
+    entered = []
+    for name, module in _guard_modules():
+        enter = getattr(module, "enter_block", None)
+        if enter is not None and name in _installed:
+            enter(state)
+            entered.append(module)
+    return entered
 
 
 def _exit_thread() -> None:

@@ -119,7 +119,7 @@ def test_replicas_are_independent_with_equal_weights(harness, mlp, two_devices):
             np.testing.assert_array_equal(a, b)
     grads = harness.grads(replicas[0], *(harness.run_on(two_devices[0], lambda: (
         ds.to_device(harness.tensor(X), two_devices[0]), ds.to_device(harness.tensor(Y), two_devices[0])))))
-    harness.sgd_step(replicas[0], grads, 0.1)
+    replicas[0] = harness.sgd_step(replicas[0], grads, 0.1) or replicas[0]
     assert not np.allclose(values(harness, replicas[0])[0], values(harness, replicas[1])[0])
 
 
@@ -129,14 +129,14 @@ def test_a_data_parallel_step_equals_the_single_device_step(harness, mlp, two_de
     devices = list(two_devices)
     reference = ds.replicate(mlp, [devices[0]])[0]
     x0, y0 = ds.to_device(harness.tensor(X), devices[0]), ds.to_device(harness.tensor(Y), devices[0])
-    harness.sgd_step(reference, harness.grads(reference, x0, y0), 0.01)
+    reference = harness.sgd_step(reference, harness.grads(reference, x0, y0), 0.01) or reference
 
     replicas = ds.replicate(mlp, devices)
     xs, ys = ds.split_batch(harness.tensor(X), harness.tensor(Y), devices)
     per_device = [harness.grads(r, x, y) for r, x, y in zip(replicas, xs, ys)]
     summed = [ds.allreduce(list(grads)) for grads in zip(*per_device)]  # per parameter
-    for i, replica in enumerate(replicas):
-        harness.sgd_step(replica, [total[i] for total in summed], 0.01)
+    replicas = [harness.sgd_step(replica, [total[i] for total in summed], 0.01) or replica
+                for i, replica in enumerate(replicas)]
     for replica in replicas:
         for a, b in zip(values(harness, replica), values(harness, reference)):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)

@@ -38,8 +38,10 @@ class Harness:
         return None
 
     #: whether an op may run with inputs on two devices (TensorFlow copies, MXNet ignores
-    #: context ids); PyTorch refuses such ops itself.
+    #: context ids); PyTorch and JAX refuse such ops themselves.
     runs_mixed_ops: bool = True
+    #: whether devshim's guard reports mixed-device ops (False: left to the framework's refusal)
+    guard_sees_ops: bool = True
 
     # ---- models (for the placement conformance tests); None from mlp(): no model support
 
@@ -59,8 +61,9 @@ class Harness:
         """The parameters as NumPy arrays, in parameter order."""
         raise NotImplementedError
 
-    def sgd_step(self, model: Any, grads: list, lr: float) -> None:
-        """p -= lr * g for each parameter and gradient (gradients already on the parameter's device)."""
+    def sgd_step(self, model: Any, grads: list, lr: float) -> Any:
+        """p -= lr * g for each parameter and gradient (gradients already on the parameter's device);
+        returns the model (a new one where parameters are immutable, as JAX's)."""
         raise NotImplementedError
 
     def run_on(self, device: Any, fn: Callable[[], Any]) -> Any:

@@ -23,6 +23,13 @@ class JaxHarness(Harness):
         "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
     )
     mutable = False  # JAX arrays are immutable
+    runs_mixed_ops = False  # JAX refuses ops on arrays committed to different devices itself
+    guard_sees_ops = False  # ...and devshim leaves that refusal to JAX
+
+    def host_reads(self):
+        return [("float(x)", float), ("int(x)", int), ("bool(x)", bool), ("x.item()", lambda x: x.item()),
+                ("x.tolist()", lambda x: x.tolist()),  # np.asarray(x) of a host-memory array: not seen
+                ("print(x) / repr(x)", repr), ("formatting x (f-string, str.format)", lambda x: f"{x}")]
 
     def _np_dtype(self, name):
         return ml_dtypes.bfloat16 if name == "bfloat16" else (np.dtype(name) if name else None)
@@ -56,6 +63,33 @@ class JaxHarness(Harness):
             return False
         start_a, start_b = a.unsafe_buffer_pointer(), b.unsafe_buffer_pointer()
         return start_a < start_b + b.nbytes and start_b < start_a + a.nbytes
+
+    # ---- models: a list of (weight, bias) pairs, the way Flax and Haiku keep parameters
+
+    def mlp(self, sizes=(4, 8, 3), seed=0):
+        rng = np.random.default_rng(seed)
+        return [(jnp.array(rng.standard_normal((a, b)).astype(np.float32)),
+                 jnp.array(rng.standard_normal(b).astype(np.float32)))
+                for a, b in zip(sizes[:-1], sizes[1:])]
+
+    def forward(self, model, x):
+        for i, (w, b) in enumerate(model):
+            x = x @ w + b
+            if i < len(model) - 1:
+                x = jax.nn.relu(x)
+        return x
+
+    def grads(self, model, x, y):
+        loss = lambda params: jnp.sum((self.forward(params, x) - y) ** 2)  # noqa: E731
+        grads = jax.grad(loss)(model)
+        return [g for pair in grads for g in pair]
+
+    def param_values(self, model):
+        return [np.array(jax.device_get(p)) for pair in model for p in pair]
+
+    def sgd_step(self, model, grads, lr):
+        flat = iter(grads)
+        return [(w - lr * next(flat), b - lr * next(flat)) for w, b in model]  # a new pytree
 
     def grad_of_sum(self, fn, values, device=None):
         x = jnp.array(values, dtype=jnp.float64)

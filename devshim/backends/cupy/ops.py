@@ -49,6 +49,12 @@ def split(x, sections):
     return _xp(x).split(x, [int(b) for b in np.cumsum(sections)[:-1]])
 
 
+
+def item(x):
+    """The framework's implicit host read of a one-element array."""
+    return x.item()
+
+
 # CuPy's own spelling of devshim's calls: the overhead experiment's baselines.
 def native_copy(x, device):
     if isinstance(device, str):

@@ -42,6 +42,11 @@ def split(x, sections):
     return jnp.split(x, np.cumsum(sections)[:-1])
 
 
+def item(x):
+    """The framework's implicit host read of a one-element array."""
+    return x.item()
+
+
 # The framework's own spelling of devshim's calls: the overhead experiment's baselines.
 def native_copy(x, device):
     return jax.device_put(x, device, may_alias=False)

@@ -1,0 +1,62 @@
+"""Placing JAX models: pytrees of parameters (Flax and Haiku keep parameters in nested dicts).
+
+A pytree of ``jax.Array`` leaves (dicts, lists, tuples, namedtuples, dataclasses:
+the nests devshim walks) is a model here. JAX arrays are immutable, so
+``place_model`` returns a new pytree with every array on the device (the same
+pytree, when nothing had to move); ``replicate`` gives one per device. A
+pytree has no forward pass to hook, so splitting one over devices by a device
+map is refused: place its parts yourself and copy at the seams.
+"""
+
+from __future__ import annotations
+
+import jax
+
+import devshim
+from devshim import _tree
+from devshim.errors import UnbuiltModelError, UnsupportedPlacementError
+
+
+def _arrays(params) -> list:
+    return [(path, leaf) for path, leaf in _tree.iter_leaves(params) if isinstance(leaf, jax.Array)]
+
+
+def is_model(obj) -> bool:
+    return _tree.is_container(obj) and bool(_arrays(obj))
+
+
+def named_places(params, adapter) -> list:
+    found = [(path or "<root>", adapter.tensor_device(leaf)) for path, leaf in _arrays(params)]
+    if not found:
+        raise UnbuiltModelError("This pytree holds no JAX array, so it has no device: nothing to place.")
+    return found
+
+
+def place(params, native, adapter, input_shape=None):
+    return devshim.copy_if_needed(params, native)
+
+
+def child_sizes(params) -> list:
+    if isinstance(params, dict):
+        items = params.items()
+    elif isinstance(params, (list, tuple)):
+        items = ((str(i), v) for i, v in enumerate(params))
+    else:
+        return []
+    return [(str(key), sum(leaf.nbytes for _, leaf in _arrays(value))) for key, value in items]
+
+
+def place_map(params, natives: dict, adapter):
+    raise UnsupportedPlacementError(
+        "A pytree of JAX parameters has no forward pass devshim could hook, so it cannot be split over "
+        "devices by a device map. Place each part yourself (params['layer1'] = ds.place_model("
+        "params['layer1'], device)) and copy activations at the seams with ds.copy_if_needed."
+    )
+
+
+def unplace(params) -> None:
+    """Pytrees never get devshim hooks: nothing to remove."""
+
+
+def replicate(params, natives: list, adapter) -> list:
+    return [devshim.to_device(params, native) for native in natives]
