@@ -28,7 +28,7 @@ _EXPORTS = {
     **dict.fromkeys(
         ("DevshimError", "BackendError", "InvalidDeviceError", "DeviceUnavailableError",
          "DeviceMismatchError", "NotATensorError", "UnsupportedDtypeError", "UnsupportedValueError",
-         "DatalessTensorError", "UnplacedTensorError", "TimingError", "ExperimentError",
+         "DatalessTensorError", "NotOnHostError", "UnplacedTensorError", "TimingError", "ExperimentError",
          "BenchUsageError", "PlotUnavailableError"),
         "devshim.errors",
     ),
