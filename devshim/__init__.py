@@ -36,7 +36,7 @@ _EXPORTS = {
         ("DevshimError", "BackendError", "InvalidDeviceError", "DeviceUnavailableError",
          "DeviceMismatchError", "ImplicitTransferError", "InvalidGuardLevelError", "NotATensorError",
          "NotAModelError", "UnbuiltModelError", "UnsupportedPlacementError", "BatchSplitError",
-         "UnsupportedDtypeError", "UnsupportedValueError", "DatalessTensorError", "UnplacedTensorError",
+         "UnsupportedDtypeError", "UnsupportedValueError", "DatalessTensorError", "NotOnHostError", "UnplacedTensorError",
          "MultiDeviceValueError", "MixedArrayModulesError", "TimingError", "ExperimentError",
          "BenchUsageError", "PlotUnavailableError", "DevshimWarning", "ImplicitTransferWarning"),
         "devshim.errors",

@@ -30,6 +30,7 @@ __all__ = [
     "UnsupportedDtypeError",
     "UnsupportedValueError",
     "DatalessTensorError",
+    "NotOnHostError",
     "UnplacedTensorError",
     "MultiDeviceValueError",
     "MixedArrayModulesError",
@@ -212,6 +213,19 @@ class DatalessTensorError(DevshimError, RuntimeError):
         >>> ds.to_numpy(torch.ones(2, device="meta"))
         Traceback (most recent call last):
         devshim.errors.DatalessTensorError: This tensor lives on meta:0, ...
+    """
+
+
+class NotOnHostError(DevshimError, TypeError):
+    """A tensor on a GPU was asked to become a NumPy array without a copy
+    (``t.numpy()``, ``numpy.asarray(t)``). Raised for tensors on devshim's
+    virtual torch GPUs, with the message (and the TypeError) CUDA tensors give:
+    copy to the host first with ``t.cpu()``, or use ``ds.to_numpy(t)``.
+
+    Example:
+        >>> torch.ones(2, device=ds.try_gpu()).numpy()    # DEVSHIM_VIRTUAL_DEVICES=1
+        Traceback (most recent call last):
+        devshim.errors.NotOnHostError: can't convert vgpu:0 device type tensor to numpy. ...
     """
 
 

@@ -4,6 +4,7 @@ Runs unchanged on a machine with zero, one or two GPUs:
 
     python examples/d2l_gpus_torch.py
     DEVSHIM_DEVICE=cpu python examples/d2l_gpus_torch.py   # pretend there is no GPU
+    DEVSHIM_VIRTUAL_DEVICES=2 python examples/d2l_gpus_torch.py   # two virtual GPUs (vgpu:0, vgpu:1)
 """
 
 import torch

@@ -11,7 +11,7 @@ from helpers import run_python
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 # Virtual GPUs where the framework has them, so the multi-device paths really run.
-VIRTUAL = {"torch": None, "tensorflow": "2", "mxnet": "2"}
+VIRTUAL = {"torch": "2", "tensorflow": "2", "mxnet": "2"}
 
 
 def run_example(name: str, backend: str, **env: str):
@@ -24,10 +24,14 @@ def run_example(name: str, backend: str, **env: str):
     return result.stdout
 
 
-@pytest.mark.parametrize("hide_gpus", [False, True], ids=["as-is", "DEVSHIM_DEVICE=cpu"])
-def test_d2l_gpus_torch_example_runs(hide_gpus):
-    out = run_example("d2l_gpus_torch.py", "torch", **({"DEVSHIM_DEVICE": "cpu"} if hide_gpus else {}))
+@pytest.mark.parametrize("variables", [{"DEVSHIM_VIRTUAL_DEVICES": "0"}, {"DEVSHIM_DEVICE": "cpu"}, {}],
+                         ids=["as-is", "DEVSHIM_DEVICE=cpu", "DEVSHIM_VIRTUAL_DEVICES=2"])
+def test_d2l_gpus_torch_example_runs(variables):
+    out = run_example("d2l_gpus_torch.py", "torch", **variables)
     assert "Y + Z =" in out and "weight on" in out
+    if "DEVSHIM_DEVICE" not in variables and variables.get("DEVSHIM_VIRTUAL_DEVICES") != "0":
+        assert "X on gpu:0 | Y on gpu:1" in out and "device='vgpu:1'" in out
+        assert "caught: Tensors are on different devices" in out
 
 
 @pytest.mark.parametrize("backend", sorted(VIRTUAL))

@@ -1,5 +1,5 @@
 """What is specific to the torch backend: finding the accelerator, dtypes NumPy lacks,
-the meta device, Parameters."""
+the meta device, Parameters. Virtual GPUs: tests/test_torch_virtual.py."""
 
 from __future__ import annotations
 
@@ -12,16 +12,19 @@ import devshim as ds
 from devshim import settings
 
 torch = pytest.importorskip("torch")
-needs_accelerator = pytest.mark.skipif(
-    not torch.accelerator.is_available(), reason="needs a GPU (or other accelerator) visible to torch"
-)
+# Real accelerators: devshim's virtual GPUs (torch device type "vgpu") do not count.
+_real = torch.accelerator.is_available() and torch.accelerator.current_accelerator().type != "vgpu"
+needs_accelerator = pytest.mark.skipif(not _real, reason="needs a GPU (or other accelerator) visible to torch")
 needs_two = pytest.mark.skipif(
-    torch.accelerator.device_count() < 2, reason="needs two accelerators visible to torch"
+    not _real or torch.accelerator.device_count() < 2, reason="needs two accelerators visible to torch"
 )
 
 
 @pytest.fixture
 def bk():
+    """The torch backend with real accelerators only, whatever DEVSHIM_VIRTUAL_DEVICES says
+    (conftest restores it after); tests/test_torch_virtual.py covers the virtual GPUs."""
+    ds.testing.virtual_devices(0)
     with ds.use_backend("torch") as adapter:
         yield adapter
 
@@ -131,6 +134,7 @@ def test_unsupported_torch_device_types_say_what_is_handled(bk):
 
 
 def test_torch_devices_work_for_numpy_arrays_on_the_same_hardware():
+    ds.testing.virtual_devices(0)  # NumPy has no virtual GPUs
     moved = ds.to_device(np.arange(3), torch.device("cpu"))
     assert isinstance(moved, np.ndarray)
     with pytest.raises(ds.DeviceUnavailableError, match="numpy backend sees 0 GPUs"):

@@ -242,7 +242,7 @@ def virtual_capable_backends() -> list:
 
     Example:
         >>> ds.backends.virtual_capable_backends()
-        ['tensorflow', 'mxnet']
+        ['torch', 'tensorflow', 'mxnet']
     """
     return [name for name, spec in specs().items() if spec.virtual_devices and spec.is_installed()]
 

@@ -4,7 +4,9 @@ A backend that can split the host into several devices of its own (TensorFlow's
 logical CPUs, MXNet's ``cpu(i)`` contexts, JAX's forced host device count)
 presents ``N`` virtual accelerators like this: host device ``0`` stays the
 CPU, and virtual ``gpu:i`` is host device ``i + 1``. So N virtual GPUs need
-``N + 1`` host devices.
+``N + 1`` host devices. (PyTorch has a single CPU device and no host devices
+to split: its virtual ``gpu:i`` is a device type of its own, ``vgpu:i``; see
+``devshim/backends/torch/_virtual.py``.)
 
 Example:
     >>> host_index(gpu_index=1)

@@ -7,14 +7,24 @@ checking cuda, xpu, mps and mtia in turn. Native devices are
 ``torch.device`` objects, so ``torch.ones(2, device=ds.try_gpu())`` works.
 torch's ``meta`` device (shapes without data) is devshim's kind ``"meta"``.
 PyTorch has a single CPU device.
+
+Virtual GPUs (``DEVSHIM_VIRTUAL_DEVICES=N``) are torch devices of type
+``vgpu`` (torch's out-of-tree device slot, privateuse1, renamed): virtual
+``gpu:i`` is ``torch.device("vgpu", i)``, whose tensors keep their values in
+host memory and follow CUDA's device rules. ``_virtual.py`` implements them
+and is imported only when they are asked for.
 """
 
 from __future__ import annotations
 
+from devshim import settings
 from devshim.backends.base import Backend, DeviceTable
 from devshim.backends.torch import SPEC
 from devshim._device import Device, register_platform
-from devshim.errors import BackendError, DatalessTensorError, InvalidDeviceError, UnsupportedDtypeError
+from devshim.errors import (
+    BackendError, DatalessTensorError, DeviceUnavailableError, DevshimError, InvalidDeviceError,
+    UnsupportedDtypeError,
+)
 
 # torch dtypes NumPy lacks, and the ml_dtypes type (same bits) that stands in for each.
 _ML_DTYPES = {
@@ -28,6 +38,8 @@ _ML_DTYPES = {
 # torch.accelerator.
 _FALLBACK_PLATFORMS = ("cuda", "xpu", "mps", "mtia")
 _UNKNOWN = object()
+#: The torch device type of devshim's virtual GPUs.
+VIRTUAL_TYPE = "vgpu"
 
 
 class TorchBackend(Backend):
@@ -45,6 +57,8 @@ class TorchBackend(Backend):
         self._described = DeviceTable("device")  # torch.device -> Device
         self._platform = _UNKNOWN
         self._count = None
+        self._by_accelerator = False  # whether torch.accelerator named the platform
+        self._virtual = 0  # virtual GPUs this adapter last presented
 
     def device_table(self):
         return self._described
@@ -54,6 +68,11 @@ class TorchBackend(Backend):
         self._described.clear()
         self._platform = _UNKNOWN
         self._count = None
+        if self._virtual:  # settings changed: torch sees the virtual GPUs they ask for now
+            from devshim.backends.torch import _virtual
+
+            self._virtual = _virtual_requested()
+            _virtual.set_count(self._virtual)
 
     # ------------------------------------------------------------ the accelerator
 
@@ -68,12 +87,21 @@ class TorchBackend(Backend):
     def _find_platform(self):
         torch = self.fw
         accelerator = getattr(torch, "accelerator", None)
+        self._by_accelerator = False
         if accelerator is not None and hasattr(accelerator, "current_accelerator"):
             try:
                 found = accelerator.current_accelerator(check_available=True)
             except TypeError:  # torch 2.6: no check_available
                 found = accelerator.current_accelerator() if accelerator.is_available() else None
-            return found.type if found is not None else None
+            if found is not None and found.type != VIRTUAL_TYPE:
+                self._by_accelerator = True
+                return found.type
+            if torch._C._get_privateuse1_backend_name() != VIRTUAL_TYPE:
+                self._by_accelerator = True
+                return None
+            # devshim's virtual GPUs fill torch.accelerator's out-of-tree slot, which torch
+            # asks before any other (and they say they are unavailable): look for a real
+            # accelerator the old way.
         for platform in _FALLBACK_PLATFORMS:
             module = getattr(torch.backends, platform, None) if platform == "mps" else getattr(torch, platform, None)
             try:
@@ -90,7 +118,7 @@ class TorchBackend(Backend):
                 self._count = 0
             else:
                 accelerator = getattr(self.fw, "accelerator", None)
-                if accelerator is not None and hasattr(accelerator, "device_count"):
+                if self._by_accelerator and hasattr(accelerator, "device_count"):
                     self._count = accelerator.device_count()
                 elif platform == "mps":
                     self._count = 1
@@ -112,7 +140,30 @@ class TorchBackend(Backend):
             return torch.device("cpu")
         if kind == "meta":
             return torch.device("meta")
+        virtual = settings.virtual_device_count()
+        if virtual and not settings.accelerators_hidden():
+            self.enable_virtual_devices(virtual)
+            return torch.device(VIRTUAL_TYPE, index)
         return torch.device(self.accelerator_platform() or "cuda", index)
+
+    def enable_virtual_devices(self, count: int) -> None:
+        """Present ``count`` virtual GPUs as torch devices ``vgpu:0`` ... (see ``_virtual.py``)."""
+        if count != self._virtual:
+            from devshim.backends.torch import _virtual
+
+            _virtual.install(count)
+            self._virtual = count
+
+    def check_platform(self, platform: str) -> None:
+        if platform == VIRTUAL_TYPE:
+            if settings.virtual_device_count():
+                return
+            raise DeviceUnavailableError(
+                f"{VIRTUAL_TYPE!r} names devshim's virtual GPUs, which are off in this process "
+                f"({settings.VIRTUAL_DEVICES_VAR} is unset or 0). Set {settings.VIRTUAL_DEVICES_VAR}=2 "
+                f"(or call ds.testing.virtual_devices(2)), or write 'gpu' to mean whichever GPU is there."
+            )
+        super().check_platform(platform)
 
     def device(self, spec):
         native = super().device(spec)
@@ -134,6 +185,8 @@ class TorchBackend(Backend):
             return Device("cpu", 0, native=native, backend=self.name)
         if kind == "meta":
             return Device("meta", 0, native=native, backend=self.name, platform="meta")
+        if kind == VIRTUAL_TYPE:
+            return Device("gpu", native.index or 0, native=native, backend=self.name, virtual=True)
         platform = self.accelerator_platform()
         if kind == platform or kind in _FALLBACK_PLATFORMS:
             index = native.index
@@ -236,8 +289,8 @@ class TorchBackend(Backend):
     def synchronize(self, native) -> None:
         # Cheap checks first: timing code calls this around every measurement.
         kind = getattr(native, "type", None)
-        if kind == "cpu" or kind == "meta":
-            return
+        if kind == "cpu" or kind == "meta" or kind == VIRTUAL_TYPE:
+            return  # virtual GPUs compute synchronously on the host
         platform = self.accelerator_platform()
         if platform is None:
             return
@@ -261,6 +314,10 @@ class TorchBackend(Backend):
         torch = self.fw
         platform = self.accelerator_platform()
         for native in self.devices()[1:]:
+            if native.type == VIRTUAL_TYPE:
+                details.append({"device": str(self.describe(native)), "name": f"{native} (host memory)",
+                                "platform": "host", "virtual": True})
+                continue
             entry: dict = {"device": str(self.describe(native)), "name": str(native), "platform": platform}
             if platform == "mps":
                 entry.update(name="Apple MPS")
@@ -274,3 +331,12 @@ class TorchBackend(Backend):
                     pass  # the count is known but the runtime would not say more
             details.append(entry)
         return details
+
+
+def _virtual_requested() -> int:
+    """How many virtual GPUs the settings ask for now (0 when hidden, or when a variable is bad:
+    the functions that need it raise then)."""
+    try:
+        return 0 if settings.accelerators_hidden() else settings.virtual_device_count()
+    except DevshimError:
+        return 0

@@ -1,11 +1,13 @@
 """The transfer guard's hooks for PyTorch.
 
 Host reads: torch.Tensor's reading methods (``float(t)``, ``int(t)``,
-``bool(t)``, ``t.item()``, ``t.tolist()``, ``t.numpy()``, ``np.asarray(t)``,
-``print(t)``, f-strings, ...) are replaced on the class while some guard is
-active, so every thread and every tensor subclass goes through them; each
-checks the guard state of the calling thread or task and, for a tensor that
-is not on the CPU, reports the read before making it.
+``bool(t)``, ``t.item()``, ``t.tolist()``, ``print(t)``, f-strings, ...) are
+replaced on the class while some guard is active (and on devshim's virtual-GPU
+tensor class, which has its own), so every thread and every tensor subclass
+goes through them; each checks the guard state of the calling thread or task
+and, for a tensor that is not on the CPU, reports the read before making it.
+``t.numpy()`` and ``np.asarray(t)`` are no transfers: PyTorch refuses them for
+a tensor off the CPU (CUDA, and devshim's virtual GPUs, alike).
 
 Op inputs: PyTorch itself refuses most ops whose inputs are on different
 devices (a 0-d CPU tensor counts as a number). Inside a ``transfer_guard``
@@ -21,6 +23,7 @@ alone (no block) guards host reads only.
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import torch
@@ -37,8 +40,6 @@ READS = {
     "__complex__": "complex(t)",
     "item": "t.item()",
     "tolist": "t.tolist()",
-    "numpy": "t.numpy()",
-    "__array__": "np.asarray(t)",
     "__repr__": "print(t) / repr(t)",
     "__format__": "formatting t (f-string, str.format)",
 }
@@ -50,8 +51,10 @@ def _reader(name: str, original, what: str):
     def read(self, *args, **kwargs):
         state = guard.current()
         if state.checking and not transfer.is_explicit() and not self.is_cpu:
-            guard.implicit("device_to_host", guard.READ, what, devshim.device_of(self),
-                           devshim.Device("cpu"), state)
+            # The outermost reading method on the stack names the read (print(t) reaches
+            # __bool__ through torch's formatting code).
+            guard.implicit("device_to_host", guard.READ, guard.read_name(READS, what),
+                           devshim.device_of(self), devshim.Device("cpu"), state)
             with transfer.explicit():  # the reads the framework makes inside are this one
                 return original(self, *args, **kwargs)
         return original(self, *args, **kwargs)
@@ -63,27 +66,38 @@ def _reader(name: str, original, what: str):
     return read
 
 
+def _classes() -> list:
+    """torch.Tensor, and devshim's virtual-GPU tensor class when virtual GPUs are in use."""
+    found = [torch.Tensor]
+    virtual = sys.modules.get("devshim.backends.torch._virtual")
+    if virtual is not None:
+        found.append(virtual.VirtualTensor)
+    return found
+
+
 def install() -> None:
-    """Put the guarded reading methods on torch.Tensor."""
-    for name, what in READS.items():
-        if name in _saved:
-            continue
-        own = torch.Tensor.__dict__.get(name, _MISSING)
-        _saved[name] = own
-        reader = _reader(name, getattr(torch.Tensor, name), what)
-        _READERS[reader] = reader._devshim_original
-        setattr(torch.Tensor, name, reader)
+    """Put the guarded reading methods on torch.Tensor (and the virtual-GPU class's own ones)."""
+    for cls in _classes():
+        for name, what in READS.items():
+            own = cls.__dict__.get(name, _MISSING)
+            if (cls, name) in _saved or (cls is not torch.Tensor and own is _MISSING):
+                continue
+            _saved[cls, name] = own
+            reader = _reader(name, getattr(cls, name), what)
+            if cls is torch.Tensor:
+                _READERS[reader] = reader._devshim_original
+            setattr(cls, name, reader)
 
 
 def uninstall() -> None:
-    """Give torch.Tensor its own methods back."""
-    for name, own in list(_saved.items()):
-        _READERS.pop(getattr(torch.Tensor, name), None)
+    """Give the classes their own methods back."""
+    for (cls, name), own in list(_saved.items()):
+        _READERS.pop(cls.__dict__.get(name), None)
         if own is _MISSING:
-            delattr(torch.Tensor, name)
+            delattr(cls, name)
         else:
-            setattr(torch.Tensor, name, own)
-        del _saved[name]
+            setattr(cls, name, own)
+        del _saved[cls, name]
 
 
 # ------------------------------------------------------------------ op inputs
