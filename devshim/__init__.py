@@ -32,18 +32,20 @@ _EXPORTS = {
          "allreduce"),
         "devshim.placement",
     ),
+    **dict.fromkeys(("process_info", "init_distributed", "ProcessInfo"), "devshim.distributed"),
     **dict.fromkeys(
         ("DevshimError", "BackendError", "InvalidDeviceError", "DeviceUnavailableError",
          "DeviceMismatchError", "ImplicitTransferError", "InvalidGuardLevelError", "NotATensorError",
          "NotAModelError", "UnbuiltModelError", "UnsupportedPlacementError", "BatchSplitError",
          "UnsupportedDtypeError", "UnsupportedValueError", "DatalessTensorError", "NotOnHostError", "UnplacedTensorError",
          "MultiDeviceValueError", "MixedArrayModulesError", "TimingError", "ExperimentError",
-         "BenchUsageError", "PlotUnavailableError", "DevshimWarning", "ImplicitTransferWarning"),
+         "BenchUsageError", "PlotUnavailableError", "LauncherEnvironmentError", "DevshimWarning",
+         "ImplicitTransferWarning", "SharedDeviceWarning"),
         "devshim.errors",
     ),
 }
-_SUBMODULES = ("api", "backends", "bench", "errors", "generic", "guard", "placement", "settings", "testing",
-               "timing", "transfer")
+_SUBMODULES = ("api", "backends", "bench", "distributed", "errors", "generic", "guard", "placement", "settings",
+               "testing", "timing", "transfer")
 
 __all__ = list(_EXPORTS) + ["testing", "settings", "backends"]
 

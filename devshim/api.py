@@ -36,18 +36,24 @@ def cpu(*, backend=None):
     return get_backend(backend).cpu()
 
 
-def gpu(i: int = 0, *, backend=None):
+def gpu(i=None, *, backend=None):
     """GPU ``i`` as the backend's native device; DeviceUnavailableError if absent.
+
+    Without ``i``: this process's GPU, which is GPU 0 except under a launcher
+    that started several processes (torchrun, Slurm, Open MPI, Horovod), where
+    it is GPU ``local_rank % num_gpus()`` (docs/distributed.md).
 
     Example:
         >>> ds.gpu(0)  # on a machine with one CUDA GPU
         device(type='cuda', index=0)
+        >>> ds.gpu()   # torchrun's process with LOCAL_RANK=1 on a machine with two
+        device(type='cuda', index=1)
     """
     return get_backend(backend).gpu(i)
 
 
 def num_gpus(*, backend=None) -> int:
-    """How many GPUs the backend sees (0 under ``DEVSHIM_DEVICE=cpu``).
+    """How many GPUs the backend sees (0 under ``DEVSHIM_DEVICE=cpu``), under a launcher too.
 
     Example:
         >>> ds.num_gpus()
@@ -56,8 +62,13 @@ def num_gpus(*, backend=None) -> int:
     return get_backend(backend).num_gpus()
 
 
-def try_gpu(i: int = 0, *, backend=None):
+def try_gpu(i=None, *, backend=None):
     """GPU ``i`` if it exists, else the CPU.
+
+    Without ``i``: this process's GPU if there is one, else the CPU. That is GPU 0,
+    except under a launcher that started several processes (torchrun, Slurm,
+    Open MPI, Horovod), where each process gets GPU ``local_rank % num_gpus()``
+    (docs/distributed.md). ``try_gpu(0)`` always means GPU 0.
 
     Example:
         >>> X = torch.ones(2, 3, device=ds.try_gpu())
@@ -67,6 +78,9 @@ def try_gpu(i: int = 0, *, backend=None):
 
 def try_all_gpus(*, backend=None) -> list:
     """Every GPU, or ``[cpu()]`` when there is none (never an empty list).
+
+    Under a launcher that started several processes: ``[try_gpu()]``, this
+    process's GPU, since each process of the job drives its own.
 
     Example:
         >>> ds.try_all_gpus()  # no GPU

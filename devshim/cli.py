@@ -1,7 +1,8 @@
 """The ``devshim`` command (also ``python -m devshim``).
 
 ``devshim info`` prints the backend devshim picks and why, each backend with
-its framework's version and what it can do, and the devices each one sees.
+its framework's version and what it can do, the devices each one sees, and,
+under a launcher (torchrun, Slurm, Open MPI, Horovod), which process this is.
 ``devshim bench`` runs the experiments (``devshim.bench``).
 """
 
@@ -55,7 +56,20 @@ def collect_info() -> dict:
                 entry["status"] = f"error: {type(err).__name__}: {err}"
         frameworks.append(entry)
     info["frameworks"] = frameworks
+    info["process"] = _process()
     return info
+
+
+def _process():
+    """``ds.process_info()`` as plain data under a launcher; None without one."""
+    try:
+        if settings.launcher() is None:
+            return None
+        from devshim.distributed import process_info
+
+        return process_info().as_dict()
+    except Exception as err:  # report it, keep printing the rest (as for the frameworks)
+        return {"error": f"{type(err).__name__}: {err}"}
 
 
 def _format_memory(num_bytes) -> str:
@@ -84,6 +98,20 @@ def print_info(info: dict, out=None) -> None:
     for fw in info["frameworks"]:
         marks = ["yes" if fw["capabilities"][c] else "-" for c in capabilities]
         write(f"  {fw['name']:<11}" + " ".join(f"{m:<{max(8, len(c))}}" for m, c in zip(marks, capabilities)).rstrip())
+    process = info.get("process")
+    if process is not None:
+        write()
+        write("process:")
+        if "error" in process:
+            write(f"  error: {process['error']}")
+        else:
+            def known(value):
+                return "?" if value is None else value
+
+            write(f"  launcher: {process['launcher']}  rank {known(process['rank'])} of "
+                  f"{known(process['world_size'])}, local rank {process['local_rank']} of "
+                  f"{known(process['local_world_size'])}")
+            write(f"  device:   {process['device']} ({process['backend']})")
     write()
     write("devices:")
     for fw in info["frameworks"]:

@@ -38,8 +38,10 @@ __all__ = [
     "ExperimentError",
     "BenchUsageError",
     "PlotUnavailableError",
+    "LauncherEnvironmentError",
     "DevshimWarning",
     "ImplicitTransferWarning",
+    "SharedDeviceWarning",
 ]
 
 
@@ -308,6 +310,21 @@ class PlotUnavailableError(DevshimError, RuntimeError):
     """
 
 
+class LauncherEnvironmentError(DevshimError, ValueError):
+    """A launcher's environment that devshim cannot use: a rank variable (``LOCAL_RANK``,
+    ``SLURM_LOCALID``, ...) that is not a whole number, or ``ds.init_distributed()``
+    without the rendezvous address its launcher does not provide (``MASTER_ADDR`` and
+    ``MASTER_PORT`` under Slurm, Open MPI or Horovod). The message names the variable and
+    what to set.
+
+    Example:
+        >>> os.environ["LOCAL_RANK"] = "first"; ds.settings.reload()
+        >>> ds.try_gpu()
+        Traceback (most recent call last):
+        devshim.errors.LauncherEnvironmentError: LOCAL_RANK='first' is not a whole number, ...
+    """
+
+
 class DevshimWarning(UserWarning):
     """Base class of the warnings devshim issues.
 
@@ -326,4 +343,17 @@ class ImplicitTransferWarning(DevshimWarning):
         ...     float(loss_on_gpu)        # ImplicitTransferWarning, once for this line
         >>> report.total
         1
+    """
+
+
+class SharedDeviceWarning(DevshimWarning):
+    """More processes on this machine than accelerators: under a launcher, ``ds.try_gpu()``
+    gives local rank ``r`` accelerator ``r % count``, so some processes share one. Issued
+    once per process. Start one process per accelerator, or hide them with
+    ``DEVSHIM_DEVICE=cpu`` if sharing is not what you want.
+
+    Example:
+        >>> ds.try_gpu()     # LOCAL_RANK=2, LOCAL_WORLD_SIZE=4, two GPUs
+        SharedDeviceWarning: 4 processes on this machine share 2 GPUs ...
+        device(type='cuda', index=0)
     """

@@ -7,7 +7,8 @@ Keras models (each framework's code is its backend package's ``model.py``):
 - a model split over devices, with explicit copies at the seams:
   ``ds.place_model(net, {"block1": gpu0, "block2": gpu1})`` (Chainer's ``F.copy``);
 - data parallel: ``ds.split_batch``, ``ds.replicate``, ``ds.allreduce``
-  (D2L's multiple-GPUs chapter, Chainer's ``ParallelUpdater``).
+  (D2L's multiple-GPUs chapter, Chainer's ``ParallelUpdater``); ``allreduce`` also
+  sums across processes when a torch.distributed process group runs.
 
 Every copy these make goes through ``devshim.transfer``, so a
 ``ds.transfer_guard("disallow")`` block lets them all through.
@@ -225,6 +226,12 @@ def allreduce(tensors) -> list:
     device, explicitly; every result is its own tensor. The inputs are left as
     they are: assign the results back where needed (``p.grad = total``).
 
+    Hierarchical: when torch.distributed's default process group is initialised
+    (``ds.init_distributed()``, or your own ``init_process_group``) and the tensors
+    are torch tensors, the local sum is also summed across every process of the
+    job (``torch.distributed.all_reduce``) before it is handed out, so one call
+    serves one process or many. That cross-process sum is not recorded by autograd.
+
     Example:
         >>> grads = ds.allreduce([p.grad for p in params_on_each_device])
     """
@@ -238,6 +245,7 @@ def allreduce(tensors) -> list:
             total = tensors[0]
             for t in tensors[1:]:
                 total = total + adapter.move_to(t, home)
+        total = adapter.sum_across_processes(total)
         results = [total]
         for t in tensors[1:]:
             results.append(adapter.copy_to(total, adapter.device(adapter.tensor_device(t)), False))

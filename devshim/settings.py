@@ -8,6 +8,12 @@ Environment variables are parsed once, the first time a setting is needed
 ``DEVSHIM_VIRTUAL_DEVICES``  N virtual accelerators backed by host memory (backends that can).
 ``DEVSHIM_TRANSFER_GUARD``   ``log`` or ``disallow``: the process's transfer-guard level (default ``allow``).
 
+A launcher's variables are environment too, read here once like the others
+(``launcher()``): torchrun's ``LOCAL_RANK``, Open MPI's ``OMPI_COMM_WORLD_*``,
+Horovod's ``HOROVOD_*`` and Slurm's ``SLURM_*`` say which process of a job this
+is, and the device-visibility variables (``CUDA_VISIBLE_DEVICES`` and kin) say
+whether the launcher gave it a device of its own.
+
 Choices scoped to a ``with`` block live in ContextVars here too (``use_backend``,
 ``transfer_guard``),
 so a block in one thread or asyncio task never changes what another sees.
@@ -25,12 +31,13 @@ from __future__ import annotations
 import os
 from contextvars import ContextVar
 
-from devshim.errors import BackendError, InvalidDeviceError
+from devshim.errors import BackendError, InvalidDeviceError, LauncherEnvironmentError
 
 __all__ = [
     "BACKEND_VAR", "DEVICE_VAR", "VIRTUAL_DEVICES_VAR", "TRANSFER_GUARD_VAR", "GUARD_LEVELS",
+    "LAUNCHERS", "LAUNCHER_VARIABLES", "VISIBILITY_VARIABLES", "Launch",
     "requested_backend", "accelerators_hidden", "virtual_device_count", "default_guard_level",
-    "set_virtual_devices", "reload", "on_change", "scoped_backend", "scoped_guard",
+    "launcher", "set_virtual_devices", "reload", "on_change", "scoped_backend", "scoped_guard",
 ]
 
 BACKEND_VAR = "DEVSHIM_BACKEND"
@@ -99,8 +106,151 @@ def _parse_guard() -> object:
     return value
 
 
+# ------------------------------------------------------------------ launchers
+
+#: The launchers devshim recognises, innermost first: (name, local-rank variable, rank
+#: variable, world-size variable, local-world-size variable). The first whose local-rank
+#: variable is set describes this process. Slurm comes last because everything started
+#: inside an allocation inherits its variables: a batch script has SLURM_LOCALID=0, and so
+#: does every rank that an ``mpirun`` or a ``horovodrun`` in that script starts.
+#: Slurm's world size is the job step's task count (only ``srun`` sets it: a batch script
+#: is one process), its local world size this node's entry of SLURM_STEP_TASKS_PER_NODE.
+LAUNCHERS = (
+    ("torchrun", "LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"),
+    ("openmpi", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    ("horovod", "HOROVOD_LOCAL_RANK", "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_SIZE"),
+    ("slurm", "SLURM_LOCALID", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE"),
+)
+_SLURM_NODE_VAR = "SLURM_NODEID"
+#: Every variable ``launcher()`` reads.
+LAUNCHER_VARIABLES = tuple(var for row in LAUNCHERS for var in row[1:]) + (_SLURM_NODE_VAR,)
+#: Variables with which a launcher (or a user) chooses the accelerators a process sees:
+#: CUDA's, ROCm's (HIP and ROCr), and Intel's Level Zero.
+VISIBILITY_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+                        "ZE_AFFINITY_MASK")
+
+
+class Launch:
+    """What the launcher that started this process says about it (``settings.launcher()``).
+
+    ``name``               "torchrun", "openmpi", "horovod" or "slurm".
+    ``local_rank``         this process's rank on its machine, from ``variable``.
+    ``rank``               its rank in the whole job (None when the launcher does not say).
+    ``world_size``         processes in the job (None when the launcher does not say).
+    ``local_world_size``   processes on this machine (None when the launcher does not say).
+    ``variable``           the variable the local rank came from ("LOCAL_RANK", ...).
+    ``given_one_device``   a visibility variable (``CUDA_VISIBLE_DEVICES``, ...) leaves this
+                           process exactly one device: the launcher chose it.
+
+    Example:
+        >>> os.environ.update(LOCAL_RANK="1", RANK="1", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+        >>> ds.settings.reload()
+        >>> ds.settings.launcher().name, ds.settings.launcher().local_rank
+        ('torchrun', 1)
+    """
+
+    __slots__ = ("name", "local_rank", "rank", "world_size", "local_world_size", "variable",
+                 "given_one_device")
+
+    def __init__(self, name, local_rank, rank, world_size, local_world_size, variable,
+                 given_one_device=False) -> None:
+        self.name, self.local_rank, self.rank = name, local_rank, rank
+        self.world_size, self.local_world_size = world_size, local_world_size
+        self.variable, self.given_one_device = variable, given_one_device
+
+    @property
+    def one_device_per_process(self) -> bool:
+        """Whether this process is one of several, so it takes one device of its own.
+
+        False for a job of one process (``srun -n 1``, a Slurm batch script,
+        ``torchrun --nproc_per_node 1`` on one machine): that process keeps every device.
+        """
+        if self.world_size is None:
+            return True  # the launcher does not say: assume it started several
+        return self.world_size > 1 or (self.local_world_size or 1) > 1 or self.local_rank > 0
+
+    @property
+    def local_processes(self) -> int:
+        """How many processes share this machine: the local world size, or at least ``local_rank + 1``."""
+        return max(self.local_world_size or 0, self.local_rank + 1)
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Launch):
+            return NotImplemented
+        return all(getattr(self, a) == getattr(other, a) for a in self.__slots__)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{a}={getattr(self, a)!r}" for a in self.__slots__)
+        return f"Launch({fields})"
+
+
+def _whole_number(variable: str, launcher: str):
+    """The value of ``variable`` as an int >= 0; None when unset or empty; an error when not a number."""
+    raw = os.environ.get(variable, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise LauncherEnvironmentError(
+            f"{variable}={os.environ[variable]!r} is not a whole number, so devshim cannot tell which "
+            f"process of the {launcher} job this is. {launcher} sets it to 0, 1, ...; fix it, or unset "
+            f"it in a process that no launcher started."
+        )
+    return value
+
+
+def _slurm_tasks_on_this_node(spec: str):
+    """This node's entry of SLURM_STEP_TASKS_PER_NODE ("2(x3),1": 2 tasks on nodes 0-2, 1 on node 3)."""
+    try:
+        node = int(os.environ.get(_SLURM_NODE_VAR, "0").strip() or 0)
+        position = 0
+        for part in spec.split(","):
+            count, _, repeat = part.strip().partition("(x")
+            times = int(repeat.rstrip(")")) if repeat else 1
+            if node < position + times:
+                return int(count)
+            position += times
+    except ValueError:
+        pass
+    return None  # a form devshim does not know: the local world size stays unknown
+
+
+def _given_one_device() -> bool:
+    for variable in VISIBILITY_VARIABLES:
+        value = os.environ.get(variable)
+        if value is not None:
+            return len([entry for entry in value.split(",") if entry.strip()]) == 1
+    return False
+
+
+def _parse_launcher() -> object:
+    for name, local_var, rank_var, size_var, local_size_var in LAUNCHERS:
+        if not os.environ.get(local_var, "").strip():
+            continue
+        try:
+            local_rank = _whole_number(local_var, name)
+            rank = _whole_number(rank_var, name)
+            world_size = _whole_number(size_var, name)
+            if name == "slurm":
+                world_size = 1 if world_size is None else world_size  # no step: a batch script
+                spec = os.environ.get(local_size_var, "").strip()
+                local_world_size = _slurm_tasks_on_this_node(spec) if spec else None
+            else:
+                local_world_size = _whole_number(local_size_var, name)
+        except LauncherEnvironmentError as err:
+            return err
+        return Launch(name, local_rank, rank, world_size, local_world_size, local_var, _given_one_device())
+    return None
+
+
 _PARSERS = {"backend": _parse_backend, "device": _parse_device, "virtual": _parse_virtual,
-            "guard": _parse_guard}
+            "guard": _parse_guard, "launcher": _parse_launcher}
 
 
 def _get(name: str):
@@ -155,6 +305,23 @@ def default_guard_level() -> str:
         'allow'
     """
     return _get("guard")
+
+
+def launcher():
+    """What the launcher that started this process says about it (a ``Launch``), or None.
+
+    Read once, like every setting: torchrun's ``LOCAL_RANK``, Open MPI's
+    ``OMPI_COMM_WORLD_LOCAL_RANK``, Horovod's ``HOROVOD_LOCAL_RANK``, Slurm's
+    ``SLURM_LOCALID`` (the first one set, in the order of ``LAUNCHERS``), with the
+    same launcher's rank and sizes. A value that is not a whole number raises
+    ``LauncherEnvironmentError`` from the functions that need it.
+
+    Example:
+        >>> ds.settings.launcher()     # a plain process
+        >>> ds.settings.launcher()     # under torchrun --nproc_per_node 2
+        Launch(name='torchrun', local_rank=1, rank=1, world_size=2, local_world_size=2, ...)
+    """
+    return _get("launcher")
 
 
 def set_virtual_devices(count) -> None:

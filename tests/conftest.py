@@ -13,6 +13,12 @@ from harnesses import backends_with_harness, installed_backends, load_harness
 
 VIRTUAL = bool(os.environ.get(settings.VIRTUAL_DEVICES_VAR, "").strip())
 
+# The suite runs as one plain process, even when started inside a launcher's job (a Slurm
+# batch script sets SLURM_LOCALID): its tests, and the interpreters they start, set the
+# launcher variables they need themselves (tests/test_launcher.py, tests/test_distributed.py).
+for _variable in settings.LAUNCHER_VARIABLES:
+    os.environ.pop(_variable, None)
+
 
 def _backend_params():
     installed = set(installed_backends())

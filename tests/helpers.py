@@ -11,6 +11,17 @@ import textwrap
 def run_python(code: str, *args: str, timeout: int = 300, **env: str) -> subprocess.CompletedProcess:
     """Run ``code`` (or ``python *args``) in a fresh interpreter whose only DEVSHIM_ variables are
     ``env``, importing the same devshim as this process (the installed one under tox)."""
+    command, full_env = _python(code, args, env)
+    return subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=timeout)
+
+
+def start_python(code: str, *args: str, **env: str) -> subprocess.Popen:
+    """``run_python``, started and not waited for: the caller communicates (with a timeout)."""
+    command, full_env = _python(code, args, env)
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env)
+
+
+def _python(code: str, args: tuple, env: dict) -> tuple:
     import devshim
 
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("DEVSHIM_")}
@@ -18,4 +29,4 @@ def run_python(code: str, *args: str, timeout: int = 300, **env: str) -> subproc
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [home, full_env.get("PYTHONPATH")]))
     full_env.update(TF_CPP_MIN_LOG_LEVEL="2", **env)
     command = [sys.executable, "-c", textwrap.dedent(code)] if code else [sys.executable, *args]
-    return subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=timeout)
+    return command, full_env

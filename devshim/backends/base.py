@@ -14,15 +14,28 @@ the cached fast paths) is written once, here and in ``devshim/api.py``.
 from __future__ import annotations
 
 import importlib
+import sys
+import warnings
 from abc import ABC, abstractmethod
 
 from devshim import settings, transfer
 from devshim._device import ACCEPTED_SPECS, Device, parse_spec
-from devshim.errors import BackendError, DeviceUnavailableError, InvalidDeviceError, UnsupportedValueError
+from devshim.errors import (
+    BackendError, DeviceUnavailableError, InvalidDeviceError, SharedDeviceWarning, UnsupportedValueError,
+)
 
 __all__ = ["Backend", "DeviceTable"]
 
 _TARGET_CACHE_LIMIT = 256
+_shared_warned = False  # SharedDeviceWarning was issued (once per process, until settings change)
+
+
+def _settings_changed() -> None:
+    global _shared_warned
+    _shared_warned = False
+
+
+settings.on_change(_settings_changed)
 
 
 class DeviceTable(dict):
@@ -189,6 +202,12 @@ class Backend(ABC):
         """``x`` itself when it already lives on ``native``, else a copy there (one tensor)."""
         return x if self.same_place(x, native) else self.copy_to(x, native, False)
 
+    def sum_across_processes(self, total):
+        """``total`` summed over every process of the framework's distributed job, as a new
+        tensor on ``total``'s device; ``total`` itself when no process group is running
+        (``ds.allreduce``'s second level). Backends with such an engine override this."""
+        return total
+
     def narrow(self, x, start: int, stop: int):
         """Rows ``start:stop`` of ``x``, computed where ``x`` lives (a view where the framework has them)."""
         return x[start:stop]
@@ -229,7 +248,12 @@ class Backend(ABC):
     def cpu(self):
         return self.make_native_device("cpu", 0)
 
-    def gpu(self, i: int = 0):
+    def gpu(self, i=None):
+        if i is None:
+            own = self.process_gpu_index()
+            if own is not None:
+                return self.make_native_device("gpu", own)
+            i = 0  # no accelerator: say so below
         _check_index(i)
         count = self.num_gpus()
         if i >= count:
@@ -241,13 +265,70 @@ class Backend(ABC):
             )
         return self.make_native_device("gpu", i)
 
-    def try_gpu(self, i: int = 0):
+    def try_gpu(self, i=None):
+        if i is None:
+            own = self.process_gpu_index()
+            return self.cpu() if own is None else self.make_native_device("gpu", own)
         _check_index(i)
         return self.make_native_device("gpu", i) if i < self.num_gpus() else self.cpu()
 
     def try_all_gpus(self) -> list:
         count = self.num_gpus()
+        if count:
+            launch = settings.launcher()
+            if launch is not None and launch.one_device_per_process:
+                return [self.make_native_device("gpu", self._own_index(launch, count))]
         return [self.make_native_device("gpu", i) for i in range(count)] or [self.cpu()]
+
+    # -------------------------------------------------- one device per process
+
+    def process_gpu_index(self):
+        """The GPU this process uses when no index is named, or None without a GPU.
+
+        Under a launcher that started several processes it is ``local_rank % num_gpus()``
+        (a launcher that gives each process one device through ``CUDA_VISIBLE_DEVICES``
+        leaves one visible: index 0); otherwise 0. ``DEVSHIM_DEVICE=cpu`` means no GPU.
+
+        Example:
+            >>> ds.get_backend().process_gpu_index()   # LOCAL_RANK=1, two GPUs
+            1
+        """
+        count = self.num_gpus()
+        if not count:
+            return None
+        launch = settings.launcher()
+        if launch is None or not launch.one_device_per_process:
+            return 0
+        return self._own_index(launch, count)
+
+    def visibility_narrowed(self) -> bool:
+        """Whether the framework was told to show this process fewer accelerators than the
+        machine has (TensorFlow's ``set_visible_devices``, as Horovod does): the process was
+        given its device. Backends that can tell override this."""
+        return False
+
+    def _own_index(self, launch, count: int) -> int:
+        if launch.local_processes > count and not _shared_warned:
+            virtual = settings.virtual_device_count()
+            given = not virtual and (launch.given_one_device or self.visibility_narrowed())
+            if not given:  # a launcher that chose each process's device knows better than we can
+                self._warn_shared(launch, count, bool(virtual))
+        return launch.local_rank % count
+
+    def _warn_shared(self, launch, count: int, virtual: bool) -> None:
+        global _shared_warned
+        _shared_warned = True
+        n = launch.local_processes
+        what = f"{count} {'virtual ' if virtual else ''}GPU{'s' if count != 1 else ''}"
+        warnings.warn(
+            f"{n} processes on this machine share {what} of the {self.name} backend: under "
+            f"{launch.name} each process takes gpu:(local rank % {count}) (this one, "
+            f"{launch.variable}={launch.local_rank}, takes gpu:{launch.local_rank % count}), so some "
+            f"processes share a GPU. Start at most "
+            f"{count} process{'es' if count != 1 else ''} per machine (torchrun --nproc_per_node {count}), "
+            f"or set DEVSHIM_DEVICE=cpu to keep every process on the CPU.",
+            SharedDeviceWarning, stacklevel=_caller_level(),
+        )
 
     def devices(self) -> list:
         return [self.cpu()] + [self.make_native_device("gpu", i) for i in range(self.num_gpus())]
@@ -428,6 +509,15 @@ class _NoScope:
 
 
 _NO_SCOPE = _NoScope()
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside devshim."""
+    package = __file__.rsplit("backends", 1)[0]
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _check_index(i) -> None:

@@ -50,12 +50,19 @@ def test_try_gpu_beyond_the_count_falls_back_to_cpu(harness):
     assert ds.try_gpu(ds.num_gpus() + 5) == ds.cpu()
 
 
-@pytest.mark.parametrize("bad", [-1, 1.5, "1", None, True])
+@pytest.mark.parametrize("bad", [-1, 1.5, "1", True])
 def test_gpu_index_must_be_a_non_negative_int(harness, bad):
     with pytest.raises(ds.InvalidDeviceError, match="non-negative int"):
         ds.gpu(bad)
     with pytest.raises(ds.InvalidDeviceError):
         ds.try_gpu(bad)
+
+
+def test_no_index_is_this_process_s_gpu_which_is_gpu_0_without_a_launcher(harness):
+    # (tests/test_launcher.py checks the rule under each launcher)
+    assert ds.try_gpu(None) == ds.try_gpu() == ds.try_gpu(0)
+    if ds.num_gpus():
+        assert ds.gpu(None) == ds.gpu() == ds.gpu(0)
 
 
 def test_devshim_device_cpu_hides_accelerators(harness, setenv):

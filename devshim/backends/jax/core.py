@@ -125,6 +125,11 @@ class JaxBackend(Backend):
         self._runtime()
         return len(self._accelerator_devices())
 
+    def visibility_narrowed(self) -> bool:
+        # Once jax.distributed.initialize has run, JAX gave each process its devices (its
+        # local_device_ids: one per process under Slurm and Open MPI), so sharing is JAX's choice.
+        return self.fw.process_count() > 1
+
     def accelerator_platform(self):
         """"cuda", "rocm" or "tpu" (a plug-in's own name otherwise), or None without one."""
         if self._platform is _UNKNOWN:

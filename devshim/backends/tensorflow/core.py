@@ -156,8 +156,14 @@ class TensorflowBackend(Backend):
         return isinstance(obj, TFDevice)
 
     def accelerator_count(self) -> int:
-        # Lists physical devices only; the runtime (and its logical devices) stays uninitialised.
-        return len(self.fw.config.list_physical_devices("GPU"))
+        # The visible physical GPUs: TensorFlow numbers its logical /GPU:i over these, and Horovod's
+        # recipe (tf.config.set_visible_devices(gpus[local_rank], "GPU")) leaves one visible. Lists
+        # physical devices only; the runtime (and its logical devices) stays uninitialised.
+        return len(self.fw.config.get_visible_devices("GPU"))
+
+    def visibility_narrowed(self) -> bool:
+        tf = self.fw
+        return len(tf.config.get_visible_devices("GPU")) < len(tf.config.list_physical_devices("GPU"))
 
     def accelerator_platform(self):
         return "cuda" if self.accelerator_count() else None
@@ -413,7 +419,7 @@ class TensorflowBackend(Backend):
                     "virtual": True,
                 })
             return details
-        for i, physical in enumerate(tf.config.list_physical_devices("GPU")[:count]):
+        for i, physical in enumerate(tf.config.get_visible_devices("GPU")[:count]):
             entry: dict = {"device": f"gpu:{i}", "name": f"/GPU:{i}", "platform": "cuda"}
             try:
                 found = tf.config.experimental.get_device_details(physical)

@@ -17,6 +17,8 @@ and is imported only when they are asked for.
 
 from __future__ import annotations
 
+import sys
+
 from devshim import settings
 from devshim.backends.base import Backend, DeviceTable
 from devshim.backends.torch import SPEC
@@ -85,46 +87,79 @@ class TorchBackend(Backend):
         return self._platform
 
     def _find_platform(self):
+        # Fork safety: nothing here initialises CUDA, so a process that asks devshim for its
+        # devices can still fork workers that use CUDA (torch's "poison fork" note).
+        # torch.accelerator.current_accelerator() without check_available reads the build's
+        # accelerator and touches no driver; the count comes from torch.accelerator.device_count()
+        # (or the device module's device_count()), which on CUDA asks NVML and does not poison
+        # fork when NVML works.
+        # torch.cuda.is_available() (and current_accelerator(check_available=True), which calls
+        # it) would call cudaGetDeviceCount, initialising the driver, unless
+        # PYTORCH_NVML_BASED_CUDA_CHECK=1 is set.
         torch = self.fw
         accelerator = getattr(torch, "accelerator", None)
         self._by_accelerator = False
         if accelerator is not None and hasattr(accelerator, "current_accelerator"):
-            try:
-                found = accelerator.current_accelerator(check_available=True)
-            except TypeError:  # torch 2.6: no check_available
-                found = accelerator.current_accelerator() if accelerator.is_available() else None
+            found = accelerator.current_accelerator()
             if found is not None and found.type != VIRTUAL_TYPE:
                 self._by_accelerator = True
-                return found.type
+                return found.type if self._device_count(found.type) else None
             if torch._C._get_privateuse1_backend_name() != VIRTUAL_TYPE:
                 self._by_accelerator = True
                 return None
             # devshim's virtual GPUs fill torch.accelerator's out-of-tree slot, which torch
-            # asks before any other (and they say they are unavailable): look for a real
-            # accelerator the old way.
+            # asks before any other: look for a real accelerator the old way.
         for platform in _FALLBACK_PLATFORMS:
-            module = getattr(torch.backends, platform, None) if platform == "mps" else getattr(torch, platform, None)
             try:
-                if module is not None and module.is_available():
+                if self._device_count(platform):
                     return platform
             except RuntimeError:  # a build whose driver is missing
                 continue
         return None
 
+    def _device_count(self, platform: str) -> int:
+        """How many ``platform`` devices torch sees, asked without initialising a CUDA context."""
+        torch = self.fw
+        accelerator = getattr(torch, "accelerator", None)
+        if self._by_accelerator and hasattr(accelerator, "device_count"):
+            return accelerator.device_count()  # the device module's count (NVML's, on CUDA)
+        if platform == "mps":
+            mps = getattr(torch.backends, "mps", None)
+            return int(mps is not None and mps.is_available())
+        module = getattr(torch, platform, None)
+        if module is None or not hasattr(module, "device_count"):
+            try:
+                module = torch.get_device_module(platform)  # an out-of-tree device's module
+            except (AttributeError, RuntimeError, ValueError):
+                return 0
+        return module.device_count()
+
     def accelerator_count(self) -> int:
         if self._count is None:
             platform = self.accelerator_platform()
-            if platform is None:
-                self._count = 0
-            else:
-                accelerator = getattr(self.fw, "accelerator", None)
-                if self._by_accelerator and hasattr(accelerator, "device_count"):
-                    self._count = accelerator.device_count()
-                elif platform == "mps":
-                    self._count = 1
-                else:
-                    self._count = self.fw.get_device_module(platform).device_count()
+            self._count = 0 if platform is None else self._device_count(platform)
         return self._count
+
+    def make_current(self, native) -> None:
+        """Make ``native`` the current device of its accelerator (``torch.cuda.set_device``), so
+        NCCL, DDP and code that writes a bare "cuda" use it. Host and virtual devices: nothing."""
+        if native.type in ("cpu", "meta", VIRTUAL_TYPE):
+            return
+        accelerator = getattr(self.fw, "accelerator", None)
+        if accelerator is not None and hasattr(accelerator, "set_device_index"):
+            accelerator.set_device_index(native)
+        else:
+            self.fw.get_device_module(native.type).set_device(native)
+
+    def sum_across_processes(self, total):
+        """``total`` summed over the ranks of torch.distributed's default process group, when
+        one is initialised (``ds.allreduce``'s second level); ``total`` itself otherwise."""
+        dist = sys.modules.get("torch.distributed")
+        if dist is None or not dist.is_available() or not dist.is_initialized():
+            return total
+        from devshim.backends.torch import _distributed
+
+        return _distributed.all_reduce_sum(total)
 
     # ------------------------------------------------------------ primitives
 

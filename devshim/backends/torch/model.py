@@ -7,6 +7,10 @@ placed submodules get forward pre-hooks (registered with torch's own
 untouched) that copy their tensor inputs to the submodule's device with
 ``ds.copy_if_needed``: explicit copies, which autograd differentiates and the
 transfer guard allows.
+
+Under a launcher, placing a model on this process's accelerator also makes it the
+current device (``torch.cuda.set_device``), so wrapping the model in
+``DistributedDataParallel`` right after needs nothing more.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import weakref
 import torch
 
 import devshim
+from devshim import settings
 from devshim.errors import UnbuiltModelError, UnsupportedPlacementError
 
 _handles: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its hook handles
@@ -73,6 +78,11 @@ def place(module, native, adapter, input_shape=None):
     groups = _tied(module)
     module.to(native)
     _retie(module, groups)
+    launch = settings.launcher()
+    if launch is not None and launch.one_device_per_process and native == adapter.try_gpu():
+        # One process of several, placed on its own accelerator: make that the current device,
+        # as torch.distributed expects of a rank (NCCL's barrier, DDP, a bare "cuda" in user code).
+        adapter.make_current(native)
     return module
 
 

@@ -1,0 +1,135 @@
+"""torch.distributed, the way devshim uses it: the process group for this process's device
+(``ds.init_distributed``) and the cross-process level of ``ds.allreduce``.
+
+Imported only when one of those runs: ``import devshim`` and the device functions never
+import ``torch.distributed`` themselves.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+import torch.distributed as dist
+
+from devshim import settings
+from devshim.backends.torch.core import VIRTUAL_TYPE
+from devshim.errors import LauncherEnvironmentError
+
+#: Device types whose tensors only gloo reduces here: the host, and devshim's virtual GPUs
+#: (whose values live in host memory; they are reduced through a host copy).
+_HOST_TYPES = ("cpu", "meta", VIRTUAL_TYPE)
+
+
+def backend_for(native) -> str:
+    """torch.distributed's backend for a process whose device is ``native``.
+
+    gloo for the CPU and devshim's virtual GPUs; for an accelerator, torch's default
+    backend for it (nccl for CUDA and ROCm, xccl for XPU, ...) for its tensors, with gloo
+    for CPU tensors beside it ("cpu:gloo,cuda:nccl", what torch itself creates when given no
+    backend), so that ``ds.allreduce`` of a CPU tensor works in a NCCL job too.
+
+    Example:
+        >>> backend_for(torch.device("cuda", 1))
+        'cpu:gloo,cuda:nccl'
+    """
+    kind = native.type
+    if kind in _HOST_TYPES:
+        return "gloo"
+    try:
+        name = dist.get_default_backend_for_device(kind)
+    except (AttributeError, ValueError):  # torch before 2.6, or a device without a default
+        name = "nccl" if kind == "cuda" else "gloo"
+    if kind == "cuda" and name == "nccl" and not dist.is_nccl_available():
+        name = "gloo"
+    if name == "gloo" or not dist.is_gloo_available():
+        return name
+    return f"cpu:gloo,{kind}:{name}"
+
+
+def init(adapter, process_group_backend=None, timeout=None) -> None:
+    """Initialise torch's default process group for this process, unless one exists."""
+    if dist.is_initialized():
+        return
+    if not dist.is_available():
+        raise LauncherEnvironmentError(
+            "This torch build has no torch.distributed (torch.distributed.is_available() is False), "
+            "so ds.init_distributed() cannot start a process group. Install a torch build with it "
+            "(the builds on pytorch.org have it)."
+        )
+    launch = settings.launcher()
+    device = adapter.try_gpu()
+    backend = process_group_backend or backend_for(device)
+    adapter.make_current(device)
+    options = {}
+    if timeout is not None:
+        options["timeout"] = timeout if isinstance(timeout, datetime.timedelta) else datetime.timedelta(seconds=timeout)
+    if launch is None or launch.world_size == 1:
+        # One process: a world of one, in memory. DDP needs a process group even then.
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, **options)
+        return
+    if launch.rank is None or launch.world_size is None:
+        missing = [var for name, _, rank_var, size_var, _ in settings.LAUNCHERS if name == launch.name
+                   for var in (rank_var, size_var) if not os.environ.get(var, "").strip()]
+        raise LauncherEnvironmentError(
+            f"{launch.variable}={launch.local_rank} says this process was started by {launch.name}, but "
+            f"{' and '.join(missing)} {'are' if len(missing) > 1 else 'is'} not set, so ds.init_distributed() "
+            f"cannot tell this process's rank in the job or the job's size. Start it with the launcher, "
+            f"which sets them, or call torch.distributed.init_process_group yourself."
+        )
+    if launch.name == "torchrun":
+        # torchrun's agent serves the store at MASTER_ADDR:MASTER_PORT: join it, do not start one.
+        dist.init_process_group(backend, init_method="env://", rank=launch.rank,
+                                world_size=launch.world_size, **options)
+        return
+    address = os.environ.get("MASTER_ADDR", "").strip()
+    port = os.environ.get("MASTER_PORT", "").strip()
+    one_machine = launch.local_world_size == launch.world_size
+    missing = [var for var, value in (("MASTER_ADDR", address or one_machine), ("MASTER_PORT", port))
+               if not value]
+    if missing:
+        need = " and ".join(missing)
+        hint = ('export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1) '
+                'MASTER_PORT=29500' if launch.name == "slurm" else
+                "mpirun -x MASTER_ADDR=<first host> -x MASTER_PORT=29500 ..." if launch.name == "openmpi" else
+                "MASTER_ADDR=<first host> MASTER_PORT=29500 horovodrun ...")
+        raise LauncherEnvironmentError(
+            f"ds.init_distributed() under {launch.name} needs {need}: every process must meet rank 0 at "
+            f"one address and port, and {launch.name} does not set them (torchrun does). Set them for "
+            f"every process before starting it, e.g. {hint} (any free port; MASTER_ADDR may be left out "
+            f"when all processes run on one machine)."
+        )
+    dist.init_process_group(backend, init_method=f"tcp://{address or '127.0.0.1'}:{port}",
+                            rank=launch.rank, world_size=launch.world_size, **options)
+
+
+def group_backend():
+    """The default process group's backend ("gloo", "cpu:gloo,cuda:nccl", ...), or None."""
+    if dist.is_available() and dist.is_initialized():
+        return str(dist.get_backend())
+    return None
+
+
+def all_reduce_sum(total):
+    """A new tensor on ``total``'s device: ``total`` summed over every rank of the default group.
+
+    torch.distributed's collectives work in place, so they work on a copy: the caller's
+    tensors stay as they are. Tensors on devshim's virtual GPUs are reduced through a host
+    copy (their values live in host memory, and no collective library knows the device).
+    The result is not recorded by autograd, as ``torch.distributed.all_reduce`` is not.
+    """
+    reduced = total.detach().clone()
+    if reduced.device.type == VIRTUAL_TYPE:
+        host = reduced.to("cpu")
+        dist.all_reduce(host, op=dist.ReduceOp.SUM)
+        return host.to(reduced.device)
+    dist.all_reduce(reduced, op=dist.ReduceOp.SUM)
+    return reduced
+
+
+def world() -> tuple:
+    """(rank, world size) of the default process group."""
+    return dist.get_rank(), dist.get_world_size()
+
+
+__all__ = ["backend_for", "init", "group_backend", "all_reduce_sum", "world"]

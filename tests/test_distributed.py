@@ -1,0 +1,202 @@
+"""More than one process, for real: torchrun starts two ranks on this machine (gloo, loopback,
+a free port), and each reports what devshim gave it (tests/torchrun_worker.py).
+
+Also, in this process: ds.init_distributed() without a launcher (a world of one), and the
+cross-process level of ds.allreduce in such a world.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from helpers import run_python, start_python
+
+pytest.importorskip("torch", reason="torch.distributed is PyTorch's; this environment has no torch")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import devshim as ds  # noqa: E402
+from devshim import settings  # noqa: E402
+
+TESTS = Path(__file__).resolve().parent
+VIRTUAL = bool(os.environ.get(settings.VIRTUAL_DEVICES_VAR, "").strip())
+RANKS = 2
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now, on the loopback interface."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def loopback_only() -> dict:
+    """Variables that keep gloo's connections on the loopback interface."""
+    names = [name for _, name in socket.if_nameindex() if name.startswith("lo")]
+    return {"GLOO_SOCKET_IFNAME": names[0]} if names else {}
+
+
+def torchrun(script: str, *args: str, **env: str):
+    """``python -m torch.distributed.run`` with RANKS processes on 127.0.0.1 and a free port,
+    bounded in time; returns the CompletedProcess."""
+    command = ["-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(RANKS),
+               "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "--max_restarts", "0",
+               script, *args]
+    env = {**loopback_only(), "OMP_NUM_THREADS": "1", **env}
+    return run_python("", *command, timeout=240, **env)
+
+
+def rank_results(folder: Path, **env: str) -> dict:
+    """Run tests/torchrun_worker.py on RANKS ranks; rank -> what it wrote."""
+    completed = torchrun(str(TESTS / "torchrun_worker.py"), str(folder), **env)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    by_rank = {}
+    for rank in range(RANKS):
+        by_rank[rank] = json.loads((folder / f"rank{rank}.json").read_text())
+        assert by_rank[rank]["process"]["rank"] == rank
+    return by_rank
+
+
+@pytest.mark.skipif(VIRTUAL, reason="the virtual-GPU pass runs the two ranks on virtual GPUs instead "
+                    "(test_two_torchrun_ranks_on_virtual_gpus_each_take_their_own_and_allreduce_across)")
+def test_two_torchrun_ranks_on_the_cpu_place_allreduce_and_train_with_ddp(tmp_path):
+    from torchrun_worker import flat, problem, sgd_step
+
+    results = rank_results(tmp_path)
+    for rank, r in results.items():
+        assert r["process"] == {"launcher": "torchrun", "rank": rank, "local_rank": rank, "world_size": RANKS,
+                                "local_world_size": RANKS, "device": "cpu:0", "backend": "torch",
+                                "process_group": "gloo"}
+        assert r["again_same"]
+        assert r["try_gpu"] == "cpu:0" and r["try_all_gpus"] == ["cpu:0"]
+        # (1 + 2) on each process, two local copies each: 6; the same for the second entry, times 10
+        assert r["allreduce"] == [[6.0, 60.0], [6.0, 60.0]]
+        assert r["allreduce_devices"] == ["cpu:0", "cpu:0"] and r["inputs_unchanged"]
+
+    # One DDP step: both ranks hold the same parameters, equal to one step on the whole batch
+    # in one process.
+    assert results[0]["ddp_parameters"] == results[1]["ddp_parameters"]
+    net, X, Y = problem()
+    sgd_step(net, X, Y)
+    reference = torch.tensor(flat(net))
+    assert torch.allclose(torch.tensor(results[0]["ddp_parameters"]), reference, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(reference, torch.tensor(flat(problem()[0])))  # the step changed them
+
+
+@pytest.mark.skipif(not VIRTUAL, reason=f"runs in the pass with {settings.VIRTUAL_DEVICES_VAR} set "
+                    "(the plain pass runs the ranks on the CPU)")
+def test_two_torchrun_ranks_on_virtual_gpus_each_take_their_own_and_allreduce_across(tmp_path):
+    results = rank_results(tmp_path, DEVSHIM_VIRTUAL_DEVICES="2")
+    for rank, r in results.items():
+        own = f"gpu:{rank}"
+        assert r["process"]["device"] == own and r["process"]["process_group"] == "gloo"
+        assert r["try_gpu"] == own and r["try_all_gpus"] == [own] and r["num_gpus"] == 2
+        assert r["allreduce"] == [[6.0, 60.0], [6.0, 60.0]]  # through the host, under "disallow"
+        assert r["allreduce_devices"] == ["cpu:0", own] and r["inputs_unchanged"]
+        assert "ddp_parameters" not in r
+
+
+def test_the_ddp_example_runs_under_torchrun_and_alone():
+    example = str(TESTS.parent / "examples" / "ddp.py")
+    two = torchrun(example, DEVSHIM_VIRTUAL_DEVICES="0")
+    assert two.returncode == 0, two.stdout + two.stderr
+    for rank in range(RANKS):
+        assert f"rank {rank} of {RANKS} (torchrun) on cpu:0" in two.stdout
+        assert f"rank {rank}: the DDP step equals one step on the whole batch: True" in two.stdout
+        assert f"rank {rank}: every rank holds the same weights: True" in two.stdout
+    alone = run_python("", example, timeout=240, DEVSHIM_VIRTUAL_DEVICES="0")
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    assert "rank 0 of 1 (no launcher) on cpu:0" in alone.stdout
+    assert "rank 0: the DDP step equals one step on the whole batch: True" in alone.stdout
+
+
+OPENMPI_RANK = """
+import json
+import torch
+import devshim as ds
+
+info = ds.init_distributed(timeout=60)
+(total,) = ds.allreduce([torch.tensor([info.rank + 1.0])])
+print(json.dumps({**info.as_dict(), "total": ds.to_numpy(total).tolist()}))
+torch.distributed.destroy_process_group()
+"""
+
+
+def test_init_distributed_under_openmpi_variables_meets_at_master_port_on_one_machine():
+    """Two interpreters with mpirun's variables and MASTER_PORT (no MASTER_ADDR: all on this
+    machine) start a gloo group from them and allreduce across it."""
+    port = str(free_port())
+    ranks = [start_python(OPENMPI_RANK, OMPI_COMM_WORLD_LOCAL_RANK=str(r), OMPI_COMM_WORLD_RANK=str(r),
+                          OMPI_COMM_WORLD_SIZE="2", OMPI_COMM_WORLD_LOCAL_SIZE="2", MASTER_PORT=port,
+                          OMP_NUM_THREADS="1", **loopback_only())
+             for r in range(RANKS)]
+    seen = []
+    try:
+        for process in ranks:
+            out, err = process.communicate(timeout=180)
+            assert process.returncode == 0, err
+            seen.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for process in ranks:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    for rank, info in enumerate(seen):
+        assert (info["launcher"], info["rank"], info["world_size"], info["process_group"]) == ("openmpi", rank, 2, "gloo")
+        assert info["total"] == [3.0]
+
+
+# ------------------------------------------------------------------ one process, in this one
+
+
+@pytest.fixture
+def world_of_one(setenv):
+    for variable in settings.LAUNCHER_VARIABLES:
+        setenv(variable, None)
+    assert not dist.is_initialized()
+    yield ds.init_distributed(timeout=30)
+    dist.destroy_process_group()
+
+
+def test_init_distributed_without_a_launcher_starts_a_world_of_one(world_of_one):
+    info = world_of_one
+    assert (info.launcher, info.rank, info.world_size) == (None, 0, 1)
+    assert info.process_group == "gloo" and info.device == ds.try_gpu(backend="torch")
+    assert dist.is_initialized() and dist.get_world_size() == 1
+    assert ds.init_distributed() == info  # idempotent
+
+
+def test_allreduce_in_a_process_group_returns_new_tensors_and_leaves_inputs(world_of_one):
+    x = torch.tensor([1.0, 2.0])
+    (total,) = ds.allreduce([x])
+    assert total is not x and torch.equal(total, x)  # a world of one: the sum is x, in a new tensor
+    total += 1
+    assert torch.equal(x, torch.tensor([1.0, 2.0]))
+
+
+def test_init_distributed_under_openmpi_needs_a_rendezvous_address(setenv):
+    for variable in settings.LAUNCHER_VARIABLES + ("MASTER_ADDR", "MASTER_PORT"):
+        setenv(variable, None)
+    for variable, value in (("OMPI_COMM_WORLD_LOCAL_RANK", "0"), ("OMPI_COMM_WORLD_RANK", "0"),
+                            ("OMPI_COMM_WORLD_SIZE", "4"), ("OMPI_COMM_WORLD_LOCAL_SIZE", "2")):
+        setenv(variable, value)
+    with pytest.raises(ds.LauncherEnvironmentError, match="needs MASTER_ADDR and MASTER_PORT"):
+        ds.init_distributed()
+    assert not dist.is_initialized()
+
+
+def test_the_process_group_backend_suits_the_device():
+    from devshim.backends.torch._distributed import backend_for
+
+    assert backend_for(torch.device("cpu")) == "gloo"
+    if dist.is_nccl_available():
+        assert backend_for(torch.device("cuda", 1)) == "cpu:gloo,cuda:nccl"
+    ds.testing.virtual_devices(2)
+    assert backend_for(ds.gpu(1, backend="torch")) == "gloo"
+
