@@ -385,12 +385,13 @@ def _user_site() -> str:
 
 
 def _guard_modules() -> list:
-    """(name, guard module) for every loaded backend that has one."""
-    from devshim.backends import specs
+    """(name, guard module) for every backend in use that has one: its framework is imported,
+    or devshim has made its adapter (which imports the framework on first use)."""
+    from devshim.backends import _instances, specs
 
     found = []
     for name, spec in specs().items():
-        if spec.is_loaded() and spec.has_module("guard"):
+        if (spec.is_loaded() or name in _instances) and spec.has_module("guard"):
             found.append((name, spec.module("guard")))
     return found
 
@@ -404,8 +405,19 @@ def _activate() -> None:
         _skipped_roots = None  # frameworks may have been imported since
         for name, module in _guard_modules():
             if name not in _installed:
-                module.install()
-                _installed.add(name)
+                _install(name, module)
+
+
+def _install(name: str, module) -> None:
+    # Marked first: a backend's install() may load its own backend (TensorFlow asks for its
+    # adapter), and the registry then calls backend_loaded() for it; a second install would
+    # wrap the wrappers, and the wrapper would stay after uninstall().
+    _installed.add(name)
+    try:
+        module.install()
+    except BaseException:
+        _installed.discard(name)
+        raise
 
 
 def _deactivate() -> None:
@@ -461,10 +473,12 @@ def backend_loaded(name: str) -> None:
             _activate()
             return
         if _active and name not in _installed:
+            # Installed even when the framework is not imported yet: the adapter is made because
+            # devshim is about to use it (ds.try_gpu() imports torch after making the adapter),
+            # and tensors made after that must be guarded too.
             spec_module = dict(_guard_modules()).get(name)
             if spec_module is not None:
-                spec_module.install()
-                _installed.add(name)
+                _install(name, spec_module)
 
 
 def _settings_changed() -> None:

@@ -4,6 +4,7 @@ DEVSHIM_TRANSFER_GUARD), and what is specific to each framework's hooks."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import warnings
 
@@ -200,6 +201,50 @@ def test_the_variable_guards_a_fresh_process(framework):
     result = run_python(code, **env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["refused", "True"]
+
+
+# Where each framework's guard puts its wrappers: (module to import, object path, attribute).
+_ENTRY_POINTS = {
+    "torch": [("torch", "Tensor", "item"), ("torch", "Tensor", "tolist")],
+    "tensorflow": [("tensorflow.python.pywrap_tfe", "", "TFE_Py_FastPathExecute"),
+                   ("tensorflow.python.pywrap_tfe", "", "TFE_Py_Execute"),
+                   ("tensorflow.python.framework.ops", "_EagerTensorBase", "_numpy")],
+    "mxnet": [("mxnet.ndarray", "NDArray", "asnumpy"), ("mxnet.ndarray.register", "", "_imperative_invoke")],
+    "jax": [("jax._src.array", "ArrayImpl", "_value"), ("jax._src.array", "ArrayImpl", "item")],
+}
+
+
+@pytest.mark.parametrize("framework", sorted(_ENTRY_POINTS))
+def test_a_guard_entered_before_its_backend_loads_wraps_once_and_unwraps(framework):
+    # The first device call inside the block loads the backend, whose registry hook installs
+    # the guard again while the block's own install is running: the wrappers must not nest,
+    # and none may stay once the block ends.
+    pytest.importorskip(framework)
+    code = (
+        "import importlib, json, devshim as ds\n"
+        f"entries = {_ENTRY_POINTS[framework]!r}\n"
+        "def depths():\n"
+        "    found = []\n"
+        "    for module, path, name in entries:\n"
+        "        owner = importlib.import_module(module)\n"
+        "        for part in filter(None, path.split('.')):\n"
+        "            owner = getattr(owner, part)\n"
+        "        fn, depth = getattr(owner, name), 0\n"
+        "        fn = getattr(fn, 'fget', fn)\n"
+        "        while hasattr(fn, '_devshim_original'):\n"
+        "            fn, depth = getattr(fn._devshim_original, 'fget', fn._devshim_original), depth + 1\n"
+        "        found.append(depth)\n"
+        "    return found\n"
+        "with ds.transfer_guard('disallow'):\n"
+        "    ds.try_gpu()\n"
+        "    inside = depths()\n"
+        "print(json.dumps([inside, depths()]))\n"
+    )
+    result = run_python(code, DEVSHIM_BACKEND=framework)
+    assert result.returncode == 0, result.stderr
+    inside, after = json.loads(result.stdout.strip().splitlines()[-1])
+    assert inside == [1] * len(_ENTRY_POINTS[framework])
+    assert after == [0] * len(_ENTRY_POINTS[framework])
 
 
 # ------------------------------------------------------------ torch specifics (cpu vs meta)

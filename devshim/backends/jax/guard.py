@@ -88,6 +88,7 @@ def _guarded_value(original):
                         return getter(self)
         return getter(self)
 
+    _value._devshim_original = getter
     return property(_value, doc=original.__doc__)
 
 
@@ -102,6 +103,7 @@ def _guarded_item(original):
                     return original(self, *args)
         return original(self, *args)
 
+    item._devshim_original = original
     return item
 
 

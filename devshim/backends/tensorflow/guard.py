@@ -158,9 +158,9 @@ def _guarded_execute(original):
 def install() -> None:
     """Wrap the reading method and the two op entry points."""
     global _place, _default
+    backend = devshim.get_backend("tensorflow")  # may load the backend, which may install: check after
     if _saved:
         return
-    backend = devshim.get_backend("tensorflow")
     _place = backend._describe_name
     _default = _place("/GPU:0" if backend.accelerator_count() else "/CPU:0")
     _saved["_numpy"] = _EagerTensorBase.__dict__["_numpy"]
