@@ -42,8 +42,8 @@ _EXPORTS = {
         "devshim.errors",
     ),
 }
-_SUBMODULES = ("api", "backends", "bench", "errors", "generic", "guard", "placement", "settings", "testing",
-               "timing", "transfer")
+_SUBMODULES = ("api", "backends", "bench", "errors", "generic", "guard", "placement", "selftest", "settings",
+               "testing", "timing", "transfer")
 
 __all__ = list(_EXPORTS) + ["testing", "settings", "backends"]
 
