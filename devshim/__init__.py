@@ -44,7 +44,8 @@ _EXPORTS = {
         "devshim.errors",
     ),
 }
-_SUBMODULES = ("api", "backends", "bench", "distributed", "errors", "generic", "guard", "placement", "settings",
+_SUBMODULES = ("api", "backends", "bench", "distributed", "errors", "generic", "guard", "placement", "selftest",
+               "settings",
                "testing", "timing", "transfer")
 
 __all__ = list(_EXPORTS) + ["testing", "settings", "backends"]

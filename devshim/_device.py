@@ -183,7 +183,12 @@ class Device:
 
     @property
     def native(self):
-        """The framework's own device object (rebuilt by the backend after unpickling)."""
+        """The framework's own device object (rebuilt by the backend after unpickling).
+
+        Example:
+            >>> ds.device_of(torch.ones(2)).native
+            device(type='cpu')
+        """
         native = self._native
         if native is None and self.backend is not None:
             from devshim.backends import native_for  # late: the registry imports this module

@@ -4,6 +4,8 @@
 its framework's version and what it can do, the devices each one sees, and,
 under a launcher (torchrun, Slurm, Open MPI, Horovod), which process this is.
 ``devshim bench`` runs the experiments (``devshim.bench``).
+``devshim selftest`` checks devshim on this machine's frameworks and GPUs and
+prints a report for bug reports (``devshim.selftest``).
 """
 
 from __future__ import annotations
@@ -132,16 +134,17 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``devshim`` argument parser, with its ``info`` and ``bench`` commands."""
+    """The ``devshim`` argument parser, with its ``info``, ``bench`` and ``selftest`` commands."""
     parser = argparse.ArgumentParser(prog="devshim", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     info = commands.add_parser("info", help="backends, their capabilities, and the devices devshim sees")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     info.set_defaults(run=_cmd_info)
-    from devshim import bench
+    from devshim import bench, selftest
 
     bench.register(commands)
+    selftest.register(commands)
     return parser
 
 

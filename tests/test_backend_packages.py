@@ -14,8 +14,10 @@ from devshim.backends import Backend, BackendSpec, specs
 from devshim.backends.spec import CAPABILITY_MODULES
 
 PACKAGES = [m.name for m in pkgutil.iter_modules(devshim.backends.__path__) if m.ispkg]
-OPS = ("rand", "matmul", "norm", "stack", "split", "concat", "add", "item",
+OPS = ("rand", "from_numpy", "matmul", "norm", "stack", "split", "concat", "add", "item",
        "native_copy", "native_move", "native_device_of")
+# What devshim selftest's placement checks need from a backend that places models.
+MODEL_OPS = ("small_model", "forward")
 
 
 def test_every_folder_is_a_registered_backend():
@@ -65,5 +67,5 @@ def test_the_ops_module_has_what_the_experiments_need(name):
     if not spec.is_installed():
         pytest.skip(f"{name} is not installed in this environment")
     ops = spec.module("ops")
-    for function in OPS:
+    for function in OPS + (MODEL_OPS if spec.has_module("model") else ()):
         assert hasattr(ops, function), f"{spec.package}.ops lacks {function}"

@@ -12,34 +12,79 @@ from helpers import run_python
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 # Virtual GPUs where the framework has them, so the multi-device paths really run.
 VIRTUAL = {"torch": "2", "tensorflow": "2", "mxnet": "2"}
+# The D2L chapter's frameworks: use_gpu.py runs unchanged under each.
+D2L = ("torch", "tensorflow", "mxnet", "jax")
+# Every example and the tests that run it: a new example without a test fails here.
+TESTED = {"use_gpu.py", "check_gpu.py", "logging_on_gpu.py", "generic_softplus.py", "model_parallel.py",
+          "data_parallel.py"}
 
 
-def run_example(name: str, backend: str, **env: str):
+def run_example(name: str, backend: str, *args: str, **env: str):
     if importlib.util.find_spec(backend) is None:
         pytest.skip(f"{backend} is not installed in this environment")
     if VIRTUAL.get(backend):
         env.setdefault("DEVSHIM_VIRTUAL_DEVICES", VIRTUAL[backend])
-    result = run_python("", str(EXAMPLES / name), DEVSHIM_BACKEND=backend, timeout=240, **env)
+    result = run_python("", str(EXAMPLES / name), *args, DEVSHIM_BACKEND=backend, timeout=240, **env)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
 
-@pytest.mark.parametrize("variables", [{"DEVSHIM_VIRTUAL_DEVICES": "0"}, {"DEVSHIM_DEVICE": "cpu"}, {}],
-                         ids=["as-is", "DEVSHIM_DEVICE=cpu", "DEVSHIM_VIRTUAL_DEVICES=2"])
-def test_d2l_gpus_torch_example_runs(variables):
-    out = run_example("d2l_gpus_torch.py", "torch", **variables)
-    assert "Y + Z =" in out and "weight on" in out
-    if "DEVSHIM_DEVICE" not in variables and variables.get("DEVSHIM_VIRTUAL_DEVICES") != "0":
-        assert "X on gpu:0 | Y on gpu:1" in out and "device='vgpu:1'" in out
-        assert "caught: Tensors are on different devices" in out
+def test_every_example_is_run_by_a_test():
+    assert {p.name for p in EXAMPLES.glob("*.py")} == TESTED
 
 
-@pytest.mark.parametrize("backend", sorted(VIRTUAL))
-def test_place_model_example(backend):
-    out = run_example("place_model.py", backend)
-    placed, output = out.splitlines()
-    assert placed.startswith(f"{backend}: the model's parameters are on ")
-    assert output.split()[5].rstrip(",") == placed.split()[-1]  # the output is where the parameters are
+@pytest.mark.parametrize("backend", D2L)
+@pytest.mark.parametrize("variables", [{"DEVSHIM_VIRTUAL_DEVICES": "2"}, {"DEVSHIM_VIRTUAL_DEVICES": "0"},
+                                       {"DEVSHIM_DEVICE": "cpu"}],
+                         ids=["two-virtual-gpus", "as-is", "DEVSHIM_DEVICE=cpu"])
+def test_use_gpu_runs_the_d2l_chapter_unchanged_under_each_framework(backend, variables):
+    out = run_example("use_gpu.py", backend, **variables)
+    lines = out.splitlines()
+    assert all(line.startswith(f"{backend}: ") for line in lines)
+    assert "copy_if_needed(Z, try_gpu(1)) is Z: True" in out
+    assert "to_device(Z, try_gpu(1)) is Z: False (always a copy)" in out
+    assert "try_all_gpus() is [" in out and "(never empty)" in out
+    if variables.get("DEVSHIM_VIRTUAL_DEVICES") == "2":
+        assert f"{backend}: 2 GPU(s)" in out
+        assert "X is on gpu:0, Y is on gpu:1" in out and "Y + Z is on gpu:1" in out
+        assert "ds.ensure_same_device(X, Y) says: Tensors are on different devices" in out
+        assert "X + Y under transfer_guard('disallow') is refused" in out
+        assert "the model's parameters are on gpu:0; net(X) is on gpu:0" in out
+    else:
+        assert f"{backend}: 0 GPU(s)" in out and "(no GPU 10: the CPU)" in out
+        assert "X is on cpu:0, Y is on cpu:0" in out and "would mix devices" not in out
+        assert "the model's parameters are on cpu:0; net(X) is on cpu:0" in out
+
+
+@pytest.mark.parametrize("backend", ["numpy", *D2L])
+@pytest.mark.parametrize("virtual", ["2", "0"], ids=["two-virtual-gpus", "as-is"])
+def test_check_gpu_says_where_exp_ran_and_what_skipping_the_copy_back_saves(backend, virtual):
+    if backend == "numpy" and virtual == "2":
+        pytest.skip("NumPy has no virtual devices")
+    out = run_example("check_gpu.py", backend, "--iters", "20", DEVSHIM_VIRTUAL_DEVICES=virtual)
+    assert f"{backend}: exp() of 230400 float32 numbers, 20 times, on " in out
+    assert "returning a NumPy array each time (copied to the host):" in out
+    assert "returning a handle on the device (no copy back):" in out and "as fast)" in out
+    assert "result is [1.23178 1.61879 1.52278 ... 2.20772 2.29968 1.62323]" in out  # Theano's numbers
+    expected = ("used a virtual GPU, which computes on the CPU (device_of(result) is gpu:0)" if virtual == "2"
+                else "used the CPU (device_of(result) is cpu:0)")
+    assert expected in out
+
+
+@pytest.mark.parametrize("backend", ["numpy", *D2L])
+@pytest.mark.parametrize("virtual", ["2", "0"], ids=["two-virtual-gpus", "as-is"])
+def test_logging_on_gpu_counts_the_implicit_copies_of_logging_each_step(backend, virtual):
+    if backend == "numpy" and virtual == "2":
+        pytest.skip("NumPy has no virtual devices")
+    out = run_example("logging_on_gpu.py", backend, "--steps", "20", DEVSHIM_VIRTUAL_DEVICES=virtual)
+    if virtual == "2":
+        assert "on gpu:0, logging the norm of each" in out
+        assert "logged to the host every step:" in out and "s, 20 implicit copies to the host" in out
+    else:
+        assert "on cpu:0, logging the norm of each" in out
+        assert "0 implicit copies to the host (none: the CPU is the host)" in out
+    assert "logged on the device, moved once:" in out and "1 explicit copy (ds.to_numpy)" in out
+    assert "both logs hold the same 20 norms" in out
 
 
 @pytest.mark.parametrize("backend", sorted(VIRTUAL))

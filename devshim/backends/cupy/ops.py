@@ -55,6 +55,14 @@ def item(x):
     return x.item()
 
 
+def from_numpy(values, device):
+    """A copy of NumPy array ``values`` on ``device`` (a NumPy array on the CPU)."""
+    if isinstance(device, str):
+        return np.array(values, copy=True)
+    with device:
+        return cupy.array(values, copy=True)
+
+
 # CuPy's own spelling of devshim's calls: the overhead experiment's baselines.
 def native_copy(x, device):
     if isinstance(device, str):

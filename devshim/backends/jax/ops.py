@@ -47,6 +47,26 @@ def item(x):
     return x.item()
 
 
+def from_numpy(values, device):
+    """An array holding a copy of NumPy array ``values`` (its dtype and shape), committed to ``device``."""
+    return jax.device_put(np.array(values, copy=True), device)
+
+
+# A small model and its forward pass, for ``devshim selftest``'s placement checks: JAX models
+# are pytrees of parameters.
+def small_model(n_in, n_out, seed=0):
+    """An MLP's parameters (a dict of arrays) on the CPU, seeded."""
+    rng = np.random.default_rng(seed)
+    cpu = jax.devices("cpu")[0]
+    shapes = {"w1": (n_in, 8), "b1": (8,), "w2": (8, n_out), "b2": (n_out,)}
+    return {k: jax.device_put(rng.standard_normal(s).astype(np.float32), cpu) for k, s in shapes.items()}
+
+
+def forward(params, x):
+    hidden = jax.nn.relu(x @ params["w1"] + params["b1"])
+    return hidden @ params["w2"] + params["b2"]
+
+
 # The framework's own spelling of devshim's calls: the overhead experiment's baselines.
 def native_copy(x, device):
     return jax.device_put(x, device, may_alias=False)

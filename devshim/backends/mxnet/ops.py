@@ -45,6 +45,33 @@ def item(x):
     return x.asscalar()
 
 
+def from_numpy(values, device):
+    """An array holding a copy of NumPy array ``values`` (its dtype and shape), made on ``device``."""
+    return mx.nd.array(values, ctx=device, dtype=values.dtype)
+
+
+def as_generic(x):
+    """``x`` in MXNet's NumPy front-end (``mx.np``), which ``ds.array_module`` serves; classic
+    ``mx.nd`` arrays have no array module."""
+    return x.as_np_ndarray()
+
+
+# A small model and its forward pass, for ``devshim selftest``'s placement checks.
+def small_model(n_in, n_out, seed=0):
+    """A Gluon MLP (dense with ReLU, dense), initialised on the CPU, seeded."""
+    from mxnet import gluon
+
+    mx.random.seed(seed)
+    net = gluon.nn.Sequential()
+    net.add(gluon.nn.Dense(8, in_units=n_in, activation="relu"), gluon.nn.Dense(n_out, in_units=8))
+    net.initialize(ctx=mx.cpu())
+    return net
+
+
+def forward(model, x):
+    return model(x)
+
+
 # The framework's own spelling of devshim's calls: the overhead experiment's baselines.
 def native_copy(x, device):
     return x.copyto(device)

@@ -40,6 +40,11 @@ def item(x):
     return x.item()
 
 
+def from_numpy(values, device):
+    """A copy of NumPy array ``values`` (NumPy's only device is the host)."""
+    return np.array(values, copy=True)
+
+
 # The framework's own spelling of devshim's calls: the overhead experiment's baselines.
 def native_copy(x, device):
     return x.copy()

@@ -62,6 +62,31 @@ def item(x):
     return x.numpy().item()
 
 
+def from_numpy(values, device):
+    """A tensor holding a copy of NumPy array ``values`` (its dtype and shape), made on ``device``."""
+    with _scope(device):
+        return tf.identity(tf.constant(values))
+
+
+# A small model and its forward pass, for ``devshim selftest``'s placement checks.
+def small_model(n_in, n_out, seed=0):
+    """An MLP (dense with ReLU, dense), built, with seeded weights (Keras is imported here)."""
+    import keras
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    model = keras.Sequential([keras.Input((n_in,)), keras.layers.Dense(8, activation="relu"),
+                              keras.layers.Dense(n_out)])
+    model.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in model.get_weights()])
+    return model
+
+
+def forward(model, x):
+    """``model(x)`` under the scope of ``x``'s device, where its weights are meant to be."""
+    with _where(x):
+        return model(x)
+
+
 # The framework's own spelling of devshim's calls: the overhead experiment's baselines.
 # TensorFlow has no "copy only if needed": identity under a scope is the idiom for both.
 def native_copy(x, device):

@@ -37,6 +37,23 @@ def item(x):
     return x.item()
 
 
+def from_numpy(values, device):
+    """A tensor holding a copy of NumPy array ``values`` (its dtype and shape), made on ``device``."""
+    return torch.tensor(values, device=device)
+
+
+# A small model and its forward pass, for ``devshim selftest``'s placement checks.
+def small_model(n_in, n_out, seed=0):
+    """An MLP (linear, ReLU, linear) on the CPU, seeded."""
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(n_in, 8), torch.nn.ReLU(), torch.nn.Linear(8, n_out))
+
+
+def forward(model, x):
+    with torch.no_grad():
+        return model(x)
+
+
 # The framework's own spelling of devshim's calls: the overhead experiment's baselines.
 def native_copy(x, device):
     return x.to(device, copy=True)

@@ -1,0 +1,119 @@
+"""The text of ``devshim selftest``'s report, from the data ``devshim.selftest.run`` returns."""
+
+from __future__ import annotations
+
+__all__ = ["format_report"]
+
+_MARK = {"passed": "PASS", "failed": "FAIL", "skipped": "skip"}
+
+
+def _memory(num_bytes) -> str:
+    return f", {num_bytes / 2**30:.1f} GiB" if num_bytes else ""
+
+
+def _measurement_tables(document: dict) -> list:
+    from devshim.bench.experiments import experiments
+    from devshim.bench.table import format_table
+
+    lines = []
+    for name, heading in (("matmul", "matmul (float32, n x n): GFLOP/s on the CPU and each GPU"),
+                          ("transfer", "bandwidth between the host and each GPU (the CPU's own memory "
+                                       "copies when there is none)")):
+        rows = [row for section in document["backends"] for row in section["measurements"].get(name, [])]
+        if rows:
+            lines += ["", f"{heading}:", format_table(experiments()[name], rows)]
+    return lines
+
+
+def _highlights(section: dict) -> list:
+    """One line per GPU: how it compares with the CPU at the largest matmul, and its bandwidth."""
+    rows = section["measurements"].get("matmul", [])
+    lines = []
+    if rows:
+        largest = max(row["size"] for row in rows)
+        at = [row for row in rows if row["size"] == largest]
+        cpu = next((row for row in at if row["device"].startswith("cpu")), None)
+        for row in at:
+            if row is cpu or cpu is None:
+                continue
+            virtual = " (computed on the CPU: says nothing about GPUs)" if "virtual" in row["device"] else ""
+            lines.append(f"{row['device']}: {row['gflops']:.0f} GFLOP/s at n={largest}, "
+                         f"{row['cpu_over_device']:.1f}x the CPU's {cpu['gflops']:.0f}{virtual}")
+    for row in section["measurements"].get("transfer", []):
+        if row["direction"] == "host->device":
+            lines.append(f"host -> {row['device']}: {row['gb_per_s']:.1f} GB/s ({row['megabytes']:g} MiB)")
+    return lines
+
+
+def _merged(results: list) -> list:
+    """The results, shorter: a check that went the same way on several devices is one line
+    naming them all, and a group whose checks were all skipped for one reason is one line."""
+    merged: list = []
+    for r in results:
+        last = merged[-1] if merged else None
+        if (last is not None and r["where"] and last["where"]
+                and all(last[k] == r[k] for k in ("group", "check", "status", "detail"))):
+            last["where"] += ", " + r["where"]
+        else:
+            merged.append(dict(r))
+    shorter, i = [], 0
+    while i < len(merged):
+        j = i
+        while j < len(merged) and merged[j]["group"] == merged[i]["group"]:
+            j += 1
+        block = merged[i:j]
+        if len(block) > 1 and all(r["status"] == "skipped" and r["detail"] == block[0]["detail"] for r in block):
+            shorter.append({**block[0], "check": f"all {len(block)} checks", "where": ""})
+        else:
+            shorter.extend(block)
+        i = j
+    return shorter
+
+
+def _result_lines(results: list) -> list:
+    """One line per (merged) result: mark, group, check, where it ran, and the detail."""
+    results = _merged(results)
+    groups = max((len(r["group"]) for r in results), default=0)
+    lines = []
+    for r in results:
+        where = f" on {r['where']}" if r["where"] else ""
+        detail = f": {r['detail']}" if r["detail"] else ""
+        lines.append(f"{_MARK[r['status']]}  {r['group']:<{groups}}  {r['check']}{where}{detail}")
+    return lines
+
+
+def format_report(document: dict) -> str:
+    """The report as text: header, one section per backend, measurements, verdict.
+
+    Example:
+        >>> print(format_report(run(["numpy"])))
+        devshim selftest: devshim 0.1.0, Python 3.11.7, Linux 6.8.0 x86_64, 2 CPUs
+        ...
+    """
+    lines = [
+        f"devshim selftest: devshim {document['devshim']}, Python {document['python']}, "
+        f"{document['platform']}, {document['cpu_count']} CPUs",
+        "environment: " + " ".join(f"{k}={v if v is not None else '(unset)'}"
+                                   for k, v in document["environment"].items()),
+    ]
+    for section in document["backends"]:
+        lines.append("")
+        version = section.get("version") or "?"
+        lines.append(f"{section['name']} ({section.get('title', section['name'])} {version})")
+        for note in section["notes"]:
+            lines.append(f"  note: {note}")
+        for device in section.get("devices", []):
+            virtual = ", virtual" if device.get("virtual") else ""
+            lines.append(f"  device {device['device']}: {device['name']}{_memory(device.get('memory_bytes'))}{virtual}")
+        for line in _result_lines(section["results"]):
+            lines.append(f"  {line}")
+        for line in _highlights(section):
+            lines.append(f"  measured  {line}")
+    if document["not_checked"]:
+        lines.append("")
+        lines.append("not checked: " + "; ".join(f"{k}: {v}" for k, v in document["not_checked"].items()))
+    lines += _measurement_tables(document)
+    summary = document["summary"]
+    lines += ["", f"{summary['passed']} passed, {summary['failed']} failed, {summary['skipped']} skipped "
+                  f"in {summary['seconds']:g} s", f"verdict: {document['verdict']}"]
+    return "\n".join(lines)
