@@ -70,10 +70,14 @@ def _guarded_invoke(original):
 
 
 def _check(op_name: str, ndargs, state) -> None:
+    contexts = [array.ctx for array in ndargs]  # one C call each: read once
+    first = contexts[0]
+    if all(context == first for context in contexts):
+        return  # the common case: every input where the op runs
     backend = _backend()
     places = []
-    for array in ndargs:
-        place = backend.describe(array.ctx)
+    for array, context in zip(ndargs, contexts):
+        place = backend.describe(context)
         if place.kind == "cpu" and array.shape == ():
             continue  # a 0-d host array is a number
         places.append(place)
