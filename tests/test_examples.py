@@ -17,6 +17,8 @@ D2L = ("torch", "tensorflow", "mxnet", "jax")
 # Every example and the tests that run it: a new example without a test fails here.
 TESTED = {"use_gpu.py", "check_gpu.py", "logging_on_gpu.py", "generic_softplus.py", "model_parallel.py",
           "data_parallel.py"}
+#: Examples run by another test file, which must name them.
+TESTED_ELSEWHERE = {"ddp.py": "test_distributed.py"}
 
 
 def run_example(name: str, backend: str, *args: str, **env: str):
@@ -30,7 +32,9 @@ def run_example(name: str, backend: str, *args: str, **env: str):
 
 
 def test_every_example_is_run_by_a_test():
-    assert {p.name for p in EXAMPLES.glob("*.py")} == TESTED
+    assert {p.name for p in EXAMPLES.glob("*.py")} == TESTED | set(TESTED_ELSEWHERE)
+    for script, test_file in TESTED_ELSEWHERE.items():
+        assert f'"{script}"' in (Path(__file__).parent / test_file).read_text()
 
 
 @pytest.mark.parametrize("backend", D2L)
