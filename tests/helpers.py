@@ -30,3 +30,33 @@ def _python(code: str, args: tuple, env: dict) -> tuple:
     full_env.update(TF_CPP_MIN_LOG_LEVEL="2", **env)
     command = [sys.executable, "-c", textwrap.dedent(code)] if code else [sys.executable, *args]
     return command, full_env
+
+
+class FakeGpu:
+    """A stand-in framework's GPU device object, numbered like ``torch.device("cuda", i)``."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, FakeGpu) and other.index == self.index
+
+    def __hash__(self) -> int:
+        return hash(("fakegpu", self.index))
+
+    def __repr__(self) -> str:
+        return f"gpu{self.index}"
+
+
+class WithoutTensors:
+    """Mixed into a stand-in Backend that has devices but no tensors: the tensor methods fail
+    the test if devshim ever calls them."""
+
+    def tensor_device(self, x):
+        raise AssertionError("no tensors")
+
+    def copy_to(self, x, native, non_blocking):
+        raise AssertionError("no tensors")
+
+    def tensor_to_numpy(self, x):
+        raise AssertionError("no tensors")

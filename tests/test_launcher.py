@@ -17,24 +17,10 @@ import devshim as ds
 from devshim import backends, settings
 from devshim.backends import BackendSpec
 from devshim._device import Device
-from helpers import run_python, start_python
+from helpers import FakeGpu, WithoutTensors, run_python, start_python
 
 
-class FakeGpu:
-    def __init__(self, index: int) -> None:
-        self.index = index
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, FakeGpu) and other.index == self.index
-
-    def __hash__(self) -> int:
-        return hash(("fakegpu", self.index))
-
-    def __repr__(self) -> str:
-        return f"gpu{self.index}"
-
-
-class ManyGpus(backends.Backend):
+class ManyGpus(WithoutTensors, backends.Backend):
     """A backend whose machine has ``count`` GPUs (a class attribute the tests set)."""
 
     spec = BackendSpec("manygpus", import_name="json", title="A machine with GPUs", auto_rank=None)
@@ -56,15 +42,6 @@ class ManyGpus(backends.Backend):
         if isinstance(native, FakeGpu):
             return Device("gpu", native.index, native=native, backend="manygpus")
         return Device("cpu", native="cpu", backend="manygpus")
-
-    def tensor_device(self, x):
-        raise AssertionError("no tensors")
-
-    def copy_to(self, x, native, non_blocking):
-        raise AssertionError("no tensors")
-
-    def tensor_to_numpy(self, x):
-        raise AssertionError("no tensors")
 
 
 @pytest.fixture
