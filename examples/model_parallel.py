@@ -144,16 +144,22 @@ elif backend == "tensorflow":
             return [w.value for layer in self.layers for w in layer.weights]
 
     whole, split = ParallelMLP(ds.cpu(), ds.cpu()), ParallelMLP(dev0, dev1)
-    for a, b in zip(whole.layers, split.layers):
-        b.set_weights(a.get_weights())  # the same weights
+    for a, b in zip(whole.layers, split.layers):  # the same weights, copied explicitly to each half
+        for source, target in zip(a.weights, b.weights):
+            target.assign(ds.to_device(source.value, ds.device_of(target.value)))
     print(f"{backend}: first stage on {ds.model_device(split.mlp1_gpu0)} and {ds.model_device(split.mlp1_gpu1)}")
     results = []
     for net, device in ((whole, ds.cpu()), (split, dev0)):
         x = ds.to_device(tf.constant(X), device)
-        with tf.GradientTape() as tape:
+        with device, tf.GradientTape() as tape:  # the loss where the output is, not on TF's default device
             y = net(x)
             loss = tf.reduce_sum(y ** 2)
-        results.append((y, tape.gradient(loss, net.weights)))
+        # TensorFlow runs every gradient op on the device scope of this call (eager and in
+        # tf.function alike), not on its forward op's device: the second half's backward pass
+        # runs on the first half's device and reads that half's activations across. Those
+        # copies are TensorFlow's design, so they are allowed here, and only here.
+        with device, ds.transfer_guard(device_to_device="allow"):
+            results.append((y, tape.gradient(loss, net.weights)))
     (y_whole, g_whole), (y_split, g_split) = results
     same_out = np.allclose(ds.to_numpy(y_split), ds.to_numpy(y_whole), atol=1e-5)
     same_grads = all(np.allclose(ds.to_numpy(a), ds.to_numpy(b), atol=1e-5) for a, b in zip(g_whole, g_split))

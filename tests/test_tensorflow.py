@@ -460,3 +460,25 @@ def test_copies_to_and_on_a_real_gpu():
         assert (str(d), d.virtual) == ("gpu:0", False)
         np.testing.assert_array_equal(y.numpy(), [True, False, True])
     assert again is not on_gpu and ds.copy_if_needed(on_gpu, "gpu:0") is on_gpu
+
+
+def test_the_guard_lets_int32_shapes_and_tensorflows_own_gradient_code_through():
+    # int32 tensors live in host memory wherever they are placed: reading one, or handing one
+    # made under one GPU to an op on another, moves nothing. The guard comes from the variable,
+    # so it is installed before the virtual GPUs exist (its default device must follow them).
+    code = (
+        "import tensorflow as tf, devshim as ds\n"
+        "g0, g1 = ds.try_all_gpus()\n"
+        "with g0:\n    shape = tf.constant([2, 2])\n    x = tf.ones(4)\n    w = tf.Variable(tf.ones(3))\n"
+        "with g1:\n    y = tf.reshape(ds.to_device(x, g1), shape)\n"
+        "print(shape.numpy().tolist(), ds.device_of(y))\n"
+        "tf.random.uniform((2,))  # no scope: int32 host inputs, on the default device\n"
+        "with tf.GradientTape() as tape:\n    with g0:\n        loss = tf.reduce_sum(w * w)\n"
+        "with g0:\n    print(ds.device_of(tape.gradient(loss, w)))\n"
+        "with g0:\n    total = tf.reduce_sum(x)\n"
+        "try:\n    float(total)\nexcept ds.ImplicitTransferError:\n    print('float read refused')\n"
+    )
+    result = run_fresh(code, DEVSHIM_BACKEND="tensorflow", DEVSHIM_VIRTUAL_DEVICES="2",
+                       DEVSHIM_TRANSFER_GUARD="disallow")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:3] == ["[2, 2] gpu:1", "gpu:0", "float read refused"]

@@ -12,8 +12,9 @@ is one, else ``/CPU:0``; an op with a variable input runs on the variable's
 device). The two calls every eager op goes through (the generated ops' fast
 path and ``execute``) are wrapped while a guard is active, and each input on
 another device than the op's is reported. Python scalars, 0-d host tensors
-and host int32 tensors (TensorFlow keeps shapes and indices on the host even
-for GPU ops) are not transfers. ``tf.identity`` and copies devshim makes are
+and int32 tensors wherever placed (TensorFlow keeps shapes and indices in host
+memory even on a GPU) are not transfers, and reading an int32 tensor is no
+device-to-host read. ``tf.identity`` and copies devshim makes are
 explicit. Ops inside a ``tf.function`` are placed by TensorFlow's graph
 runtime and are not seen one by one.
 """
@@ -50,15 +51,20 @@ _EagerTensorBase = _tf_ops._EagerTensorBase
 _EagerTensor = _tf_ops.EagerTensor  # (no tensor made here: that would start TensorFlow's runtime)
 _RESOURCE, _INT32, _INT64 = tf.resource, tf.int32, tf.int64
 _saved: dict = {}
-# Set by install(): where descriptions come from, and TensorFlow's default device for ops
-# without a scope (GPU 0 when the machine has one, else the host).
+# Set by install(): where descriptions come from, and the name of TensorFlow's default device
+# for ops without a scope (GPU 0 when the machine has one, else the host). The name, not its
+# Device: the adapter's descriptions are made anew when its devices change (virtual GPUs
+# configured after the guard was installed), and places are compared with `is`.
 _place = None
-_default = None
+_default_name = None
 
 
 def _on_accelerator(t) -> bool:
+    # int32 tensors live in host memory even when placed on a GPU (TensorFlow keeps shapes and
+    # indices there), so reading one moves nothing: TensorFlow's own gradient code reads the
+    # reduction axes of a GPU op that way.
     name = t.device
-    return bool(name) and _place(name).kind != "cpu"
+    return bool(name) and t.dtype != _INT32 and _place(name).kind != "cpu"
 
 
 def _guarded_numpy(original):
@@ -89,9 +95,10 @@ def _tensors(values) -> list:
 
 
 def _is_host_number(t, place) -> bool:
-    # 0-d host tensors are numbers; host int32 tensors are shapes and indices, which
-    # TensorFlow keeps in host memory even for ops on a GPU.
-    return place.kind == "cpu" and (t.dtype == _INT32 or t.shape.rank == 0)
+    # 0-d host tensors are numbers; int32 tensors are shapes and indices, which TensorFlow keeps
+    # in host memory wherever they are placed (its gradient code passes a shape made on one
+    # GPU to an op on another), so handing one over copies no device memory.
+    return t.dtype == _INT32 or (place.kind == "cpu" and t.shape.rank == 0)
 
 
 def _default_target(inputs: list):
@@ -100,7 +107,7 @@ def _default_target(inputs: list):
             return _place(t.device)  # an op with a variable input runs on the variable's device
     if all(_place(t.device).kind == "cpu" and t.dtype in (_INT32, _INT64) for t in inputs):
         return _place("/CPU:0")
-    return _default
+    return _place(_default_name)
 
 
 def _check(op_name: str, device_name, inputs: list, state) -> None:
@@ -115,7 +122,7 @@ def _check(op_name: str, device_name, inputs: list, state) -> None:
         if alike and _place(first) is target:
             return  # the common case: inputs already where the op runs
     else:
-        if alike and _place(first) is _default:
+        if alike and _place(first) is _place(_default_name):
             return
         target = _default_target(inputs)
     for t, name in zip(inputs, names):
@@ -157,12 +164,12 @@ def _guarded_execute(original):
 
 def install() -> None:
     """Wrap the reading method and the two op entry points."""
-    global _place, _default
+    global _place, _default_name
     backend = devshim.get_backend("tensorflow")  # may load the backend, which may install: check after
     if _saved:
         return
     _place = backend._describe_name
-    _default = _place("/GPU:0" if backend.accelerator_count() else "/CPU:0")
+    _default_name = "/GPU:0" if backend.accelerator_count() else "/CPU:0"
     _saved["_numpy"] = _EagerTensorBase.__dict__["_numpy"]
     _EagerTensorBase._numpy = _guarded_numpy(_saved["_numpy"])
     for name, wrap in (("TFE_Py_FastPathExecute", _guarded_fast_path), ("TFE_Py_Execute", _guarded_execute)):
