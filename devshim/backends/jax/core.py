@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 from _thread import allocate_lock  # threading's own lock, without its import cost
 
-from devshim import settings, transfer
+from devshim import settings
 from devshim.backends import virtual
 from devshim.backends.base import Backend, DeviceTable
 from devshim.backends.jax import SPEC
@@ -275,34 +275,6 @@ class JaxBackend(Backend):
 
     def array_namespace(self, x):
         return self.fw.numpy  # jax.numpy is JAX's array-API namespace (x.__array_namespace__())
-
-    # ------------------------------------------------------------ fast paths
-
-    def move_fn(self):
-        targets, resolve, single, copy_to, adapter = (
-            self._targets, self.target, self._single_sharding, self.copy_to, self)
-        move = transfer.move
-
-        def copy_if_needed(x, device):
-            try:
-                native = targets[device]
-            except (KeyError, TypeError):  # resolved outside the handler: no chained traceback
-                native = None
-            if native is None:
-                native = resolve(device)
-            try:
-                sharding = x.sharding
-            except AttributeError:
-                pass  # a tracer: copied below, which records the placement
-            else:
-                target = single(native)
-                if sharding == target or _equivalent(sharding, target, x.ndim):
-                    return x
-            if transfer.watchers:
-                return move(adapter, x, native)
-            return copy_to(x, native, False)
-
-        return copy_if_needed
 
     # ------------------------------------------------------------ waiting
 
