@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -60,3 +62,28 @@ class WithoutTensors:
 
     def tensor_to_numpy(self, x):
         raise AssertionError("no tensors")
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now, on the loopback interface."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def last_json_lines(processes: list, timeout: int = 180) -> list:
+    """Wait for each started process (``start_python``), check it succeeded, and return the
+    JSON document on the last line of each one's output, in order. Whatever is still running
+    when one fails or times out is killed."""
+    found = []
+    try:
+        for process in processes:
+            out, err = process.communicate(timeout=timeout)
+            assert process.returncode == 0, err
+            found.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return found

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_python, start_python
+from helpers import free_port, last_json_lines, run_python, start_python
 
 pytest.importorskip("torch", reason="torch.distributed is PyTorch's; this environment has no torch")
 
@@ -27,13 +27,6 @@ from devshim import settings  # noqa: E402
 TESTS = Path(__file__).resolve().parent
 VIRTUAL = bool(os.environ.get(settings.VIRTUAL_DEVICES_VAR, "").strip())
 RANKS = 2
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on now, on the loopback interface."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def loopback_only() -> dict:
@@ -136,17 +129,7 @@ def test_init_distributed_under_openmpi_variables_meets_at_master_port_on_one_ma
                           OMPI_COMM_WORLD_SIZE="2", OMPI_COMM_WORLD_LOCAL_SIZE="2", MASTER_PORT=port,
                           OMP_NUM_THREADS="1", **loopback_only())
              for r in range(RANKS)]
-    seen = []
-    try:
-        for process in ranks:
-            out, err = process.communicate(timeout=180)
-            assert process.returncode == 0, err
-            seen.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for process in ranks:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+    seen = last_json_lines(ranks)
     for rank, info in enumerate(seen):
         assert (info["launcher"], info["rank"], info["world_size"], info["process_group"]) == ("openmpi", rank, 2, "gloo")
         assert info["total"] == [3.0]

@@ -8,7 +8,6 @@ GPUs are checked at the end, one fresh interpreter per installed framework.
 from __future__ import annotations
 
 import json
-import socket
 import warnings
 
 import pytest
@@ -17,7 +16,7 @@ import devshim as ds
 from devshim import backends, settings
 from devshim.backends import BackendSpec
 from devshim._device import Device
-from helpers import FakeGpu, WithoutTensors, run_python, start_python
+from helpers import FakeGpu, WithoutTensors, free_port, last_json_lines, run_python, start_python
 
 
 class ManyGpus(WithoutTensors, backends.Backend):
@@ -302,24 +301,12 @@ def test_the_jax_distributed_recipe_on_two_processes_of_a_fake_launcher():
     with virtual GPUs, a free loopback port, bounded in time); each takes its own virtual GPU."""
     if "jax" not in ds.available_backends():
         pytest.skip("jax is not installed in this environment")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = str(probe.getsockname()[1])
+    port = str(free_port())
     ranks = [start_python(JAX_RECIPE, DEVSHIM_BACKEND="jax", DEVSHIM_VIRTUAL_DEVICES="2", COORDINATOR_PORT=port,
                           LOCAL_RANK=str(r), RANK=str(r), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
                           PYTHONWARNINGS="error::UserWarning")
              for r in range(2)]
-    outputs = []
-    try:
-        for process in ranks:
-            out, err = process.communicate(timeout=180)
-            assert process.returncode == 0, err
-            outputs.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for process in ranks:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+    outputs = last_json_lines(ranks)
     for rank, seen in enumerate(outputs):
         assert seen == {"own": f"gpu:{rank}", "all": [f"gpu:{rank}"], "process_index": rank, "process_count": 2}
 
