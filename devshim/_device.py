@@ -1,10 +1,19 @@
-"""The framework-neutral ``Device`` and the parser for device specification strings."""
+"""The framework-neutral ``Device`` and the parser for device specification strings.
+
+This module sits below the backend registry and never imports it. What only the
+registry can answer (which framework a native device object belongs to, and the
+native object behind a ``Device``) comes through a resolver the registry installs
+when it is first built (``install_resolver``).
+"""
 
 from __future__ import annotations
 
-from devshim.errors import InvalidDeviceError
+from devshim.errors import BackendError, InvalidDeviceError
 
-__all__ = ["Device", "ParsedSpec", "parse_spec", "register_platform", "ACCEPTED_SPECS", "KINDS"]
+__all__ = [
+    "Device", "ParsedSpec", "parse_spec", "register_platform", "install_resolver", "describe_native",
+    "ACCEPTED_SPECS", "KINDS",
+]
 
 #: Device kinds: the host, the backend's accelerator, and data-less devices (torch "meta").
 KINDS = ("cpu", "gpu", "meta")
@@ -22,6 +31,49 @@ ACCEPTED_SPECS = (
 _PLATFORMS = {"cuda", "mps", "xpu", "mtia", "tpu", "npu", "hpu"}
 _cache: dict = {}  # spec string -> ParsedSpec; the same few strings come back call after call
 _CACHE_LIMIT = 1024
+
+
+class _NoRegistry:
+    """The resolver until the registry installs its own: no framework's devices are known."""
+
+    __slots__ = ()
+
+    def describe(self, obj):
+        return obj if isinstance(obj, Device) else None
+
+    def native(self, device):
+        raise BackendError(
+            f"{device!r} names the {device.backend} backend, which devshim has not loaded in this "
+            f"process yet. Ask for the device through devshim (ds.device('{device}'), ds.try_gpu()) "
+            f"first, or pass the spec string '{device}'."
+        )
+
+
+_resolver = _NoRegistry()
+
+
+def install_resolver(resolver) -> None:
+    """Let Devices ask the backend registry about native devices.
+
+    ``resolver.describe(obj)`` is the ``Device`` for any loaded framework's device
+    object (None for anything else); ``resolver.native(device)`` the native
+    object behind a ``Device``. The registry installs itself here when first built.
+
+    Example:
+        >>> install_resolver(registry_resolver)
+    """
+    global _resolver
+    _resolver = resolver
+
+
+def describe_native(obj):
+    """The ``Device`` a loaded framework's device object describes, or None.
+
+    Example:
+        >>> describe_native(torch.device("cpu"))
+        Device('cpu:0', backend='torch')
+    """
+    return _resolver.describe(obj)
 
 
 class ParsedSpec(tuple):
@@ -191,9 +243,7 @@ class Device:
         """
         native = self._native
         if native is None and self.backend is not None:
-            from devshim.backends import native_for  # late: the registry imports this module
-
-            native = native_for(self)
+            native = _resolver.native(self)
             object.__setattr__(self, "_native", native)
         return native
 
@@ -210,9 +260,7 @@ class Device:
             if type(other) is str:
                 parsed = _parse_or_none(other)
                 return parsed is not None and (self.kind, self.index) == (parsed[0], parsed[1])
-            from devshim.backends import describe_native_device  # late: see native
-
-            described = describe_native_device(other)
+            described = _resolver.describe(other)
             if described is not None:
                 return self._key == described._key
             if isinstance(other, str):  # a str subclass that is no framework's device: a spec
@@ -245,8 +293,10 @@ class Device:
         return self
 
     def __reduce__(self):
-        # The native object may not be picklable; the backend rebuilds it on demand.
-        return (_rebuild, (self.kind, self.index, self.backend, self.virtual, self.platform))
+        # The native object may not be picklable; the backend rebuilds it on demand. The
+        # registry's rebuild (found by name when unpickling) makes sure it is there to ask.
+        rebuild = getattr(_resolver, "rebuild", _rebuild)
+        return (rebuild, (self.kind, self.index, self.backend, self.virtual, self.platform))
 
 
 def _parse_or_none(text: str):

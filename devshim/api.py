@@ -14,7 +14,10 @@ movement goes through ``devshim.transfer``.
 from __future__ import annotations
 
 from devshim import _tree, transfer
-from devshim.backends import COPY, DEVICE_OF, DEVICE_TABLE, MOVE, backend_for_tensor, get_backend, learn_type
+from devshim.backends.dispatch import (
+    COPY, COPY_IF_NEEDED, DEVICE_OF, DEVICE_TABLE, backend_for_tensor, learn_type,
+)
+from devshim.backends.selection import get_backend
 from devshim.errors import DeviceMismatchError, NotATensorError
 
 __all__ = [
@@ -113,20 +116,11 @@ def device(spec, *, backend=None):
 # ------------------------------------------------------------------ tensors
 
 
-def _not_a_tensor(x, function: str) -> NotATensorError:
-    return NotATensorError(
-        f"{function}() expects a tensor of an installed framework (torch.Tensor, "
-        f"numpy.ndarray, ...) or a dict/list/tuple/dataclass of them, but got "
-        f"{type(x).__module__}.{type(x).__qualname__}. Convert it to a tensor first, "
-        f"e.g. torch.as_tensor(x) or numpy.asarray(x)."
-    )
-
-
 # Bound once: the hot paths look up one global, not a global and an attribute.
 _device_table_for = DEVICE_TABLE.get
 _device_of_for = DEVICE_OF.get
 _copy_for = COPY.get
-_move_for = MOVE.get
+_copy_if_needed_for = COPY_IF_NEEDED.get
 
 
 def device_of(x):
@@ -146,7 +140,7 @@ def device_of(x):
     fn = _device_of_for(type(x))
     if fn is None:
         if learn_type(x) is None:
-            raise _not_a_tensor(x, "device_of")
+            raise NotATensorError.for_value(x, "device_of")
         fn = DEVICE_OF[type(x)]
     return fn(x)
 
@@ -182,12 +176,12 @@ def copy_if_needed(x, device):
         >>> Z2 is Z   # Z was already there
         True
     """
-    fn = _move_for(type(x))
+    fn = _copy_if_needed_for(type(x))
     if fn is not None:
         return fn(x, device)
     if learn_type(x) is not None:
-        return MOVE[type(x)](x, device)
-    return _walk(x, device, "copy_if_needed", _mover(device), keep_unchanged=True)
+        return COPY_IF_NEEDED[type(x)](x, device)
+    return _walk(x, device, "copy_if_needed", _copier_if_needed(device), keep_unchanged=True)
 
 
 def to_numpy(x):
@@ -203,7 +197,7 @@ def to_numpy(x):
     if adapter is not None:
         return transfer.to_host(adapter, x)
     if not _tree.is_container(x):
-        raise _not_a_tensor(x, "to_numpy")
+        raise NotATensorError.for_value(x, "to_numpy")
 
     def leaf_for(value):
         owner = backend_for_tensor(value)
@@ -241,7 +235,7 @@ def _copier(device, non_blocking: bool):
     return leaf_for
 
 
-def _mover(device):
+def _copier_if_needed(device):
     targets = _Targets(device)
 
     def leaf_for(value):
@@ -257,7 +251,7 @@ def _mover(device):
 
 def _walk(x, device, function: str, leaf_for, keep_unchanged: bool):
     if not _tree.is_container(x):
-        raise _not_a_tensor(x, function)
+        raise NotATensorError.for_value(x, function)
     result = transfer.explicitly(_tree.map_nest, x, leaf_for, keep_unchanged)
     if not leaf_for.targets.natives:
         get_backend().target(device)  # no tensor in the nest: the device is still checked

@@ -137,6 +137,20 @@ class NotATensorError(DevshimError, TypeError):
         devshim.errors.NotATensorError: device_of() expects a tensor ...
     """
 
+    @classmethod
+    def for_value(cls, x, function: str) -> "NotATensorError":
+        """The error ``function`` raises for a value ``x`` that is neither a tensor nor a nest.
+
+        Example:
+            >>> raise NotATensorError.for_value("abc", "device_of")
+        """
+        return cls(
+            f"{function}() expects a tensor of an installed framework (torch.Tensor, "
+            f"numpy.ndarray, ...) or a dict/list/tuple/dataclass of them, but got "
+            f"{type(x).__module__}.{type(x).__qualname__}. Convert it to a tensor first, "
+            f"e.g. torch.as_tensor(x) or numpy.asarray(x)."
+        )
+
 
 class NotAModelError(DevshimError, TypeError):
     """``place_model`` and friends got something that is not a model of an installed

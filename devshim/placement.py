@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from devshim import transfer
 from devshim.backends import backend_for_tensor, get_backend, specs
-from devshim.errors import BatchSplitError, DeviceMismatchError, NotAModelError
+from devshim.errors import BatchSplitError, DeviceMismatchError, NotAModelError, NotATensorError
 
 __all__ = [
     "place_model", "model_device", "model_devices", "unplace",
@@ -185,7 +185,7 @@ def split_batch(*tensors, devices=None):
             shards, start = [], 0
             for i, device in enumerate(devices):
                 stop = start + base + (1 if i < extra else 0)
-                shards.append(adapter.move_to(adapter.narrow(x, start, stop), adapter.device(device)))
+                shards.append(adapter.copy_if_needed(adapter.narrow(x, start, stop), adapter.device(device)))
                 start = stop
             results.append(shards)
     return results[0] if len(results) == 1 else tuple(results)
@@ -201,9 +201,7 @@ def _too_few(n: int, count: int) -> Exception:
 def _adapter_of(x, function: str):
     adapter = backend_for_tensor(x)
     if adapter is None:
-        from devshim.api import _not_a_tensor
-
-        raise _not_a_tensor(x, function)
+        raise NotATensorError.for_value(x, function)
     return adapter
 
 
@@ -244,7 +242,7 @@ def allreduce(tensors) -> list:
         with adapter.on_device(home):
             total = tensors[0]
             for t in tensors[1:]:
-                total = total + adapter.move_to(t, home)
+                total = total + adapter.copy_if_needed(t, home)
         total = adapter.sum_across_processes(total)
         results = [total]
         for t in tensors[1:]:

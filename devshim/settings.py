@@ -14,9 +14,9 @@ Horovod's ``HOROVOD_*`` and Slurm's ``SLURM_*`` say which process of a job this
 is, and the device-visibility variables (``CUDA_VISIBLE_DEVICES`` and kin) say
 whether the launcher gave it a device of its own.
 
-Choices scoped to a ``with`` block live in ContextVars here too (``use_backend``,
-``transfer_guard``),
-so a block in one thread or asyncio task never changes what another sees.
+The backend chosen by a ``use_backend`` block lives in a ContextVar here
+(``scoped_backend``), so a block in one thread or asyncio task never changes
+what another sees; the transfer guard keeps its own in ``devshim.guard.state``.
 
 Example:
     >>> import os, devshim as ds
@@ -31,13 +31,14 @@ from __future__ import annotations
 import os
 from contextvars import ContextVar
 
-from devshim.errors import BackendError, InvalidDeviceError, LauncherEnvironmentError
+from devshim.errors import BackendError, InvalidDeviceError, InvalidGuardLevelError, LauncherEnvironmentError
+from devshim.guard.levels import LEVELS as GUARD_LEVELS
 
 __all__ = [
     "BACKEND_VAR", "DEVICE_VAR", "VIRTUAL_DEVICES_VAR", "TRANSFER_GUARD_VAR", "GUARD_LEVELS",
     "LAUNCHERS", "LAUNCHER_VARIABLES", "VISIBILITY_VARIABLES", "Launch",
     "requested_backend", "accelerators_hidden", "virtual_device_count", "default_guard_level",
-    "launcher", "set_virtual_devices", "reload", "on_change", "scoped_backend", "scoped_guard",
+    "launcher", "set_virtual_devices", "reload", "on_change", "scoped_backend",
 ]
 
 BACKEND_VAR = "DEVSHIM_BACKEND"
@@ -45,13 +46,8 @@ DEVICE_VAR = "DEVSHIM_DEVICE"
 VIRTUAL_DEVICES_VAR = "DEVSHIM_VIRTUAL_DEVICES"
 TRANSFER_GUARD_VAR = "DEVSHIM_TRANSFER_GUARD"
 
-#: Transfer-guard levels, from most to least permissive.
-GUARD_LEVELS = ("allow", "log", "disallow")
-
 #: The backend of the innermost ``use_backend`` block of this thread or task.
 scoped_backend: ContextVar = ContextVar("devshim_backend", default=None)
-#: The transfer-guard state of this thread or task (None: the process default).
-scoped_guard: ContextVar = ContextVar("devshim_transfer_guard", default=None)
 
 # Parsed environment: name -> value, or the exception to raise when it is used.
 # A bad value only fails the functions that need it.
@@ -94,8 +90,6 @@ def _parse_virtual() -> object:
 
 
 def _parse_guard() -> object:
-    from devshim.errors import InvalidGuardLevelError
-
     raw = os.environ.get(TRANSFER_GUARD_VAR, "").strip()
     value = raw.lower() or "allow"
     if value not in GUARD_LEVELS:

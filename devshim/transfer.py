@@ -1,15 +1,16 @@
 """The one door every explicit devshim transfer goes through.
 
 ``to_device``, ``copy_if_needed``, ``to_numpy`` and everything built on them
-(the experiments' host reads, model placement) move data by calling
-``copy``, ``move`` or ``to_host`` here, or run under ``explicitly`` (the
-nest walkers, which call the adapters leaf by leaf). So
-"this copy was asked for" is known in exactly one place: while one of these
-runs, ``is_explicit()`` is True in that thread, and a transfer guard that
+(the experiments' host reads, model placement) copy data by calling ``copy``
+or ``to_host`` here, or run under ``explicitly`` (the nest walkers, which
+call the adapters leaf by leaf), or under ``explicit()`` (model placement,
+which calls the framework's own ``module.to``). So "this copy was asked for"
+is known in exactly one place: while one of these runs, the guard's marker
+(``devshim.guard.marker``) says so in that thread, and a transfer guard that
 sees a copy at such a moment lets it through.
 
-Marking costs nothing while no guard is watching (``watchers`` is 0): the
-functions then call the adapter straight away.
+Marking costs nothing while no guard is watching: the functions then call the
+adapter straight away.
 
 Example:
     >>> from devshim import transfer
@@ -19,38 +20,23 @@ Example:
 
 from __future__ import annotations
 
-from _thread import _local, allocate_lock  # threading's own primitives, without its import cost
+from devshim.guard import marker
+from devshim.guard.marker import explicit, is_explicit
 
-__all__ = ["copy", "move", "to_host", "explicitly", "explicit", "is_explicit", "watch", "unwatch"]
-
-_state = _local()
-#: How many transfer guards want explicit transfers marked (0: nobody is watching).
-watchers = 0
-_watch_lock = allocate_lock()
+__all__ = ["copy", "to_host", "explicitly", "explicit", "is_explicit"]
 
 
 def copy(adapter, x, native, non_blocking: bool):
-    """``x`` copied to ``native`` in new storage (``to_device``).
+    """``x`` copied to ``native`` in new storage: ``to_device``, and ``copy_if_needed``
+    once it knows ``x`` is elsewhere.
 
     Example:
         >>> y = transfer.copy(ds.get_backend("torch"), x, torch.device("cpu"), False)
     """
-    if watchers:
+    if marker.watchers:
         with explicit():
             return adapter.copy_to(x, native, non_blocking)
     return adapter.copy_to(x, native, non_blocking)
-
-
-def move(adapter, x, native):
-    """``x`` copied to ``native``, called once ``copy_if_needed`` knows it is elsewhere.
-
-    Example:
-        >>> y = transfer.move(ds.get_backend("torch"), x, torch.device("cpu"))
-    """
-    if watchers:
-        with explicit():
-            return adapter.copy_to(x, native, False)
-    return adapter.copy_to(x, native, False)
 
 
 def to_host(adapter, x):
@@ -59,7 +45,7 @@ def to_host(adapter, x):
     Example:
         >>> host = transfer.to_host(ds.get_backend("torch"), x)
     """
-    if watchers:
+    if marker.watchers:
         with explicit():
             return adapter.tensor_to_numpy(x)
     return adapter.tensor_to_numpy(x)
@@ -73,60 +59,7 @@ def explicitly(fn, *args):
     Example:
         >>> transfer.explicitly(walk, nest, leaf_for, False)
     """
-    if watchers:
+    if marker.watchers:
         with explicit():
             return fn(*args)
     return fn(*args)
-
-
-class explicit:
-    """Mark the transfers inside the block as asked for (re-entrant, per thread).
-
-    devshim's own helpers that move data without going through ``copy``,
-    ``move`` or ``to_host`` (model placement calls ``module.to``) use this.
-
-    Example:
-        >>> with transfer.explicit():
-        ...     net.to(device)
-    """
-
-    __slots__ = ()
-
-    def __enter__(self) -> "explicit":
-        _state.depth = getattr(_state, "depth", 0) + 1
-        return self
-
-    def __exit__(self, *exc) -> None:
-        _state.depth -= 1
-
-
-def is_explicit() -> bool:
-    """Whether the current thread is inside an explicit devshim transfer.
-
-    Example:
-        >>> transfer.is_explicit()
-        False
-    """
-    return getattr(_state, "depth", 0) > 0
-
-
-def watch() -> None:
-    """Start marking explicit transfers (a guard calls this when it starts watching).
-
-    Example:
-        >>> transfer.watch()
-    """
-    global watchers
-    with _watch_lock:
-        watchers += 1
-
-
-def unwatch() -> None:
-    """Stop marking explicit transfers for one watcher.
-
-    Example:
-        >>> transfer.unwatch()
-    """
-    global watchers
-    with _watch_lock:
-        watchers = max(0, watchers - 1)

@@ -22,7 +22,7 @@ MODEL_OPS = ("small_model", "forward")
 
 def test_every_folder_is_a_registered_backend():
     assert sorted(PACKAGES) == sorted(specs())
-    assert devshim.backends._backend_folders() == sorted(PACKAGES)
+    assert devshim.backends.registry.backend_folders() == sorted(PACKAGES)
 
 
 @pytest.mark.parametrize("name", PACKAGES)

@@ -11,6 +11,7 @@ import pytest
 
 import devshim as ds
 from devshim import backends, settings
+from devshim.backends import registry, selection
 from devshim.backends.spec import BackendSpec
 from helpers import WithoutTensors, run_python
 
@@ -166,8 +167,8 @@ def test_auto_selection_takes_the_first_installed_in_rank_order(fresh_selection,
     fresh_selection("DEVSHIM_BACKEND", None)
     installed = {"tensorflow", "mxnet", "numpy"}
     monkeypatch.setattr(BackendSpec, "is_installed", lambda self: self.name in installed)
-    monkeypatch.setattr(backends, "_instance", lambda name: f"<{name}>")
-    adapter, reason = backends._select_default()
+    monkeypatch.setattr(selection, "instance", lambda name: f"<{name}>")
+    adapter, reason = selection.select_default()
     assert adapter == "<tensorflow>" and "tensorflow is the first installed" in reason
 
 
@@ -263,8 +264,8 @@ def test_use_backend_is_isolated_per_asyncio_task(fresh_selection):
 def test_eight_threads_dispatching_for_the_first_time_at_once(fresh_selection, monkeypatch):
     """The first dispatch builds adapters and caches; racing threads must agree."""
     torch = pytest.importorskip("torch")
-    monkeypatch.setattr(backends, "_instances", {})
-    backends._forget_types()
+    monkeypatch.setattr(registry, "_instances", {})
+    backends.forget_types()
     barrier = threading.Barrier(8)
     results, errors = [None] * 8, []
 
@@ -289,7 +290,7 @@ def test_eight_threads_dispatching_for_the_first_time_at_once(fresh_selection, m
         t.start()
     for t in threads:
         t.join(30)
-    backends._forget_types()
+    backends.forget_types()
     assert not errors
     for i, (name, device_type, adapter, identity, selected) in enumerate(results):
         assert name == ("torch" if i % 2 else "numpy")

@@ -12,6 +12,7 @@ import pytest
 
 import devshim as ds
 from devshim import guard, settings, transfer
+from devshim.guard import marker
 from helpers import run_python
 
 GPU, CPU = ds.Device("gpu", 0), ds.Device("cpu")
@@ -222,6 +223,7 @@ def test_a_guard_entered_before_its_backend_loads_wraps_once_and_unwraps(framewo
     pytest.importorskip(framework)
     code = (
         "import importlib, json, devshim as ds\n"
+        "from devshim.guard.hooks import is_wrapper, original_of\n"
         f"entries = {_ENTRY_POINTS[framework]!r}\n"
         "def depths():\n"
         "    found = []\n"
@@ -231,8 +233,8 @@ def test_a_guard_entered_before_its_backend_loads_wraps_once_and_unwraps(framewo
         "            owner = getattr(owner, part)\n"
         "        fn, depth = getattr(owner, name), 0\n"
         "        fn = getattr(fn, 'fget', fn)\n"
-        "        while hasattr(fn, '_devshim_original'):\n"
-        "            fn, depth = getattr(fn._devshim_original, 'fget', fn._devshim_original), depth + 1\n"
+        "        while is_wrapper(fn):\n"
+        "            fn, depth = getattr(original_of(fn), 'fget', original_of(fn)), depth + 1\n"
         "        found.append(depth)\n"
         "    return found\n"
         "with ds.transfer_guard('disallow'):\n"
@@ -272,7 +274,7 @@ def test_torch_hooks_are_in_only_while_a_guard_checks():
     own = torch.Tensor.__dict__.get("item")
     with ds.transfer_guard("disallow"):
         assert torch.Tensor.__dict__.get("item") is not own
-        assert transfer.watchers >= 1
+        assert marker.watchers >= 1
         with ds.transfer_guard("allow"):
             pass
     assert torch.Tensor.__dict__.get("item") is own

@@ -19,7 +19,8 @@ import warnings
 from abc import ABC, abstractmethod
 
 from devshim import settings, transfer
-from devshim._device import ACCEPTED_SPECS, Device, parse_spec
+from devshim.guard import marker
+from devshim._device import ACCEPTED_SPECS, Device, describe_native, parse_spec
 from devshim.errors import (
     BackendError, DeviceUnavailableError, InvalidDeviceError, SharedDeviceWarning, UnsupportedValueError,
 )
@@ -28,14 +29,6 @@ __all__ = ["Backend", "DeviceTable"]
 
 _TARGET_CACHE_LIMIT = 256
 _shared_warned = False  # SharedDeviceWarning was issued (once per process, until settings change)
-
-
-def _settings_changed() -> None:
-    global _shared_warned
-    _shared_warned = False
-
-
-settings.on_change(_settings_changed)
 
 
 class DeviceTable(dict):
@@ -68,6 +61,9 @@ class Backend(ABC):
 
     spec = None  # the BackendSpec from the backend package's __init__.py
     name = ""
+    #: The registry that made this adapter (None for one made by hand): how the contract asks
+    #: about the other backends without this module importing the registry above it.
+    peers = None
     #: True when waiting is per value (``wait(x)`` on each output, JAX's
     #: ``block_until_ready``); False when it is per device (``synchronize``).
     waits_per_value = False
@@ -198,7 +194,7 @@ class Backend(ABC):
         copy_to = self.copy_to
         return lambda x: copy_to(x, native, non_blocking)
 
-    def move_to(self, x, native):
+    def copy_if_needed(self, x, native):
         """``x`` itself when it already lives on ``native``, else a copy there (one tensor)."""
         return x if self.same_place(x, native) else self.copy_to(x, native, False)
 
@@ -219,6 +215,8 @@ class Backend(ABC):
 
     def reset(self) -> None:
         """Forget everything cached from settings or the machine (after ``settings.reload()``)."""
+        global _shared_warned
+        _shared_warned = False
         self._targets.clear()
 
     # -------------------------------------------------- public operations
@@ -236,12 +234,11 @@ class Backend(ABC):
         return self.accelerator_count()
 
     def _refuse_virtual_devices(self, count: int) -> None:
-        from devshim.backends import virtual_capable_backends
-
+        can = self.peers.virtual_capable_backends() if self.peers is not None else []
         raise BackendError(
             f"The {self.name} backend cannot present virtual devices "
             f"({settings.VIRTUAL_DEVICES_VAR}={count} was asked for). Backends that can: "
-            f"{', '.join(virtual_capable_backends()) or 'none installed'}. "
+            f"{', '.join(can) or 'none installed'}. "
             f"Unset {settings.VIRTUAL_DEVICES_VAR}, or pick one of those with DEVSHIM_BACKEND."
         )
 
@@ -393,9 +390,7 @@ class Backend(ABC):
             return spec.kind, spec.index, None
         if type(spec) is str:
             return parse_spec(spec)
-        from devshim.backends import describe_native_device
-
-        described = describe_native_device(spec)  # another framework's device object
+        described = describe_native(spec)  # another framework's device object
         if described is not None:
             return described.kind, described.index, None
         if isinstance(spec, str):  # str subclasses that are no framework's device: numpy.str_
@@ -454,8 +449,9 @@ class Backend(ABC):
         """``(x, spec, non_blocking) -> copy``: what ``ds.to_device`` calls for one tensor.
 
         With no transfer guard watching there is nothing to mark, so the copy
-        calls the adapter straight away; otherwise it goes through
-        ``devshim.transfer.copy``, which marks it as asked for.
+        calls the adapter straight away (the door's own shortcut, taken here to
+        save a call); otherwise it goes through ``devshim.transfer.copy``, which
+        marks it as asked for.
         """
         targets, resolve, copy_to, adapter = self._targets, self.target, self.copy_to, self
         copy = transfer.copy
@@ -467,17 +463,17 @@ class Backend(ABC):
                 native = None
             if native is None:
                 native = resolve(device)
-            if transfer.watchers:
+            if marker.watchers:
                 return copy(adapter, x, native, non_blocking)
             return copy_to(x, native, non_blocking)
 
         return to_device
 
-    def move_fn(self):
+    def copy_if_needed_fn(self):
         """``(x, spec) -> x or a copy``: what ``ds.copy_if_needed`` calls for one tensor."""
         targets, resolve, same_place, copy_to, adapter = (
             self._targets, self.target, self.same_place, self.copy_to, self)
-        move = transfer.move
+        copy = transfer.copy
 
         def copy_if_needed(x, device):
             try:
@@ -488,8 +484,8 @@ class Backend(ABC):
                 native = resolve(device)
             if same_place(x, native):
                 return x
-            if transfer.watchers:
-                return move(adapter, x, native)
+            if marker.watchers:
+                return copy(adapter, x, native, False)
             return copy_to(x, native, False)
 
         return copy_if_needed

@@ -29,8 +29,13 @@ import threading
 import jax
 from jax._src import array as _array
 
-import devshim
-from devshim import guard, transfer
+from devshim._device import Device
+from devshim.backends.registry import load_backend
+from devshim.guard import marker
+from devshim.guard.hooks import GuardHooks, mark_wrapper
+from devshim.guard.levels import READ
+from devshim.guard.report import implicit
+from devshim.guard.state import current
 
 _READERS = {
     "__float__": "float(x)",
@@ -69,7 +74,7 @@ def _what(depth: int = 8):
 
 
 def _places(x) -> list:
-    backend = devshim.get_backend("jax")
+    backend = load_backend("jax")
     return [backend.describe(d) for d in x.sharding.device_set]
 
 
@@ -77,37 +82,37 @@ def _guarded_value(original):
     getter = original.fget
 
     def _value(self):
-        state = guard.current()
-        if state.checking and not transfer.is_explicit():
+        state = current()
+        if state.checking and not marker.is_explicit():
             places = [p for p in _places(self) if p.kind != "cpu"]
             if places:
                 what = _what()
                 if what is not None:
-                    guard.implicit("device_to_host", guard.READ, what, places[0], devshim.Device("cpu"), state)
-                    with transfer.explicit():
+                    implicit("device_to_host", READ, what, places[0], Device("cpu"), state)
+                    with marker.explicit():
                         return getter(self)
         return getter(self)
 
-    _value._devshim_original = getter
+    mark_wrapper(_value, getter)
     return property(_value, doc=original.__doc__)
 
 
 def _guarded_item(original):
     def item(self, *args):
-        state = guard.current()
-        if state.checking and not transfer.is_explicit():
+        state = current()
+        if state.checking and not marker.is_explicit():
             places = [p for p in _places(self) if p.kind != "cpu"]
             if places:
-                guard.implicit("device_to_host", guard.READ, "x.item()", places[0], devshim.Device("cpu"), state)
-                with transfer.explicit():
+                implicit("device_to_host", READ, "x.item()", places[0], Device("cpu"), state)
+                with marker.explicit():
                     return original(self, *args)
         return original(self, *args)
 
-    item._devshim_original = original
+    mark_wrapper(item, original)
     return item
 
 
-def install() -> None:
+def _install() -> None:
     """Wrap JAX's host-read property, and item(), which reads through NumPy's buffer protocol."""
     if _saved:
         return
@@ -117,7 +122,7 @@ def install() -> None:
     _ArrayImpl.item = _guarded_item(getattr(_ArrayImpl, "item"))
 
 
-def uninstall() -> None:
+def _uninstall() -> None:
     if not _saved:
         return
     _ArrayImpl._value = _saved.pop("_value")
@@ -128,7 +133,7 @@ def uninstall() -> None:
         _ArrayImpl.item = item
 
 
-def enter_block(state) -> None:
+def _enter_block(state) -> None:
     """Set JAX's own device-to-device guard to this block's level, in this thread."""
     scope = jax.transfer_guard_device_to_device(state.device_to_device)
     scope.__enter__()
@@ -138,7 +143,27 @@ def enter_block(state) -> None:
     stack.append(scope)
 
 
-def exit_block() -> None:
+def _exit_block() -> None:
     stack = getattr(_local, "scopes", None)
     if stack:
         stack.pop().__exit__(None, None, None)
+
+
+class JaxGuardHooks(GuardHooks):
+    """JAX's transfer-guard hooks (the contract: ``devshim.guard.hooks.GuardHooks``).
+
+    Example:
+        >>> ds.backends.guard_hooks("jax").install()
+    """
+
+    def install(self) -> None:
+        _install()
+
+    def uninstall(self) -> None:
+        _uninstall()
+
+    def enter_block(self, state) -> None:
+        _enter_block(state)
+
+    def exit_block(self) -> None:
+        _exit_block()

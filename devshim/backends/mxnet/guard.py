@@ -20,8 +20,13 @@ import sys
 import mxnet as mx
 from mxnet.ndarray import register as _register
 
-import devshim
-from devshim import guard, transfer
+from devshim._device import Device
+from devshim.backends.registry import load_backend
+from devshim.guard import marker
+from devshim.guard.hooks import GuardHooks, mark_wrapper
+from devshim.guard.levels import READ
+from devshim.guard.report import direction_of, implicit, read_name
+from devshim.guard.state import current
 
 _READERS = {
     "item": "a.item()",
@@ -39,33 +44,33 @@ _saved: dict = {}
 
 
 def _backend():
-    return devshim.get_backend("mxnet")
+    return load_backend("mxnet")
 
 
 def _guarded_asnumpy(original):
     def asnumpy(self):
-        state = guard.current()
-        if state.checking and not transfer.is_explicit():
+        state = current()
+        if state.checking and not marker.is_explicit():
             place = _backend().describe(self.ctx)
             if place.kind != "cpu":
-                what = guard.read_name(_READERS, "a.asnumpy()")
-                guard.implicit("device_to_host", guard.READ, what, place, devshim.Device("cpu"), state)
-                with transfer.explicit():
+                what = read_name(_READERS, "a.asnumpy()")
+                implicit("device_to_host", READ, what, place, Device("cpu"), state)
+                with marker.explicit():
                     return original(self)
         return original(self)
 
-    asnumpy._devshim_original = original
+    mark_wrapper(asnumpy, original)
     return asnumpy
 
 
 def _guarded_invoke(original):
     def _imperative_invoke(handle, ndargs, keys, vals, out, is_np_op, output_is_list):
-        state = guard.current()
-        if state.checking and len(ndargs) > 1 and not transfer.is_explicit():
+        state = current()
+        if state.checking and len(ndargs) > 1 and not marker.is_explicit():
             _check(sys._getframe(1).f_code.co_name, ndargs, state)  # the generated op's name
         return original(handle, ndargs, keys, vals, out, is_np_op, output_is_list)
 
-    _imperative_invoke._devshim_original = original
+    mark_wrapper(_imperative_invoke, original)
     return _imperative_invoke
 
 
@@ -87,11 +92,11 @@ def _check(op_name: str, ndargs, state) -> None:
     for source in places[1:]:
         if source == target:
             continue
-        direction, kind = guard.direction_of(source, target)
-        guard.implicit(direction, kind, f"mxnet op {op_name}", source, target, state)
+        direction, kind = direction_of(source, target)
+        implicit(direction, kind, f"mxnet op {op_name}", source, target, state)
 
 
-def install() -> None:
+def _install() -> None:
     """Wrap ``asnumpy`` and the function every imperative op calls."""
     if _saved:
         return
@@ -101,9 +106,23 @@ def install() -> None:
     _register._imperative_invoke = _guarded_invoke(_saved["_imperative_invoke"])
 
 
-def uninstall() -> None:
+def _uninstall() -> None:
     """Put MXNet's own functions back."""
     if not _saved:
         return
     _NDArray.asnumpy = _saved.pop("asnumpy")
     _register._imperative_invoke = _saved.pop("_imperative_invoke")
+
+
+class MXNetGuardHooks(GuardHooks):
+    """MXNet's transfer-guard hooks (the contract: ``devshim.guard.hooks.GuardHooks``).
+
+    Example:
+        >>> ds.backends.guard_hooks("mxnet").install()
+    """
+
+    def install(self) -> None:
+        _install()
+
+    def uninstall(self) -> None:
+        _uninstall()

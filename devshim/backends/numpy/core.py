@@ -17,6 +17,7 @@ from __future__ import annotations
 from operator import methodcaller
 
 from devshim import transfer
+from devshim.guard import marker
 from devshim.backends.base import Backend, DeviceTable
 from devshim.backends.numpy import SPEC
 from devshim._device import Device
@@ -113,7 +114,7 @@ class NumpyBackend(Backend):
         return native
 
     def _accelerator_partner(self):
-        from devshim.backends import accelerator_partner
+        from devshim.backends.registry import accelerator_partner
 
         return accelerator_partner(self.name)
 
@@ -127,8 +128,7 @@ class NumpyBackend(Backend):
         return partner
 
     def _names_a_gpu(self, spec) -> bool:
-        from devshim.backends import describe_native_device
-        from devshim._device import parse_spec
+        from devshim._device import describe_native as describe_native_device, parse_spec
 
         if isinstance(spec, Device):
             return spec.kind == "gpu"
@@ -148,9 +148,9 @@ class NumpyBackend(Backend):
 
     # The fast paths skip what cannot differ for NumPy: where an array lives.
 
-    def move_fn(self):
+    def copy_if_needed_fn(self):
         targets, resolve, copy_to, adapter = self._targets, self.target, self.copy_to, self
-        move = transfer.move
+        copy = transfer.copy
 
         def copy_if_needed(x, device):
             try:
@@ -159,8 +159,8 @@ class NumpyBackend(Backend):
                 native = resolve(device)  # still checks that the device exists
             if native is HOST:
                 return x
-            if transfer.watchers:  # a GPU of the accelerator partner: a real transfer
-                return move(adapter, x, native)
+            if marker.watchers:  # a GPU of the accelerator partner: a real transfer
+                return copy(adapter, x, native, False)
             return copy_to(x, native, False)
 
         return copy_if_needed

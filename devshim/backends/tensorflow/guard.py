@@ -25,8 +25,13 @@ import tensorflow as tf
 from tensorflow.python import pywrap_tfe
 from tensorflow.python.framework import ops as _tf_ops
 
-import devshim
-from devshim import guard, transfer
+from devshim._device import Device
+from devshim.backends.registry import load_backend
+from devshim.guard import marker
+from devshim.guard.hooks import GuardHooks, mark_wrapper
+from devshim.guard.levels import READ
+from devshim.guard.report import direction_of, implicit, read_name
+from devshim.guard.state import current
 
 # Callers of the one reading method, as the read looks in the code that makes it.
 _READERS = {
@@ -69,16 +74,16 @@ def _on_accelerator(t) -> bool:
 
 def _guarded_numpy(original):
     def _numpy(self):
-        state = guard.current()
-        if state.checking and not transfer.is_explicit() and _on_accelerator(self):
-            what = guard.read_name(_READERS, "reading t on the host")
-            guard.implicit("device_to_host", guard.READ, what, _place(self.device),
-                           devshim.Device("cpu"), state)
-            with transfer.explicit():
+        state = current()
+        if state.checking and not marker.is_explicit() and _on_accelerator(self):
+            what = read_name(_READERS, "reading t on the host")
+            implicit("device_to_host", READ, what, _place(self.device),
+                           Device("cpu"), state)
+            with marker.explicit():
                 return original(self)
         return original(self)
 
-    _numpy._devshim_original = original
+    mark_wrapper(_numpy, original)
     return _numpy
 
 
@@ -131,41 +136,41 @@ def _check(op_name: str, device_name, inputs: list, state) -> None:
         source = _place(name)
         if source is target or _is_host_number(t, source):
             continue
-        direction, kind = guard.direction_of(source, target)
+        direction, kind = direction_of(source, target)
         scope = "" if device_name else " (no device scope: TensorFlow's default device)"
-        guard.implicit(direction, kind, f"tf op {op_name}{scope}", source, target, state)
+        implicit(direction, kind, f"tf op {op_name}{scope}", source, target, state)
 
 
 def _guarded_fast_path(original):
     def TFE_Py_FastPathExecute(ctx, op_name, name, *args):
-        state = guard.current()
-        if state.checking and len(args) > 1 and not transfer.is_explicit():
+        state = current()
+        if state.checking and len(args) > 1 and not marker.is_explicit():
             inputs = _tensors(args)
             if len(inputs) > 1:
                 _check(op_name, ctx.device_name, inputs, state)
         return original(ctx, op_name, name, *args)
 
-    TFE_Py_FastPathExecute._devshim_original = original
+    mark_wrapper(TFE_Py_FastPathExecute, original)
     return TFE_Py_FastPathExecute
 
 
 def _guarded_execute(original):
     def TFE_Py_Execute(ctx_handle, device_name, op_name, inputs, attrs, num_outputs):
-        state = guard.current()
-        if state.checking and not transfer.is_explicit():
+        state = current()
+        if state.checking and not marker.is_explicit():
             tensors = _tensors(inputs)
             if tensors:
                 _check(op_name, device_name, tensors, state)
         return original(ctx_handle, device_name, op_name, inputs, attrs, num_outputs)
 
-    TFE_Py_Execute._devshim_original = original
+    mark_wrapper(TFE_Py_Execute, original)
     return TFE_Py_Execute
 
 
-def install() -> None:
+def _install() -> None:
     """Wrap the reading method and the two op entry points."""
     global _place, _default_name
-    backend = devshim.get_backend("tensorflow")  # may load the backend, which may install: check after
+    backend = load_backend("tensorflow")  # may load the backend, which may install: check after
     if _saved:
         return
     _place = backend._describe_name
@@ -177,10 +182,24 @@ def install() -> None:
         setattr(pywrap_tfe, name, wrap(_saved[name]))
 
 
-def uninstall() -> None:
+def _uninstall() -> None:
     """Put TensorFlow's own functions back."""
     if not _saved:
         return
     _EagerTensorBase._numpy = _saved.pop("_numpy")
     for name in ("TFE_Py_FastPathExecute", "TFE_Py_Execute"):
         setattr(pywrap_tfe, name, _saved.pop(name))
+
+
+class TensorFlowGuardHooks(GuardHooks):
+    """TensorFlow's transfer-guard hooks (the contract: ``devshim.guard.hooks.GuardHooks``).
+
+    Example:
+        >>> ds.backends.guard_hooks("tensorflow").install()
+    """
+
+    def install(self) -> None:
+        _install()
+
+    def uninstall(self) -> None:
+        _uninstall()

@@ -63,6 +63,7 @@ from collections import OrderedDict
 import torch
 
 from devshim import settings
+from devshim.guard.hooks import original_of
 from devshim.backends.torch.core import VIRTUAL_TYPE
 from devshim.errors import (
     BackendError, DeviceMismatchError, DeviceUnavailableError, NotOnHostError, UnsupportedValueError,
@@ -295,7 +296,7 @@ class VirtualTensor(torch.Tensor):
         _single_threaded_autograd()
         # devshim's transfer guard replaces some of torch.Tensor's reading methods while it
         # checks; torch then hands us its wrapper, which names the method it wraps.
-        special = _SPECIAL.get(getattr(func, "_devshim_original", func))
+        special = _SPECIAL.get(original_of(func))  # the guard wrapper tag
         if special is not None:
             return special(*args, **(kwargs or {}))
         with _DisableTorchFunctionSubclass():

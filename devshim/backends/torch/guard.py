@@ -28,8 +28,13 @@ import threading
 
 import torch
 
-import devshim
-from devshim import guard, transfer
+from devshim._device import Device
+from devshim.backends.registry import load_backend
+from devshim.guard import marker
+from devshim.guard.hooks import GuardHooks, mark_wrapper, original_of
+from devshim.guard.levels import ALLOW, READ
+from devshim.guard.report import direction_of, implicit, read_name
+from devshim.guard.state import current
 
 #: torch.Tensor method -> how the read looks in the code that makes it.
 READS = {
@@ -49,20 +54,20 @@ _saved: dict = {}  # method name -> torch.Tensor's own attribute, or _MISSING wh
 
 def _reader(name: str, original, what: str):
     def read(self, *args, **kwargs):
-        state = guard.current()
-        if state.checking and not transfer.is_explicit() and not self.is_cpu:
+        state = current()
+        if state.checking and not marker.is_explicit() and not self.is_cpu:
             # The outermost reading method on the stack names the read (print(t) reaches
             # __bool__ through torch's formatting code).
-            guard.implicit("device_to_host", guard.READ, guard.read_name(READS, what),
-                           devshim.device_of(self), devshim.Device("cpu"), state)
-            with transfer.explicit():  # the reads the framework makes inside are this one
+            implicit("device_to_host", READ, read_name(READS, what),
+                           load_backend("torch").tensor_device(self), Device("cpu"), state)
+            with marker.explicit():  # the reads the framework makes inside are this one
                 return original(self, *args, **kwargs)
         return original(self, *args, **kwargs)
 
     read.__name__ = name
     read.__qualname__ = f"Tensor.{name}"
     read.__doc__ = getattr(original, "__doc__", None)
-    read._devshim_original = original
+    mark_wrapper(read, original)
     return read
 
 
@@ -75,7 +80,7 @@ def _classes() -> list:
     return found
 
 
-def install() -> None:
+def _install() -> None:
     """Put the guarded reading methods on torch.Tensor (and the virtual-GPU class's own ones)."""
     for cls in _classes():
         for name, what in READS.items():
@@ -85,11 +90,11 @@ def install() -> None:
             _saved[cls, name] = own
             reader = _reader(name, getattr(cls, name), what)
             if cls is torch.Tensor:
-                _READERS[reader] = reader._devshim_original
+                _READERS[reader] = original_of(reader)
             setattr(cls, name, reader)
 
 
-def uninstall() -> None:
+def _uninstall() -> None:
     """Give the classes their own methods back."""
     for (cls, name), own in list(_saved.items()):
         _READERS.pop(cls.__dict__.get(name), None)
@@ -128,9 +133,9 @@ class _Mode(torch.overrides.TorchFunctionMode):
         if original is not None:
             return original(*args, **kwargs)
         if len(args) + len(kwargs) > 1 and _mixed(args, kwargs):
-            state = guard.current()
-            if (state.device_to_device != guard.ALLOW or state.host_to_device != guard.ALLOW) \
-                    and not transfer.is_explicit():
+            state = current()
+            if (state.device_to_device != ALLOW or state.host_to_device != ALLOW) \
+                    and not marker.is_explicit():
                 _check(func, _places(args, kwargs), state)
         return func(*args, **kwargs)
 
@@ -194,19 +199,19 @@ def _check(func, places: list, state) -> None:
         if source == target:
             continue
         source, target_place = _describe(source), _describe(target)
-        direction, kind = guard.direction_of(source, target_place)
-        guard.implicit(direction, kind, _name(func), source, target_place, state)
+        direction, kind = direction_of(source, target_place)
+        implicit(direction, kind, _name(func), source, target_place, state)
 
 
 def _describe(native):
-    return devshim.get_backend("torch").describe(native)
+    return load_backend("torch").describe(native)
 
 
 _local = threading.local()
 _mode = None
 
 
-def enter_thread() -> None:
+def _enter_thread() -> None:
     """Make sure devshim's mode is on this thread's torch function mode stack."""
     global _mode
     depth = getattr(_local, "depth", 0)
@@ -217,7 +222,7 @@ def enter_thread() -> None:
     _local.depth = depth + 1
 
 
-def exit_thread() -> None:
+def _exit_thread() -> None:
     """Take devshim's mode off this thread's stack when its last block closes."""
     depth = getattr(_local, "depth", 0) - 1
     _local.depth = max(depth, 0)
@@ -229,3 +234,23 @@ def exit_thread() -> None:
             # Someone pushed a mode over ours and has not popped it: leaving ours in place
             # is harmless (it lets everything through outside guard blocks).
             _local.depth = 0
+
+
+class TorchGuardHooks(GuardHooks):
+    """PyTorch's transfer-guard hooks (the contract: ``devshim.guard.hooks.GuardHooks``).
+
+    Example:
+        >>> ds.backends.guard_hooks("torch").install()
+    """
+
+    def install(self) -> None:
+        _install()
+
+    def uninstall(self) -> None:
+        _uninstall()
+
+    def enter_thread(self) -> None:
+        _enter_thread()
+
+    def exit_thread(self) -> None:
+        _exit_thread()

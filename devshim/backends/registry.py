@@ -1,0 +1,372 @@
+"""The backend table: one row per backend package, and one adapter per backend.
+
+Every folder ``devshim/backends/<name>/`` declares ``SPEC`` (a ``BackendSpec``)
+in its ``__init__.py``; the table is read from those rows the first time it is
+needed, and nothing else lists backends. Adapters (``core.py``) are made
+lazily, once per process, under a lock.
+
+When the table is first built the registry wires itself into the two layers
+below it, which never import it: ``devshim._device`` gets a resolver (so a
+``Device`` can compare with native device objects and find its native object),
+and the guard's lifecycle learns every backend and how to load its hooks.
+
+Example:
+    >>> from devshim.backends import registry
+    >>> list(registry.specs())
+    ['torch', 'tensorflow', 'jax', 'mxnet', 'cupy', 'numpy']
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from _thread import RLock  # threading's own lock, without its import cost
+
+from devshim import _device, settings
+from devshim.backends.base import Backend
+from devshim.backends.spec import BackendSpec
+from devshim.errors import BackendError
+from devshim.guard import lifecycle
+from devshim.guard.hooks import GuardHooks
+
+__all__ = [
+    "specs", "backend_names", "canonical_name", "register_backend", "unregister_backend",
+    "load_backend", "instance", "loaded_adapters", "available_backends", "virtual_capable_backends",
+    "accelerator_partner", "guard_hooks", "on_table_change", "rebuild_device",
+    "describe_native_device", "native_for", "backend_folders",
+]
+
+_lock = RLock()
+_specs = None  # name -> BackendSpec, in auto-selection order; built on first use
+_aliases: dict = {}
+_extra_specs: dict = {}  # registered with register_backend(): name -> (spec, class or None)
+_instances: dict = {}
+_table_listeners: list = []
+_PACKAGE = __name__.rsplit(".", 1)[0]
+_FOLDER = os.path.dirname(os.path.abspath(__file__))
+
+
+def _rank(spec: BackendSpec) -> tuple:
+    return (spec.auto_rank is None, spec.auto_rank or 0, spec.name)
+
+
+def specs() -> dict:
+    """name -> BackendSpec for every backend devshim has, in auto-selection order.
+
+    Example:
+        >>> list(ds.backends.specs())
+        ['torch', 'tensorflow', 'jax', 'mxnet', 'cupy', 'numpy']
+    """
+    table = _specs
+    if table is None:
+        table = _build()
+    return table
+
+
+def _build() -> dict:
+    global _specs
+    with _lock:
+        if _specs is not None:
+            return _specs
+        found = {}
+        for folder in backend_folders():
+            package = importlib.import_module(f"{_PACKAGE}.{folder}")
+            spec = getattr(package, "SPEC", None)
+            if not isinstance(spec, BackendSpec):
+                raise BackendError(
+                    f"devshim/backends/{folder}/__init__.py declares no SPEC; every "
+                    f"backend package must (see docs/adapters.md)."
+                )
+            found[spec.name] = spec
+        for name, (spec, _) in _extra_specs.items():
+            found[name] = spec
+        ordered = dict(sorted(found.items(), key=lambda item: _rank(item[1])))
+        _aliases.clear()
+        for spec in ordered.values():
+            for alias in (spec.name,) + spec.aliases:
+                _aliases[alias.lower()] = spec.name
+        lifecycle.declare({spec.name: (spec.import_name, _hooks_loader(spec)) for spec in ordered.values()})
+        _device.install_resolver(_Resolver())
+        _specs = ordered
+        return ordered
+
+
+def backend_folders() -> list:
+    """The backend packages: folders of ``devshim/backends/`` holding an ``__init__.py``.
+
+    (os.scandir rather than pkgutil, which imports inspect and typing: this runs on
+    devshim's first call.)
+
+    Example:
+        >>> registry.backend_folders()
+        ['cupy', 'jax', 'mxnet', 'numpy', 'tensorflow', 'torch']
+    """
+    folders = set()
+    try:
+        entries = list(os.scandir(_FOLDER))
+    except OSError:
+        entries = []
+    for entry in entries:
+        if (entry.is_dir() and entry.name.isidentifier() and not entry.name.startswith("_")
+                and os.path.isfile(os.path.join(entry.path, "__init__.py"))):
+            folders.add(entry.name)
+    return sorted(folders)
+
+
+def backend_names() -> tuple:
+    """Every backend name, in auto-selection order.
+
+    Example:
+        >>> ds.backends.backend_names()
+        ('torch', 'tensorflow', 'jax', 'mxnet', 'cupy', 'numpy')
+    """
+    return tuple(specs())
+
+
+def on_table_change(listener) -> None:
+    """Call ``listener()`` when backends are registered or removed (dispatch forgets its caches).
+
+    Example:
+        >>> registry.on_table_change(my_cache.clear)
+    """
+    if listener not in _table_listeners:
+        _table_listeners.append(listener)
+
+
+def register_backend(spec: BackendSpec, backend_class=None) -> None:
+    """Add a backend from outside ``devshim/backends/`` (a plug-in, or a test double).
+
+    ``backend_class`` is its ``Backend`` subclass; without one, ``core.py`` of
+    ``spec.package`` is imported when the backend is first used.
+
+    Example:
+        >>> register_backend(BackendSpec("mine", import_name="mine", title="Mine"), MineBackend)
+    """
+    global _specs
+    with _lock:
+        _extra_specs[spec.name] = (spec, backend_class)
+        _instances.pop(spec.name, None)
+        _specs = None
+    _table_changed()
+
+
+def unregister_backend(name: str) -> None:
+    """Remove a backend added with ``register_backend``.
+
+    Example:
+        >>> unregister_backend("mine")
+    """
+    global _specs
+    with _lock:
+        _extra_specs.pop(name, None)
+        _instances.pop(name, None)
+        _specs = None
+    _table_changed()
+
+
+def _table_changed() -> None:
+    for listener in list(_table_listeners):
+        listener()
+
+
+def canonical_name(name: str) -> str:
+    """``"pytorch"`` -> ``"torch"``; unknown names raise BackendError listing valid ones.
+
+    Example:
+        >>> ds.backends.canonical_name("PyTorch")
+        'torch'
+    """
+    if not isinstance(name, str):
+        raise BackendError(f"A backend name must be a string, not {type(name).__name__}.")
+    table = specs()
+    key = _aliases.get(name.strip().lower())
+    if key is None:
+        aliases = ", ".join(f"{a} ({s.name})" for s in table.values() for a in s.aliases)
+        raise BackendError(
+            f"Unknown backend {name!r}. Valid names: {', '.join(table)}; aliases: {aliases}."
+        )
+    return key
+
+
+def _one_subclass(module, base: type, spec: BackendSpec, what: str) -> type:
+    found = [value for value in vars(module).values()
+             if isinstance(value, type) and issubclass(value, base) and value is not base
+             and value.__module__ == module.__name__]
+    if len(found) != 1:
+        raise BackendError(
+            f"{module.__name__} must define exactly one {base.__name__} subclass ({what}); it "
+            f"defines {len(found)}. See docs/adapters.md."
+        )
+    return found[0]
+
+
+def _adapter_class(name: str) -> type:
+    spec = specs()[name]
+    registered = _extra_specs.get(name)
+    if registered is not None and registered[1] is not None:
+        return registered[1]
+    core = spec.module("core")
+    for value in vars(core).values():
+        if isinstance(value, type) and issubclass(value, Backend) and value.spec is spec:
+            return value
+    raise BackendError(f"{spec.package}.core defines no Backend subclass whose spec is {spec!r}.")
+
+
+def instance(name: str) -> Backend:
+    """The adapter of backend ``name`` (canonical), made on first use; no install check.
+
+    Example:
+        >>> registry.instance("numpy").name
+        'numpy'
+    """
+    adapter = _instances.get(name)
+    if adapter is None:
+        with _lock:
+            adapter = _instances.get(name)
+            if adapter is None:
+                adapter = _adapter_class(name)()
+                adapter.peers = sys.modules[__name__]
+                if not _instances:
+                    settings.on_change(_settings_changed)
+                _instances[name] = adapter
+                lifecycle.backend_loaded(name)
+    return adapter
+
+
+def load_backend(name: str) -> Backend:
+    """The adapter for ``name``, checking that its framework is installed.
+
+    Example:
+        >>> ds.backends.load_backend("numpy").name
+        'numpy'
+    """
+    key = canonical_name(name)
+    spec = specs()[key]
+    if not spec.is_installed():
+        raise BackendError(
+            f"The {key} backend was asked for, but {spec.import_name} is not installed. "
+            f"Install it with: {spec.install_hint()}"
+        )
+    return instance(key)
+
+
+def _settings_changed() -> None:
+    for adapter in list(_instances.values()):
+        adapter.reset()
+
+
+def loaded_adapters():
+    """Adapters whose framework is already imported, in registry order.
+
+    Example:
+        >>> [a.name for a in registry.loaded_adapters()]
+        ['torch', 'numpy']
+    """
+    for name, spec in specs().items():
+        if spec.is_loaded():
+            yield instance(name)
+
+
+def available_backends() -> list:
+    """Names of the backends whose framework is installed, in auto-selection order.
+
+    Example:
+        >>> ds.available_backends()
+        ['torch', 'numpy']
+    """
+    return [name for name, spec in specs().items() if spec.is_installed()]
+
+
+def virtual_capable_backends() -> list:
+    """Installed backends that can present virtual devices.
+
+    Example:
+        >>> ds.backends.virtual_capable_backends()
+        ['torch', 'tensorflow', 'jax', 'mxnet']
+    """
+    return [name for name, spec in specs().items() if spec.virtual_devices and spec.is_installed()]
+
+
+def accelerator_partner(host: str):
+    """The installed backend whose host partner is ``host`` (CuPy for NumPy), or None.
+
+    A NumPy array sent to a GPU becomes an array of this backend: NumPy has no GPU.
+
+    Example:
+        >>> ds.backends.accelerator_partner("numpy").name   # where CuPy is installed
+        'cupy'
+    """
+    for name, spec in specs().items():
+        if spec.host_partner == host and spec.is_installed():
+            return instance(name)
+    return None
+
+
+def guard_hooks(name: str):
+    """The ``GuardHooks`` of backend ``name`` (from its ``guard.py``), or None without one.
+
+    Example:
+        >>> type(ds.backends.guard_hooks("torch")).__name__
+        'TorchGuardHooks'
+    """
+    spec = specs()[canonical_name(name)]
+    if not spec.has_module("guard"):
+        return None
+    return _one_subclass(spec.module("guard"), GuardHooks, spec, "its transfer-guard hooks")()
+
+
+def _hooks_loader(spec: BackendSpec):
+    return lambda: guard_hooks(spec.name)
+
+
+def rebuild_device(kind, index, backend, virtual, platform):
+    """A ``Device`` restored by pickle, in a process whose registry may not be built yet.
+
+    Example:
+        >>> pickle.loads(pickle.dumps(ds.device_of(x)))
+        Device('cpu:0', backend='torch')
+    """
+    specs()  # installs the resolver the Device needs for its native object
+    return _device.Device(kind, index, backend=backend, virtual=virtual, platform=platform)
+
+
+class _Resolver:
+    """What ``devshim._device`` asks the registry (installed there by ``specs()``)."""
+
+    __slots__ = ()
+
+    def describe(self, obj):
+        if isinstance(obj, _device.Device):
+            return obj
+        for adapter in loaded_adapters():
+            if adapter.is_native_device(obj):
+                return adapter.describe(obj)
+        return None
+
+    def native(self, device):
+        return load_backend(device.backend).native_for(device)
+
+    rebuild = staticmethod(rebuild_device)
+
+
+def describe_native_device(obj):
+    """The neutral Device for any loaded framework's device object, or None. Never raises
+    for objects no framework knows.
+
+    Example:
+        >>> ds.backends.describe_native_device(torch.device("cpu"))
+        Device('cpu:0', backend='torch')
+    """
+    specs()  # the resolver is installed with the table
+    return _device.describe_native(obj)
+
+
+def native_for(device):
+    """The native device object a ``ds.Device`` stands for, from its own backend.
+
+    Example:
+        >>> native_for(pickle.loads(pickle.dumps(ds.device_of(x))))
+        device(type='cpu')
+    """
+    return load_backend(device.backend).native_for(device)

@@ -1,0 +1,101 @@
+"""The contract a backend's ``guard.py`` implements: ``GuardHooks``.
+
+A backend package that can watch its framework for implicit transfers has a
+``guard.py`` defining exactly one subclass of ``GuardHooks`` (the registry finds
+it, as it finds the ``Backend`` subclass in ``core.py``). The guard's lifecycle
+(``devshim.guard.lifecycle``) makes one instance per backend and calls it:
+
+``install()`` / ``uninstall()``     process-wide hooks in and out: when the first
+                                    guard starts checking something, and when the last stops;
+``enter_thread()`` / ``exit_thread()``  per-thread parts (torch's function mode), around
+                                    each checking block in the thread that enters it;
+``enter_block(state)`` / ``exit_block()``  every block, checking or not, for backends that
+                                    map devshim's levels onto the framework's own guard (JAX).
+
+Hooks report what they see with ``devshim.guard.report.implicit``, after checking
+``state.checking`` and ``marker.is_explicit()``. A hook that replaces a framework
+function marks its wrapper with ``mark_wrapper`` so others (the virtual torch
+device's own reading methods, tests) can tell a wrapper and reach the original.
+
+Example:
+    >>> class Hooks(GuardHooks):
+    ...     def install(self): ...
+    ...     def uninstall(self): ...
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+__all__ = ["GuardHooks", "mark_wrapper", "original_of", "is_wrapper"]
+
+_ORIGINAL = "__devshim_guard_original__"
+
+
+class GuardHooks(ABC):
+    """One backend's transfer-guard hooks (the class a backend's ``guard.py`` defines).
+
+    Example:
+        >>> hooks = ds.backends.guard_hooks("torch")
+        >>> hooks.install(); hooks.uninstall()
+    """
+
+    @abstractmethod
+    def install(self) -> None:
+        """Put the process-wide hooks in (called once while any guard checks something)."""
+
+    @abstractmethod
+    def uninstall(self) -> None:
+        """Take them out again, leaving the framework exactly as it was."""
+
+    def enter_thread(self) -> None:
+        """A checking block starts in this thread (per-thread hooks, such as torch's mode)."""
+
+    def exit_thread(self) -> None:
+        """That block ends."""
+
+    def enter_block(self, state) -> None:
+        """Any block starts in this thread, with ``state`` its ``GuardState`` (JAX's own guard)."""
+
+    def exit_block(self) -> None:
+        """That block ends."""
+
+    @classmethod
+    def follows_blocks(cls) -> bool:
+        """Whether the hooks want every block (they override ``enter_block``).
+
+        Example:
+            >>> GuardHooks.follows_blocks()
+            False
+        """
+        return cls.enter_block is not GuardHooks.enter_block
+
+
+def mark_wrapper(wrapper, original):
+    """Record that ``wrapper`` is the guard's replacement for ``original``; returns ``wrapper``.
+
+    Example:
+        >>> reader = mark_wrapper(guarded_float, torch.Tensor.__float__)
+    """
+    setattr(wrapper, _ORIGINAL, original)
+    return wrapper
+
+
+def original_of(fn):
+    """The framework's own function behind a guard wrapper, or ``fn`` itself.
+
+    Example:
+        >>> original_of(torch.Tensor.__float__)   # inside a checking block
+        <slot wrapper '__float__' of 'torch._C.TensorBase' objects>
+    """
+    return getattr(fn, _ORIGINAL, fn)
+
+
+def is_wrapper(fn) -> bool:
+    """Whether ``fn`` is a guard wrapper made with ``mark_wrapper``.
+
+    Example:
+        >>> is_wrapper(len)
+        False
+    """
+    return hasattr(fn, _ORIGINAL)

@@ -1,0 +1,238 @@
+"""What the guard does with an implicit transfer: count it, log it, or refuse it.
+
+Backends' hooks call ``implicit(...)`` for each implicit transfer they are about
+to let happen; the levels in force for the calling thread or task decide, and
+every report of the enclosing blocks records the event with the user's
+``file:line``.
+
+Example:
+    >>> from devshim.guard.report import implicit, READ
+    >>> implicit("device_to_host", READ, "float(t)", gpu0, cpu0)   # under "disallow": raises
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from _thread import allocate_lock
+
+from devshim.errors import DeviceMismatchError, ImplicitTransferError, ImplicitTransferWarning
+from devshim.guard import lifecycle, marker
+from devshim.guard.levels import ALLOW, DIRECTIONS, DISALLOW, KINDS, LOG, OP_INPUT, READ, TO_DEVICE
+from devshim.guard.state import GuardState, current
+
+__all__ = [
+    "TransferEvent", "TransferReport", "implicit", "read_name", "direction_of",
+    "READ", "OP_INPUT", "TO_DEVICE", "KINDS",
+]
+
+_DEVSHIM_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_warned_lock = allocate_lock()
+_warned_sites: set = set()
+_WARNED_LIMIT = 10_000
+
+
+class TransferEvent:
+    """One implicit transfer: its ``kind`` (one of ``KINDS``), ``direction``, ``what``
+    did it (``"float(t)"``, an op's name), ``source`` and ``target`` devices, the
+    ``site`` ("file:line" in the code that made it) and what the guard did
+    (``"logged"`` or ``"refused"``).
+
+    Example:
+        >>> report.events[0].site
+        'train.py:12'
+    """
+
+    __slots__ = ("kind", "direction", "what", "source", "target", "site", "action")
+
+    def __init__(self, kind, direction, what, source, target, site, action) -> None:
+        self.kind, self.direction, self.what = kind, direction, what
+        self.source, self.target, self.site, self.action = source, target, site, action
+
+    def __repr__(self) -> str:
+        return (f"TransferEvent({self.kind!r}, {self.what!r}, {self.source} -> {self.target}, "
+                f"at {self.site}, {self.action})")
+
+
+class TransferReport:
+    """What a ``transfer_guard`` block saw: every implicit transfer, counted by kind and call site.
+
+    Example:
+        >>> with ds.transfer_guard("log") as report:
+        ...     float(loss_on_gpu)
+        >>> report.total, report.counts["device-to-host read"]
+        (1, 1)
+        >>> print(report)
+        1 implicit transfer (device_to_host=log, device_to_device=log, host_to_device=log)
+          device-to-host read  1  float(t) gpu:0 -> cpu:0 at train.py:12
+    """
+
+    def __init__(self, state: GuardState) -> None:
+        self.levels = {direction: state.level(direction) for direction in DIRECTIONS}
+        self.events: list = []
+
+    @property
+    def total(self) -> int:
+        """How many implicit transfers the block saw.
+
+        Example:
+            >>> with ds.transfer_guard("log") as report:
+            ...     float(x_on_gpu)
+            >>> report.total
+            1
+        """
+        return len(self.events)
+
+    @property
+    def counts(self) -> dict:
+        """kind -> how many, for each of ``KINDS`` (zeros included).
+
+        Example:
+            >>> report.counts
+            {'cross-device op input': 0, 'device-to-host read': 1, 'host-to-device': 0}
+        """
+        found = dict.fromkeys(KINDS, 0)
+        for event in self.events:
+            found[event.kind] += 1
+        return found
+
+    @property
+    def sites(self) -> dict:
+        """(kind, what, source, target, site) -> how many times, in the order first seen.
+
+        Example:
+            >>> report.sites
+            {('device-to-host read', 'float(t)', 'gpu:0', 'cpu:0', 'train.py:31'): 1}
+        """
+        found: dict = {}
+        for e in self.events:
+            key = (e.kind, e.what, str(e.source), str(e.target), e.site)
+            found[key] = found.get(key, 0) + 1
+        return found
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def __str__(self) -> str:
+        levels = ", ".join(f"{d}={lv}" for d, lv in self.levels.items())
+        head = f"{self.total} implicit transfer{'s' if self.total != 1 else ''} ({levels})"
+        lines = [head]
+        for (kind, what, source, target, site), count in self.sites.items():
+            lines.append(f"  {kind:<22} {count:>4}  {what} {source} -> {target} at {site}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<TransferReport {self.total} implicit transfers {self.counts}>"
+
+
+def implicit(direction: str, kind: str, what: str, source, target, state: GuardState = None) -> None:
+    """Report an implicit transfer about to happen; raise if the level refuses it.
+
+    Backends' hooks call this (after checking ``state.checking`` and that the
+    tensor really moves). It does nothing for explicit transfers
+    (``marker.is_explicit()``) or where the direction's level is "allow".
+
+    Example:
+        >>> implicit("device_to_host", READ, "float(t)", gpu0, cpu0)
+    """
+    if state is None:
+        state = current()
+    level = getattr(state, direction)
+    if level == ALLOW or marker.is_explicit():
+        return
+    site = _user_site()
+    action = "refused" if level == DISALLOW else "logged"
+    event = TransferEvent(kind, direction, what, source, target, site, action)
+    for report in state.reports:
+        report.events.append(event)
+    if level == LOG:
+        _warn_once(event)
+        return
+    raise _error(event)
+
+
+def read_name(readers: dict, fallback: str, depth: int = 6) -> str:
+    """How a host read looks in the user's code, from the framework's frames above the hook.
+
+    ``readers`` maps the framework's method names (``"__float__"``) to what the
+    user wrote (``"float(t)"``); the outermost one found within ``depth`` frames
+    wins, since a framework's readers call each other (float -> item -> asnumpy).
+
+    Example:
+        >>> read_name({"__float__": "float(t)"}, "t.numpy()")
+        'float(t)'
+    """
+    frame = sys._getframe(2)
+    found = None
+    for _ in range(depth):
+        if frame is None:
+            break
+        name = readers.get(frame.f_code.co_name)
+        if name is not None:
+            found = name
+        frame = frame.f_back
+    return found or fallback
+
+
+def direction_of(source, target) -> tuple:
+    """(direction, kind) of an op input moving from ``source`` to ``target`` (two ``ds.Device``s).
+
+    Between two host devices (MXNet's ``cpu(0)`` and ``cpu(1)``) it is a copy between
+    devices all the same.
+
+    Example:
+        >>> direction_of(ds.Device("cpu"), ds.Device("gpu", 0))
+        ('host_to_device', 'host-to-device')
+    """
+    host_source, host_target = source.kind == "cpu", target.kind == "cpu"
+    if host_source and not host_target:
+        return "host_to_device", TO_DEVICE
+    if host_target and not host_source:
+        return "device_to_host", OP_INPUT
+    return "device_to_device", OP_INPUT
+
+
+def _error(event: TransferEvent) -> Exception:
+    if event.kind == READ:
+        return ImplicitTransferError(
+            f"{event.what} reads a tensor on {event.source} on the host: an implicit "
+            f"device-to-host copy, refused by ds.transfer_guard at {event.site}. Copy it "
+            f"explicitly with ds.to_numpy(t) (or ds.to_device(t, 'cpu')), or allow these reads "
+            f"with ds.transfer_guard(device_to_host='allow')."
+        )
+    return DeviceMismatchError(
+        f"{event.what} has inputs on {event.source} and on {event.target}: running it would copy "
+        f"the input on {event.source} to {event.target} implicitly ({event.direction.replace('_', '-')}), "
+        f"refused by ds.transfer_guard at {event.site}. Copy it explicitly first, e.g. "
+        f"x = ds.copy_if_needed(x, ds.device('{event.target}')), or allow it with "
+        f"ds.transfer_guard({event.direction}='allow')."
+    )
+
+
+def _warn_once(event: TransferEvent) -> None:
+    key = (event.kind, event.site)
+    with _warned_lock:
+        if key in _warned_sites:
+            return
+        if len(_warned_sites) >= _WARNED_LIMIT:
+            _warned_sites.clear()
+        _warned_sites.add(key)
+    filename, _, line = event.site.rpartition(":")
+    message = (f"implicit {event.kind}: {event.what} copies {event.source} -> {event.target}. "
+               f"Make it explicit (ds.to_numpy, ds.copy_if_needed) or allow it in ds.transfer_guard.")
+    import warnings
+
+    warnings.warn_explicit(message, ImplicitTransferWarning, filename or "<unknown>",
+                           int(line) if line.isdigit() else 0)
+
+
+def _user_site() -> str:
+    """"file:line" of the innermost frame outside devshim and the frameworks in use."""
+    roots = (_DEVSHIM_ROOT,) + tuple(os.path.abspath(root) + os.sep for root in lifecycle.framework_files())
+    frame = sys._getframe(2)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith("<") and not os.path.abspath(filename).startswith(roots):
+            return f"{filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<unknown>:0"

@@ -1,0 +1,95 @@
+"""The guard levels in force for each thread or asyncio task.
+
+A ``transfer_guard`` block sets a ``GuardState`` in a ContextVar, so a block
+in one thread or task never changes what another sees; outside every block,
+the process default from ``DEVSHIM_TRANSFER_GUARD`` applies.
+
+Example:
+    >>> from devshim.guard.state import current
+    >>> current().checking
+    False
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+
+from devshim import settings
+from devshim.guard.levels import ALLOW
+
+__all__ = ["GuardState", "scoped", "current", "default", "forget_default"]
+
+#: The guard state of this thread or task (None: the process default).
+scoped: ContextVar = ContextVar("devshim_transfer_guard", default=None)
+_default = None  # the process default GuardState, from DEVSHIM_TRANSFER_GUARD
+
+
+class GuardState:
+    """The levels in force for this thread or task, and the reports collecting events.
+
+    ``checking`` is False when every direction is "allow": hooks return at once.
+
+    Example:
+        >>> GuardState("log", "allow", "allow").checking
+        True
+    """
+
+    __slots__ = ("device_to_host", "device_to_device", "host_to_device", "reports", "checking")
+
+    def __init__(self, device_to_host: str, device_to_device: str, host_to_device: str,
+                 reports: tuple = ()) -> None:
+        self.device_to_host = device_to_host
+        self.device_to_device = device_to_device
+        self.host_to_device = host_to_device
+        self.reports = reports
+        self.checking = not (device_to_host == device_to_device == host_to_device == ALLOW)
+
+    def level(self, direction: str) -> str:
+        """The level of one direction ("device_to_host", ...).
+
+        Example:
+            >>> GuardState("log", "allow", "allow").level("device_to_host")
+            'log'
+        """
+        return getattr(self, direction)
+
+    def __repr__(self) -> str:
+        return (f"GuardState(device_to_host={self.device_to_host!r}, device_to_device="
+                f"{self.device_to_device!r}, host_to_device={self.host_to_device!r})")
+
+
+def default() -> GuardState:
+    """The process default, every direction at ``DEVSHIM_TRANSFER_GUARD``'s level.
+
+    Example:
+        >>> default().device_to_host
+        'allow'
+    """
+    global _default
+    state = _default
+    if state is None:
+        level = settings.default_guard_level()
+        state = _default = GuardState(level, level, level)
+    return state
+
+
+def forget_default() -> None:
+    """Read ``DEVSHIM_TRANSFER_GUARD`` again at next use (after ``settings.reload()``).
+
+    Example:
+        >>> forget_default()
+    """
+    global _default
+    _default = None
+
+
+def current() -> GuardState:
+    """The guard state of this thread or asyncio task.
+
+    Example:
+        >>> with ds.transfer_guard("log"):
+        ...     current().device_to_host
+        'log'
+    """
+    state = scoped.get()
+    return state if state is not None else default()
