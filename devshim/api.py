@@ -17,6 +17,7 @@ from devshim import _tree, transfer
 from devshim.backends.dispatch import (
     COPY, COPY_IF_NEEDED, DEVICE_OF, DEVICE_TABLE, backend_for_tensor, learn_type,
 )
+from devshim.backends.nests import copy_nest, copy_nest_if_needed, nest_to_numpy
 from devshim.backends.selection import get_backend
 from devshim.errors import DeviceMismatchError, NotATensorError
 
@@ -162,7 +163,7 @@ def to_device(x, device, *, non_blocking: bool = False):
         return fn(x, device, non_blocking)
     if learn_type(x) is not None:
         return COPY[type(x)](x, device, non_blocking)
-    return _walk(x, device, "to_device", _copier(device, non_blocking), keep_unchanged=False)
+    return copy_nest(x, device, non_blocking, "to_device")
 
 
 def copy_if_needed(x, device):
@@ -181,7 +182,7 @@ def copy_if_needed(x, device):
         return fn(x, device)
     if learn_type(x) is not None:
         return COPY_IF_NEEDED[type(x)](x, device)
-    return _walk(x, device, "copy_if_needed", _copier_if_needed(device), keep_unchanged=True)
+    return copy_nest_if_needed(x, device, "copy_if_needed")
 
 
 def to_numpy(x):
@@ -196,66 +197,7 @@ def to_numpy(x):
     adapter = backend_for_tensor(x)
     if adapter is not None:
         return transfer.to_host(adapter, x)
-    if not _tree.is_container(x):
-        raise NotATensorError.for_value(x, "to_numpy")
-
-    def leaf_for(value):
-        owner = backend_for_tensor(value)
-        return None if owner is None else owner.tensor_to_numpy
-
-    return transfer.explicitly(_tree.map_nest, x, leaf_for, False)
-
-
-class _Targets:
-    """One call's target device, resolved once per backend met in the nest."""
-
-    __slots__ = ("spec", "natives")
-
-    def __init__(self, spec) -> None:
-        self.spec = spec
-        self.natives: dict = {}
-
-    def native(self, adapter):
-        found = self.natives.get(adapter)
-        if found is None:
-            found = self.natives[adapter] = adapter.target(self.spec)
-        return found
-
-
-def _copier(device, non_blocking: bool):
-    targets = _Targets(device)
-
-    def leaf_for(value):
-        adapter = backend_for_tensor(value)
-        if adapter is None:
-            return None
-        return adapter.copier(targets.native(adapter), non_blocking)
-
-    leaf_for.targets = targets
-    return leaf_for
-
-
-def _copier_if_needed(device):
-    targets = _Targets(device)
-
-    def leaf_for(value):
-        adapter = backend_for_tensor(value)
-        if adapter is None:
-            return None
-        native, same_place, copy_to = targets.native(adapter), adapter.same_place, adapter.copy_to
-        return lambda leaf: leaf if same_place(leaf, native) else copy_to(leaf, native, False)
-
-    leaf_for.targets = targets
-    return leaf_for
-
-
-def _walk(x, device, function: str, leaf_for, keep_unchanged: bool):
-    if not _tree.is_container(x):
-        raise NotATensorError.for_value(x, function)
-    result = transfer.explicitly(_tree.map_nest, x, leaf_for, keep_unchanged)
-    if not leaf_for.targets.natives:
-        get_backend().target(device)  # no tensor in the nest: the device is still checked
-    return result
+    return nest_to_numpy(x, "to_numpy")
 
 
 def _tensor_devices(xs: tuple) -> list:

@@ -17,7 +17,7 @@ Every copy these make goes through ``devshim.transfer``, so a
 from __future__ import annotations
 
 from devshim import transfer
-from devshim.backends import backend_for_tensor, get_backend, specs
+from devshim.backends import backend_for_tensor, get_backend, model_placement, specs
 from devshim.errors import BatchSplitError, DeviceMismatchError, NotAModelError, NotATensorError
 
 __all__ = [
@@ -30,12 +30,12 @@ __all__ = [
 
 
 def _model_module(net):
-    """(adapter, the backend's model module) for a model of a loaded framework."""
+    """(adapter, the backend's ModelPlacement) for a model of a loaded framework."""
     for name, spec in specs().items():
-        if spec.is_loaded() and spec.has_module("model"):
-            module = spec.module("model")
-            if module.is_model(net):
-                return get_backend(name), module
+        if spec.is_loaded():
+            placement = model_placement(name)
+            if placement is not None and placement.is_model(net):
+                return get_backend(name), placement
     can = [name for name, spec in specs().items() if spec.has_module("model")]
     raise NotAModelError(
         f"{type(net).__module__}.{type(net).__qualname__} is not a model devshim can place. It places "

@@ -29,7 +29,7 @@ from devshim.backends.dispatch import (
 )
 from devshim.backends.registry import (
     accelerator_partner, available_backends, backend_names, canonical_name, describe_native_device,
-    guard_hooks, load_backend, native_for, register_backend, specs, unregister_backend,
+    guard_hooks, load_backend, model_placement, native_for, register_backend, specs, unregister_backend,
     virtual_capable_backends,
 )
 from devshim.backends.selection import (
@@ -43,6 +43,6 @@ __all__ = [
     "available_backends", "get_backend", "load_backend", "set_backend", "use_backend",
     "reset_backend", "selection_reason",
     "backend_for_tensor", "describe_native_device", "native_for", "virtual_capable_backends",
-    "accelerator_partner", "guard_hooks",
+    "accelerator_partner", "guard_hooks", "model_placement",
     "DEVICE_TABLE", "DEVICE_OF", "COPY", "COPY_IF_NEEDED", "learn_type", "forget_types",
 ]

@@ -25,6 +25,7 @@ from _thread import RLock  # threading's own lock, without its import cost
 
 from devshim import _device, settings
 from devshim.backends.base import Backend
+from devshim.backends.model_base import ModelPlacement
 from devshim.backends.spec import BackendSpec
 from devshim.errors import BackendError
 from devshim.guard import lifecycle
@@ -34,7 +35,7 @@ __all__ = [
     "specs", "backend_names", "canonical_name", "register_backend", "unregister_backend",
     "load_backend", "instance", "loaded_adapters", "available_backends", "virtual_capable_backends",
     "accelerator_partner", "guard_hooks", "on_table_change", "rebuild_device",
-    "describe_native_device", "native_for", "backend_folders",
+    "describe_native_device", "native_for", "backend_folders", "model_placement",
 ]
 
 _lock = RLock()
@@ -42,6 +43,7 @@ _specs = None  # name -> BackendSpec, in auto-selection order; built on first us
 _aliases: dict = {}
 _extra_specs: dict = {}  # registered with register_backend(): name -> (spec, class or None)
 _instances: dict = {}
+_placements: dict = {}  # name -> its ModelPlacement, or None without a model.py
 _table_listeners: list = []
 _PACKAGE = __name__.rsplit(".", 1)[0]
 _FOLDER = os.path.dirname(os.path.abspath(__file__))
@@ -314,6 +316,27 @@ def guard_hooks(name: str):
     if not spec.has_module("guard"):
         return None
     return _one_subclass(spec.module("guard"), GuardHooks, spec, "its transfer-guard hooks")()
+
+
+def model_placement(name: str):
+    """The ``ModelPlacement`` of backend ``name`` (from its ``model.py``, made once), or None
+    without one.
+
+    Example:
+        >>> ds.backends.model_placement("torch").is_model(torch.nn.Linear(2, 1))
+        True
+    """
+    key = canonical_name(name)
+    try:
+        return _placements[key]
+    except KeyError:
+        pass
+    spec = specs()[key]
+    found = None
+    if spec.has_module("model"):
+        found = _one_subclass(spec.module("model"), ModelPlacement, spec, "its model placement")()
+    _placements[key] = found
+    return found
 
 
 def _hooks_loader(spec: BackendSpec):

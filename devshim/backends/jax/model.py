@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import jax
 
-import devshim
 from devshim import _tree
+from devshim.backends.model_base import ModelPlacement
+from devshim.backends.nests import copy_nest, copy_nest_if_needed
 from devshim.errors import UnbuiltModelError, UnsupportedPlacementError
 
 
@@ -21,42 +22,45 @@ def _arrays(params) -> list:
     return [(path, leaf) for path, leaf in _tree.iter_leaves(params) if isinstance(leaf, jax.Array)]
 
 
-def is_model(obj) -> bool:
-    return _tree.is_container(obj) and bool(_arrays(obj))
+class PytreePlacement(ModelPlacement):
+    """Placement of JAX pytrees of arrays (the contract: ``devshim.backends.model_base.ModelPlacement``).
 
+    Example:
+        >>> ds.backends.model_placement("jax").is_model(net)
+        True
+    """
 
-def named_places(params, adapter) -> list:
-    found = [(path or "<root>", adapter.tensor_device(leaf)) for path, leaf in _arrays(params)]
-    if not found:
-        raise UnbuiltModelError("This pytree holds no JAX array, so it has no device: nothing to place.")
-    return found
+    def is_model(self, obj) -> bool:
+        return _tree.is_container(obj) and bool(_arrays(obj))
 
+    def named_places(self, params, adapter) -> list:
+        found = [(path or "<root>", adapter.tensor_device(leaf)) for path, leaf in _arrays(params)]
+        if not found:
+            raise UnbuiltModelError("This pytree holds no JAX array, so it has no device: nothing to place.")
+        return found
 
-def place(params, native, adapter, input_shape=None):
-    return devshim.copy_if_needed(params, native)
+    def place(self, params, native, adapter, input_shape=None):
+        return copy_nest_if_needed(params, native)
 
+    def child_sizes(self, params) -> list:
+        if isinstance(params, dict):
+            items = params.items()
+        elif isinstance(params, (list, tuple)):
+            items = ((str(i), v) for i, v in enumerate(params))
+        else:
+            return []
+        return [(str(key), sum(leaf.nbytes for _, leaf in _arrays(value))) for key, value in items]
 
-def child_sizes(params) -> list:
-    if isinstance(params, dict):
-        items = params.items()
-    elif isinstance(params, (list, tuple)):
-        items = ((str(i), v) for i, v in enumerate(params))
-    else:
-        return []
-    return [(str(key), sum(leaf.nbytes for _, leaf in _arrays(value))) for key, value in items]
+    def place_map(self, params, natives: dict, adapter):
+        raise UnsupportedPlacementError(
+            "A pytree of JAX parameters has no forward pass devshim could hook, so it cannot be split over "
+            "devices by a device map. Place each part yourself (params['layer1'] = ds.place_model("
+            "params['layer1'], device)) and copy activations at the seams with ds.copy_if_needed."
+        )
 
+    def unplace(self, params) -> None:
+        """Pytrees never get devshim hooks: nothing to remove."""
 
-def place_map(params, natives: dict, adapter):
-    raise UnsupportedPlacementError(
-        "A pytree of JAX parameters has no forward pass devshim could hook, so it cannot be split over "
-        "devices by a device map. Place each part yourself (params['layer1'] = ds.place_model("
-        "params['layer1'], device)) and copy activations at the seams with ds.copy_if_needed."
-    )
+    def replicate(self, params, natives: list, adapter) -> list:
+        return [copy_nest(params, native, False) for native in natives]
 
-
-def unplace(params) -> None:
-    """Pytrees never get devshim hooks: nothing to remove."""
-
-
-def replicate(params, natives: list, adapter) -> list:
-    return [devshim.to_device(params, native) for native in natives]

@@ -14,11 +14,8 @@ import mxnet as mx
 import numpy
 from mxnet.gluon.parameter import DeferredInitializationError
 
+from devshim.backends.model_base import ModelPlacement
 from devshim.errors import UnbuiltModelError, UnsupportedPlacementError
-
-
-def is_model(obj) -> bool:
-    return isinstance(obj, mx.gluon.Block)
 
 
 def _params(block) -> list:
@@ -35,68 +32,75 @@ def _initialised(param) -> bool:
     return True
 
 
-def named_places(block, adapter) -> list:
-    params = _params(block)
-    waiting = [name for name, p in params if not _initialised(p)]
-    if waiting or not params:
-        what = (f"{', '.join(waiting[:4])} {'are' if len(waiting) > 1 else 'is'} not initialised yet "
-                f"(Gluon defers it until the first forward pass when shapes are unknown)"
-                if waiting else "it has no parameters")
-        raise UnbuiltModelError(
-            f"This {type(block).__name__} is on no device yet: {what}. Initialise it on a device with "
-            f"ds.place_model(net, device) and run one forward pass, then ask again."
+class GluonPlacement(ModelPlacement):
+    """Placement of Gluon blocks (the contract: ``devshim.backends.model_base.ModelPlacement``).
+
+    Example:
+        >>> ds.backends.model_placement("mxnet").is_model(net)
+        True
+    """
+
+    def is_model(self, obj) -> bool:
+        return isinstance(obj, mx.gluon.Block)
+
+    def named_places(self, block, adapter) -> list:
+        params = _params(block)
+        waiting = [name for name, p in params if not _initialised(p)]
+        if waiting or not params:
+            what = (f"{', '.join(waiting[:4])} {'are' if len(waiting) > 1 else 'is'} not initialised yet "
+                    f"(Gluon defers it until the first forward pass when shapes are unknown)"
+                    if waiting else "it has no parameters")
+            raise UnbuiltModelError(
+                f"This {type(block).__name__} is on no device yet: {what}. Initialise it on a device with "
+                f"ds.place_model(net, device) and run one forward pass, then ask again."
+            )
+        found = []
+        for name, p in params:
+            for ctx in p.list_ctx():
+                found.append((name, adapter.describe(ctx)))
+        return found
+
+    def place(self, block, native, adapter, input_shape=None):
+        params = _params(block)
+        if any(not _initialised(p) and not p._deferred_init for _, p in params):
+            block.initialize(ctx=native)  # never initialised: create the parameters on the device
+        else:
+            # Initialised (or waiting for shapes): move them. reset_ctx re-creates the gradient
+            # buffers on the new device, zeroed.
+            block.collect_params().reset_ctx(native)
+        return block
+
+    def child_sizes(self, block) -> list:
+        sizes = []
+        for name, child in block._children.items():
+            total = 0
+            for _, p in child.collect_params().items():
+                if _initialised(p):
+                    data = p.data(p.list_ctx()[0])
+                    total += data.size * numpy.dtype(data.dtype).itemsize
+            sizes.append((name, total))
+        return sizes
+
+    def place_map(self, block, natives: dict, adapter):
+        raise UnsupportedPlacementError(
+            f"Gluon's forward pre-hooks cannot change a block's inputs, so devshim cannot copy them to "
+            f"each part's device for you. Split the model by hand, as Chainer's ParallelMLP does: "
+            f"ds.place_model(part, device) for each part, and in forward copy at the seams with "
+            f"x = ds.copy_if_needed(x, device) (gradients flow back across it). "
+            f"See examples/model_parallel.py."
         )
-    found = []
-    for name, p in params:
-        for ctx in p.list_ctx():
-            found.append((name, adapter.describe(ctx)))
-    return found
 
+    def unplace(self, block) -> None:
+        """Gluon blocks never get devshim hooks: nothing to remove."""
 
-def place(block, native, adapter, input_shape=None):
-    params = _params(block)
-    if any(not _initialised(p) and not p._deferred_init for _, p in params):
-        block.initialize(ctx=native)  # never initialised: create the parameters on the device
-    else:
-        # Initialised (or waiting for shapes): move them. reset_ctx re-creates the gradient
-        # buffers on the new device, zeroed.
-        block.collect_params().reset_ctx(native)
-    return block
+    def replicate(self, block, natives: list, adapter) -> list:
+        self.named_places(block, adapter)  # refuses blocks that are not initialised yet
+        replicas = []
+        for native in natives:
+            replica = copy.deepcopy(block)
+            replica.collect_params().reset_ctx(native)
+            for (_, mine), (_, theirs) in zip(_params(block), _params(replica)):
+                theirs.set_data(mine.data(mine.list_ctx()[0]).copyto(native))
+            replicas.append(replica)
+        return replicas
 
-
-def child_sizes(block) -> list:
-    sizes = []
-    for name, child in block._children.items():
-        total = 0
-        for _, p in child.collect_params().items():
-            if _initialised(p):
-                data = p.data(p.list_ctx()[0])
-                total += data.size * numpy.dtype(data.dtype).itemsize
-        sizes.append((name, total))
-    return sizes
-
-
-def place_map(block, natives: dict, adapter):
-    raise UnsupportedPlacementError(
-        f"Gluon's forward pre-hooks cannot change a block's inputs, so devshim cannot copy them to "
-        f"each part's device for you. Split the model by hand, as Chainer's ParallelMLP does: "
-        f"ds.place_model(part, device) for each part, and in forward copy at the seams with "
-        f"x = ds.copy_if_needed(x, device) (gradients flow back across it). "
-        f"See examples/model_parallel.py."
-    )
-
-
-def unplace(block) -> None:
-    """Gluon blocks never get devshim hooks: nothing to remove."""
-
-
-def replicate(block, natives: list, adapter) -> list:
-    named_places(block, adapter)  # refuses blocks that are not initialised yet
-    replicas = []
-    for native in natives:
-        replica = copy.deepcopy(block)
-        replica.collect_params().reset_ctx(native)
-        for (_, mine), (_, theirs) in zip(_params(block), _params(replica)):
-            theirs.set_data(mine.data(mine.list_ctx()[0]).copyto(native))
-        replicas.append(replica)
-    return replicas

@@ -23,16 +23,12 @@ import sys
 
 import tensorflow as tf
 
+from devshim.backends.model_base import ModelPlacement
 from devshim.errors import UnbuiltModelError, UnsupportedPlacementError
 
 
 def _keras():
     return sys.modules.get("keras")
-
-
-def is_model(obj) -> bool:
-    keras = _keras()
-    return keras is not None and isinstance(obj, keras.layers.Layer)
 
 
 def _unbuilt(model) -> UnbuiltModelError:
@@ -41,26 +37,6 @@ def _unbuilt(model) -> UnbuiltModelError:
         f"the device: ds.place_model(model, device, input_shape=(None, features)), or call it once on a "
         f"sample batch under `with ds.try_gpu():`, then ask again."
     )
-
-
-def named_places(model, adapter) -> list:
-    weights = list(model.weights)
-    if not model.built or not weights:
-        raise _unbuilt(model)
-    return [(w.path, adapter.tensor_device(w.value)) for w in weights]
-
-
-def place(model, native, adapter, input_shape=None):
-    if not model.built or not model.weights:
-        if input_shape is None:
-            raise _unbuilt(model)
-        with tf.device(native.name):
-            model.build(input_shape)
-        return model
-    target = adapter.describe(native)
-    if {adapter.tensor_device(w.value) for w in model.weights} == {target}:
-        return model
-    return _clone(model, native)
 
 
 def _clonable(model) -> bool:
@@ -85,24 +61,52 @@ def _clone(model, native):
     return clone
 
 
-def child_sizes(model) -> list:
-    return [(layer.name, sum(int(tf.size(w.value)) * w.value.dtype.size for w in layer.weights))
-            for layer in getattr(model, "layers", [])]
+class KerasPlacement(ModelPlacement):
+    """Placement of Keras models (the contract: ``devshim.backends.model_base.ModelPlacement``).
 
+    Example:
+        >>> ds.backends.model_placement("tensorflow").is_model(net)
+        True
+    """
 
-def place_map(model, natives: dict, adapter):
-    raise UnsupportedPlacementError(
-        "Keras places a layer's weights when the layer is built, under the device scope in force then, "
-        "and TensorFlow cannot move a variable afterwards, so devshim cannot split a built model by hooks. "
-        "Build each part under its device (`with ds.gpu(1): part2 = keras.Sequential([...])`) and copy "
-        "at the seams with ds.copy_if_needed in your model's call()."
-    )
+    def is_model(self, obj) -> bool:
+        keras = _keras()
+        return keras is not None and isinstance(obj, keras.layers.Layer)
 
+    def named_places(self, model, adapter) -> list:
+        weights = list(model.weights)
+        if not model.built or not weights:
+            raise _unbuilt(model)
+        return [(w.path, adapter.tensor_device(w.value)) for w in weights]
 
-def unplace(model) -> None:
-    """Keras models never get devshim hooks: nothing to remove."""
+    def place(self, model, native, adapter, input_shape=None):
+        if not model.built or not model.weights:
+            if input_shape is None:
+                raise _unbuilt(model)
+            with tf.device(native.name):
+                model.build(input_shape)
+            return model
+        target = adapter.describe(native)
+        if {adapter.tensor_device(w.value) for w in model.weights} == {target}:
+            return model
+        return _clone(model, native)
 
+    def child_sizes(self, model) -> list:
+        return [(layer.name, sum(int(tf.size(w.value)) * w.value.dtype.size for w in layer.weights))
+                for layer in getattr(model, "layers", [])]
 
-def replicate(model, natives: list, adapter) -> list:
-    named_places(model, adapter)  # refuses unbuilt models
-    return [_clone(model, native) for native in natives]
+    def place_map(self, model, natives: dict, adapter):
+        raise UnsupportedPlacementError(
+            "Keras places a layer's weights when the layer is built, under the device scope in force then, "
+            "and TensorFlow cannot move a variable afterwards, so devshim cannot split a built model by hooks. "
+            "Build each part under its device (`with ds.gpu(1): part2 = keras.Sequential([...])`) and copy "
+            "at the seams with ds.copy_if_needed in your model's call()."
+        )
+
+    def unplace(self, model) -> None:
+        """Keras models never get devshim hooks: nothing to remove."""
+
+    def replicate(self, model, natives: list, adapter) -> list:
+        self.named_places(model, adapter)  # refuses unbuilt models
+        return [_clone(model, native) for native in natives]
+

@@ -20,15 +20,12 @@ import weakref
 
 import torch
 
-import devshim
 from devshim import settings
+from devshim.backends.model_base import ModelPlacement
+from devshim.backends.nests import copy_nest_if_needed
 from devshim.errors import UnbuiltModelError, UnsupportedPlacementError
 
 _handles: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its hook handles
-
-
-def is_model(obj) -> bool:
-    return isinstance(obj, torch.nn.Module)
 
 
 def _check_built(module) -> None:
@@ -40,19 +37,6 @@ def _check_built(module) -> None:
             f"{'are' if len(lazy) > 1 else 'is'} lazy (torch.nn.Lazy* layers get their shape from the "
             f"first input). Run one forward pass with a sample batch first, then place or ask again."
         )
-
-
-def named_places(module, adapter) -> list:
-    """(name, Device) for each parameter (tied ones once) and each buffer."""
-    _check_built(module)
-    found = [(name, adapter.tensor_device(p)) for name, p in module.named_parameters()]
-    found += [(name, adapter.tensor_device(b)) for name, b in module.named_buffers()]
-    if not found:
-        raise UnbuiltModelError(
-            f"This {type(module).__name__} has no parameters or buffers, so it is on no device: "
-            f"there is nothing to place. Models with weights can be asked."
-        )
-    return found
 
 
 def _tied(module) -> list:
@@ -71,40 +55,6 @@ def _retie(module, groups: list) -> None:
         for name in names[1:]:
             owner, _, attr = name.rpartition(".")
             setattr(module.get_submodule(owner) if owner else module, attr, first)
-
-
-def place(module, native, adapter, input_shape=None):
-    _check_built(module)
-    groups = _tied(module)
-    module.to(native)
-    _retie(module, groups)
-    launch = settings.launcher()
-    if launch is not None and launch.one_device_per_process and native == adapter.try_gpu():
-        # One process of several, placed on its own accelerator: make that the current device,
-        # as torch.distributed expects of a rank (NCCL's barrier, DDP, a bare "cuda" in user code).
-        adapter.make_current(native)
-    return module
-
-
-def child_sizes(module) -> list:
-    """(name, parameter bytes) of each top-level child, in order: what "balanced" spreads."""
-    return [(name, sum(p.numel() * p.element_size() for p in child.parameters()))
-            for name, child in module.named_children()]
-
-
-def place_map(module, natives: dict, adapter):
-    _check_built(module)
-    groups = _tied(module)
-    _refuse_split_ties(groups, natives, adapter)
-    unplace(module)
-    handles = []
-    for name, native in natives.items():
-        block = module.get_submodule(name) if name else module
-        block.to(native)
-        handles.append(block.register_forward_pre_hook(_copier(native), with_kwargs=True))
-    _retie(module, groups)
-    _handles[module] = handles
-    return module
 
 
 def _refuse_split_ties(groups: list, natives: dict, adapter) -> None:
@@ -128,22 +78,76 @@ def _refuse_split_ties(groups: list, natives: dict, adapter) -> None:
 
 def _copier(native):
     def copy_inputs(block, args, kwargs):
-        return devshim.copy_if_needed(args, native), devshim.copy_if_needed(kwargs, native)
+        return copy_nest_if_needed(args, native), copy_nest_if_needed(kwargs, native)
 
     return copy_inputs
 
 
-def unplace(module) -> None:
-    for handle in _handles.pop(module, ()):
-        handle.remove()
+class TorchPlacement(ModelPlacement):
+    """Placement of PyTorch modules (the contract: ``devshim.backends.model_base.ModelPlacement``).
 
+    Example:
+        >>> ds.backends.model_placement("torch").is_model(net)
+        True
+    """
 
-def replicate(module, natives: list, adapter) -> list:
-    _check_built(module)
-    if _handles.get(module):
-        raise UnsupportedPlacementError(
-            f"This {type(module).__name__} is split over devices by ds.place_model; its replicas would "
-            f"keep copying inputs to the original's devices. Call ds.unplace(net) first, or replicate "
-            f"the model before splitting it."
-        )
-    return [copy.deepcopy(module).to(native) for native in natives]
+    def is_model(self, obj) -> bool:
+        return isinstance(obj, torch.nn.Module)
+
+    def named_places(self, module, adapter) -> list:
+        """(name, Device) for each parameter (tied ones once) and each buffer."""
+        _check_built(module)
+        found = [(name, adapter.tensor_device(p)) for name, p in module.named_parameters()]
+        found += [(name, adapter.tensor_device(b)) for name, b in module.named_buffers()]
+        if not found:
+            raise UnbuiltModelError(
+                f"This {type(module).__name__} has no parameters or buffers, so it is on no device: "
+                f"there is nothing to place. Models with weights can be asked."
+            )
+        return found
+
+    def place(self, module, native, adapter, input_shape=None):
+        _check_built(module)
+        groups = _tied(module)
+        module.to(native)
+        _retie(module, groups)
+        launch = settings.launcher()
+        if launch is not None and launch.one_device_per_process and native == adapter.try_gpu():
+            # One process of several, placed on its own accelerator: make that the current device,
+            # as torch.distributed expects of a rank (NCCL's barrier, DDP, a bare "cuda" in user code).
+            adapter.make_current(native)
+        return module
+
+    def child_sizes(self, module) -> list:
+        """(name, parameter bytes) of each top-level child, in order: what "balanced" spreads."""
+        return [(name, sum(p.numel() * p.element_size() for p in child.parameters()))
+                for name, child in module.named_children()]
+
+    def place_map(self, module, natives: dict, adapter):
+        _check_built(module)
+        groups = _tied(module)
+        _refuse_split_ties(groups, natives, adapter)
+        self.unplace(module)
+        handles = []
+        for name, native in natives.items():
+            block = module.get_submodule(name) if name else module
+            block.to(native)
+            handles.append(block.register_forward_pre_hook(_copier(native), with_kwargs=True))
+        _retie(module, groups)
+        _handles[module] = handles
+        return module
+
+    def unplace(self, module) -> None:
+        for handle in _handles.pop(module, ()):
+            handle.remove()
+
+    def replicate(self, module, natives: list, adapter) -> list:
+        _check_built(module)
+        if _handles.get(module):
+            raise UnsupportedPlacementError(
+                f"This {type(module).__name__} is split over devices by ds.place_model; its replicas would "
+                f"keep copying inputs to the original's devices. Call ds.unplace(net) first, or replicate "
+                f"the model before splitting it."
+            )
+        return [copy.deepcopy(module).to(native) for native in natives]
+

@@ -1,0 +1,115 @@
+"""Copying nests of tensors: what ``to_device``, ``copy_if_needed`` and ``to_numpy`` do
+with dicts, lists, tuples, dataclasses and the rest (``devshim._tree`` walks them).
+
+Each leaf is copied by the backend that owns it, with the target device resolved
+once per backend met in the nest; the whole walk is one explicit transfer
+(``devshim.transfer.explicitly``). Backends' ``model.py`` modules place pytrees
+with these too.
+
+Example:
+    >>> from devshim.backends.nests import copy_nest
+    >>> batch = copy_nest({"x": X, "y": Y}, "gpu:0", False, "to_device")
+"""
+
+from __future__ import annotations
+
+from devshim import _tree, transfer
+from devshim.backends.dispatch import backend_for_tensor
+from devshim.backends.selection import get_backend
+from devshim.errors import NotATensorError
+
+__all__ = ["copy_nest", "copy_nest_if_needed", "nest_to_numpy"]
+
+
+def copy_nest(x, device, non_blocking: bool, function: str = "to_device"):
+    """Every tensor in the nest ``x`` copied to ``device``, in new containers.
+
+    ``function`` names the public function for the error a non-nest gets.
+
+    Example:
+        >>> copy_nest([X], "cpu", False)
+        [tensor([1., 1.])]
+    """
+    return _walk(x, device, function, _copier(device, non_blocking), keep_unchanged=False)
+
+
+def copy_nest_if_needed(x, device, function: str = "copy_if_needed"):
+    """The nest ``x`` with the tensors that are not on ``device`` copied there; a container
+    in which nothing had to move comes back as itself.
+
+    Example:
+        >>> nest = [X]
+        >>> copy_nest_if_needed(nest, "cpu") is nest
+        True
+    """
+    return _walk(x, device, function, _copier_if_needed(device), keep_unchanged=True)
+
+
+def nest_to_numpy(x, function: str = "to_numpy"):
+    """Every tensor in the nest ``x`` copied to a host NumPy array.
+
+    Example:
+        >>> nest_to_numpy({"x": X})
+        {'x': array([1., 1.], dtype=float32)}
+    """
+    if not _tree.is_container(x):
+        raise NotATensorError.for_value(x, function)
+
+    def leaf_for(value):
+        owner = backend_for_tensor(value)
+        return None if owner is None else owner.tensor_to_numpy
+
+    return transfer.explicitly(_tree.map_nest, x, leaf_for, False)
+
+
+class _Targets:
+    """One call's target device, resolved once per backend met in the nest."""
+
+    __slots__ = ("spec", "natives")
+
+    def __init__(self, spec) -> None:
+        self.spec = spec
+        self.natives: dict = {}
+
+    def native(self, adapter):
+        found = self.natives.get(adapter)
+        if found is None:
+            found = self.natives[adapter] = adapter.target(self.spec)
+        return found
+
+
+def _copier(device, non_blocking: bool):
+    targets = _Targets(device)
+
+    def leaf_for(value):
+        adapter = backend_for_tensor(value)
+        if adapter is None:
+            return None
+        return adapter.copier(targets.native(adapter), non_blocking)
+
+    leaf_for.targets = targets
+    return leaf_for
+
+
+def _copier_if_needed(device):
+    targets = _Targets(device)
+
+    def leaf_for(value):
+        adapter = backend_for_tensor(value)
+        if adapter is None:
+            return None
+        native, same_place, copy_to = targets.native(adapter), adapter.same_place, adapter.copy_to
+        return lambda leaf: leaf if same_place(leaf, native) else copy_to(leaf, native, False)
+
+    leaf_for.targets = targets
+    return leaf_for
+
+
+def _walk(x, device, function: str, leaf_for, keep_unchanged: bool):
+    if not _tree.is_container(x):
+        raise NotATensorError.for_value(x, function)
+    result = transfer.explicitly(_tree.map_nest, x, leaf_for, keep_unchanged)
+    if not leaf_for.targets.natives:
+        get_backend().target(device)  # no tensor in the nest: the device is still checked
+    return result
+
