@@ -3,15 +3,20 @@ and optional capability modules. Adding a backend is one folder plus passing the
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
+import pathlib
 import pkgutil
 
 import pytest
 
 import devshim
+import devshim as ds
 from devshim.backends import Backend, BackendSpec, specs
+from devshim.backends.model_base import ModelPlacement
 from devshim.backends.spec import CAPABILITY_MODULES
+from devshim.guard.hooks import GuardHooks
 
 PACKAGES = [m.name for m in pkgutil.iter_modules(devshim.backends.__path__) if m.ispkg]
 OPS = ("rand", "from_numpy", "matmul", "norm", "stack", "split", "concat", "add", "item",
@@ -69,3 +74,63 @@ def test_the_ops_module_has_what_the_experiments_need(name):
     ops = spec.module("ops")
     for function in OPS + (MODEL_OPS if spec.has_module("model") else ()):
         assert hasattr(ops, function), f"{spec.package}.ops lacks {function}"
+
+
+# The optional modules' contracts: module name -> (base class, what it is for).
+CONTRACTS = {
+    "guard": (GuardHooks, "transfer-guard hooks"),
+    "model": (ModelPlacement, "model placement"),
+}
+
+
+@pytest.mark.parametrize("module_name", sorted(CONTRACTS))
+@pytest.mark.parametrize("name", PACKAGES)
+def test_optional_modules_implement_their_contract(name, module_name):
+    spec = specs()[name]
+    if not spec.has_module(module_name):
+        pytest.skip(f"{name} has no {module_name}.py")
+    if not spec.is_installed():
+        pytest.skip(f"{name} is not installed in this environment: {module_name}.py imports it")
+    base, _ = CONTRACTS[module_name]
+    module = spec.module(module_name)
+    classes = [v for v in vars(module).values() if isinstance(v, type) and issubclass(v, base)
+               and v is not base and v.__module__ == module.__name__]
+    assert len(classes) == 1, f"{module.__name__} must define exactly one {base.__name__} subclass"
+    assert not inspect.isabstract(classes[0]), f"abstract methods left: {classes[0].__abstractmethods__}"
+    found = (ds.backends.guard_hooks(name) if module_name == "guard"
+             else ds.backends.model_placement(name))
+    assert type(found) is classes[0]
+
+
+def test_the_capability_table_names_every_contract_module():
+    assert {"core", "ops"} | set(CONTRACTS) == set(CAPABILITY_MODULES.values())
+
+
+def _devshim_modules():
+    root = pathlib.Path(devshim.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        yield ".".join(path.relative_to(root.parent).with_suffix("").parts).removesuffix(".__init__"), path
+
+
+# Modules that may use the public API through `import devshim`: the layers above it.
+_ABOVE_THE_API = ("devshim.bench", "devshim.selftest", "devshim.cli", "devshim.__main__",
+                  "devshim.pytest_plugin")
+
+
+def test_nothing_below_the_public_api_reaches_it_through_the_root_package():
+    """`import devshim` then `devshim.to_device(...)` is an import of the API that
+    import-linter cannot see (the root package's names are loaded by name, on demand)."""
+    offenders = []
+    for name, path in _devshim_modules():
+        if name == "devshim" or name.startswith(_ABOVE_THE_API):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import) and any(a.name == "devshim" for a in node.names):
+                offenders.append(f"{name}:{node.lineno}")
+            elif isinstance(node, ast.ImportFrom) and node.module == "devshim" and node.level == 0:
+                root = pathlib.Path(devshim.__file__).parent
+                not_modules = [a.name for a in node.names
+                               if not (root / f"{a.name}.py").exists() and not (root / a.name).is_dir()]
+                if not_modules:
+                    offenders.append(f"{name}:{node.lineno}")
+    assert not offenders, f"import the lower module itself, not the root package: {offenders}"

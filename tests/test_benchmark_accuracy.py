@@ -85,5 +85,5 @@ def test_median_agrees_with_torch_blocked_autorange(record_property):
     )
     print(summary)
     record_property("benchmark_median_ratio", ratio)
-    warnings.warn(summary, BenchmarkAgreement)
+    warnings.warn(summary, BenchmarkAgreement, stacklevel=1)
     assert abs(ratio - 1) <= TOLERANCE, summary

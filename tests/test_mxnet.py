@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import devshim as ds
-from devshim import settings
 from helpers import run_python
 
 mx = pytest.importorskip("mxnet")

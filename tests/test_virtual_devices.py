@@ -15,7 +15,6 @@ import pytest
 import devshim as ds
 from devshim import settings
 from devshim.backends import virtual, virtual_capable_backends
-from devshim.backends.numpy.core import NumpyBackend
 from devshim.backends.torch.core import TorchBackend
 from helpers import run_python
 

@@ -30,7 +30,7 @@ def measure(fn, *args, min_run_time: float, **options):
         >>> m.median, m.iqr, m.tries, m.noisy
     """
     best = None
-    for attempt in range(1, TRIES + 1):
+    for attempt in range(1, TRIES + 1):  # noqa: B007 (read after the loop)
         m = benchmark(fn, *args, min_run_time=min_run_time, **options)
         if best is None or _share(m) < _share(best):
             best = m

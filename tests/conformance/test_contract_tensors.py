@@ -114,7 +114,7 @@ def test_gradients_flow_through_to_device_and_copy_if_needed(harness):
     if not harness.has_autograd:
         pytest.skip(f"{harness.name} has no autograd")
     for fn in (ds.to_device, ds.copy_if_needed):
-        grad = harness.grad_of_sum(lambda x: fn(x * 3.0, ds.cpu()) * 2.0, [1.0, 2.0])
+        grad = harness.grad_of_sum(lambda x, fn=fn: fn(x * 3.0, ds.cpu()) * 2.0, [1.0, 2.0])
         np.testing.assert_allclose(grad, [6.0, 6.0])
 
 

@@ -140,8 +140,8 @@ class CupyBackend(Backend):
         if isinstance(x, self.fw.ndarray):
             return self.fw
         raise UnsupportedValueError(
-            f"A Numba device array has no array module of its own. Wrap it, without copying: "
-            f"ds.array_module(cupy.asarray(x)) is cupy."
+            "A Numba device array has no array module of its own. Wrap it, without copying: "
+            "ds.array_module(cupy.asarray(x)) is cupy."
         )
 
     # ------------------------------------------------------------ waiting

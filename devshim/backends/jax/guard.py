@@ -119,7 +119,7 @@ def _install() -> None:
     _saved["_value"] = _ArrayImpl.__dict__["_value"]
     _ArrayImpl._value = _guarded_value(_saved["_value"])
     _saved["item"] = _ArrayImpl.__dict__.get("item", _MISSING)
-    _ArrayImpl.item = _guarded_item(getattr(_ArrayImpl, "item"))
+    _ArrayImpl.item = _guarded_item(_ArrayImpl.item)
 
 
 def _uninstall() -> None:

@@ -118,8 +118,8 @@ class MxnetBackend(Backend):
         if isinstance(x, mx.np.ndarray):
             return mx.np  # MXNet's NumPy-compatible front-end
         raise UnsupportedValueError(
-            f"This is a classic mx.nd.NDArray, whose functions are not NumPy's, so it has no "
-            f"array module. Use MXNet's NumPy front-end: ds.array_module(x.as_np_ndarray())."
+            "This is a classic mx.nd.NDArray, whose functions are not NumPy's, so it has no "
+            "array module. Use MXNet's NumPy front-end: ds.array_module(x.as_np_ndarray())."
         )
 
     # ------------------------------------------------------------ hooks

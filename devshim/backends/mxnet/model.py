@@ -83,11 +83,11 @@ class GluonPlacement(ModelPlacement):
 
     def place_map(self, block, natives: dict, adapter):
         raise UnsupportedPlacementError(
-            f"Gluon's forward pre-hooks cannot change a block's inputs, so devshim cannot copy them to "
-            f"each part's device for you. Split the model by hand, as Chainer's ParallelMLP does: "
-            f"ds.place_model(part, device) for each part, and in forward copy at the seams with "
-            f"x = ds.copy_if_needed(x, device) (gradients flow back across it). "
-            f"See examples/model_parallel.py."
+            "Gluon's forward pre-hooks cannot change a block's inputs, so devshim cannot copy them to "
+            "each part's device for you. Split the model by hand, as Chainer's ParallelMLP does: "
+            "ds.place_model(part, device) for each part, and in forward copy at the seams with "
+            "x = ds.copy_if_needed(x, device) (gradients flow back across it). "
+            "See examples/model_parallel.py."
         )
 
     def unplace(self, block) -> None:

@@ -171,7 +171,7 @@ class TensorflowBackend(Backend):
     def make_native_device(self, kind: str, index: int):
         # Import tensorflow now: a TFDevice made while it is unimported could not be
         # recognised by dispatch (which only asks frameworks that are loaded).
-        self.fw
+        _ = self.fw
         if kind == "meta":
             raise self._no_meta()
         if kind == "gpu":
