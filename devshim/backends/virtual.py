@@ -6,7 +6,7 @@ presents ``N`` virtual accelerators like this: host device ``0`` stays the
 CPU, and virtual ``gpu:i`` is host device ``i + 1``. So N virtual GPUs need
 ``N + 1`` host devices. (PyTorch has a single CPU device and no host devices
 to split: its virtual ``gpu:i`` is a device type of its own, ``vgpu:i``; see
-``devshim/backends/torch/_virtual.py``.)
+the ``devshim/backends/torch/_virtual`` package.)
 
 Example:
     >>> host_index(gpu_index=1)

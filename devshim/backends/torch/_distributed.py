@@ -13,7 +13,7 @@ import os
 import torch.distributed as dist
 
 from devshim import settings
-from devshim.backends.torch.core import VIRTUAL_TYPE
+from devshim.backends.torch._names import VIRTUAL_TYPE
 from devshim.errors import LauncherEnvironmentError
 
 #: Device types whose tensors only gloo reduces here: the host, and devshim's virtual GPUs

@@ -11,8 +11,8 @@ PyTorch has a single CPU device.
 Virtual GPUs (``DEVSHIM_VIRTUAL_DEVICES=N``) are torch devices of type
 ``vgpu`` (torch's out-of-tree device slot, privateuse1, renamed): virtual
 ``gpu:i`` is ``torch.device("vgpu", i)``, whose tensors keep their values in
-host memory and follow CUDA's device rules. ``_virtual.py`` implements them
-and is imported only when they are asked for.
+host memory and follow CUDA's device rules. The ``_virtual`` package implements
+them and is imported only when they are asked for.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import sys
 from devshim import settings
 from devshim.backends.base import Backend, DeviceTable
 from devshim.backends.torch import SPEC
+from devshim.backends.torch._names import VIRTUAL_TYPE
 from devshim._device import Device, register_platform
 from devshim.errors import (
     BackendError, DatalessTensorError, DeviceUnavailableError, DevshimError, InvalidDeviceError,
@@ -40,8 +41,6 @@ _ML_DTYPES = {
 # torch.accelerator.
 _FALLBACK_PLATFORMS = ("cuda", "xpu", "mps", "mtia")
 _UNKNOWN = object()
-#: The torch device type of devshim's virtual GPUs.
-VIRTUAL_TYPE = "vgpu"
 
 
 class TorchBackend(Backend):
@@ -182,7 +181,7 @@ class TorchBackend(Backend):
         return torch.device(self.accelerator_platform() or "cuda", index)
 
     def enable_virtual_devices(self, count: int) -> None:
-        """Present ``count`` virtual GPUs as torch devices ``vgpu:0`` ... (see ``_virtual.py``)."""
+        """Present ``count`` virtual GPUs as torch devices ``vgpu:0`` ... (see the ``_virtual`` package)."""
         if count != self._virtual:
             from devshim.backends.torch import _virtual
 

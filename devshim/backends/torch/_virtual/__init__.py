@@ -1,0 +1,76 @@
+"""Virtual GPUs for PyTorch: ``DEVSHIM_VIRTUAL_DEVICES=N`` on the torch backend.
+
+Imported only when virtual devices are asked for; nothing here runs otherwise.
+
+What torch sees
+    torch's open registration slot for an out-of-tree device ("privateuse1") is
+    renamed ``vgpu`` and given a device module (``torch.vgpu``), a Python device
+    guard and hooks (``torch._C._acc``), so ``torch.device("vgpu", 1)`` is a
+    device torch accepts everywhere a device goes: factories
+    (``torch.ones(2, device=...)``), ``Tensor.to``, ``Module.to``. devshim's
+    virtual ``gpu:i`` is ``vgpu:i``; no host device indices are involved (the
+    CPU is torch's one CPU, as always). torch's availability probes
+    (``torch.accelerator.is_available()``) answer False, as on the CPU machine
+    this is, so torch code that switches on them takes its CPU path.
+
+What a tensor on one is
+    a ``VirtualTensor``: a ``torch.Tensor`` subclass whose device is ``vgpu:i``
+    and whose values live in an ordinary CPU tensor (``_host``). Every ATen
+    operation on it arrives in ``VirtualTensor.__torch_dispatch__``, below
+    autograd, which checks devices the way CUDA does, runs the operation on the
+    host tensors, and wraps the results on the same virtual GPU. So autograd,
+    optimizers and ``nn.Module`` code run unchanged and compute the same numbers
+    as on the CPU. Factory calls that name a virtual GPU reach torch's
+    privateuse1 dispatch key, where a fallback kernel runs them on the CPU and
+    wraps the result. Sizes and strides are read from the host tensor
+    (``dispatch_sizes_strides_policy="sizes"``), so in-place resizes stay right.
+
+What CUDA rules are simulated
+    - tensors of two devices in one operation raise the RuntimeError CUDA raises
+      ("Expected all tensors to be on the same device, but found at least two
+      devices, vgpu:0 and vgpu:1!"); 0-dim CPU tensors mix, as on CUDA, and
+      indexing accepts CPU index tensors, as on CUDA;
+    - ``Tensor.numpy()`` and ``numpy.asarray(t)`` refuse, as on CUDA: copy first
+      (``t.cpu()``, ``ds.to_numpy(t)``); ``item()``, ``float(t)``, ``tolist()``
+      and printing read the values, as on CUDA (a sync there).
+
+Host reads and mixed-device operations pass through torch's function layer
+under their usual names (``torch.Tensor.tolist``, ``torch.Tensor.numpy``,
+``torch.Tensor.__float__``, ``torch.add``, ...), so a ``TorchFunctionMode``
+such as devshim's transfer guard sees them on virtual tensors exactly as on
+CUDA ones: the class handles its special cases in ``__torch_function__``,
+after any mode.
+
+Autograd: torch's engine keeps one worker queue per device *index* and its
+Python-registered device guard reports a single device, so backward passes run
+on the calling thread, as they do for CPU tensors: every operation on a virtual
+tensor switches autograd's multithreading off for the thread it runs in
+(``torch.autograd.set_multithreading_enabled(False)``). Values are unchanged.
+
+The package, by concern (each module imports only those listed before it):
+
+    ``count.py``         how many virtual GPUs exist; which ``vgpu:i`` a call may name
+    ``rnn.py``           GPU-only fused RNN kernels, as the same math on host tensors
+    ``reads.py``         host reads: ``tolist``, ``numpy``, printing, storage, pickling
+    ``dispatch.py``      ATen operations: CUDA's device rules, then the host kernel
+    ``tensor.py``        ``VirtualTensor``, the wrapper tensor class
+    ``registration.py``  renaming privateuse1 to ``vgpu``: device module, guard, hooks, kernels
+
+The device type's name, ``VIRTUAL_TYPE``, lives in ``devshim.backends.torch._names``,
+below this package and ``core.py`` alike.
+
+Example:
+    >>> install(2)
+    >>> x = torch.ones(2, 3, device="vgpu:1")
+    >>> (x * 2).sum().item()
+    12.0
+"""
+
+from __future__ import annotations
+
+from devshim.backends.torch._names import VIRTUAL_TYPE
+from devshim.backends.torch._virtual.count import device_count, set_count
+from devshim.backends.torch._virtual.registration import install, installed
+from devshim.backends.torch._virtual.tensor import VirtualTensor
+
+__all__ = ["install", "installed", "device_count", "set_count", "VirtualTensor", "VIRTUAL_TYPE"]

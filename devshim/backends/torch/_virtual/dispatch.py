@@ -1,0 +1,260 @@
+"""Running ATen operations on virtual tensors: CUDA's device rules, then the host kernel.
+
+Every ATen operation on a virtual tensor arrives here (from
+``VirtualTensor.__torch_dispatch__``, or from the PrivateUse1 kernels ``registration.py``
+installs), below autograd. ``run`` checks devices the way CUDA does, runs the operation on
+the host tensors, and wraps the results on the same virtual GPU. The tensor class is
+passed in (``cls``, as torch passes it to ``__torch_dispatch__``), so this module sits
+below ``tensor.py``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from devshim.backends.torch._names import VIRTUAL_TYPE
+from devshim.backends.torch._virtual.count import is_virtual_type as _is_virtual_type
+from devshim.backends.torch._virtual.count import target as _target
+from devshim.backends.torch._virtual.rnn import HOST_KERNELS as _HOST_KERNELS
+from devshim.errors import DeviceMismatchError
+
+__all__ = ["run", "backend_kernel", "single_threaded_autograd"]
+
+_aten = torch.ops.aten
+_CPU = torch.device("cpu")
+
+def single_threaded_autograd() -> None:
+    # See the package docstring: torch's engine has one queue for the single device the
+    # Python guard reports, so a backward pass over vgpu:1 must run on the calling thread.
+    # Checked on every call, not once per thread: while it runs a node, the engine puts
+    # back the thread state captured when the backward pass began, and the node that
+    # hands gradients to a virtual GPU is the one that must see the switch.
+    if _multithreading_enabled():
+        _set_multithreading_enabled(False)
+
+
+_multithreading_enabled = torch._C._is_multithreading_enabled
+_set_multithreading_enabled = torch._C._set_multithreading_enabled
+
+
+# Metadata queries (dispatch_sizes_strides_policy="sizes"): answered from the host tensor.
+_METADATA = {
+    _aten.dim.default: lambda h: h.dim(),
+    _aten.sym_size.default: lambda h: h.size(),
+    _aten.sym_stride.default: lambda h: h.stride(),
+    _aten.sym_storage_offset.default: lambda h: h.storage_offset(),
+    _aten.sym_numel.default: lambda h: h.numel(),
+    _aten.is_contiguous.default: lambda h: h.is_contiguous(),
+    _aten.is_contiguous.memory_format: lambda h, mf: h.is_contiguous(memory_format=mf),
+    _aten.is_strides_like_format.default: lambda h, mf: _aten.is_strides_like_format.default(h, mf),
+    _aten.is_non_overlapping_and_dense.default: lambda h: _aten.is_non_overlapping_and_dense.default(h),
+}
+
+# Operations that take tensors of any devices: copies, and a comparison of shapes.
+_ANY_DEVICE = frozenset(op for op in (
+    _aten.copy_.default, _aten._copy_from.default, _aten._copy_from_and_resize.default,
+    _aten._to_copy.default, _aten.is_same_size.default,
+))
+
+# Arguments CUDA kernels take from the CPU (of any shape): index tensors, CTC lengths, and
+# the batch sizes of packed sequences. Anywhere else they must match the other tensors.
+_HOST_ARGUMENT_NAMES = {
+    **dict.fromkeys(("index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index",
+                     "_unsafe_index_put"), frozenset({"indices"})),
+    **dict.fromkeys(("ctc_loss", "_ctc_loss", "_ctc_loss_backward"),
+                    frozenset({"input_lengths", "target_lengths"})),
+    "_pack_padded_sequence": frozenset({"lengths"}),
+    **dict.fromkeys(("_pack_padded_sequence_backward", "_pad_packed_sequence", "lstm", "gru",
+                     "rnn_tanh", "rnn_relu"), frozenset({"batch_sizes"})),
+}
+_host_arguments: dict = {}
+
+
+def _host_argument_positions(func):
+    """Positions and names of ``func``'s arguments that may stay on the CPU, or None."""
+    try:
+        return _host_arguments[func]
+    except KeyError:
+        pass
+    names = _HOST_ARGUMENT_NAMES.get(func.__name__.split(".")[0])
+    found = None
+    if names:
+        positions = {i for i, arg in enumerate(func._schema.arguments) if arg.name in names}
+        found = (frozenset(positions), names) if positions else None
+    _host_arguments[func] = found
+    return found
+
+
+def _unwrap(cls, value, seen: list, host_ok: bool = False):
+    """``value`` with virtual tensors replaced by their host tensors; the device of every
+    tensor that must agree with the others goes into ``seen``. CPU tensors agree with
+    everything when they are 0-dim (as on CUDA) or ``host_ok`` (an argument CUDA reads
+    from the CPU)."""
+    if isinstance(value, cls):
+        seen.append(value.device)
+        return value._host
+    if isinstance(value, torch.Tensor):
+        if value.device.type != "cpu" or not (host_ok or value.dim() == 0):
+            seen.append(value.device)
+        return value
+    if type(value) is list or type(value) is tuple:
+        return type(value)([_unwrap(cls, item, seen, host_ok) for item in value])
+    return value
+
+
+def _has_virtual(cls, values) -> bool:
+    for value in values:
+        if isinstance(value, cls):
+            return True
+        if (type(value) is list or type(value) is tuple) and _has_virtual(cls, value):
+            return True
+    return False
+
+
+def _mismatch(func, first, other) -> DeviceMismatchError:
+    if _is_virtual_type(other) and not _is_virtual_type(first):
+        first, other = other, first
+    return DeviceMismatchError(
+        f"Expected all tensors to be on the same device, but found at least two devices, "
+        f"{first} and {other}! ({func} got tensors on both; {first} is a devshim virtual GPU, "
+        f"which refuses mixed devices as CUDA does. Copy one side first, e.g. "
+        f"ds.to_device(t, {str(first)!r}) or t.to({str(first)!r}).)"
+    )
+
+
+def run(cls, func, args, kwargs):
+    """Run ATen operation ``func`` on the host tensors behind ``args`` (``cls`` instances are
+    virtual tensors), with CUDA's device rules."""
+    single_threaded_autograd()
+    metadata = _METADATA.get(func)
+    if metadata is not None:
+        return metadata(args[0]._host, *args[1:])
+
+    if func.__name__.startswith("_foreach_"):
+        return _dispatch_foreach(cls, func, args, kwargs)
+    seen: list = []
+    host_arguments = _host_argument_positions(func)
+    if host_arguments is None:
+        host_args = [_unwrap(cls, arg, seen) for arg in args]
+        host_kwargs = {name: _unwrap(cls, value, seen) for name, value in kwargs.items()}
+    else:
+        positions, names = host_arguments
+        host_args = [_unwrap(cls, arg, seen, i in positions) for i, arg in enumerate(args)]
+        host_kwargs = {name: _unwrap(cls, value, seen, name in names) for name, value in kwargs.items()}
+
+    if func not in _ANY_DEVICE and seen:
+        first = seen[0]
+        for device in seen:
+            if device != first:
+                raise _mismatch(func, first, device)
+
+    # Where the result goes: device= when given, else where the (virtual) inputs are.
+    out = None
+    asked = host_kwargs.get("device")
+    if asked is not None:
+        target = _target(asked)
+        if _is_virtual_type(target):
+            host_kwargs["device"] = _CPU
+            out = target
+    else:
+        for device in seen:
+            if _is_virtual_type(device):
+                out = device
+                break
+        else:
+            for value in (*args, *kwargs.values()):
+                if isinstance(value, cls):
+                    out = value.device
+                    break
+
+    result = _HOST_KERNELS.get(func, func)(*host_args, **host_kwargs)
+    if out is None:
+        return result
+    aliases = _write_aliases(func)
+    if aliases is None:
+        return _wrap(cls, result, out)
+    # In-place and out= operations return their (already updated) argument itself.
+    returned = [_argument(args, kwargs, where) if where is not None else _wrap(cls, value, out)
+                for where, value in zip(aliases, result if len(aliases) > 1 else (result,))]
+    return returned[0] if len(aliases) == 1 else tuple(returned)
+
+
+def _dispatch_foreach(cls, func, args, kwargs):
+    """``torch._foreach_*``: CUDA's rule holds per position (the i-th tensors of every list,
+    and any single tensor argument, share a device), and each result lands on its position's device."""
+    values = (*args, *kwargs.values())
+    lists = [v for v in values if (type(v) is list or type(v) is tuple) and _has_tensor(v)]
+    singles = [v for v in values if isinstance(v, torch.Tensor)]
+    places = []
+    for position in range(len(lists[0]) if lists else 0):
+        seen: list = []
+        for value in (*(items[position] for items in lists), *singles):
+            _unwrap(cls, value, seen)
+        for device in seen:
+            if device != seen[0]:
+                raise _mismatch(func, seen[0], device)
+        places.append(next((device for device in seen if _is_virtual_type(device)), None))
+    ignored: list = []
+    result = func(*[_unwrap(cls, arg, ignored) for arg in args],
+                  **{name: _unwrap(cls, value, ignored) for name, value in kwargs.items()})
+    if type(result) is list or type(result) is tuple:  # in-place forms return nothing
+        return type(result)([cls(item, place) if place is not None else item
+                             for item, place in zip(result, places)])
+    return result
+
+
+def _has_tensor(values) -> bool:
+    return any(isinstance(value, torch.Tensor) for value in values)
+
+
+def _argument(args, kwargs, where):
+    position, name = where
+    return args[position] if position < len(args) else kwargs[name]
+
+
+def _wrap(cls, value, device):
+    if isinstance(value, torch.Tensor):
+        return cls(value, device)
+    if type(value) is list or type(value) is tuple:
+        return type(value)([_wrap(cls, item, device) for item in value])
+    return value
+
+
+_ALIASES: dict = {}
+
+
+def _write_aliases(func):
+    """For each return of ``func``: ``(position, name)`` of the argument it is (``a!``), or
+    None; None for the whole when no return is a mutated argument."""
+    try:
+        return _ALIASES[func]
+    except KeyError:
+        pass
+    schema = func._schema
+    found = []
+    for ret in schema.returns:
+        info = ret.alias_info
+        where = None
+        if info is not None and info.is_write:
+            for position, arg in enumerate(schema.arguments):
+                ainfo = arg.alias_info
+                if ainfo is not None and ainfo.is_write and set(ainfo.before_set) & set(info.before_set):
+                    where = (position, arg.name)
+                    break
+        found.append(where)
+    result = tuple(found) if any(where is not None for where in found) else None
+    _ALIASES[func] = result
+    return result
+
+
+
+def backend_kernel(cls, op, *args, **kwargs):
+    """The PrivateUse1 kernel: factories asked for a virtual GPU run on the CPU; operations
+    that arrive here with virtual tensors run as ``__torch_dispatch__`` would run them."""
+    single_threaded_autograd()
+    if _has_virtual(cls, args) or _has_virtual(cls, kwargs.values()):
+        return run(cls, op, args, kwargs)
+    target = _target(kwargs.get("device") or VIRTUAL_TYPE)
+    kwargs = dict(kwargs)
+    kwargs["device"] = _CPU
+    return _wrap(cls, op(*args, **kwargs), target)

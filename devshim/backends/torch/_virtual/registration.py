@@ -1,0 +1,190 @@
+"""Registering the ``vgpu`` device with torch, once per process.
+
+torch's open registration slot for an out-of-tree device ("privateuse1") is renamed
+``vgpu`` and given a device module (``torch.vgpu``), a Python device guard and hooks
+(``torch._C._acc``); PrivateUse1 kernels run factories that name a virtual GPU on the
+CPU and wrap the result. ``install(count)`` does it (once) and sets how many exist.
+
+Example:
+    >>> install(2)
+    >>> torch.vgpu.device_count()
+    2
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+
+import torch
+
+from devshim import settings
+from devshim.backends.torch._names import VIRTUAL_TYPE
+from devshim.backends.torch._virtual import count as _counter
+from devshim.backends.torch._virtual.dispatch import backend_kernel
+from devshim.backends.torch._virtual.tensor import VirtualTensor
+from devshim.errors import BackendError
+
+__all__ = ["install", "installed"]
+
+_aten = torch.ops.aten
+_lock = threading.Lock()
+_installed = False
+_keep: list = []    # registrations that must live as long as the process
+device_count = _counter.device_count
+
+
+def _backend_kernel(op, *args, **kwargs):
+    """The PrivateUse1 kernel: factories on the CPU, operations on virtual tensors as dispatched."""
+    return backend_kernel(VirtualTensor, op, *args, **kwargs)
+
+
+def installed() -> bool:
+    """Whether this process has the ``vgpu`` device (it stays once installed).
+
+    Example:
+        >>> installed()
+        True
+    """
+    return _installed
+
+
+def install(count: int) -> None:
+    """Present ``count`` virtual GPUs to torch as ``vgpu:0`` ... ``vgpu:{count-1}``.
+
+    The first call registers the ``vgpu`` device with torch (once per process:
+    torch cannot unregister it); later calls only change the count.
+
+    Example:
+        >>> install(2)
+        >>> torch.vgpu.device_count()
+        2
+    """
+    global _installed
+    with _lock:
+        if not _installed:
+            _register()
+            _installed = True
+        _counter.set_count(count)
+    from devshim._device import register_platform
+
+    register_platform(VIRTUAL_TYPE)  # so "vgpu:1" reads as a spec
+
+
+def _refuse(reason: str) -> BackendError:
+    return BackendError(
+        f"devshim cannot present virtual GPUs on this torch ({torch.__version__}): {reason}. "
+        f"Unset {settings.VIRTUAL_DEVICES_VAR}, or use a torch release that has it (2.13 does)."
+    )
+
+
+def _register() -> None:
+    acc = getattr(torch._C, "_acc", None)
+    if acc is None or not hasattr(acc, "register_python_privateuseone_device_guard"):
+        raise _refuse("it has no Python-registrable device guard (torch._C._acc)")
+    if not hasattr(torch.library.Library, "fallback"):
+        raise _refuse("torch.library.Library has no fallback()")
+    taken = torch._C._get_privateuse1_backend_name()
+    if taken != "privateuseone":
+        raise BackendError(
+            f"torch's slot for an out-of-tree device (privateuse1) is already taken by {taken!r}, "
+            f"so devshim cannot add its virtual GPUs to this process. Unset "
+            f"{settings.VIRTUAL_DEVICES_VAR} here, or run the tests without the {taken!r} plug-in."
+        )
+
+    class Hooks(acc.PrivateUse1Hooks):
+        def is_available(self) -> bool:
+            # torch's availability probes (this, and torch.vgpu.is_available(), which
+            # torch.accelerator.is_available() asks) answer False, as on the CPU machine this
+            # is: torch code that switches on them (DataLoader pinning, synchronising in
+            # torch.utils.benchmark, streams, distributed) then takes its CPU path instead of
+            # asking a Python-defined device for what it cannot give (pinned memory, streams).
+            return False
+
+        def has_primary_context(self, index) -> bool:
+            return True
+
+        def is_built(self) -> bool:
+            return True
+
+    class Guard(acc.DeviceGuard):
+        def type_(self):
+            return torch._C._autograd.DeviceType.PrivateUse1
+
+    hooks, guard = Hooks(), Guard()
+    torch.utils.rename_privateuse1_backend(VIRTUAL_TYPE)
+    torch._register_device_module(VIRTUAL_TYPE, _device_module())
+    torch.utils.generate_methods_for_privateuse1_backend()   # Tensor.vgpu(), Module.vgpu(), is_vgpu
+    if not acc.register_python_privateuseone_hook(hooks):
+        raise _refuse("another privateuse1 hook is registered already")
+    if not acc.register_python_privateuseone_device_guard(guard):
+        raise _refuse("another privateuse1 device guard is registered already")
+
+    # Factories naming a virtual GPU reach the PrivateUse1 key with no tensor to dispatch
+    # on; the fallback runs them on the CPU. Operations that reach the key *with* virtual
+    # tensors (while torch switches Python dispatch off, as torch.tensor(..., device=)
+    # does for its copy) need per-operator kernels: Python fallbacks are not consulted then.
+    fallback = torch.library.Library("_", "IMPL")
+    fallback.fallback(_backend_kernel, "PrivateUse1")
+    kernels = torch.library.Library("aten", "IMPL")
+    for name in ("copy_", "_copy_from", "_copy_from_and_resize", "_to_copy", "lift_fresh",
+                 "detach", "alias", "view", "_local_scalar_dense", "fill_.Scalar", "zero_",
+                 "empty.memory_format", "empty_strided"):
+        op = _overload(name)
+        kernels.impl(name, _kernel_for(op), "PrivateUse1")
+    _keep.extend([hooks, guard, fallback, kernels])
+
+
+def _overload(name: str):
+    packet, _, overload = name.partition(".")
+    return getattr(getattr(_aten, packet), overload or "default")
+
+
+def _kernel_for(op):
+    def kernel(*args, **kwargs):
+        return _backend_kernel(op, *args, **kwargs)
+
+    return kernel
+
+
+def _device_module() -> types.ModuleType:
+    """``torch.vgpu``: what torch and user code ask a device module."""
+    module = types.ModuleType(
+        f"torch.{VIRTUAL_TYPE}",
+        "devshim's virtual GPUs (DEVSHIM_VIRTUAL_DEVICES). Values live in host memory; "
+        "random numbers come from the CPU generator (torch.manual_seed seeds it).",
+    )
+
+    def is_available() -> bool:
+        """False, as the hooks say: torch.accelerator.is_available() asks this (see _register)."""
+        return False
+
+    def is_initialized() -> bool:
+        return True
+
+    def current_device() -> int:
+        return 0
+
+    def synchronize(device=None) -> None:
+        """Nothing to wait for: virtual GPUs compute synchronously on the host."""
+
+    def manual_seed(seed) -> None:
+        """Random numbers on virtual GPUs come from the CPU generator: seed it with torch.manual_seed."""
+
+    def get_amp_supported_dtype() -> list:
+        """None: mixed precision is not simulated, so torch.autocast("vgpu") warns that it is
+        disabling itself and code runs in full precision (torch asks this even of disabled
+        autocast contexts, as checkpointing opens)."""
+        return []
+
+    module.is_available = is_available
+    module.is_initialized = is_initialized
+    module.device_count = device_count
+    module.current_device = current_device
+    module.synchronize = synchronize
+    module.manual_seed = manual_seed
+    module.manual_seed_all = manual_seed
+    module.get_amp_supported_dtype = get_amp_supported_dtype
+    module._is_in_bad_fork = lambda: False
+    return module
+
