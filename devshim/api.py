@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from devshim import _tree, transfer
 from devshim.backends.dispatch import (
-    COPY, COPY_IF_NEEDED, DEVICE_OF, DEVICE_TABLE, backend_for_tensor, learn_type,
+    COPY, COPY_IF_NEEDED, DEVICE_BY_ATTRIBUTE, DEVICE_OF, DEVICE_TABLE, backend_for_tensor, learn_type,
 )
 from devshim.backends.nests import copy_nest, copy_nest_if_needed, nest_to_numpy
 from devshim.backends.selection import get_backend
@@ -120,8 +120,9 @@ def device(spec, *, backend=None):
 # Bound once: the hot paths look up one global, not a global and an attribute.
 _device_table_for = DEVICE_TABLE.get
 _device_of_for = DEVICE_OF.get
-_copy_for = COPY.get
-_copy_if_needed_for = COPY_IF_NEEDED.get
+_by_device_attribute = DEVICE_BY_ATTRIBUTE
+_copy_fns = COPY
+_copy_if_needed_fns = COPY_IF_NEEDED
 
 
 def device_of(x):
@@ -131,6 +132,11 @@ def device_of(x):
         >>> str(ds.device_of(torch.ones(2)))
         'cpu:0'
     """
+    # Most frameworks' tensors say where they are in `x.device`: two subscripts, no call.
+    try:
+        return _by_device_attribute[type(x)][x.device]
+    except (KeyError, AttributeError, TypeError):  # a type or device not seen yet, and the like
+        pass
     # One lookup when the tensor's backend keeps a DeviceTable: no call into the backend.
     table = _device_table_for(type(x))
     if table is not None:
@@ -158,7 +164,10 @@ def to_device(x, device, *, non_blocking: bool = False):
         >>> Z = ds.to_device(X, ds.try_gpu(1))
         >>> batch = ds.to_device({"x": X, "y": Y}, "gpu")
     """
-    fn = _copy_for(type(x))
+    try:
+        fn = _copy_fns[type(x)]
+    except KeyError:  # a nest, or a type not seen yet
+        fn = None
     if fn is not None:
         return fn(x, device, non_blocking)
     if learn_type(x) is not None:
@@ -170,14 +179,17 @@ def copy_if_needed(x, device):
     """``x`` itself when it already lives on ``device``, else ``to_device(x, device)``.
 
     For nests, only the tensors that are elsewhere are copied, and a container
-    in which nothing had to move comes back as itself.
+    in which nothing had to be copied comes back as itself.
 
     Example:
         >>> Z2 = ds.copy_if_needed(Z, ds.try_gpu(1))
         >>> Z2 is Z   # Z was already there
         True
     """
-    fn = _copy_if_needed_for(type(x))
+    try:
+        fn = _copy_if_needed_fns[type(x)]
+    except KeyError:  # a nest, or a type not seen yet
+        fn = None
     if fn is not None:
         return fn(x, device)
     if learn_type(x) is not None:
@@ -241,6 +253,6 @@ def ensure_same_device(*xs):
     strays = [where for where, dev in placed if dev != first]
     raise DeviceMismatchError(
         f"Tensors are on different devices: {listing}. Copy explicitly before combining "
-        f"them, e.g. ds.copy_if_needed(<{strays[0]}>, ds.device('{first}')) moves "
+        f"them, e.g. ds.copy_if_needed(<{strays[0]}>, ds.device('{first}')) copies "
         f"{strays[0]} to {first}."
     )

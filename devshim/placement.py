@@ -40,7 +40,7 @@ def _model_module(net):
     raise NotAModelError(
         f"{type(net).__module__}.{type(net).__qualname__} is not a model devshim can place. It places "
         f"the models of these backends: {', '.join(can)} (a torch nn.Module, a Gluon Block, a Keras "
-        f"model). To move tensors, use ds.to_device or ds.copy_if_needed."
+        f"model). To copy tensors, use ds.to_device or ds.copy_if_needed."
     )
 
 

@@ -20,7 +20,7 @@ from devshim.guard.hooks import GuardHooks
 
 PACKAGES = [m.name for m in pkgutil.iter_modules(devshim.backends.__path__) if m.ispkg]
 OPS = ("rand", "from_numpy", "matmul", "norm", "stack", "split", "concat", "add", "item",
-       "native_copy", "native_move", "native_device_of")
+       "native_calls", "native_copy_dict", "native_copy_lists")
 # What devshim selftest's placement checks need from a backend that places models.
 MODEL_OPS = ("small_model", "forward")
 

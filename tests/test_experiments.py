@@ -126,7 +126,7 @@ def test_transfer_measures_both_directions_per_size(harness):
 def test_overhead_compares_devshim_with_the_native_call(harness):
     rows = run["overhead"](min_run_time=0.002, rounds=1)
     assert [r["operation"] for r in rows] == [
-        "device_of", "copy_if_needed (no move)", "to_device 64 B", "to_device 1 MiB",
+        "device_of", "copy_if_needed (no copy)", "to_device 64 B", "to_device 1 MiB",
         "to_device nest of 8", "to_device dict of 1000",
     ]
     for row in rows:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from devshim.backends.base import Backend
 from devshim.backends.dispatch import (
-    COPY, COPY_IF_NEEDED, DEVICE_OF, DEVICE_TABLE, backend_for_tensor, forget_types, learn_type,
+    COPY, COPY_IF_NEEDED, DEVICE_BY_ATTRIBUTE, DEVICE_OF, DEVICE_TABLE, backend_for_tensor, forget_types, learn_type,
 )
 from devshim.backends.registry import (
     accelerator_partner, available_backends, backend_names, canonical_name, describe_native_device,
@@ -44,5 +44,5 @@ __all__ = [
     "reset_backend", "selection_reason",
     "backend_for_tensor", "describe_native_device", "native_for", "virtual_capable_backends",
     "accelerator_partner", "guard_hooks", "model_placement",
-    "DEVICE_TABLE", "DEVICE_OF", "COPY", "COPY_IF_NEEDED", "learn_type", "forget_types",
+    "DEVICE_TABLE", "DEVICE_BY_ATTRIBUTE", "DEVICE_OF", "COPY", "COPY_IF_NEEDED", "learn_type", "forget_types",
 ]

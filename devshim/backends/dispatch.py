@@ -18,7 +18,7 @@ from devshim.backends import registry
 
 __all__ = [
     "backend_for_tensor", "learn_type", "forget_types",
-    "DEVICE_TABLE", "DEVICE_OF", "COPY", "COPY_IF_NEEDED",
+    "DEVICE_TABLE", "DEVICE_BY_ATTRIBUTE", "DEVICE_OF", "COPY", "COPY_IF_NEEDED",
 ]
 
 # Concrete type -> owning adapter, or None for "not a tensor". A framework's tensor
@@ -29,6 +29,9 @@ _type_owner: dict = {}
 #: ``DEVICE_TABLE[t]`` (a DeviceTable, for backends that have one), ``DEVICE_OF[t](x)``,
 #: ``COPY[t](x, spec, non_blocking)``, ``COPY_IF_NEEDED[t](x, spec)``.
 DEVICE_TABLE: dict = {}
+#: The DeviceTables keyed by ``x.device`` itself (torch, TensorFlow, JAX, CuPy, NumPy 2): ``device_of``
+#: reads them with two subscripts and no call.
+DEVICE_BY_ATTRIBUTE: dict = {}
 DEVICE_OF: dict = {}
 COPY: dict = {}
 COPY_IF_NEEDED: dict = {}
@@ -70,6 +73,8 @@ def learn_type(x):
         table = adapter.device_table()
         if table is not None:
             DEVICE_TABLE[kind] = table
+            if table.attr == "device":
+                DEVICE_BY_ATTRIBUTE[kind] = table
         DEVICE_OF[kind] = adapter.device_of_fn()
         COPY[kind] = adapter.copy_fn()
         COPY_IF_NEEDED[kind] = adapter.copy_if_needed_fn()
@@ -84,6 +89,7 @@ def forget_types() -> None:
     """
     _type_owner.clear()
     DEVICE_TABLE.clear()
+    DEVICE_BY_ATTRIBUTE.clear()
     DEVICE_OF.clear()
     COPY.clear()
     COPY_IF_NEEDED.clear()

@@ -35,7 +35,7 @@ def copy_nest(x, device, non_blocking: bool, function: str = "to_device"):
 
 def copy_nest_if_needed(x, device, function: str = "copy_if_needed"):
     """The nest ``x`` with the tensors that are not on ``device`` copied there; a container
-    in which nothing had to move comes back as itself.
+    in which nothing had to be copied comes back as itself.
 
     Example:
         >>> nest = [X]

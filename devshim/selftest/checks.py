@@ -208,7 +208,7 @@ def tensors_land(ctx: Context, native):
 
 @check("to_device and copy_if_needed", "conformance",
        "to_device returns a new tensor even when already there; copy_if_needed returns the same "
-       "tensor (and the same container) when nothing moves", per="device", needs=("ops",))
+       "tensor (and the same container) when nothing has to be copied", per="device", needs=("ops",))
 def copies(ctx: Context, native):
     x = ctx.tensor(VALUES, native)
     where = ctx.describe(native)
@@ -307,7 +307,7 @@ def host_and_device(ctx: Context, gpu):
 
 
 @check("GPU to GPU", "conformance",
-       "copies between two GPUs land on the target with their values; copy_if_needed moves only "
+       "copies between two GPUs land on the target with their values; copy_if_needed copies only "
        "what is elsewhere", per="pair", needs=("ops",))
 def gpu_to_gpu(ctx: Context, first, second):
     x, y = ctx.tensor(VALUES, first), ctx.tensor(VALUES * 3, second)
@@ -317,7 +317,7 @@ def gpu_to_gpu(ctx: Context, first, second):
     moved = ds.copy_if_needed({"x": x, "y": y}, second)
     expect(moved["y"] is y, "copy_if_needed copied a tensor already on the target GPU")
     expect(moved["x"] is not x and ds.device_of(moved["x"]) == ctx.describe(second),
-           "copy_if_needed did not move the tensor on the other GPU")
+           "copy_if_needed did not copy the tensor on the other GPU")
     expect(_same_values(ds.to_numpy(ctx.ops.add(y, z)), VALUES * 4), "Y + Z on one GPU gave wrong values")
 
 
@@ -466,7 +466,7 @@ def place_model(ctx: Context, native):
 
 
 @check("data-parallel helpers", "placement",
-       "replicate, split_batch and allreduce over try_all_gpus() move data only explicitly (no "
+       "replicate, split_batch and allreduce over try_all_gpus() copy data only explicitly (no "
        "implicit transfer under disallow) and put each piece on its device", needs=("ops", "model"))
 def data_parallel(ctx: Context):
     devices = ds.try_all_gpus()

@@ -64,19 +64,43 @@ def from_numpy(values, device):
 
 
 # CuPy's own spelling of devshim's calls: the overhead experiment's baselines.
-def native_copy(x, device):
+
+
+def _copy_on(x, device):
     if isinstance(device, str):
         return x.get()
     with device:
         return cupy.array(x, copy=True)
 
 
-def native_move(x, device):
+def _asarray_on(x, device):
     if isinstance(device, str):
         return cupy.asnumpy(x)
     with device:
         return cupy.asarray(x)  # x itself when it is on this device already
 
 
-def native_device_of(x):
-    return x.device
+def native_calls(x, device) -> dict:
+    """What a user writes without devshim, as the timed callables of ``devshim bench overhead``:
+    ``device_of``, ``copy_if_needed`` and ``to_device`` of ``x`` to ``device``, each the
+    framework's own expression written inline (no helper call in the baseline).
+
+    Example:
+        >>> native_calls(x, device)["device_of"]()
+        <CUDA Device 0>
+    """
+    return {
+        "device_of": lambda: x.device,
+        "copy_if_needed": lambda: _asarray_on(x, device),
+        "to_device": lambda: _copy_on(x, device),
+    }
+
+
+def native_copy_dict(leaves: dict, device) -> dict:
+    """``{key: copy of value on device}`` as a user writes it: a dict comprehension."""
+    return {key: _copy_on(value, device) for key, value in leaves.items()}
+
+
+def native_copy_lists(nest: dict, device) -> dict:
+    """``{key: [copies on device]}`` for a dict of lists of tensors, written out by hand."""
+    return {key: [_copy_on(value, device) for value in values] for key, values in nest.items()}

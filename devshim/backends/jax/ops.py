@@ -68,19 +68,29 @@ def forward(params, x):
 
 
 # The framework's own spelling of devshim's calls: the overhead experiment's baselines.
-def native_copy(x, device):
-    return jax.device_put(x, device, may_alias=False)
 
 
-def native_move(x, device):
-    return jax.device_put(x, device)
+def native_calls(x, device) -> dict:
+    """What a user writes without devshim, as the timed callables of ``devshim bench overhead``:
+    ``device_of``, ``copy_if_needed`` and ``to_device`` of ``x`` to ``device``, each the
+    framework's own expression written inline (no helper call in the baseline).
+
+    Example:
+        >>> native_calls(x, device)["device_of"]()
+        CpuDevice(id=0)
+    """
+    return {
+        "device_of": (lambda: x.device) if hasattr(x, "device") else (lambda: x.devices()),
+        "copy_if_needed": lambda: jax.device_put(x, device),
+        "to_device": lambda: jax.device_put(x, device, may_alias=False),
+    }
 
 
-def native_device_of(x):
-    return x.device  # JAX 0.4.31 and later; older JAX has only x.devices()
+def native_copy_dict(leaves: dict, device) -> dict:
+    """``{key: copy of value on device}`` as a user writes it: a dict comprehension."""
+    return {key: jax.device_put(value, device, may_alias=False) for key, value in leaves.items()}
 
 
-if not hasattr(jax.Array, "device"):
-    def native_device_of(x):  # noqa: F811
-        (device,) = x.devices()
-        return device
+def native_copy_lists(nest: dict, device) -> dict:
+    """``{key: [copies on device]}`` for a dict of lists of tensors, written out by hand."""
+    return {key: [jax.device_put(value, device, may_alias=False) for value in values] for key, values in nest.items()}

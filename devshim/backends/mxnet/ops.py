@@ -73,13 +73,29 @@ def forward(model, x):
 
 
 # The framework's own spelling of devshim's calls: the overhead experiment's baselines.
-def native_copy(x, device):
-    return x.copyto(device)
 
 
-def native_move(x, device):
-    return x.as_in_context(device)
+def native_calls(x, device) -> dict:
+    """What a user writes without devshim, as the timed callables of ``devshim bench overhead``:
+    ``device_of``, ``copy_if_needed`` and ``to_device`` of ``x`` to ``device``, each the
+    framework's own expression written inline (no helper call in the baseline).
+
+    Example:
+        >>> native_calls(x, device)["device_of"]()
+        cpu(0)
+    """
+    return {
+        "device_of": lambda: x.ctx,
+        "copy_if_needed": lambda: x.as_in_context(device),
+        "to_device": lambda: x.copyto(device),
+    }
 
 
-def native_device_of(x):
-    return x.ctx
+def native_copy_dict(leaves: dict, device) -> dict:
+    """``{key: copy of value on device}`` as a user writes it: a dict comprehension."""
+    return {key: value.copyto(device) for key, value in leaves.items()}
+
+
+def native_copy_lists(nest: dict, device) -> dict:
+    """``{key: [copies on device]}`` for a dict of lists of tensors, written out by hand."""
+    return {key: [value.copyto(device) for value in values] for key, values in nest.items()}

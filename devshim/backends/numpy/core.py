@@ -40,10 +40,18 @@ class NumpyBackend(Backend):
 
     def __init__(self) -> None:
         super().__init__()
-        self._by_class = DeviceTable("__class__")  # every array type -> the host
+        self._table = None  # made once NumPy is imported: its arrays say "cpu" in .device (NumPy 2)
 
     def device_table(self):
-        return self._by_class
+        table = self._table
+        if table is None:
+            if hasattr(self.fw.ndarray, "device"):  # NumPy 2: arrays and scalars say "cpu"
+                table = DeviceTable("device")
+                table[HOST] = _CPU
+            else:  # NumPy 1 has no device query: every array type is on the host
+                table = DeviceTable("__class__")
+            self._table = table
+        return table
 
     def is_tensor(self, x) -> bool:
         np = self.fw
@@ -69,7 +77,9 @@ class NumpyBackend(Backend):
         return _CPU
 
     def tensor_device(self, x) -> Device:
-        self._by_class[type(x)] = _CPU
+        table = self.device_table()
+        if table.attr == "__class__":
+            table[type(x)] = _CPU
         return _CPU
 
     def same_place(self, x, native) -> bool:

@@ -46,13 +46,29 @@ def from_numpy(values, device):
 
 
 # The framework's own spelling of devshim's calls: the overhead experiment's baselines.
-def native_copy(x, device):
-    return x.copy()
 
 
-def native_move(x, device):
-    return np.asarray(x)
+def native_calls(x, device) -> dict:
+    """What a user writes without devshim, as the timed callables of ``devshim bench overhead``:
+    ``device_of``, ``copy_if_needed`` and ``to_device`` of ``x`` to ``device``, each the
+    framework's own expression written inline (no helper call in the baseline).
+
+    Example:
+        >>> native_calls(x, device)["device_of"]()
+        'cpu'
+    """
+    return {
+        "device_of": (lambda: x.device) if hasattr(x, "device") else None,  # NumPy 1 has none
+        "copy_if_needed": lambda: np.asarray(x),
+        "to_device": lambda: x.copy(),
+    }
 
 
-# NumPy 2 arrays have .device ("cpu"); NumPy 1 has no device query at all.
-native_device_of = (lambda x: x.device) if hasattr(np.ndarray, "device") else None
+def native_copy_dict(leaves: dict, device) -> dict:
+    """``{key: copy of value on device}`` as a user writes it: a dict comprehension."""
+    return {key: value.copy() for key, value in leaves.items()}
+
+
+def native_copy_lists(nest: dict, device) -> dict:
+    """``{key: [copies on device]}`` for a dict of lists of tensors, written out by hand."""
+    return {key: [value.copy() for value in values] for key, values in nest.items()}

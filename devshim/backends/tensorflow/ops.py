@@ -89,13 +89,34 @@ def forward(model, x):
 
 # The framework's own spelling of devshim's calls: the overhead experiment's baselines.
 # TensorFlow has no "copy only if needed": identity under a scope is the idiom for both.
-def native_copy(x, device):
-    with _scope(device):
+
+
+def _identity_under(x, device):
+    with _scope(device):  # TensorFlow's way to a device: an op under its scope
         return tf.identity(x)
 
 
-native_move = native_copy
+def native_calls(x, device) -> dict:
+    """What a user writes without devshim, as the timed callables of ``devshim bench overhead``:
+    ``device_of``, ``copy_if_needed`` and ``to_device`` of ``x`` to ``device``, each the
+    framework's own expression written inline (no helper call in the baseline).
+
+    Example:
+        >>> native_calls(x, device)["device_of"]()
+        '/job:localhost/replica:0/task:0/device:CPU:0'
+    """
+    return {
+        "device_of": lambda: x.device,
+        "copy_if_needed": lambda: _identity_under(x, device),
+        "to_device": lambda: _identity_under(x, device),
+    }
 
 
-def native_device_of(x):
-    return x.device
+def native_copy_dict(leaves: dict, device) -> dict:
+    """``{key: copy of value on device}`` as a user writes it: a dict comprehension."""
+    return {key: _identity_under(value, device) for key, value in leaves.items()}
+
+
+def native_copy_lists(nest: dict, device) -> dict:
+    """``{key: [copies on device]}`` for a dict of lists of tensors, written out by hand."""
+    return {key: [_identity_under(value, device) for value in values] for key, values in nest.items()}

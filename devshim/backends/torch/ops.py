@@ -55,13 +55,29 @@ def forward(model, x):
 
 
 # The framework's own spelling of devshim's calls: the overhead experiment's baselines.
-def native_copy(x, device):
-    return x.to(device, copy=True)
 
 
-def native_move(x, device):
-    return x.to(device)
+def native_calls(x, device) -> dict:
+    """What a user writes without devshim, as the timed callables of ``devshim bench overhead``:
+    ``device_of``, ``copy_if_needed`` and ``to_device`` of ``x`` to ``device``, each the
+    framework's own expression written inline (no helper call in the baseline).
+
+    Example:
+        >>> native_calls(x, device)["device_of"]()
+        device(type='cpu')
+    """
+    return {
+        "device_of": lambda: x.device,
+        "copy_if_needed": lambda: x.to(device),
+        "to_device": lambda: x.to(device, copy=True),
+    }
 
 
-def native_device_of(x):
-    return x.device
+def native_copy_dict(leaves: dict, device) -> dict:
+    """``{key: copy of value on device}`` as a user writes it: a dict comprehension."""
+    return {key: value.to(device, copy=True) for key, value in leaves.items()}
+
+
+def native_copy_lists(nest: dict, device) -> dict:
+    """``{key: [copies on device]}`` for a dict of lists of tensors, written out by hand."""
+    return {key: [value.to(device, copy=True) for value in values] for key, values in nest.items()}
