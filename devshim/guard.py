@@ -147,6 +147,8 @@ class TransferReport:
     def __init__(self, state: GuardState) -> None:
         self.levels = {direction: state.level(direction) for direction in DIRECTIONS}
         self.events: list = []
+        #: Explicit copies between devices made by ``ds.convert(..., device=)`` (``action`` "explicit").
+        self.explicit: list = []
 
     @property
     def total(self) -> int:
@@ -196,6 +198,9 @@ class TransferReport:
         lines = [head]
         for (kind, what, source, target, site), count in self.sites.items():
             lines.append(f"  {kind:<22} {count:>4}  {what} {source} -> {target} at {site}")
+        if self.explicit:
+            lines.append(f"  and {len(self.explicit)} explicit conversion{'s' if len(self.explicit) != 1 else ''} "
+                         f"between devices (report.explicit)")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -267,7 +272,8 @@ class transfer_guard:
 # ------------------------------------------------------------------ what hooks call
 
 
-def implicit(direction: str, kind: str, what: str, source, target, state: GuardState = None) -> None:
+def implicit(direction: str, kind: str, what: str, source, target, state: GuardState = None,
+             error: Exception = None) -> None:
     """Report an implicit transfer about to happen; raise if the level refuses it.
 
     Backends' ``guard.py`` hooks call this (after checking ``state.checking``
@@ -290,7 +296,24 @@ def implicit(direction: str, kind: str, what: str, source, target, state: GuardS
     if level == LOG:
         _warn_once(event)
         return
-    raise _error(event)
+    raise error if error is not None else _error(event)
+
+
+def _conversion(direction: str, what: str, source, target, explicit: bool, error) -> None:
+    """What ``devshim.transfer.crossing`` calls: ``ds.convert`` copying between devices."""
+    state = current()
+    if explicit:
+        if state.reports:
+            event = TransferEvent("explicit conversion", direction, what, source, target,
+                                  _user_site(), "explicit")
+            for report in state.reports:
+                report.explicit.append(event)
+        return
+    kind = READ if direction == "device_to_host" else TO_DEVICE if direction == "host_to_device" else OP_INPUT
+    implicit(direction, kind, what, source, target, state, error=error)
+
+
+transfer.set_reporter(_conversion)
 
 
 def read_name(readers: dict, fallback: str, depth: int = 6) -> str:

@@ -21,12 +21,15 @@ from __future__ import annotations
 
 from _thread import _local, allocate_lock  # threading's own primitives, without its import cost
 
-__all__ = ["copy", "move", "to_host", "explicitly", "explicit", "is_explicit", "watch", "unwatch"]
+__all__ = ["copy", "move", "to_host", "explicitly", "explicit", "is_explicit", "watch", "unwatch",
+           "crossing", "set_reporter"]
 
 _state = _local()
 #: How many transfer guards want explicit transfers marked (0: nobody is watching).
 watchers = 0
 _watch_lock = allocate_lock()
+#: ``devshim.guard`` sets this when it is imported: it hears of ``crossing`` calls.
+_reporter = None
 
 
 def copy(adapter, x, native, non_blocking: bool):
@@ -130,3 +133,31 @@ def unwatch() -> None:
     global watchers
     with _watch_lock:
         watchers = max(0, watchers - 1)
+
+
+def crossing(direction: str, what: str, source, target, *, explicit: bool, error=None) -> None:
+    """Tell the transfer guard that ``ds.convert`` is about to copy data between two devices.
+
+    An ``explicit`` crossing (the caller named ``device=``) is counted in the
+    ``report.explicit`` of every enclosing ``transfer_guard`` block. Any other is
+    checked like an implicit transfer: logged under "log", and refused under
+    "disallow" by raising ``error``. Frameworks' own hooks never see these
+    copies, so this is the only place they are counted. Call it outside
+    ``explicit()``.
+
+    Example:
+        >>> transfer.crossing("device_to_host", "ds.convert(x, 'numpy')", gpu0, cpu0, explicit=True)
+    """
+    reporter = _reporter
+    if reporter is not None:
+        reporter(direction, what, source, target, explicit, error)
+
+
+def set_reporter(fn) -> None:
+    """Install the function ``crossing`` calls (``devshim.guard`` does, when imported).
+
+    Example:
+        >>> transfer.set_reporter(guard_hook)
+    """
+    global _reporter
+    _reporter = fn

@@ -1,0 +1,102 @@
+"""``ds.convert`` for NumPy: what every backend's optional ``interop.py`` provides.
+
+A backend's ``interop.py`` (``devshim/backends/<name>/interop.py``) is loaded only
+by ``ds.convert``, so it may import its framework at module level. It provides:
+
+``IMMUTABLE``                      whether the framework's arrays are immutable (JAX, TensorFlow):
+                                   a zero-copy NumPy view of one is made read-only.
+``export(adapter, x)``             an object with ``__dlpack__``/``__dlpack_device__`` viewing
+                                   ``x``'s memory, or ``CopyRequiredError`` saying why it cannot.
+``adopt(adapter, obj, native, immutable)``  a tensor of this framework on ``native`` sharing
+                                   ``obj``'s memory (``immutable``: the source's arrays are
+                                   immutable), or ``CopyRequiredError``.
+``from_host(adapter, array, native)``  a tensor on ``native`` in new storage holding a NumPy
+                                   array's exact values; ``UnsupportedDtypeError`` for a dtype the
+                                   framework lacks. ``array`` is a fresh copy the caller gives away.
+``pointer(adapter, x)``            the address of ``x``'s first element, or None when unknown
+                                   (``ds.convert`` checks that a "shared" import really shares).
+``host_device(adapter)``           the native device a tensor goes to when the framework has no
+                                   array on its device (the CPU).
+
+NumPy arrays export through NumPy's own ``__dlpack__``. A read-only array is never
+shared: DLPack's capsule cannot say "read-only", so the importer would get writable
+memory (``ds.convert`` copies it, or refuses under ``copy=False``).
+
+Example:
+    >>> export(ds.get_backend("numpy"), np.ones(3)).__dlpack_device__()
+    (1, 0)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from devshim.errors import CopyRequiredError
+
+__all__ = ["IMMUTABLE", "export", "adopt", "from_host", "pointer", "host_device"]
+
+IMMUTABLE = False
+
+
+def export(adapter, x):
+    """``x`` as a DLPack producer (a 0-d array for NumPy scalars).
+
+    Example:
+        >>> export(adapter, np.ones(2)) is not None
+        True
+    """
+    if isinstance(x, np.generic):
+        raise CopyRequiredError("x is a NumPy scalar, which owns no array memory to share")
+    if not x.flags.writeable:
+        raise CopyRequiredError("x is a read-only NumPy array, and DLPack cannot pass it on read-only")
+    if x.dtype.kind in "OUSV" or x.dtype.names is not None:
+        raise CopyRequiredError(f"DLPack has no {x.dtype} type")
+    return x
+
+
+def adopt(adapter, obj, native, immutable: bool):
+    """A NumPy array sharing ``obj``'s host memory (read-only when the source is immutable).
+
+    Example:
+        >>> adopt(adapter, torch.ones(2), "cpu", False)
+        array([1., 1.], dtype=float32)
+    """
+    try:
+        y = np.from_dlpack(obj)
+    except (BufferError, RuntimeError, TypeError, ValueError) as error:
+        raise CopyRequiredError(f"NumPy's from_dlpack refused it ({error})") from None
+    if immutable and y.flags.writeable:
+        y.flags.writeable = False
+    return y
+
+
+def from_host(adapter, array, native):
+    """``array`` itself: it is already a fresh NumPy copy.
+
+    Example:
+        >>> from_host(adapter, np.ones(2), "cpu")
+        array([1., 1.])
+    """
+    return array
+
+
+def pointer(adapter, x):
+    """The address of ``x``'s first element.
+
+    Example:
+        >>> pointer(adapter, np.ones(2)) > 0
+        True
+    """
+    if isinstance(x, np.ndarray):
+        return x.__array_interface__["data"][0]
+    return None
+
+
+def host_device(adapter):
+    """NumPy's one device.
+
+    Example:
+        >>> host_device(adapter)
+        'cpu'
+    """
+    return adapter.cpu()
