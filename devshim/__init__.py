@@ -24,7 +24,7 @@ _EXPORTS = {
         ("available_backends", "get_backend", "set_backend", "use_backend"), "devshim.backends"
     ),
     "Device": "devshim._device",
-    "convert": "devshim.convert",
+    "convert": "devshim.conversion",
     **dict.fromkeys(("array_module", "get_array_module"), "devshim.generic"),
     **dict.fromkeys(("synchronize", "Timer", "benchmark", "Measurement"), "devshim.timing"),
     **dict.fromkeys(("transfer_guard", "TransferReport"), "devshim.guard"),
@@ -45,7 +45,7 @@ _EXPORTS = {
         "devshim.errors",
     ),
 }
-_SUBMODULES = ("api", "backends", "bench", "convert", "distributed", "errors", "generic", "guard", "placement", "selftest",
+_SUBMODULES = ("api", "backends", "bench", "conversion", "distributed", "errors", "generic", "guard", "placement", "selftest",
                "settings",
                "testing", "timing", "transfer")
 
