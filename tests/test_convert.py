@@ -155,7 +155,13 @@ def write_first(name, y, value):
 @pytest.mark.parametrize("src,dst", [p for p in PAIRS if p.values[0] in WRITABLE and p.values[1] in WRITABLE])
 def test_writing_through_the_result_writes_the_source_when_shared_and_not_when_copied(src, dst):
     x = make(src, VALUES)
-    write_first(dst, ds.convert(x, dst), 100.0)
+    y = ds.convert(x, dst)
+    if dst == "numpy" and not y.flags.writeable:  # NumPy < 2 imports DLPack arrays read-only
+        assert int(np.__version__.split(".")[0]) < 2
+        write_first(src, x, 100.0)
+        assert y[0, 0] == 100.0
+        return
+    write_first(dst, y, 100.0)
     assert ds.to_numpy(x)[0, 0] == 100.0
     write_first(dst, ds.convert(x, dst, copy=True), -7.0)
     assert ds.to_numpy(x)[0, 0] == 100.0

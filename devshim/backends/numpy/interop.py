@@ -18,7 +18,8 @@ by ``ds.convert``, so it may import its framework at module level. It provides:
 ``host_device(adapter)``           the native device a tensor goes to when the framework has no
                                    array on its device (the CPU).
 
-NumPy arrays export through NumPy's own ``__dlpack__``. A read-only array is never
+NumPy arrays export through NumPy's own ``__dlpack__``; NumPy before 2.0 marks every array it
+imports through DLPack read-only. A read-only array is never
 shared: DLPack's capsule cannot say "read-only", so the importer would get writable
 memory (``ds.convert`` copies it, or refuses under ``copy=False``).
 
@@ -63,7 +64,7 @@ def adopt(adapter, obj, native, immutable: bool):
     """
     try:
         y = np.from_dlpack(obj)
-    except (BufferError, RuntimeError, TypeError, ValueError) as error:
+    except (BufferError, RuntimeError, SystemError, TypeError, ValueError) as error:  # 1.23: SystemError
         raise CopyRequiredError(f"NumPy's from_dlpack refused it ({error})") from None
     if immutable and y.flags.writeable:
         y.flags.writeable = False
