@@ -230,12 +230,7 @@ def _same_place(target, here):
 
 
 def _fallback(target, here, name: str):
-    try:
-        return interop_for(target).host_device(target)
-    except DevshimError:
-        raise
-    except Exception:  # pragma: no cover - a framework that failed to start
-        raise BackendError(f"{target.spec.title} cannot take a tensor from {here}.") from None
+    return interop_for(target).host_device(target)
 
 
 def _direction(here, there) -> str:
