@@ -383,3 +383,20 @@ def test_leaving_the_device_without_device_is_refused_logged_or_allowed_by_the_g
     assert bits(z) == bits(x) and report.total == 0 and len(report.explicit) == 1
     with pytest.raises(ds.CopyRequiredError):
         ds.convert(x, "numpy", copy=False)
+
+
+@pytest.mark.skipif(len([n for n in INSTALLED if n != "numpy"]) < 1, reason="needs a framework besides NumPy")
+def test_the_bench_rows_compare_sizes_on_one_device_and_the_native_calls_across_devices():
+    from devshim.bench.experiments.convert import run
+
+    src = [n for n in INSTALLED if n != "numpy"][0]
+    rows = run("numpy", backend=src, min_run_time=0.003, sizes=[64, 4096])
+    same = [r for r in rows if r["case"] == "same device"]
+    assert [(r["backend"], r["to"], r["bytes"]) for r in same] == [(src, "numpy", 64), (src, "numpy", 4096)]
+    assert same[0]["vs_smallest"] == 1.0 and same[1]["vs_smallest"] == pytest.approx(same[1]["seconds"] / same[0]["seconds"])
+    assert not [r for r in rows if r["case"] == "cross device"]  # NumPy has no GPU
+    if VIRTUAL and src in HAS_VIRTUAL:
+        rows = run(src, backend="numpy", min_run_time=0.003, sizes=[64])
+        (cross,) = [r for r in rows if r["case"] == "cross device"]
+        assert cross["device"] == "gpu:0 (virtual)"
+        assert cross["vs_native"] == pytest.approx(cross["seconds"] / cross["native_seconds"])
