@@ -24,6 +24,7 @@ _EXPORTS = {
         ("available_backends", "get_backend", "set_backend", "use_backend"), "devshim.backends"
     ),
     "Device": "devshim._device",
+    "convert": "devshim.conversion",
     **dict.fromkeys(("array_module", "get_array_module"), "devshim.generic"),
     **dict.fromkeys(("synchronize", "Timer", "benchmark", "Measurement"), "devshim.timing"),
     **dict.fromkeys(("transfer_guard", "TransferReport"), "devshim.guard"),
@@ -35,7 +36,7 @@ _EXPORTS = {
     **dict.fromkeys(("process_info", "init_distributed", "ProcessInfo"), "devshim.distributed"),
     **dict.fromkeys(
         ("DevshimError", "BackendError", "InvalidDeviceError", "DeviceUnavailableError",
-         "DeviceMismatchError", "ImplicitTransferError", "InvalidGuardLevelError", "NotATensorError",
+         "DeviceMismatchError", "ImplicitTransferError", "CrossDeviceConversionError", "CopyRequiredError", "InvalidGuardLevelError", "NotATensorError",
          "NotAModelError", "UnbuiltModelError", "UnsupportedPlacementError", "BatchSplitError",
          "UnsupportedDtypeError", "UnsupportedValueError", "DatalessTensorError", "NotOnHostError", "UnplacedTensorError",
          "MultiDeviceValueError", "MixedArrayModulesError", "TimingError", "ExperimentError",
@@ -44,7 +45,7 @@ _EXPORTS = {
         "devshim.errors",
     ),
 }
-_SUBMODULES = ("api", "backends", "bench", "distributed", "errors", "generic", "guard", "placement", "selftest",
+_SUBMODULES = ("api", "backends", "bench", "conversion", "distributed", "errors", "generic", "guard", "placement", "selftest",
                "settings",
                "testing", "timing", "transfer")
 

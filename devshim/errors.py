@@ -21,6 +21,8 @@ __all__ = [
     "DeviceUnavailableError",
     "DeviceMismatchError",
     "ImplicitTransferError",
+    "CrossDeviceConversionError",
+    "CopyRequiredError",
     "InvalidGuardLevelError",
     "NotATensorError",
     "NotAModelError",
@@ -114,6 +116,35 @@ class ImplicitTransferError(DevshimError, RuntimeError):
         ...     float(loss_on_gpu)
         Traceback (most recent call last):
         devshim.errors.ImplicitTransferError: float(t) reads a tensor on gpu:0 on the host ...
+    """
+
+
+class CrossDeviceConversionError(DeviceMismatchError):
+    """Under ``ds.transfer_guard("disallow")``, a ``ds.convert`` without ``device=`` whose
+    target framework has no array on the tensor's device, so the conversion would copy
+    it to another device (a torch GPU tensor to NumPy, a virtual GPU to a host-only
+    framework). The message names both devices and the ``device=`` that makes the copy
+    explicit.
+
+    Example:
+        >>> with ds.transfer_guard("disallow"):
+        ...     ds.convert(x_on_gpu, "numpy")
+        Traceback (most recent call last):
+        devshim.errors.CrossDeviceConversionError: ds.convert(x, 'numpy') would copy x from gpu:0 ...
+    """
+
+
+class CopyRequiredError(DevshimError, BufferError):
+    """``ds.convert(x, to, copy=False)`` where the target cannot share ``x``'s memory:
+    another device, a dtype or layout the target's DLPack import refuses, a read-only
+    input going to a framework whose arrays are writable, a virtual GPU. A
+    ``BufferError``, as the array API's ``from_dlpack(copy=False)`` raises. The message
+    says why; pass ``copy=None`` to allow the copy.
+
+    Example:
+        >>> ds.convert(read_only_array, "torch", copy=False)
+        Traceback (most recent call last):
+        devshim.errors.CopyRequiredError: ds.convert(x, 'torch', copy=False) cannot share ...
     """
 
 

@@ -20,10 +20,10 @@ Example:
 
 from __future__ import annotations
 
-from devshim.guard import marker
+from devshim.guard import marker, report
 from devshim.guard.marker import explicit, is_explicit
 
-__all__ = ["copy", "to_host", "explicitly", "explicit", "is_explicit"]
+__all__ = ["copy", "to_host", "explicitly", "explicit", "is_explicit", "crossing"]
 
 
 def copy(adapter, x, native, non_blocking: bool):
@@ -63,3 +63,18 @@ def explicitly(fn, *args):
         with explicit():
             return fn(*args)
     return fn(*args)
+
+
+def crossing(direction: str, what: str, source, target, *, explicit: bool, error=None) -> None:
+    """Tell the transfer guard that ``ds.convert`` is about to copy data between two devices.
+
+    Frameworks' own hooks never see these copies (they go through DLPack or the
+    host), so this is where they are counted: an ``explicit`` one (the caller
+    named ``device=``) in every enclosing block's ``report.explicit``; any other
+    is checked like an implicit transfer, logged under "log" and refused under
+    "disallow" by raising ``error``. Call it outside ``explicit()``.
+
+    Example:
+        >>> transfer.crossing("device_to_host", "ds.convert(x, 'numpy')", gpu0, cpu0, explicit=True)
+    """
+    report.crossing(direction, what, source, target, explicit=explicit, error=error)

@@ -14,6 +14,7 @@ import pytest
 import devshim
 import devshim as ds
 from devshim.backends import Backend, BackendSpec, specs
+from devshim.backends.interop_base import Interop
 from devshim.backends.model_base import ModelPlacement
 from devshim.backends.spec import CAPABILITY_MODULES
 from devshim.guard.hooks import GuardHooks
@@ -80,6 +81,7 @@ def test_the_ops_module_has_what_the_experiments_need(name):
 CONTRACTS = {
     "guard": (GuardHooks, "transfer-guard hooks"),
     "model": (ModelPlacement, "model placement"),
+    "interop": (Interop, "ds.convert's side of the framework"),
 }
 
 
@@ -97,8 +99,8 @@ def test_optional_modules_implement_their_contract(name, module_name):
                and v is not base and v.__module__ == module.__name__]
     assert len(classes) == 1, f"{module.__name__} must define exactly one {base.__name__} subclass"
     assert not inspect.isabstract(classes[0]), f"abstract methods left: {classes[0].__abstractmethods__}"
-    found = (ds.backends.guard_hooks(name) if module_name == "guard"
-             else ds.backends.model_placement(name))
+    found = {"guard": ds.backends.guard_hooks, "model": ds.backends.model_placement,
+             "interop": ds.backends.interop}[module_name](name)
     assert type(found) is classes[0]
 
 

@@ -22,6 +22,7 @@ TINY = {
     "overhead": ["--rounds", "1"],
     "guard": ["--size", "4"],
     "startup": [],
+    "convert": ["--sizes", "64", "1024"],
 }
 FAST = ["--min-run-time", "0.002"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

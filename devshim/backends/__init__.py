@@ -7,6 +7,7 @@ here, lowest first:
 ``virtual``    the one rule for virtual devices on frameworks with host devices to split;
 ``base``       ``Backend``, the device contract every backend's ``core.py`` implements;
 ``model_base`` ``ModelPlacement``, the contract of a backend's ``model.py``;
+``interop_base`` ``Interop``, the contract of a backend's ``interop.py`` (``ds.convert``);
 ``registry``   the table built from the rows, and one adapter per backend;
 ``dispatch``   which backend owns a tensor, and its fast paths;
 ``selection``  which backend functions without a tensor use.
@@ -29,7 +30,7 @@ from devshim.backends.dispatch import (
 )
 from devshim.backends.registry import (
     accelerator_partner, available_backends, backend_names, canonical_name, describe_native_device,
-    guard_hooks, load_backend, model_placement, native_for, register_backend, specs, unregister_backend,
+    guard_hooks, interop, load_backend, model_placement, native_for, register_backend, specs, unregister_backend,
     virtual_capable_backends,
 )
 from devshim.backends.selection import (
@@ -43,6 +44,6 @@ __all__ = [
     "available_backends", "get_backend", "load_backend", "set_backend", "use_backend",
     "reset_backend", "selection_reason",
     "backend_for_tensor", "describe_native_device", "native_for", "virtual_capable_backends",
-    "accelerator_partner", "guard_hooks", "model_placement",
+    "accelerator_partner", "guard_hooks", "model_placement", "interop",
     "DEVICE_TABLE", "DEVICE_BY_ATTRIBUTE", "DEVICE_OF", "COPY", "COPY_IF_NEEDED", "learn_type", "forget_types",
 ]

@@ -25,6 +25,7 @@ from _thread import RLock  # threading's own lock, without its import cost
 
 from devshim import _device, settings
 from devshim.backends.base import Backend
+from devshim.backends.interop_base import Interop
 from devshim.backends.model_base import ModelPlacement
 from devshim.backends.spec import BackendSpec
 from devshim.errors import BackendError
@@ -35,7 +36,7 @@ __all__ = [
     "specs", "backend_names", "canonical_name", "register_backend", "unregister_backend",
     "load_backend", "instance", "loaded_adapters", "available_backends", "virtual_capable_backends",
     "accelerator_partner", "guard_hooks", "on_table_change", "rebuild_device",
-    "describe_native_device", "native_for", "backend_folders", "model_placement",
+    "describe_native_device", "native_for", "backend_folders", "model_placement", "interop",
 ]
 
 _lock = RLock()
@@ -43,7 +44,7 @@ _specs = None  # name -> BackendSpec, in auto-selection order; built on first us
 _aliases: dict = {}
 _extra_specs: dict = {}  # registered with register_backend(): name -> (spec, class or None)
 _instances: dict = {}
-_placements: dict = {}  # name -> its ModelPlacement, or None without a model.py
+_contracts: dict = {}  # (name, module) -> the instance of its contract class, or None without the module
 _table_listeners: list = []
 _PACKAGE = __name__.rsplit(".", 1)[0]
 _FOLDER = os.path.dirname(os.path.abspath(__file__))
@@ -326,16 +327,31 @@ def model_placement(name: str):
         >>> ds.backends.model_placement("torch").is_model(torch.nn.Linear(2, 1))
         True
     """
-    key = canonical_name(name)
+    return _contract_instance(name, "model", ModelPlacement, "its model placement")
+
+
+def interop(name: str):
+    """The ``Interop`` of backend ``name`` (from its ``interop.py``, made once), or None
+    without one.
+
+    Example:
+        >>> ds.backends.interop("jax").immutable
+        True
+    """
+    return _contract_instance(name, "interop", Interop, "its side of ds.convert")
+
+
+def _contract_instance(name: str, module: str, base: type, what: str):
+    key = (canonical_name(name), module)
     try:
-        return _placements[key]
+        return _contracts[key]
     except KeyError:
         pass
-    spec = specs()[key]
+    spec = specs()[key[0]]
     found = None
-    if spec.has_module("model"):
-        found = _one_subclass(spec.module("model"), ModelPlacement, spec, "its model placement")()
-    _placements[key] = found
+    if spec.has_module(module):
+        found = _one_subclass(spec.module(module), base, spec, what)()
+    _contracts[key] = found
     return found
 
 

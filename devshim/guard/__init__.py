@@ -34,7 +34,7 @@ Example:
 
 _EXPORTS = {
     "transfer_guard": "block",
-    **dict.fromkeys(("TransferReport", "TransferEvent", "implicit", "read_name", "direction_of"), "report"),
+    **dict.fromkeys(("TransferReport", "TransferEvent", "implicit", "crossing", "read_name", "direction_of"), "report"),
     **dict.fromkeys(("GuardState", "current"), "state"),
     **dict.fromkeys(("GuardHooks", "mark_wrapper", "original_of", "is_wrapper"), "hooks"),
     **dict.fromkeys(("ALLOW", "LOG", "DISALLOW", "LEVELS", "DIRECTIONS", "KINDS", "READ", "OP_INPUT",

@@ -22,7 +22,7 @@ from devshim.guard.levels import ALLOW, DIRECTIONS, DISALLOW, KINDS, LOG, OP_INP
 from devshim.guard.state import GuardState, current
 
 __all__ = [
-    "TransferEvent", "TransferReport", "implicit", "read_name", "direction_of",
+    "TransferEvent", "TransferReport", "implicit", "crossing", "read_name", "direction_of",
     "READ", "OP_INPUT", "TO_DEVICE", "KINDS",
 ]
 
@@ -70,6 +70,9 @@ class TransferReport:
     def __init__(self, state: GuardState) -> None:
         self.levels = {direction: state.level(direction) for direction in DIRECTIONS}
         self.events: list = []
+        #: Explicit copies between devices made by ``ds.convert(..., device=)`` (``action`` "explicit");
+        #: not implicit transfers, so not in ``total``.
+        self.explicit: list = []
 
     @property
     def total(self) -> int:
@@ -119,18 +122,23 @@ class TransferReport:
         lines = [head]
         for (kind, what, source, target, site), count in self.sites.items():
             lines.append(f"  {kind:<22} {count:>4}  {what} {source} -> {target} at {site}")
+        if self.explicit:
+            lines.append(f"  and {len(self.explicit)} explicit conversion{'s' if len(self.explicit) != 1 else ''} "
+                         f"between devices (report.explicit)")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
         return f"<TransferReport {self.total} implicit transfers {self.counts}>"
 
 
-def implicit(direction: str, kind: str, what: str, source, target, state: GuardState = None) -> None:
+def implicit(direction: str, kind: str, what: str, source, target, state: GuardState = None,
+             error: Exception = None) -> None:
     """Report an implicit transfer about to happen; raise if the level refuses it.
 
     Backends' hooks call this (after checking ``state.checking`` and that the
-    tensor really moves). It does nothing for explicit transfers
-    (``marker.is_explicit()``) or where the direction's level is "allow".
+    tensor really is elsewhere). It does nothing for explicit transfers
+    (``marker.is_explicit()``) or where the direction's level is "allow". Under
+    "disallow" it raises ``error`` when given, else the guard's own error.
 
     Example:
         >>> implicit("device_to_host", READ, "float(t)", gpu0, cpu0)
@@ -148,7 +156,30 @@ def implicit(direction: str, kind: str, what: str, source, target, state: GuardS
     if level == LOG:
         _warn_once(event)
         return
-    raise _error(event)
+    raise error if error is not None else _error(event)
+
+
+def crossing(direction: str, what: str, source, target, *, explicit: bool, error=None) -> None:
+    """A copy between devices that no framework hook sees (``ds.convert``'s), about to happen.
+
+    An ``explicit`` one (the caller named ``device=``) is recorded in the
+    ``explicit`` list of every enclosing block's report. Any other is checked
+    like an implicit transfer: logged under "log", refused under "disallow" by
+    raising ``error``.
+
+    Example:
+        >>> crossing("device_to_host", "ds.convert(x, 'numpy')", gpu0, cpu0, explicit=True)
+    """
+    state = current()
+    if explicit:
+        if state.reports:
+            event = TransferEvent("explicit conversion", direction, what, source, target,
+                                  _user_site(), "explicit")
+            for report in state.reports:
+                report.explicit.append(event)
+        return
+    kind = READ if direction == "device_to_host" else TO_DEVICE if direction == "host_to_device" else OP_INPUT
+    implicit(direction, kind, what, source, target, state, error=error)
 
 
 def read_name(readers: dict, fallback: str, depth: int = 6) -> str:

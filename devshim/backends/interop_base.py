@@ -1,0 +1,61 @@
+"""The contract a backend's ``interop.py`` implements: ``Interop``.
+
+``ds.convert`` (``devshim/conversion.py``) hands tensors between frameworks
+through DLPack; what it needs from each framework is one subclass of
+``Interop`` in the backend's optional ``interop.py`` (the registry finds it:
+``registry.interop``). ``interop.py`` is loaded only by ``ds.convert``, so it
+may import its framework at module level. Without one, ``ds.convert`` refuses
+the framework's tensors.
+
+Example:
+    >>> interop = ds.backends.interop("numpy")
+    >>> interop.export(ds.get_backend("numpy"), np.ones(3)).__dlpack_device__()
+    (1, 0)
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+__all__ = ["Interop"]
+
+
+class Interop(ABC):
+    """One framework's side of ``ds.convert`` (the class a backend's ``interop.py`` defines).
+
+    ``adapter`` arguments are the backend's ``Backend``; devices are its native devices.
+
+    Example:
+        >>> ds.backends.interop("jax").immutable
+        True
+    """
+
+    #: Whether the framework's arrays are immutable (JAX, TensorFlow): a zero-copy NumPy view
+    #: of one is made read-only.
+    immutable = False
+
+    @abstractmethod
+    def export(self, adapter, x):
+        """An object with ``__dlpack__``/``__dlpack_device__`` viewing ``x``'s memory, or
+        ``CopyRequiredError`` saying why it cannot."""
+
+    @abstractmethod
+    def adopt(self, adapter, obj, native, immutable: bool):
+        """A tensor of this framework on ``native`` sharing ``obj``'s memory (``immutable``: the
+        source's arrays are immutable), or ``CopyRequiredError``."""
+
+    @abstractmethod
+    def from_host(self, adapter, array, native):
+        """A tensor on ``native`` in new storage holding a NumPy array's exact values
+        (``array`` is a fresh copy the caller gives away); ``UnsupportedDtypeError`` for a
+        dtype the framework lacks."""
+
+    @abstractmethod
+    def pointer(self, adapter, x):
+        """The address of ``x``'s first element, or None when unknown (``ds.convert`` checks
+        with it that a "shared" import really shares)."""
+
+    @abstractmethod
+    def host_device(self, adapter):
+        """The native device a tensor goes to when the framework has no array on its device
+        (the CPU; CuPy refuses)."""

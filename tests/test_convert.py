@@ -1,0 +1,402 @@
+"""ds.convert between every pair of installed frameworks: values, dtypes, sharing (checked by
+buffer addresses read with each framework's own API, and by writing through one side), nests,
+the target forms, and the transfer guard's verdicts on the CPU and on virtual devices.
+
+The `interop` tox env installs torch, JAX, TensorFlow and NumPy together; the `mxnet` env runs
+the MXNet/NumPy pairs. Pairs whose frameworks are absent skip, saying which is missing."""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+
+import devshim as ds
+from conftest import VIRTUAL
+from devshim.backends import backend_for_tensor
+
+FRAMEWORKS = ("numpy", "torch", "jax", "tensorflow", "mxnet")
+IMPORT = {"numpy": "numpy", "torch": "torch", "jax": "jax", "tensorflow": "tensorflow", "mxnet": "mxnet"}
+INSTALLED = [name for name in FRAMEWORKS if importlib.util.find_spec(IMPORT[name]) is not None]
+IMMUTABLE = {"jax", "tensorflow"}
+HAS_VIRTUAL = {"torch", "jax", "tensorflow", "mxnet"}
+
+
+def _pairs(same=False):
+    params = []
+    for a, b in itertools.product(FRAMEWORKS, FRAMEWORKS):
+        if (a == b) != same:
+            continue
+        missing = [n for n in (a, b) if n not in INSTALLED]
+        marks = [pytest.mark.skip(reason=f"{' and '.join(sorted(set(missing)))} not installed here")] if missing else []
+        params.append(pytest.param(a, b, marks=marks, id=f"{a}-{b}"))
+    return params
+
+
+PAIRS = _pairs()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _virtual_first():
+    """Under DEVSHIM_VIRTUAL_DEVICES, let each framework set up its virtual GPUs before it starts."""
+    if VIRTUAL:
+        for name in INSTALLED:
+            if name in HAS_VIRTUAL:
+                ds.num_gpus(backend=name)
+    yield
+
+
+def make(name, array):
+    """A tensor of framework ``name`` on the CPU holding ``array``'s values (its own storage)."""
+    array = np.array(array, copy=True)
+    if name == "numpy":
+        return aligned(array)
+    if name == "torch":
+        import torch
+
+        if array.dtype.name == "bfloat16":
+            return torch.from_numpy(aligned(array.view(np.int16))).view(torch.bfloat16)
+        return torch.from_numpy(aligned(array))
+    if name == "jax":
+        import jax
+
+        return jax.device_put(array, ds.cpu(backend="jax"))
+    if name == "tensorflow":
+        import tensorflow as tf
+
+        with tf.device("/CPU:0"):
+            return tf.identity(tf.constant(array))
+    import mxnet as mx
+
+    return mx.np.array(array, dtype=array.dtype, ctx=mx.cpu())
+
+
+def aligned(array, offset=0):
+    """A copy of ``array`` whose data starts ``offset`` bytes past a 64-byte boundary (JAX shares
+    only 64-byte-aligned host buffers; NumPy aligns small arrays to 16)."""
+    raw = np.empty(array.nbytes + 128, dtype=np.uint8)
+    start = (-raw.__array_interface__["data"][0]) % 64 + offset
+    out = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    out[...] = array
+    return out
+
+
+def address(name, x):
+    """The address of x's first element, read with the framework's own API."""
+    if name == "numpy":
+        return x.__array_interface__["data"][0]
+    if name == "torch":
+        return x.data_ptr()
+    if name == "jax":
+        return x.unsafe_buffer_pointer()
+    if name == "tensorflow":
+        return np.asarray(x).__array_interface__["data"][0]
+    import mxnet as mx
+
+    found = ctypes.c_void_p()
+    mx.base.check_call(mx.base._LIB.MXNDArrayGetData(x.handle, ctypes.byref(found)))
+    return found.value
+
+
+def bits(x):
+    host = ds.to_numpy(x)
+    return host.dtype.name, host.shape, host.tobytes()
+
+
+def owner(y):
+    return backend_for_tensor(y).name
+
+
+# Pairs whose DLPack import copies even a plain float32 CPU array (none so far: every pair shares).
+COPIES_ON_CPU: set = set()
+VALUES = np.arange(12, dtype=np.float32).reshape(3, 4) - 5.5
+
+
+# ------------------------------------------------------------ one device: sharing
+
+
+@pytest.mark.parametrize("src,dst", PAIRS)
+def test_on_the_cpu_the_result_shares_the_memory_and_keeps_values_and_dtype(src, dst):
+    x = make(src, VALUES)
+    y = ds.convert(x, dst)
+    assert owner(y) == dst
+    assert bits(y) == bits(x)
+    assert ds.device_of(y) == ds.device_of(x) == ds.Device("cpu")
+    assert (address(dst, y) == address(src, x)) == ((src, dst) not in COPIES_ON_CPU)
+    z = ds.convert(x, dst, copy=False)
+    assert address(dst, z) == address(src, x)
+
+
+@pytest.mark.parametrize("src,dst", PAIRS)
+def test_copy_true_gives_new_storage_with_the_same_bits(src, dst):
+    x = make(src, VALUES)
+    y = ds.convert(x, dst, copy=True)
+    assert owner(y) == dst and bits(y) == bits(x)
+    assert address(dst, y) != address(src, x)
+
+
+WRITABLE = {"numpy", "torch", "mxnet"}
+
+
+def write_first(name, y, value):
+    if name == "numpy":
+        y[0, 0] = value
+    elif name == "torch":
+        y[0, 0] = value
+    else:  # mxnet
+        y[0, 0] = value
+        y.wait_to_read()
+
+
+@pytest.mark.parametrize("src,dst", [p for p in PAIRS if p.values[0] in WRITABLE and p.values[1] in WRITABLE])
+def test_writing_through_the_result_writes_the_source_when_shared_and_not_when_copied(src, dst):
+    x = make(src, VALUES)
+    y = ds.convert(x, dst)
+    if dst == "numpy" and not y.flags.writeable:  # NumPy < 2 imports DLPack arrays read-only
+        assert int(np.__version__.split(".")[0]) < 2
+        write_first(src, x, 100.0)
+        assert y[0, 0] == 100.0
+        return
+    write_first(dst, y, 100.0)
+    assert ds.to_numpy(x)[0, 0] == 100.0
+    write_first(dst, ds.convert(x, dst, copy=True), -7.0)
+    assert ds.to_numpy(x)[0, 0] == 100.0
+
+
+@pytest.mark.parametrize("src", [s for s in INSTALLED if s in IMMUTABLE])
+def test_a_numpy_view_of_an_immutable_framework_array_is_read_only(src):
+    y = ds.convert(make(src, VALUES), "numpy")
+    assert not y.flags.writeable
+    with pytest.raises(ValueError):
+        y[0, 0] = 1.0
+    assert ds.convert(make(src, VALUES), "numpy", copy=True).flags.writeable
+
+
+@pytest.mark.parametrize("dst", [d for d in INSTALLED if d != "numpy"])
+def test_a_read_only_numpy_array_is_copied_and_copy_false_refuses(dst):
+    x = VALUES.copy()
+    x.flags.writeable = False
+    y = ds.convert(x, dst)
+    assert bits(y) == bits(x) and address(dst, y) != address("numpy", x)
+    with pytest.raises(ds.CopyRequiredError, match="read-only") as info:
+        ds.convert(x, dst, copy=False)
+    assert isinstance(info.value, BufferError)
+
+
+@pytest.mark.skipif("jax" not in INSTALLED, reason="jax not installed here")
+def test_jax_shares_only_aligned_host_buffers_and_copies_the_others():
+    x = aligned(VALUES, offset=16)
+    y = ds.convert(x, "jax")
+    assert bits(y) == bits(x) and address("jax", y) != address("numpy", x)
+    with pytest.raises(ds.CopyRequiredError, match="aligned"):
+        ds.convert(x, "jax", copy=False)
+
+
+@pytest.mark.parametrize("src,dst", _pairs(same=True))
+def test_the_same_framework_gives_x_itself_or_with_copy_true_a_copy(src, dst):
+    x = make(src, VALUES)
+    assert ds.convert(x, dst) is x and ds.convert(x, dst, copy=False) is x
+    y = ds.convert(x, dst, copy=True)
+    assert y is not x and bits(y) == bits(x) and address(dst, y) != address(src, x)
+
+
+# ------------------------------------------------------------ layouts and dtypes
+
+
+def transposed(name):
+    """A non-contiguous view (a transpose) in frameworks that have views; others: a plain array."""
+    x = make(name, VALUES)
+    if name == "numpy":
+        return x.T
+    if name == "torch":
+        return x.t()
+    return x
+
+
+@pytest.mark.parametrize("src,dst", PAIRS)
+def test_non_contiguous_inputs_keep_their_values(src, dst):
+    x = transposed(src)
+    y = ds.convert(x, dst)
+    assert bits(y) == bits(x)
+    try:
+        shared = ds.convert(x, dst, copy=False)
+    except ds.CopyRequiredError:
+        return  # the importer needs row-major memory; copy=None copied above
+    assert bits(shared) == bits(x)
+
+
+def _dtype_params():
+    params = []
+    for src, dst in itertools.product(FRAMEWORKS, FRAMEWORKS):
+        if src == dst:
+            continue
+        for dtype in ("bool", "complex64", "bfloat16", "int64", "float16"):
+            missing = [n for n in (src, dst) if n not in INSTALLED]
+            marks = [pytest.mark.skip(reason=f"{' and '.join(sorted(set(missing)))} not installed here")] if missing else []
+            if src == "mxnet" and dtype in ("complex64", "bfloat16"):
+                marks = [pytest.mark.skip(reason=f"MXNet has no {dtype} arrays to convert from")]
+            params.append(pytest.param(src, dst, dtype, marks=marks, id=f"{src}-{dst}-{dtype}"))
+    return params
+
+
+def sample(dtype):
+    if dtype == "bool":
+        return np.array([[True, False, True]])
+    if dtype == "complex64":
+        return np.array([1 + 2j, -0.0 - 3j, np.nan], dtype=np.complex64)
+    if dtype == "bfloat16":
+        ml_dtypes = pytest.importorskip("ml_dtypes")
+        return np.array([1.5, -0.0, 3e38, np.inf], dtype=np.float32).astype(ml_dtypes.bfloat16)
+    if dtype == "float16":
+        return np.array([0.5, -0.0, 65504.0, np.nan], dtype=np.float16)
+    return np.array([2**62, -1, 0], dtype=np.int64)
+
+
+@pytest.mark.parametrize("src,dst,dtype", _dtype_params())
+def test_dtypes_one_side_lacks_are_converted_exactly_or_refused_by_name(src, dst, dtype):
+    if dtype == "int64" and "jax" in (src, dst):
+        import jax
+
+        if not jax.config.jax_enable_x64:
+            pytest.skip("JAX without jax_enable_x64 has no int64 arrays")
+    x = make(src, sample(dtype))
+    if dst == "mxnet" and dtype in ("complex64", "bfloat16"):
+        with pytest.raises(ds.UnsupportedDtypeError, match=f"MXNet has no {dtype}"):
+            ds.convert(x, dst)
+        return
+    y = ds.convert(x, dst)
+    assert bits(y) == bits(x)
+
+
+# ------------------------------------------------------------ nests and targets
+
+
+def test_nests_keep_their_shape_and_non_tensor_leaves_and_may_mix_frameworks():
+    others = [n for n in INSTALLED if n != "numpy"]
+    x = {"a": [make("numpy", VALUES), 3, "s"], "b": tuple(make(n, VALUES) for n in others)}
+    for dst in INSTALLED:
+        y = ds.convert(x, dst)
+        assert type(y) is dict and type(y["a"]) is list and type(y["b"]) is tuple
+        assert y["a"][1:] == [3, "s"]
+        assert owner(y["a"][0]) == dst and [owner(v) for v in y["b"]] == [dst] * len(others)
+        assert bits(y["a"][0]) == bits(x["a"][0])
+
+
+def test_the_target_is_a_name_an_alias_a_module_or_a_tensor_of_it():
+    x = make("numpy", VALUES)
+    assert owner(ds.convert(x, "NumPy")) == "numpy"
+    assert owner(ds.convert(x, np)) == "numpy"
+    assert owner(ds.convert(x, np.ones(2))) == "numpy"
+    for name, alias in (("torch", "pytorch"), ("tensorflow", "tf"), ("mxnet", "mx")):
+        if name in INSTALLED:
+            module = importlib.import_module(name)
+            assert owner(ds.convert(x, alias)) == name
+            assert owner(ds.convert(x, module)) == name
+    if "jax" in INSTALLED:
+        import jax.numpy as jnp
+
+        assert owner(ds.convert(x, jnp)) == "jax" and owner(ds.convert(x, jnp.ones(1))) == "jax"
+
+
+def test_what_it_refuses_is_named():
+    with pytest.raises(ds.BackendError, match="Unknown backend 'banana'"):
+        ds.convert(np.ones(2), "banana")
+    with pytest.raises(ds.BackendError, match="cannot tell which framework"):
+        ds.convert(np.ones(2), 3.5)
+    with pytest.raises(ds.NotATensorError, match="got builtins.int"):
+        ds.convert(3, "numpy")
+    with pytest.raises(ds.CopyRequiredError, match="copy= must be None, True or False"):
+        ds.convert(np.ones(2), "numpy", copy="yes")
+
+
+# ------------------------------------------------------------ devices and the guard
+
+
+def other_frameworks_pairs():
+    return [p for p in PAIRS if p.values[0] != "numpy"]
+
+
+@pytest.mark.parametrize("src,dst", PAIRS)
+def test_device_naming_the_tensors_own_device_is_no_transfer(src, dst):
+    x = make(src, VALUES)
+    with ds.transfer_guard("disallow") as report:
+        y = ds.convert(x, dst, device="cpu", copy=False)
+    assert address(dst, y) == address(src, x)
+    assert report.total == 0 and report.explicit == []
+
+
+needs_virtual = pytest.mark.skipif(not VIRTUAL, reason="needs DEVSHIM_VIRTUAL_DEVICES (the interop env's second pass)")
+
+
+@needs_virtual
+@pytest.mark.parametrize("src,dst", [p for p in PAIRS if p.values[1] in HAS_VIRTUAL])
+def test_device_another_device_is_an_explicit_copy_the_guard_allows_and_counts(src, dst):
+    x = make(src, VALUES)
+    with ds.transfer_guard("disallow") as report:
+        y = ds.convert(x, dst, device="gpu:1")
+    assert owner(y) == dst and ds.device_of(y) == ds.Device("gpu", 1, virtual=True)
+    assert bits(y) == bits(x)
+    assert report.total == 0
+    assert [(str(e.source), str(e.target), e.action) for e in report.explicit] == [("cpu:0", "gpu:1", "explicit")]
+    assert "1 explicit conversion" in str(report)
+    with pytest.raises(ds.CopyRequiredError, match="another device"):
+        ds.convert(x, dst, device="gpu:1", copy=False)
+
+
+@needs_virtual
+@pytest.mark.parametrize("src,dst", [p for p in PAIRS if p.values[0] in HAS_VIRTUAL and p.values[1] in HAS_VIRTUAL])
+def test_virtual_gpu_i_is_gpu_i_of_every_framework_and_the_result_is_a_copy_there(src, dst):
+    x = ds.to_device(make(src, VALUES), "gpu:0")
+    with ds.transfer_guard("disallow") as report:
+        y = ds.convert(x, dst)
+    assert owner(y) == dst and ds.device_of(y) == ds.device_of(x)
+    assert bits(y) == bits(x)
+    assert report.total == 0 and report.explicit == []
+    with pytest.raises(ds.CopyRequiredError, match="virtual gpu:0"):
+        ds.convert(x, dst, copy=False)
+
+
+@needs_virtual
+@pytest.mark.parametrize("src", [s for s in INSTALLED if s in HAS_VIRTUAL])
+def test_leaving_the_device_without_device_is_refused_logged_or_allowed_by_the_guard(src):
+    x = ds.to_device(make(src, VALUES), "gpu:0")
+    with ds.transfer_guard("disallow") as report:
+        with pytest.raises(ds.CrossDeviceConversionError, match="device='cpu:0'") as info:
+            ds.convert(x, "numpy")
+    assert isinstance(info.value, ds.DeviceMismatchError)
+    assert report.counts["device-to-host read"] == 1 and report.events[0].action == "refused"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ds.ImplicitTransferWarning)  # once per site: see test_guard.py
+        with ds.transfer_guard("log") as report:
+            y = ds.convert(x, "numpy")
+    (event,) = report.events
+    assert (event.what, event.action, str(event.source), str(event.target)) == (
+        "ds.convert(x, 'numpy')", "logged", "gpu:0", "cpu:0")
+    assert event.site.rsplit(":", 1)[0].endswith("test_convert.py")
+    assert bits(y) == bits(x) and y.flags.writeable
+    with ds.transfer_guard("disallow") as report:
+        z = ds.convert(x, "numpy", device="cpu")
+    assert bits(z) == bits(x) and report.total == 0 and len(report.explicit) == 1
+    with pytest.raises(ds.CopyRequiredError):
+        ds.convert(x, "numpy", copy=False)
+
+
+@pytest.mark.skipif(len([n for n in INSTALLED if n != "numpy"]) < 1, reason="needs a framework besides NumPy")
+def test_the_bench_rows_compare_sizes_on_one_device_and_the_native_calls_across_devices():
+    from devshim.bench.experiments.convert import run
+
+    src = [n for n in INSTALLED if n != "numpy"][0]
+    rows = run("numpy", backend=src, min_run_time=0.003, sizes=[64, 4096])
+    same = [r for r in rows if r["case"] == "same device"]
+    assert [(r["backend"], r["to"], r["bytes"]) for r in same] == [(src, "numpy", 64), (src, "numpy", 4096)]
+    assert same[0]["vs_smallest"] == 1.0 and same[1]["vs_smallest"] == pytest.approx(same[1]["seconds"] / same[0]["seconds"])
+    assert not [r for r in rows if r["case"] == "cross device"]  # NumPy has no GPU
+    if VIRTUAL and src in HAS_VIRTUAL:
+        rows = run(src, backend="numpy", min_run_time=0.003, sizes=[64])
+        (cross,) = [r for r in rows if r["case"] == "cross device"]
+        assert cross["device"] == "gpu:0 (virtual)"
+        assert cross["vs_native"] == pytest.approx(cross["seconds"] / cross["native_seconds"])
