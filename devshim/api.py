@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from devshim import _tree, transfer
 from devshim.backends.dispatch import (
-    COPY, COPY_IF_NEEDED, DEVICE_BY_ATTRIBUTE, DEVICE_OF, DEVICE_TABLE, backend_for_tensor, learn_type,
+    COPY, COPY_IF_NEEDED, DEVICE_BY_ATTRIBUTE, DEVICE_OF, DEVICE_TABLE, EXACT_DEVICE_TABLE, backend_for_tensor,
+    learn_type,
 )
 from devshim.backends.nests import copy_nest, copy_nest_if_needed, nest_to_numpy
 from devshim.backends.selection import get_backend
@@ -123,6 +124,7 @@ _device_of_for = DEVICE_OF.get
 _by_device_attribute = DEVICE_BY_ATTRIBUTE
 _copy_fns = COPY
 _copy_if_needed_fns = COPY_IF_NEEDED
+_exact_table_for = EXACT_DEVICE_TABLE.get
 
 
 def device_of(x):
@@ -186,6 +188,14 @@ def copy_if_needed(x, device):
         >>> Z2 is Z   # Z was already there
         True
     """
+    # Where a tensor's Device says it all (torch, NumPy): "already there" is two lookups and an `is`.
+    table = _exact_table_for(type(x))
+    if table is not None:
+        try:
+            if table[x.device] is table.targets[device]:
+                return x
+        except (KeyError, TypeError):  # a spec or a device not resolved yet: the backend decides
+            pass
     try:
         fn = _copy_if_needed_fns[type(x)]
     except KeyError:  # a nest, or a type not seen yet

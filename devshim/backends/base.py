@@ -38,13 +38,25 @@ class DeviceTable(dict):
     TensorFlow's ``x.device`` name, MXNet's ``x.ctx``) keeps its descriptions in one
     of these, filling it as it describes devices, and hands it to ``ds.device_of``,
     which then answers with one lookup and no call into the backend.
+
+    ``exact`` (opt-in): a tensor is on a target device exactly when the Device
+    its attribute maps to is the target's own Device object (torch, NumPy: where
+    ``same_place`` is device equality). Then ``targets`` maps each resolved spec
+    to that object, and ``ds.copy_if_needed`` answers "already there" with two
+    lookups and an ``is``.
     """
 
-    __slots__ = ("attr",)
+    __slots__ = ("attr", "exact", "targets")
 
-    def __init__(self, attr: str) -> None:
+    def __init__(self, attr: str, exact: bool = False) -> None:
         super().__init__()
         self.attr = attr
+        self.exact = exact
+        self.targets: dict = {}  # spec -> the Device of its resolved native (exact tables only)
+
+    def clear(self) -> None:
+        super().clear()
+        self.targets.clear()
 
 
 class Backend(ABC):
@@ -218,6 +230,9 @@ class Backend(ABC):
         global _shared_warned
         _shared_warned = False
         self._targets.clear()
+        table = self.device_table()
+        if table is not None:
+            table.targets.clear()
 
     # -------------------------------------------------- public operations
 
@@ -364,6 +379,11 @@ class Backend(ABC):
             if len(targets) >= _TARGET_CACHE_LIMIT:
                 targets.clear()
             targets[spec] = native
+            table = self.device_table()
+            if table is not None and table.exact:
+                if len(table.targets) >= _TARGET_CACHE_LIMIT:
+                    table.targets.clear()
+                table.targets[spec] = self.describe(native)
         return native
 
     def _cacheable(self, spec) -> bool:

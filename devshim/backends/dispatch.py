@@ -18,7 +18,7 @@ from devshim.backends import registry
 
 __all__ = [
     "backend_for_tensor", "learn_type", "forget_types",
-    "DEVICE_TABLE", "DEVICE_BY_ATTRIBUTE", "DEVICE_OF", "COPY", "COPY_IF_NEEDED",
+    "DEVICE_TABLE", "DEVICE_BY_ATTRIBUTE", "EXACT_DEVICE_TABLE", "DEVICE_OF", "COPY", "COPY_IF_NEEDED",
 ]
 
 # Concrete type -> owning adapter, or None for "not a tensor". A framework's tensor
@@ -32,6 +32,8 @@ DEVICE_TABLE: dict = {}
 #: The DeviceTables keyed by ``x.device`` itself (torch, TensorFlow, JAX, CuPy, NumPy 2): ``device_of``
 #: reads them with two subscripts and no call.
 DEVICE_BY_ATTRIBUTE: dict = {}
+#: The DeviceTables that are ``exact`` (torch, NumPy): ``copy_if_needed`` finds "already there" in them.
+EXACT_DEVICE_TABLE: dict = {}
 DEVICE_OF: dict = {}
 COPY: dict = {}
 COPY_IF_NEEDED: dict = {}
@@ -75,6 +77,8 @@ def learn_type(x):
             DEVICE_TABLE[kind] = table
             if table.attr == "device":
                 DEVICE_BY_ATTRIBUTE[kind] = table
+                if table.exact:
+                    EXACT_DEVICE_TABLE[kind] = table
         DEVICE_OF[kind] = adapter.device_of_fn()
         COPY[kind] = adapter.copy_fn()
         COPY_IF_NEEDED[kind] = adapter.copy_if_needed_fn()
@@ -90,6 +94,7 @@ def forget_types() -> None:
     _type_owner.clear()
     DEVICE_TABLE.clear()
     DEVICE_BY_ATTRIBUTE.clear()
+    EXACT_DEVICE_TABLE.clear()
     DEVICE_OF.clear()
     COPY.clear()
     COPY_IF_NEEDED.clear()

@@ -46,7 +46,7 @@ class NumpyBackend(Backend):
         table = self._table
         if table is None:
             if hasattr(self.fw.ndarray, "device"):  # NumPy 2: arrays and scalars say "cpu"
-                table = DeviceTable("device")
+                table = DeviceTable("device", exact=True)
                 table[HOST] = _CPU
             else:  # NumPy 1 has no device query: every array type is on the host
                 table = DeviceTable("__class__")
@@ -121,6 +121,8 @@ class NumpyBackend(Backend):
             native = partner.target(spec)
         if self._cacheable(spec):
             self._targets[spec] = native
+            if native is HOST:
+                self.device_table().targets[spec] = _CPU
         return native
 
     def _accelerator_partner(self):

@@ -55,7 +55,7 @@ class TorchBackend(Backend):
 
     def __init__(self) -> None:
         super().__init__()
-        self._described = DeviceTable("device")  # torch.device -> Device
+        self._described = DeviceTable("device", exact=True)  # torch.device -> Device
         self._platform = _UNKNOWN
         self._count = None
         self._by_accelerator = False  # whether torch.accelerator named the platform
