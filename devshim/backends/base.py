@@ -22,6 +22,7 @@ from devshim import settings, transfer
 from devshim._device import ACCEPTED_SPECS, Device, parse_spec
 from devshim.errors import (
     BackendError, DeviceUnavailableError, InvalidDeviceError, SharedDeviceWarning, UnsupportedValueError,
+    VirtualDeviceCountError,
 )
 
 __all__ = ["Backend", "DeviceTable"]
@@ -68,6 +69,8 @@ class Backend(ABC):
 
     spec = None  # the BackendSpec from the backend package's __init__.py
     name = ""
+    #: The most virtual accelerators this backend can present (None: no limit of its own).
+    max_virtual_devices = None
     #: True when waiting is per value (``wait(x)`` on each output, JAX's
     #: ``block_until_ready``); False when it is per device (``synchronize``).
     waits_per_value = False
@@ -179,6 +182,21 @@ class Backend(ABC):
     def enable_virtual_devices(self, count: int) -> None:
         """Make ``count`` virtual accelerators exist. Backends whose spec says they can override this."""
 
+    def check_virtual_count(self, count: int) -> int:
+        """``count`` when this backend can present that many virtual accelerators; else
+        ``VirtualDeviceCountError`` with the range (``max_virtual_devices``)."""
+        limit = self.max_virtual_devices
+        if limit is not None and count > limit:
+            raise VirtualDeviceCountError(
+                f"{settings.VIRTUAL_DEVICES_VAR}={count} (or ds.testing.virtual_devices({count})) is more "
+                f"virtual GPUs than the {self.name} backend can present: it takes 0 to {limit}"
+                f"{self.virtual_limit_reason}. Ask for {limit} or fewer."
+            )
+        return count
+
+    #: Why ``max_virtual_devices`` is what it is (part of the error message).
+    virtual_limit_reason = ""
+
     def has_cpu(self, index: int) -> bool:
         """Whether cpu:index exists (frameworks with several CPU devices override)."""
         return index == 0
@@ -231,7 +249,7 @@ class Backend(ABC):
         if virtual:
             if not self.spec.virtual_devices:
                 self._refuse_virtual_devices(virtual)
-            self.enable_virtual_devices(virtual)
+            self.enable_virtual_devices(self.check_virtual_count(virtual))
             return virtual
         return self.accelerator_count()
 
