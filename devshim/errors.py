@@ -41,6 +41,8 @@ __all__ = [
     "BenchUsageError",
     "PlotUnavailableError",
     "LauncherEnvironmentError",
+    "VirtualDeviceCountError",
+    "VirtualDataParallelError",
     "DevshimWarning",
     "ImplicitTransferWarning",
     "SharedDeviceWarning",
@@ -312,6 +314,29 @@ class MixedArrayModulesError(DevshimError, TypeError):
         >>> ds.array_module(torch.ones(2), jnp.ones(2))
         Traceback (most recent call last):
         devshim.errors.MixedArrayModulesError: array_module() got arrays of several frameworks ...
+    """
+
+
+class VirtualDeviceCountError(BackendError):
+    """A virtual device count that cannot be: negative, not a whole number, or more than
+    the backend can index (torch device indices are 8-bit, so torch takes at most 128).
+
+    Example:
+        >>> ds.testing.virtual_devices(300)
+        >>> ds.num_gpus()
+        Traceback (most recent call last):
+        VirtualDeviceCountError: DEVSHIM_VIRTUAL_DEVICES=300 ... the torch backend takes 0 to 128 ...
+    """
+
+
+class VirtualDataParallelError(DevshimError, RuntimeError):
+    """torch's ``nn.DataParallel`` would run on one device although virtual GPUs were
+    given (a torch release that finds its devices in a way devshim does not answer).
+
+    Example:
+        >>> torch.nn.DataParallel(net, device_ids=ds.try_all_gpus())
+        Traceback (most recent call last):
+        VirtualDataParallelError: nn.DataParallel found no devices to run on ...
     """
 
 

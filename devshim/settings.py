@@ -31,7 +31,9 @@ from __future__ import annotations
 import os
 from contextvars import ContextVar
 
-from devshim.errors import BackendError, InvalidDeviceError, InvalidGuardLevelError, LauncherEnvironmentError
+from devshim.errors import (
+    InvalidDeviceError, InvalidGuardLevelError, LauncherEnvironmentError, VirtualDeviceCountError,
+)
 from devshim.guard.levels import LEVELS as GUARD_LEVELS
 
 __all__ = [
@@ -82,9 +84,9 @@ def _parse_virtual() -> object:
     except ValueError:
         count = -1
     if count < 0:
-        return BackendError(
+        return VirtualDeviceCountError(
             f"{VIRTUAL_DEVICES_VAR}={raw!r} must be a non-negative whole number, e.g. "
-            f"{VIRTUAL_DEVICES_VAR}=2."
+            f"{VIRTUAL_DEVICES_VAR}=2 (0 up to the backend's maximum: torch takes at most 128)."
         )
     return count
 
@@ -328,7 +330,8 @@ def set_virtual_devices(count) -> None:
     """
     global _virtual_override
     if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 0):
-        raise BackendError(f"virtual_devices() takes a non-negative int, not {count!r}.")
+        raise VirtualDeviceCountError(f"virtual_devices() takes a non-negative int (0 or more; each backend "
+                                      f"has its maximum, torch 128), not {count!r}.")
     if count != _virtual_override:
         _virtual_override = count
         _notify()

@@ -343,3 +343,14 @@ def test_the_ops_module_leaves_jax_unstarted_so_virtual_devices_still_work():
     """, DEVSHIM_VIRTUAL_DEVICES="2")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["gpu:1", "gpu:1"]
+
+
+def test_more_virtual_gpus_than_jax_sets_up_quickly_is_refused_at_once_with_the_range():
+    result = run_python(
+        "import devshim as ds\n"
+        "try:\n"
+        "    ds.num_gpus()\n"
+        "except ds.VirtualDeviceCountError as err:\n"
+        "    print('refused:', err)\n",
+        DEVSHIM_VIRTUAL_DEVICES="100000")
+    assert "refused:" in result.stdout and "takes 0 to 4096" in result.stdout, result.stdout + result.stderr

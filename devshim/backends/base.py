@@ -23,6 +23,7 @@ from devshim.guard import marker
 from devshim._device import ACCEPTED_SPECS, Device, describe_native, parse_spec
 from devshim.errors import (
     BackendError, DeviceUnavailableError, InvalidDeviceError, SharedDeviceWarning, UnsupportedValueError,
+    VirtualDeviceCountError,
 )
 
 __all__ = ["Backend", "DeviceTable"]
@@ -76,6 +77,8 @@ class Backend(ABC):
     #: The registry that made this adapter (None for one made by hand): how the contract asks
     #: about the other backends without this module importing the registry above it.
     peers = None
+    #: The most virtual accelerators this backend can present (None: no limit of its own).
+    max_virtual_devices = None
     #: True when waiting is per value (``wait(x)`` on each output, JAX's
     #: ``block_until_ready``); False when it is per device (``synchronize``).
     waits_per_value = False
@@ -187,6 +190,21 @@ class Backend(ABC):
     def enable_virtual_devices(self, count: int) -> None:
         """Make ``count`` virtual accelerators exist. Backends whose spec says they can override this."""
 
+    def check_virtual_count(self, count: int) -> int:
+        """``count`` when this backend can present that many virtual accelerators; else
+        ``VirtualDeviceCountError`` with the range (``max_virtual_devices``)."""
+        limit = self.max_virtual_devices
+        if limit is not None and count > limit:
+            raise VirtualDeviceCountError(
+                f"{settings.VIRTUAL_DEVICES_VAR}={count} (or ds.testing.virtual_devices({count})) is more "
+                f"virtual GPUs than the {self.name} backend can present: it takes 0 to {limit}"
+                f"{self.virtual_limit_reason}. Ask for {limit} or fewer."
+            )
+        return count
+
+    #: Why ``max_virtual_devices`` is what it is (part of the error message).
+    virtual_limit_reason = ""
+
     def has_cpu(self, index: int) -> bool:
         """Whether cpu:index exists (frameworks with several CPU devices override)."""
         return index == 0
@@ -244,7 +262,7 @@ class Backend(ABC):
         if virtual:
             if not self.spec.virtual_devices:
                 self._refuse_virtual_devices(virtual)
-            self.enable_virtual_devices(virtual)
+            self.enable_virtual_devices(self.check_virtual_count(virtual))
             return virtual
         return self.accelerator_count()
 

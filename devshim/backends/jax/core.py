@@ -58,6 +58,11 @@ class JaxBackend(Backend):
     """
 
     spec = SPEC
+    # Measured (jax 0.10.2, 2 cores): 1000 virtual GPUs answer in 0.7 s, 4000 in 1.0 s, 16000
+    # in 28 s, 32000 in 89 s (setting up host devices grows faster than linearly).
+    max_virtual_devices = 4096
+    virtual_limit_reason = (" (JAX's host-device setup grows faster than linearly: 4000 take "
+                            "about a second, 16000 half a minute)")
     waits_per_value = True
 
     def __init__(self) -> None:
@@ -309,6 +314,7 @@ class JaxBackend(Backend):
     def enable_virtual_devices(self, count: int) -> None:
         if count == self._virtual:
             return
+        self.check_virtual_count(count)
         with self._lock:
             if count == self._virtual:
                 return

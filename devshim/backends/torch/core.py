@@ -52,6 +52,9 @@ class TorchBackend(Backend):
     """
 
     spec = SPEC
+    # torch keeps a device index in 8 signed bits: vgpu:128 would wrap to -128, vgpu:256 to vgpu:0.
+    max_virtual_devices = 128
+    virtual_limit_reason = " (torch device indices are 8-bit: vgpu:0 to vgpu:127)"
 
     def __init__(self) -> None:
         super().__init__()
@@ -72,7 +75,9 @@ class TorchBackend(Backend):
         if self._virtual:  # settings changed: torch sees the virtual GPUs they ask for now
             from devshim.backends.torch import _virtual
 
-            self._virtual = _virtual_requested()
+            requested = _virtual_requested()
+            # A count torch cannot index presents none here; the next use raises, saying the range.
+            self._virtual = requested if requested <= self.max_virtual_devices else 0
             _virtual.set_count(self._virtual)
 
     # ------------------------------------------------------------ the accelerator
@@ -183,6 +188,7 @@ class TorchBackend(Backend):
     def enable_virtual_devices(self, count: int) -> None:
         """Present ``count`` virtual GPUs as torch devices ``vgpu:0`` ... (see the ``_virtual`` package)."""
         if count != self._virtual:
+            self.check_virtual_count(count)
             from devshim.backends.torch import _virtual
 
             _virtual.install(count)

@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import threading
 import types
+import warnings
 
 import torch
 
 from devshim import settings
 from devshim.backends.torch._names import VIRTUAL_TYPE
 from devshim.backends.torch._virtual import count as _counter
+from devshim.backends.torch._virtual import lazy, parallel
 from devshim.backends.torch._virtual.dispatch import backend_kernel
 from devshim.backends.torch._virtual.tensor import VirtualTensor
-from devshim.errors import BackendError
+from devshim.errors import BackendError, DevshimWarning
 
 __all__ = ["install", "installed"]
 
@@ -74,11 +76,35 @@ def install(count: int) -> None:
 def _refuse(reason: str) -> BackendError:
     return BackendError(
         f"devshim cannot present virtual GPUs on this torch ({torch.__version__}): {reason}. "
-        f"Unset {settings.VIRTUAL_DEVICES_VAR}, or use a torch release that has it (2.13 does)."
+        f"Unset {settings.VIRTUAL_DEVICES_VAR}, or use a torch release they are tested on "
+        f"({TESTED[0][0]}.{TESTED[0][1]} to {TESTED[1][0]}.{TESTED[1][1]})."
     )
 
 
+#: The torch releases the virtual GPUs are tested on (tox envs torch and torch-latest).
+TESTED = ((2, 13), (2, 15))
+
+
+def _release() -> tuple:
+    return tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+
+
+def _check_release() -> None:
+    """Refuse a torch older than the oldest tested; warn once on one newer than the newest."""
+    release, (oldest, newest) = _release(), TESTED
+    tested = f"{oldest[0]}.{oldest[1]} to {newest[0]}.{newest[1]}"
+    if release < oldest:
+        raise _refuse(f"virtual GPUs need torch {tested} (they use torch's Python device "
+                      f"registration, which older releases lack or have in another form)")
+    if release > newest:
+        warnings.warn(
+            f"devshim's virtual GPUs are tested on torch {tested}; this is torch {torch.__version__}. "
+            f"They rest on private torch APIs that may have changed: if something fails deep inside "
+            f"torch, test on torch {newest[0]}.{newest[1]} and report it.", DevshimWarning, stacklevel=4)
+
+
 def _register() -> None:
+    _check_release()
     acc = getattr(torch._C, "_acc", None)
     if acc is None or not hasattr(acc, "register_python_privateuseone_device_guard"):
         raise _refuse("it has no Python-registrable device guard (torch._C._acc)")
@@ -132,6 +158,8 @@ def _register() -> None:
                  "empty.memory_format", "empty_strided"):
         op = _overload(name)
         kernels.impl(name, _kernel_for(op), "PrivateUse1")
+    lazy.install()  # torch.nn.Lazy* modules' uninitialised tensors move to virtual GPUs
+    parallel.install()  # nn.DataParallel, scatter, gather, replicate, parallel_apply
     _keep.extend([hooks, guard, fallback, kernels])
 
 
