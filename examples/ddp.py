@@ -79,5 +79,8 @@ for epoch in range(EPOCHS):
     if rank == 0:
         print(f"epoch {epoch}: mean loss {float(ds.to_numpy(everyone)) / world:.4f}")
 
+# Every rank reaches the end before any leaves: a rank that tears its group down while another
+# still talks to it can abort inside gloo ("terminate called without an active exception").
+torch.distributed.barrier()
 torch.distributed.destroy_process_group()
 assert same_as_whole and same_everywhere

@@ -117,6 +117,7 @@ import devshim as ds
 info = ds.init_distributed(timeout=60)
 (total,) = ds.allreduce([torch.tensor([info.rank + 1.0])])
 print(json.dumps({**info.as_dict(), "total": ds.to_numpy(total).tolist()}))
+torch.distributed.barrier()  # no rank tears the group down while another still uses it
 torch.distributed.destroy_process_group()
 """
 

@@ -78,6 +78,7 @@ def main() -> None:
         result["ddp_parameters"] = flat(model.module)
     with open(Path(sys.argv[1]) / f"rank{rank}.json", "w") as out:  # one file per rank: no interleaving
         json.dump(result, out)
+    torch.distributed.barrier()  # no rank tears the group down while another still uses it
     torch.distributed.destroy_process_group()
 
 
