@@ -96,7 +96,7 @@ class _Plan:
             source = self.virtual_source
         else:
             source = f"{settings.VIRTUAL_DEVICES_VAR}={os.environ.get(settings.VIRTUAL_DEVICES_VAR, '').strip()}"
-        return f"{count} virtual GPUs ({source})" if count else "no virtual devices"
+        return f"{count} virtual GPU{'s' if count != 1 else ''} ({source})" if count else "no virtual devices"
 
 
 _PLAN = pytest.StashKey[_Plan]()

@@ -419,13 +419,13 @@ def test_the_virtual_device_count_from_the_ini_file_with_the_selected_backend(py
             assert ds.num_gpus() == 1 and len(ds_devices) == 1
     """)
     result = fresh("-rs", "-p", "no:cacheprovider")
-    result.stdout.fnmatch_lines([f"devshim: backend {name} (*); 1 virtual GPUs (devshim_virtual_devices in tox.ini)"])
+    result.stdout.fnmatch_lines([f"devshim: backend {name} (*); 1 virtual GPU (devshim_virtual_devices in tox.ini)"])
     if specs()[name].virtual_devices:
         result.stdout.fnmatch_lines([f"devshim {name} devices: cpu:0, gpu:0 (virtual)"])
         result.assert_outcomes(passed=1)
     else:
         result.stdout.fnmatch_lines([f"SKIPPED [[]1[]] *: {name} has no virtual devices, and this run asks for "
-                                     f"1 virtual GPUs (devshim_virtual_devices in tox.ini)"])
+                                     f"1 virtual GPU (devshim_virtual_devices in tox.ini)"])
         result.assert_outcomes(skipped=1)
 
 
