@@ -59,7 +59,7 @@ class _Plan:
     def __init__(self) -> None:
         self.backends = None  # names; None until the default is resolved (on first need)
         self.backends_source = ""
-        self.explicit = False  # the backends came from the option or the ini file
+        self.explicit = False  # this run configured devshim (an option, or the ini file)
         self.default_error = None  # why the default backend could not be resolved
         self.virtual = None  # the count this run set (option or ini), else None
         self.virtual_source = ""
@@ -85,9 +85,11 @@ class _Plan:
         """The virtual GPUs asked for: this run's, or ``DEVSHIM_VIRTUAL_DEVICES``'s (0: none)."""
         if self.virtual is not None:
             return self.virtual
+        from devshim.errors import DevshimError
+
         try:
             return settings.virtual_device_count()
-        except Exception:  # a bad DEVSHIM_VIRTUAL_DEVICES: the backends say so when used
+        except DevshimError:  # a bad DEVSHIM_VIRTUAL_DEVICES: the backends say so when used
             return 0
 
     def virtual_text(self) -> str:
@@ -265,10 +267,6 @@ def _marked_backends(definition) -> object:
 def pytest_generate_tests(metafunc) -> None:
     if "ds_backend" not in metafunc.fixturenames:
         return
-    for marker in metafunc.definition.iter_markers("parametrize"):
-        argnames = marker.args[0] if marker.args else marker.kwargs.get("argnames", ())
-        if "ds_backend" in (argnames.replace(" ", "").split(",") if isinstance(argnames, str) else argnames):
-            return  # the test chose its backends itself
     plan = _plan(metafunc.config)
     chosen = plan.chosen()
     allowed = _marked_backends(metafunc.definition)
