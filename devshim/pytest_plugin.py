@@ -2,7 +2,7 @@
 
 Installed with devshim (the ``pytest11`` entry point ``devshim``), so every pytest run
 of a project where devshim is installed loads it; ``-p no:devshim`` turns it off. It
-imports no framework and costs nothing until a test asks for it:
+imports no framework until a test (or this run's options) asks for one:
 
 ``--devshim-backend NAME[,NAME...]|all``   the backends ``ds_backend`` runs tests on
                                            (ini: ``devshim_backend``); default: the
