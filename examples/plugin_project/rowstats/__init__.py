@@ -31,10 +31,10 @@ def sum_of_squares(X, devices=None):
     for shard in ds.split_batch(X, devices=devices):
         xp = ds.array_module(shard)
         with _where(shard):
-            partials.append(xp.sum(shard * shard))
+            partials.append(xp.sum(shard * shard, axis=0))  # per column: MXNet copies no 0-d arrays
     first = ds.copy_if_needed(partials[0], devices[0])
     with _where(first):
         total = first
         for partial in partials[1:]:
             total = total + ds.to_device(partial, devices[0])
-    return total
+        return ds.array_module(total).sum(total)
