@@ -19,6 +19,8 @@ TESTED = {"use_gpu.py", "check_gpu.py", "logging_on_gpu.py", "generic_softplus.p
           "data_parallel.py"}
 #: Examples run by another test file, which must name them.
 TESTED_ELSEWHERE = {"ddp.py": "test_distributed.py"}
+#: Example projects (folders): a user's package with its own tests, which a test here runs.
+PROJECTS = {"plugin_project"}
 
 
 def run_example(name: str, backend: str, *args: str, **env: str):
@@ -33,6 +35,7 @@ def run_example(name: str, backend: str, *args: str, **env: str):
 
 def test_every_example_is_run_by_a_test():
     assert {p.name for p in EXAMPLES.glob("*.py")} == TESTED | set(TESTED_ELSEWHERE)
+    assert {p.name for p in EXAMPLES.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))} == PROJECTS
     for script, test_file in TESTED_ELSEWHERE.items():
         assert f'"{script}"' in (Path(__file__).parent / test_file).read_text()
 
@@ -121,3 +124,34 @@ def test_generic_softplus_example_runs_on_every_installed_framework(hide_gpus):
     if "cupy" in ds.available_backends() and ds.num_gpus(backend="cupy"):
         expected.append("cupy")
     assert printed == expected
+
+
+@pytest.mark.parametrize("virtual", [None, "2"], ids=["as-is", "two-virtual-gpus"])
+def test_the_plugin_project_runs_its_tests_on_every_installed_backend(virtual):
+    """examples/plugin_project, run as its user would: pytest in its folder, through devshim's
+    pytest plugin, on every installed backend, then on two virtual GPUs."""
+    import devshim as ds
+    from devshim.backends import specs
+
+    args = ["-m", "pytest", str(EXAMPLES / "plugin_project"), "-v", "-p", "no:cacheprovider",
+            "--devshim-backend", "all"]
+    if virtual:
+        args += ["--devshim-virtual-devices", virtual]
+    result = run_python("", *args, PYTHONDONTWRITEBYTECODE="1", timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    outcomes = {line.split()[0].rsplit("/", 1)[1]: line.split()[1]
+                for line in result.stdout.splitlines() if "test_rowstats.py::" in line.split(" ")[0]}
+    expected = {}
+    for name in ds.available_backends():
+        devices = next(line for line in result.stdout.splitlines() if line.startswith(f"devshim {name} devices:"))
+        runs = not (virtual and not specs()[name].virtual_devices)
+        two = runs and devices.count("gpu:") >= 2
+        expected[f"test_rowstats.py::test_on_one_device[{name}]"] = "PASSED" if runs else "SKIPPED"
+        expected[f"test_rowstats.py::test_split_over_two_gpus[{name}]"] = "PASSED" if two else "SKIPPED"
+    if "torch" in ds.available_backends():
+        expected["test_rowstats.py::test_gradients_flow_back_across_the_split[torch]"] = "PASSED"
+    else:
+        expected["test_rowstats.py::test_gradients_flow_back_across_the_split[no-backend]"] = "SKIPPED"
+    assert outcomes == expected, result.stdout
+    if virtual:
+        assert f"{virtual} virtual GPUs (--devshim-virtual-devices {virtual})" in result.stdout
