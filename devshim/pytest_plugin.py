@@ -177,7 +177,7 @@ def _parse_count(value: str, source: str) -> int:
 
 
 def pytest_configure(config) -> None:
-    for name, line in DEVSHIM_MARKERS.items():
+    for line in DEVSHIM_MARKERS.values():
         config.addinivalue_line("markers", line)
     plan = _Plan()
     config.stash[_PLAN] = plan

@@ -191,7 +191,7 @@ def test_the_backend_option_takes_names_aliases_and_all_and_the_ini_file_too(pyt
     pytester.makeini(f"[pytest]\ndevshim_backend = {name},numpy\n")
     result = pytester.runpytest("--collect-only")
     assert collected_ids(result) == list(dict.fromkeys([name, "numpy"]))
-    result.stdout.fnmatch_lines([f"devshim: backend* (devshim_backend in tox.ini); *"])
+    result.stdout.fnmatch_lines(["devshim: backend* (devshim_backend in tox.ini); *"])
     result = pytester.runpytest("--devshim-backend", "numpy", "--collect-only", "-q")
     assert collected_ids(result) == ["numpy"]  # the command line wins over the ini file
 
