@@ -321,3 +321,23 @@ def test_sparse_arrays_dispatch_and_keep_their_storage_type(plain):
     assert moved.stype == "csr" and moved.ctx == mx.cpu(1)
     assert ds.copy_if_needed(csr, mx.cpu(0)) is csr
     np.testing.assert_array_equal(ds.to_numpy(moved), dense)
+
+
+def test_a_0d_or_empty_np_array_copies_to_another_context_without_set_np():
+    """MXNet's shape inference reads () and 0 as unknown unless NumPy shapes are on (this
+    module's harness turns them on, so the check runs in a fresh interpreter)."""
+    code = (
+        "import mxnet as mx, devshim as ds\n"
+        "assert not mx.util.is_np_shape()\n"
+        "with mx.util.np_shape(True):\n"
+        "    empty = mx.np.zeros((0, 2))  # MXNet cannot even make one without NumPy shapes\n"
+        "for value in (mx.np.array(3.0), empty):\n"
+        "    copied = ds.to_device(value, mx.cpu(1))\n"
+        "    assert copied.ctx == mx.cpu(1) and copied.shape == value.shape, copied\n"
+        "    assert (ds.to_numpy(copied) == ds.to_numpy(value)).all()\n"
+        "assert not mx.util.is_np_shape()\n"
+        "print('ok')\n"
+    )
+    result = run_python(code, DEVSHIM_BACKEND="mxnet", DEVSHIM_VIRTUAL_DEVICES="1")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("ok")

@@ -107,6 +107,12 @@ class MxnetBackend(Backend):
     def copy_to(self, x, native, non_blocking: bool):
         # copyto(Context) always allocates, even on x's own context, and autograd
         # records it. MXNet's engine is asynchronous anyway: non_blocking changes nothing.
+        shape = x.shape
+        if (not shape or 0 in shape) and isinstance(x, self.fw.np.ndarray):
+            # A 0-d or empty mx.np array: MXNet's shape inference reads () and 0 as "unknown"
+            # unless NumPy shape semantics are on (mx.npx.set_np()), and the copy fails.
+            with self.fw.util.np_shape(True):
+                return x.copyto(native)
         return x.copyto(native)
 
     def tensor_to_numpy(self, x):
