@@ -345,7 +345,7 @@ def test_the_transfer_guard_marker_guards_the_test_and_only_the_test(pytester):
     result = pytester.runpytest("-p", "no:randomly")
     result.assert_outcomes(passed=3, errors=1)
     result.stdout.fnmatch_lines(["*InvalidGuardLevelError: Unknown transfer-guard level 'sometimes'*"])
-    assert ds.transfer_guard and ds.settings.scoped_guard.get() is None
+    assert ds.transfer_guard and ds.guard.state.scoped.get() is None
 
 
 # ------------------------------------------------------------------ virtual devices, the guard failing
