@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-__all__ = ["Interop"]
+__all__ = ["Interop", "CapsuleProducer"]
 
 
 class Interop(ABC):
@@ -59,3 +59,29 @@ class Interop(ABC):
     def host_device(self, adapter):
         """The native device a tensor goes to when the framework has no array on its device
         (the CPU; CuPy refuses)."""
+
+
+class CapsuleProducer:
+    """A DLPack producer around a capsule a framework made (TensorFlow's and MXNet's export
+    capsules, not objects), for importers that want an object with ``__dlpack__``. The
+    capsule can be taken once, as DLPack requires.
+
+    Example:
+        >>> producer = CapsuleProducer(tf.experimental.dlpack.to_dlpack(t), (1, 0))
+        >>> torch.from_dlpack(producer)
+        tensor([1., 2.])
+    """
+
+    __slots__ = ("capsule", "device")
+
+    def __init__(self, capsule, device) -> None:
+        self.capsule, self.device = capsule, device
+
+    def __dlpack__(self, *args, **kwargs):
+        capsule, self.capsule = self.capsule, None
+        if capsule is None:
+            raise BufferError("this DLPack capsule was consumed already")
+        return capsule
+
+    def __dlpack_device__(self):
+        return self.device

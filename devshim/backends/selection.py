@@ -26,7 +26,6 @@ _lock = RLock()
 _global = None
 _global_reason = ""
 _global_from_env = False
-_listening = False
 
 
 def select_default() -> tuple:
@@ -72,7 +71,7 @@ def get_backend(name=None) -> Backend:
 def _choose() -> Backend:
     global _global, _global_reason, _global_from_env
     with _lock:
-        _listen()
+        settings.on_change(_settings_changed)  # once: on_change keeps one of each
         if _global is None:
             adapter, reason = select_default()
             _global_reason, _global_from_env = reason, True
@@ -90,7 +89,7 @@ def set_backend(name: str) -> Backend:
     adapter = load_backend(name)
     global _global, _global_reason, _global_from_env
     with _lock:
-        _listen()
+        settings.on_change(_settings_changed)  # once: on_change keeps one of each
         _global, _global_reason, _global_from_env = adapter, f"set_backend({name!r})", False
     return adapter
 
@@ -145,13 +144,6 @@ def selection_reason() -> str:
         return f"use_backend({scoped.name!r})"
     get_backend()
     return _global_reason
-
-
-def _listen() -> None:
-    global _listening
-    if not _listening:
-        _listening = True
-        settings.on_change(_settings_changed)
 
 
 def _settings_changed() -> None:

@@ -38,7 +38,6 @@ _hooks: dict = {}  # backend name -> its GuardHooks, once loaded (None: the back
 _installed: dict = {}  # backend name -> its installed GuardHooks, in install order
 _active = 0  # guards (blocks, or the process default) that check something
 _default_active = False
-_listening = False
 
 
 def declare(backends: dict) -> None:
@@ -53,7 +52,7 @@ def declare(backends: dict) -> None:
         _declared.clear()
         _declared.update(backends)
         _hooks.clear()
-    _listen()
+    settings.on_change(_settings_changed)  # once: on_change keeps one of each
 
 
 def _hooks_of(name: str):
@@ -219,13 +218,6 @@ def backend_loaded(name: str) -> None:
             hooks = _hooks_of(name)
             if hooks is not None:
                 _install(name, hooks)
-
-
-def _listen() -> None:
-    global _listening
-    if not _listening:
-        _listening = True
-        settings.on_change(_settings_changed)
 
 
 def _settings_changed() -> None:

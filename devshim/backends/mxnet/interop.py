@@ -16,30 +16,13 @@ import ctypes
 
 import mxnet as mx
 
-from devshim.backends.interop_base import Interop
+from devshim.backends.interop_base import CapsuleProducer, Interop
 from devshim.errors import CopyRequiredError, UnsupportedDtypeError
 
 __all__ = ["MXNetInterop"]
 
 _KDLCPU, _KDLCUDA = 1, 2
 
-
-class _Capsule:
-    """A DLPack producer around a capsule MXNet made, for importers that want an object."""
-
-    __slots__ = ("capsule", "device")
-
-    def __init__(self, capsule, device) -> None:
-        self.capsule, self.device = capsule, device
-
-    def __dlpack__(self, *args, **kwargs):
-        capsule, self.capsule = self.capsule, None
-        if capsule is None:
-            raise BufferError("this DLPack capsule was consumed already")
-        return capsule
-
-    def __dlpack_device__(self):
-        return self.device
 
 
 _DTYPES = {"float16", "float32", "float64", "uint8", "int8", "int32", "int64", "bool"}
@@ -67,7 +50,7 @@ class MXNetInterop(Interop):
         ctx = x.ctx
         device = (_KDLCUDA, ctx.device_id) if ctx.device_type == "gpu" else (_KDLCPU, 0)
         try:
-            return _Capsule(x.to_dlpack_for_write(), device)
+            return CapsuleProducer(x.to_dlpack_for_write(), device)
         except mx.base.MXNetError as error:
             raise CopyRequiredError(f"MXNet cannot export it ({str(error).splitlines()[0]})") from None
 

@@ -16,30 +16,13 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from devshim.backends.interop_base import Interop
+from devshim.backends.interop_base import CapsuleProducer, Interop
 from devshim.errors import CopyRequiredError, UnsupportedDtypeError
 
 __all__ = ["TensorFlowInterop"]
 
 _KDLCPU = 1
 
-
-class _Capsule:
-    """A DLPack producer around a capsule TensorFlow made, for importers that want an object."""
-
-    __slots__ = ("capsule", "device")
-
-    def __init__(self, capsule, device) -> None:
-        self.capsule, self.device = capsule, device
-
-    def __dlpack__(self, *args, **kwargs):
-        capsule, self.capsule = self.capsule, None
-        if capsule is None:
-            raise BufferError("this DLPack capsule was consumed already")
-        return capsule
-
-    def __dlpack_device__(self):
-        return self.device
 
 
 class TensorFlowInterop(Interop):
@@ -67,7 +50,7 @@ class TensorFlowInterop(Interop):
         except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, ValueError) as error:
             raise CopyRequiredError(f"TensorFlow cannot export it ({error.__class__.__name__})") from None
         device = (_KDLCPU, 0) if described.kind == "cpu" or described.virtual else (2, described.index)
-        return _Capsule(capsule, device)
+        return CapsuleProducer(capsule, device)
 
     def adopt(self, adapter, obj, native, immutable: bool):
         """``tf.experimental.dlpack.from_dlpack`` of ``obj``'s capsule.
