@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 # public name -> the module that defines it; loaded on first attribute access (PEP 562).
 _EXPORTS = {
     **dict.fromkeys(
-        ("cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "devices", "device", "device_of",
+        ("cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "devices", "device", "device_of", "neutral_device",
          "to_device", "copy_if_needed", "same_device", "ensure_same_device", "to_numpy"),
         "devshim.api",
     ),

@@ -121,7 +121,7 @@ def test_no_cuda_context_means_nothing_to_wait_for(bk, monkeypatch):
 
 def test_native_torch_devices_describe_to_neutral_ones(bk):
     assert ds.Device("cpu") == torch.device("cpu")
-    assert torch.device("cpu") == ds.device_of(torch.ones(1))
+    assert torch.device("cpu") == ds.neutral_device(torch.ones(1))
     assert ds.Device("gpu", 1) == torch.device("cuda", 1)
     assert ds.Device("gpu", 1) != torch.device("cuda", 0)
     assert ds.Device("meta") == torch.device("meta")
@@ -213,7 +213,7 @@ def test_non_blocking_is_accepted(bk):
 def test_a_meta_module_places_like_any_other_but_holds_no_data(bk):
     with torch.device("meta"):
         layer = torch.nn.Linear(3, 2)
-    assert ds.device_of(layer.weight) == "meta" and ds.same_device(layer.weight, layer.bias)
+    assert ds.neutral_device(layer.weight) == "meta" and ds.same_device(layer.weight, layer.bias)
     assert not ds.same_device(layer.weight, torch.ones(1))
     with pytest.raises(ds.DatalessTensorError, match="to_empty"):
         ds.to_device(layer.weight, "cpu")
@@ -227,7 +227,7 @@ def test_on_a_real_accelerator_to_device_and_back(bk):
     x = torch.arange(6.0).reshape(2, 3)
     g = ds.to_device(x, ds.try_gpu())
     platform = bk.accelerator_platform()
-    assert g.device.type == platform and ds.device_of(g) == "gpu:0" and ds.device_of(g) == f"{platform}:0"
+    assert g.device.type == platform and ds.neutral_device(g) == "gpu:0" and ds.neutral_device(g) == f"{platform}:0"
     assert ds.copy_if_needed(g, "gpu") is g and ds.copy_if_needed(g, platform) is g
     assert ds.copy_if_needed(g, torch.device(platform)) is g
     np.testing.assert_array_equal(ds.to_numpy(g), x.numpy())
