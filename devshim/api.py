@@ -196,17 +196,20 @@ def neutral_device(x):
     return fn(x)
 
 
-def to_device(x, device, *, non_blocking: bool = False):
+def to_device(x, device, *, non_blocking: bool = False, skip_keys=None):
     """Copy ``x`` (a tensor or a nest of them) to ``device``: always new storage.
 
     Even when ``x`` already lives on ``device`` the result is a copy, so
     mutating it never changes ``x``. Gradients flow back through the copy.
-    ``non_blocking=True`` lets torch overlap host-to-GPU copies; synchronise
-    before reading a result copied asynchronously to the host.
+    ``non_blocking=True`` lets torch overlap host-to-GPU copies from pinned
+    memory; synchronise before reading a result copied asynchronously to the
+    host. In nests, ``skip_keys`` (a key or a collection of keys) names mapping
+    entries left as they are, at any depth; objects with a ``.to(device)``
+    method get it called.
 
     Example:
         >>> Z = ds.to_device(X, ds.try_gpu(1))
-        >>> batch = ds.to_device({"x": X, "y": Y}, "gpu")
+        >>> batch = ds.to_device({"x": X, "y": Y, "ids": I}, "gpu", skip_keys="ids")
     """
     try:
         fn = _copy_fns[type(x)]
@@ -216,14 +219,15 @@ def to_device(x, device, *, non_blocking: bool = False):
         return fn(x, device, non_blocking)
     if learn_type(x) is not None:
         return COPY[type(x)](x, device, non_blocking)
-    return copy_nest(x, device, non_blocking, "to_device")
+    return copy_nest(x, device, non_blocking, "to_device", skip_keys)
 
 
-def copy_if_needed(x, device):
+def copy_if_needed(x, device, *, non_blocking: bool = False, skip_keys=None):
     """``x`` itself when it already lives on ``device``, else ``to_device(x, device)``.
 
     For nests, only the tensors that are elsewhere are copied, and a container
-    in which nothing had to be copied comes back as itself.
+    in which nothing had to be copied comes back as itself. ``non_blocking``
+    and ``skip_keys`` as for ``to_device``.
 
     Example:
         >>> Z2 = ds.copy_if_needed(Z, ds.try_gpu(1))
@@ -242,11 +246,13 @@ def copy_if_needed(x, device):
         fn = _copy_if_needed_fns[type(x)]
     except KeyError:  # a nest, or a type not seen yet
         fn = None
-    if fn is not None:
+    if fn is not None and not non_blocking:
         return fn(x, device)
-    if learn_type(x) is not None:
-        return COPY_IF_NEEDED[type(x)](x, device)
-    return copy_nest_if_needed(x, device, "copy_if_needed")
+    if fn is not None or learn_type(x) is not None:
+        if not non_blocking:
+            return COPY_IF_NEEDED[type(x)](x, device)
+        return copy_nest_if_needed([x], device, "copy_if_needed", None, True)[0]
+    return copy_nest_if_needed(x, device, "copy_if_needed", skip_keys, non_blocking)
 
 
 def to_numpy(x):

@@ -243,6 +243,20 @@ class UnsupportedDtypeError(DevshimError, TypeError):
     """
 
 
+class NestCycleError(DevshimError, ValueError):
+    """A nest that contains itself (a list holding itself, a dict among its own values):
+    walking it would never end, so devshim names the path where it loops instead of
+    overflowing Python's stack.
+
+    Example:
+        >>> batch = {"x": X}
+        >>> batch["self"] = batch
+        >>> ds.to_device(batch, "cpu")
+        Traceback (most recent call last):
+        devshim.errors.NestCycleError: This nest contains itself at ['self'] ...
+    """
+
+
 class UnsupportedValueError(DevshimError, TypeError):
     """A framework value devshim recognises but refuses to move, rather than
     skip it silently or alias it (for example a ``tf.TensorArray`` in a nest).
