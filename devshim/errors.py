@@ -25,6 +25,7 @@ __all__ = [
     "CopyRequiredError",
     "InvalidGuardLevelError",
     "NotATensorError",
+    "NestCycleError",
     "NotAModelError",
     "UnbuiltModelError",
     "UnsupportedPlacementError",

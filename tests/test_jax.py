@@ -354,3 +354,27 @@ def test_more_virtual_gpus_than_jax_sets_up_quickly_is_refused_at_once_with_the_
         "    print('refused:', err)\n",
         DEVSHIM_VIRTUAL_DEVICES="100000")
     assert "refused:" in result.stdout and "takes 0 to 4096" in result.stdout, result.stdout + result.stderr
+
+
+# ------------------------------------------------------------ inside jax.jit
+
+
+def test_inside_jit_device_of_answers_none_and_to_device_places_as_device_put_does():
+    jax = pytest.importorskip("jax")
+    # The CPU: to_device onto a virtual GPU inside jit does not yet land where jax.device_put
+    # puts it (issue 18, part 2: open).
+    target = ds.cpu()
+    seen = []
+
+    @jax.jit
+    def f(x):
+        seen.append(ds.device_of(x))  # a tracer: placed only when the function runs
+        y = jnp.zeros(2, device=ds.device_of(x)) + x  # None goes into device= as JAX's default
+        return ds.to_device(y, target), jax.device_put(y, target)
+
+    x = jax.device_put(jnp.ones(2), ds.cpu())
+    ours, theirs = f(x)
+    assert seen == [None]
+    assert ds.device_of(ours) == ds.device_of(theirs) == target
+    assert np.asarray(ours).tolist() == np.asarray(theirs).tolist() == [1.0, 1.0]
+    assert ds.device_of(x) == ds.cpu()  # outside, the array's own device

@@ -243,3 +243,24 @@ def test_on_two_real_accelerators(bk):
     Z = ds.to_device(X, ds.try_gpu(1))
     assert ds.same_device(Y, Z) and torch.equal((Y + Z).cpu(), Y.cpu() + 1)
     assert ds.copy_if_needed(Z, ds.try_gpu(1)) is Z
+
+
+# ------------------------------------------------------------ torch.compile
+
+
+def test_hot_paths_compile_with_fullgraph_and_return_what_eager_returns():
+    torch = pytest.importorskip("torch")
+    target = ds.try_gpu()
+
+    def step(x, batch):
+        d = ds.device_of(x)
+        moved = ds.to_device(batch, d)
+        kept = ds.copy_if_needed(x, d)
+        return ds.to_device(x * 2, target), moved["a"] + kept, ds.same_device(x, moved)
+
+    x, batch = torch.ones(3), {"a": torch.arange(3.0), "n": 1}
+    eager = step(x, batch)  # devshim has met these types: the compiled path is lookups only
+    compiled = torch.compile(step, fullgraph=True, backend="eager")(x, batch)
+    assert compiled[2] is eager[2] is True
+    for a, b in zip(compiled[:2], eager[:2]):
+        assert torch.equal(a, b) and a.device == b.device
