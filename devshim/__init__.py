@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 # public name -> the module that defines it; loaded on first attribute access (PEP 562).
 _EXPORTS = {
     **dict.fromkeys(
-        ("cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "devices", "device", "device_of",
+        ("cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "devices", "device", "device_of", "neutral_device",
          "to_device", "copy_if_needed", "same_device", "ensure_same_device", "to_numpy"),
         "devshim.api",
     ),
@@ -36,7 +36,7 @@ _EXPORTS = {
     **dict.fromkeys(("process_info", "init_distributed", "ProcessInfo"), "devshim.distributed"),
     **dict.fromkeys(
         ("DevshimError", "BackendError", "InvalidDeviceError", "DeviceUnavailableError",
-         "DeviceMismatchError", "ImplicitTransferError", "CrossDeviceConversionError", "CopyRequiredError", "InvalidGuardLevelError", "NotATensorError",
+         "DeviceMismatchError", "ImplicitTransferError", "CrossDeviceConversionError", "CopyRequiredError", "InvalidGuardLevelError", "NotATensorError", "NestCycleError",
          "NotAModelError", "UnbuiltModelError", "UnsupportedPlacementError", "BatchSplitError",
          "UnsupportedDtypeError", "UnsupportedValueError", "DatalessTensorError", "NotOnHostError", "UnplacedTensorError",
          "MultiDeviceValueError", "MixedArrayModulesError", "TimingError", "ExperimentError",

@@ -9,7 +9,14 @@ Rebuilt nests hold exactly what went in, with leaves replaced:
 - dataclass instances are copied without calling ``__init__`` or
   ``__post_init__`` again (``init=False`` fields keep, and map, their values;
   ``InitVar`` fields without defaults are no obstacle; frozen ones work);
+- every other ``collections.abc.Mapping`` (``UserDict`` and its subclasses, such
+  as transformers' ``BatchEncoding``) keeps its type and attributes: mutable
+  ones are copied with ``copy.copy`` and refilled, others rebuilt from a dict;
+- ``set`` and ``frozenset`` (and subclasses) are rebuilt with their type;
 - everything else is a leaf.
+
+A nest that contains itself raises ``NestCycleError``. ``skip_keys`` names
+mapping keys whose values are kept as they are, at any depth.
 
 What kind of container a type is gets decided once per type. The leaf
 operation is looked up once per leaf type per walk, by ``leaf_for(value)``,
@@ -24,10 +31,12 @@ from __future__ import annotations
 
 from _collections import deque
 
-__all__ = ["map_nest", "iter_leaves", "is_container", "container_kind"]
+from devshim.errors import NestCycleError, UnsupportedValueError
+
+__all__ = ["map_nest", "iter_leaves", "is_container", "container_kind", "skip_set"]
 
 # Container kinds. LEAF: not a container.
-LEAF, DICT, DICT_SUB, LIST, LIST_SUB, TUPLE, NAMEDTUPLE, TUPLE_SUB, DEQUE, DATACLASS = range(10)
+LEAF, DICT, DICT_SUB, LIST, LIST_SUB, TUPLE, NAMEDTUPLE, TUPLE_SUB, DEQUE, DATACLASS, MAPPING, SET = range(12)
 _kinds: dict = {}
 _MISSING = object()
 
@@ -62,7 +71,36 @@ def _classify(kind: type) -> int:
         return DEQUE
     if hasattr(kind, "__dataclass_fields__"):
         return DATACLASS
+    if issubclass(kind, (set, frozenset)):
+        return SET
+    from collections.abc import Mapping  # once per type; collections.abc is loaded at startup
+
+    if issubclass(kind, Mapping):
+        return MAPPING
     return LEAF
+
+
+def skip_set(skip_keys):
+    """``skip_keys`` (None, one key, or an iterable of keys) as a frozenset, or None.
+
+    Example:
+        >>> skip_set("labels"), skip_set(None)
+        (frozenset({'labels'}), None)
+    """
+    if skip_keys is None:
+        return None
+    if isinstance(skip_keys, (str, bytes)) or not hasattr(skip_keys, "__iter__"):
+        return frozenset((skip_keys,))
+    return frozenset(skip_keys)
+
+
+def _cycle(path) -> NestCycleError:
+    where = "" if path is None else f" at {path or 'its top level'}"
+    return NestCycleError(
+        f"This nest contains itself{where}: walking it would never end. Pass a "
+        f"nest without the loop (for example the tensors it holds, or a copy without the "
+        f"back reference)."
+    )
 
 
 def is_container(x) -> bool:
@@ -81,13 +119,15 @@ def _dataclass_fields(x) -> list:
     return [field.name for field in dataclasses.fields(x)]
 
 
-def map_nest(x, leaf_for, keep_unchanged: bool = False):
+def map_nest(x, leaf_for, keep_unchanged: bool = False, skip_keys=None):
     """Rebuild the nest ``x`` with each leaf ``v`` replaced by ``leaf_for(v)(v)``.
 
     ``leaf_for(v)`` is asked once per leaf type and returns a callable, or
     None for leaves to keep as they are. With ``keep_unchanged``, a container
     none of whose leaves changed comes back as itself (``copy_if_needed``);
-    without, every container is new (``to_device``).
+    without, every container is new (``to_device``). ``skip_keys`` (a set, see
+    ``skip_set``): mapping keys whose values are kept as they are, at any depth.
+    A nest that contains itself raises ``NestCycleError``.
 
     Example:
         >>> map_nest((1, "a"), lambda v: (lambda leaf: -leaf) if isinstance(v, int) else None)
@@ -95,6 +135,7 @@ def map_nest(x, leaf_for, keep_unchanged: bool = False):
     """
     ops: dict = {}
     ops_get = ops.get
+    open_ids: set = set()  # the containers being walked: one met again is a loop
 
     def walk(value):
         kind = type(value)
@@ -108,7 +149,17 @@ def map_nest(x, leaf_for, keep_unchanged: bool = False):
                 if op is not None:
                     return op(value)
             return value
-        if shape == DICT:
+        key = id(value)
+        if key in open_ids:
+            raise _cycle(None)
+        open_ids.add(key)
+        try:
+            return into(value, shape)
+        finally:
+            open_ids.discard(key)
+
+    def into(value, shape):
+        if shape == DICT and skip_keys is None:
             # Leaves of a type seen before skip the recursive call: flat dicts of
             # tensors (a state dict, a batch) are the common nest.
             out = {}
@@ -124,6 +175,11 @@ def map_nest(x, leaf_for, keep_unchanged: bool = False):
                 out[key] = new
                 changed = changed or new is not item
             return out if changed else value
+        if shape == DICT:
+            out = {key: (item if key in skip_keys else walk(item)) for key, item in value.items()}
+            if keep_unchanged and all(new is value[key] for key, new in out.items()):
+                return value
+            return out
         if shape == LIST:
             out = [walk(item) for item in value]
             if keep_unchanged and _same(out, value):
@@ -134,9 +190,12 @@ def map_nest(x, leaf_for, keep_unchanged: bool = False):
             if keep_unchanged and _same(out, value):
                 return value
             return out
-        return _rebuild(value, shape, walk, keep_unchanged)
+        return _rebuild(value, shape, walk, keep_unchanged, skip_keys)
 
-    return walk(x)
+    try:
+        return walk(x)
+    except RecursionError:  # a loop through something that is not a container we track
+        raise _cycle(None) from None
 
 
 def _same(new, old) -> bool:
@@ -146,8 +205,26 @@ def _same(new, old) -> bool:
     return True
 
 
-def _rebuild(value, shape: int, walk, keep_unchanged: bool):
+def _rebuild(value, shape: int, walk, keep_unchanged: bool, skip_keys=None):
     import copy as _copy  # only nests with subclasses or dataclasses need it
+    if shape == SET:
+        items = [walk(item) for item in value]
+        if keep_unchanged and all(new is old for new, old in zip(items, value)):
+            return value
+        try:
+            return _rebuild_set(value, items)
+        except TypeError as err:
+            raise UnsupportedValueError(
+                f"This {type(value).__name__} cannot be rebuilt with its values moved ({err}), and "
+                f"devshim never hands a set back with its tensors left where they were. Pass a list "
+                f"or tuple of the tensors instead."
+            ) from None
+    if shape == MAPPING:
+        pairs = [(key, item if skip_keys is not None and key in skip_keys else walk(item))
+                 for key, item in value.items()]
+        if keep_unchanged and all(new is value[key] for key, new in pairs):
+            return value
+        return _rebuild_mapping(value, pairs, _copy)
     if shape == DATACLASS:
         moved = {}
         changed = False
@@ -165,7 +242,8 @@ def _rebuild(value, shape: int, walk, keep_unchanged: bool):
             object.__setattr__(rebuilt, name, new)  # frozen dataclasses too
         return rebuilt
     if shape == DICT_SUB:
-        pairs = [(key, walk(item)) for key, item in value.items()]
+        pairs = [(key, item if skip_keys is not None and key in skip_keys else walk(item))
+                 for key, item in value.items()]
         if keep_unchanged and all(new is value[key] for key, new in pairs):
             return value
         rebuilt = _copy.copy(value)  # keeps the type, its attributes, a defaultdict's factory
@@ -195,8 +273,43 @@ def _rebuild(value, shape: int, walk, keep_unchanged: bool):
     return rebuilt
 
 
-def iter_leaves(x, path: str = ""):
+def _rebuild_set(value, items):
+    kind = type(value)
+    if kind is set or kind is frozenset:
+        return kind(items)
+    rebuilt = kind(items)  # a subclass: its constructor takes an iterable, as set's does
+    state = getattr(value, "__dict__", None)
+    if state:
+        rebuilt.__dict__.update(state)
+    return rebuilt
+
+
+def _rebuild_mapping(value, pairs, _copy):
+    from collections.abc import MutableMapping
+
+    if isinstance(value, MutableMapping):
+        rebuilt = _copy.copy(value)  # UserDict: a new .data, the type and its attributes kept
+        for key, new in pairs:
+            rebuilt[key] = new
+        return rebuilt
+    try:
+        rebuilt = type(value)(dict(pairs))  # read-only mappings: built from a dict
+    except TypeError as err:
+        raise UnsupportedValueError(
+            f"This {type(value).__name__} is a read-only mapping that cannot be built from a dict "
+            f"({err}), so devshim cannot hand it back with its tensors moved. Pass dict(value)."
+        ) from None
+    state = getattr(value, "__dict__", None)
+    if state:
+        for name, item in state.items():
+            rebuilt.__dict__.setdefault(name, item)
+    return rebuilt
+
+
+def iter_leaves(x, path: str = "", _open=None):
     """Yield ``(path, leaf)`` pairs; the path reads like ``[0]['weight']``.
+
+    A nest that contains itself raises ``NestCycleError`` naming the path.
 
     Example:
         >>> list(iter_leaves({"a": [1]}))
@@ -205,19 +318,30 @@ def iter_leaves(x, path: str = ""):
     shape = container_kind(type(x))
     if shape == LEAF:
         yield path, x
-    elif shape in (DICT, DICT_SUB):
-        for key, value in x.items():
-            yield from iter_leaves(value, f"{path}[{key!r}]")
+        return
+    if _open is None:
+        _open = set()
+    key = id(x)
+    if key in _open:
+        raise _cycle(path)
+    _open.add(key)
+    if shape in (DICT, DICT_SUB, MAPPING):
+        for name, value in x.items():
+            yield from iter_leaves(value, f"{path}[{name!r}]", _open)
     elif shape == NAMEDTUPLE:
         for name, value in zip(type(x)._fields, x):
-            yield from iter_leaves(value, f"{path}.{name}")
+            yield from iter_leaves(value, f"{path}.{name}", _open)
     elif shape == DATACLASS:
         for name in _dataclass_fields(x):
             try:
                 value = getattr(x, name)
             except AttributeError:
                 continue
-            yield from iter_leaves(value, f"{path}.{name}")
+            yield from iter_leaves(value, f"{path}.{name}", _open)
+    elif shape == SET:
+        for i, value in enumerate(x):
+            yield from iter_leaves(value, f"{path}{{item {i}}}", _open)
     else:
         for i, value in enumerate(x):
-            yield from iter_leaves(value, f"{path}[{i}]")
+            yield from iter_leaves(value, f"{path}[{i}]", _open)
+    _open.discard(key)

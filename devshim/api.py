@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from devshim import _tree, transfer
 from devshim.backends.dispatch import (
-    COPY, COPY_IF_NEEDED, DEVICE_BY_ATTRIBUTE, DEVICE_OF, DEVICE_TABLE, EXACT_DEVICE_TABLE, backend_for_tensor,
-    learn_type,
+    COPY, COPY_IF_NEEDED, DEVICE_BY_ATTRIBUTE, DEVICE_OF, DEVICE_TABLE, EXACT_DEVICE_TABLE, NATIVE_BY_ATTRIBUTE,
+    NATIVE_OF, backend_for_tensor, learn_type,
 )
 from devshim.backends.nests import copy_nest, copy_nest_if_needed, nest_to_numpy
 from devshim.backends.selection import get_backend
@@ -24,7 +24,7 @@ from devshim.errors import DeviceMismatchError, NotATensorError
 
 __all__ = [
     "cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "devices", "device",
-    "device_of", "to_device", "copy_if_needed", "same_device", "ensure_same_device",
+    "device_of", "neutral_device", "to_device", "copy_if_needed", "same_device", "ensure_same_device",
     "to_numpy",
 ]
 
@@ -125,14 +125,56 @@ _by_device_attribute = DEVICE_BY_ATTRIBUTE
 _copy_fns = COPY
 _copy_if_needed_fns = COPY_IF_NEEDED
 _exact_table_for = EXACT_DEVICE_TABLE.get
+_native_by_attribute = NATIVE_BY_ATTRIBUTE
+_native_of_for = NATIVE_OF.get
 
 
 def device_of(x):
-    """The ``ds.Device`` a tensor lives on.
+    """The device tensor ``x`` lives on, as its framework's own device object.
+
+    What comes back goes straight into the framework's ``device=`` (and into the
+    namespace ``ds.array_module(x)`` returns): a ``torch.device``, a ``jax.Device``,
+    a TensorFlow device name, an ``mx.Context``, NumPy's ``"cpu"``. It compares
+    equal to the ``ds.Device`` naming the same place; ``ds.neutral_device(x)`` is
+    that ``ds.Device``, for questions across frameworks. Inside ``jax.jit`` an
+    array has no device yet, and the answer is None (as array-api-compat's).
 
     Example:
-        >>> str(ds.device_of(torch.ones(2)))
-        'cpu:0'
+        >>> ds.device_of(torch.ones(2))
+        device(type='cpu')
+        >>> torch.zeros(3, device=ds.device_of(X)).device == X.device
+        True
+    """
+    # Most frameworks' tensors say where they are in `x.device`: two subscripts, no call.
+    try:
+        return _native_by_attribute[type(x)][x.device]
+    except (KeyError, AttributeError, TypeError):  # a type or device not seen yet, and the like
+        pass
+    table = _device_table_for(type(x))
+    if table is not None:
+        try:
+            return table.natives[getattr(x, table.attr)]
+        except (KeyError, TypeError, AttributeError):  # a device not met yet, and the like
+            pass
+    fn = _native_of_for(type(x))
+    if fn is None:
+        if learn_type(x) is None:
+            raise NotATensorError.for_value(x, "device_of")
+        fn = NATIVE_OF[type(x)]
+    return fn(x)
+
+
+def neutral_device(x):
+    """The framework-neutral ``ds.Device`` tensor ``x`` lives on.
+
+    ``kind``, ``index``, ``virtual`` and ``platform`` say the same for every
+    framework, and Devices of different frameworks compare and hash alike when
+    they name the same place (a torch tensor and a NumPy array on the host).
+
+    Example:
+        >>> d = ds.neutral_device(torch.ones(2))
+        >>> str(d), d == ds.neutral_device(np.ones(2)), d == ds.device_of(torch.ones(2))
+        ('cpu:0', True, True)
     """
     # Most frameworks' tensors say where they are in `x.device`: two subscripts, no call.
     try:
@@ -149,22 +191,25 @@ def device_of(x):
     fn = _device_of_for(type(x))
     if fn is None:
         if learn_type(x) is None:
-            raise NotATensorError.for_value(x, "device_of")
+            raise NotATensorError.for_value(x, "neutral_device")
         fn = DEVICE_OF[type(x)]
     return fn(x)
 
 
-def to_device(x, device, *, non_blocking: bool = False):
+def to_device(x, device, *, non_blocking: bool = False, skip_keys=None):
     """Copy ``x`` (a tensor or a nest of them) to ``device``: always new storage.
 
     Even when ``x`` already lives on ``device`` the result is a copy, so
     mutating it never changes ``x``. Gradients flow back through the copy.
-    ``non_blocking=True`` lets torch overlap host-to-GPU copies; synchronise
-    before reading a result copied asynchronously to the host.
+    ``non_blocking=True`` lets torch overlap host-to-GPU copies from pinned
+    memory; synchronise before reading a result copied asynchronously to the
+    host. In nests, ``skip_keys`` (a key or a collection of keys) names mapping
+    entries left as they are, at any depth; objects with a ``.to(device)``
+    method get it called.
 
     Example:
         >>> Z = ds.to_device(X, ds.try_gpu(1))
-        >>> batch = ds.to_device({"x": X, "y": Y}, "gpu")
+        >>> batch = ds.to_device({"x": X, "y": Y, "ids": I}, "gpu", skip_keys="ids")
     """
     try:
         fn = _copy_fns[type(x)]
@@ -174,14 +219,15 @@ def to_device(x, device, *, non_blocking: bool = False):
         return fn(x, device, non_blocking)
     if learn_type(x) is not None:
         return COPY[type(x)](x, device, non_blocking)
-    return copy_nest(x, device, non_blocking, "to_device")
+    return copy_nest(x, device, non_blocking, "to_device", skip_keys)
 
 
-def copy_if_needed(x, device):
+def copy_if_needed(x, device, *, non_blocking: bool = False, skip_keys=None):
     """``x`` itself when it already lives on ``device``, else ``to_device(x, device)``.
 
     For nests, only the tensors that are elsewhere are copied, and a container
-    in which nothing had to be copied comes back as itself.
+    in which nothing had to be copied comes back as itself. ``non_blocking``
+    and ``skip_keys`` as for ``to_device``.
 
     Example:
         >>> Z2 = ds.copy_if_needed(Z, ds.try_gpu(1))
@@ -200,11 +246,13 @@ def copy_if_needed(x, device):
         fn = _copy_if_needed_fns[type(x)]
     except KeyError:  # a nest, or a type not seen yet
         fn = None
-    if fn is not None:
+    if fn is not None and not non_blocking:
         return fn(x, device)
-    if learn_type(x) is not None:
-        return COPY_IF_NEEDED[type(x)](x, device)
-    return copy_nest_if_needed(x, device, "copy_if_needed")
+    if fn is not None or learn_type(x) is not None:
+        if not non_blocking:
+            return COPY_IF_NEEDED[type(x)](x, device)
+        return copy_nest_if_needed([x], device, "copy_if_needed", None, True)[0]
+    return copy_nest_if_needed(x, device, "copy_if_needed", skip_keys, non_blocking)
 
 
 def to_numpy(x):

@@ -25,6 +25,7 @@ __all__ = [
     "CopyRequiredError",
     "InvalidGuardLevelError",
     "NotATensorError",
+    "NestCycleError",
     "NotAModelError",
     "UnbuiltModelError",
     "UnsupportedPlacementError",
@@ -240,6 +241,20 @@ class UnsupportedDtypeError(DevshimError, TypeError):
         >>> ds.to_numpy(torch.zeros(2, dtype=torch.complex32))
         Traceback (most recent call last):
         devshim.errors.UnsupportedDtypeError: NumPy has no complex32 type. ...
+    """
+
+
+class NestCycleError(DevshimError, ValueError):
+    """A nest that contains itself (a list holding itself, a dict among its own values):
+    walking it would never end, so devshim names the path where it loops instead of
+    overflowing Python's stack.
+
+    Example:
+        >>> batch = {"x": X}
+        >>> batch["self"] = batch
+        >>> ds.to_device(batch, "cpu")
+        Traceback (most recent call last):
+        devshim.errors.NestCycleError: This nest contains itself at ['self'] ...
     """
 
 

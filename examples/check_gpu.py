@@ -58,7 +58,7 @@ elif backend == "cupy":
 
 xp = ds.array_module(x)  # numpy, torch's, jax.numpy, tf.experimental.numpy, mxnet.numpy, cupy
 # TensorFlow and CuPy run an op under the device scope in force, the others where x is.
-scope = ds.device_of(x).native if backend in ("tensorflow", "cupy") else contextlib.nullcontext()
+scope = ds.neutral_device(x).native if backend in ("tensorflow", "cupy") else contextlib.nullcontext()
 
 
 def f():
@@ -85,7 +85,7 @@ for _ in range(ITERS):
     r_device = f_on_device()
 kept = timer.stop()
 
-where = ds.device_of(r_device)
+where = ds.neutral_device(r_device)
 kind = "a virtual GPU, which computes on the CPU" if where.virtual else "the GPU" if where.kind == "gpu" else "the CPU"
 print(f"{backend}: exp() of {VLEN} float32 numbers, {ITERS} times, on {where}")
 print(f"{backend}: returning a NumPy array each time (copied to the host): {copied:.3f} s")

@@ -99,7 +99,7 @@ step(reference, grads(reference, ds.to_device(frame(X), devices[0]), ds.to_devic
 replicas = ds.replicate(net, devices)
 X_shards, Y_shards = ds.split_batch(frame(X), frame(Y), devices)
 print(f"{backend}: {len(X)} examples over {len(devices)} device(s): shards of "
-      f"{[int(s.shape[0]) for s in X_shards]} on {[str(ds.device_of(s)) for s in X_shards]}")
+      f"{[int(s.shape[0]) for s in X_shards]} on {[str(ds.neutral_device(s)) for s in X_shards]}")
 per_device = [grads(r, x, y) for r, x, y in zip(replicas, X_shards, Y_shards)]
 summed = [ds.allreduce(list(g)) for g in zip(*per_device)]  # one list per parameter, one sum per device
 for i, replica in enumerate(replicas):

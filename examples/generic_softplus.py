@@ -55,7 +55,7 @@ def main() -> None:
         y = softplus(x)
         np.testing.assert_allclose(ds.to_numpy(y), expected, rtol=1e-6)
         shown = np.array2string(ds.to_numpy(y), precision=4, floatmode="fixed")
-        print(f"{name:<11} xp = {ds.array_module(x).__name__:<32} on {ds.device_of(y)}: {shown}")
+        print(f"{name:<11} xp = {ds.array_module(x).__name__:<32} on {ds.neutral_device(y)}: {shown}")
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ else:
     a, b = A, B
 
 xp = ds.array_module(a)  # the same NumPy-like code for every framework
-scope = ds.device_of(a).native if backend in ("tensorflow", "cupy") else contextlib.nullcontext()
+scope = ds.neutral_device(a).native if backend in ("tensorflow", "cupy") else contextlib.nullcontext()
 
 
 def norm_of_product():
@@ -88,7 +88,7 @@ with ds.transfer_guard("disallow") as strict:  # the fix needs no implicit copy 
 
 assert strict.total == 0
 np.testing.assert_allclose(log_once, log_each_step, rtol=1e-5)
-where = ds.device_of(on_device[0])
+where = ds.neutral_device(on_device[0])
 print(f"{backend}: {steps} products of 100x100 matrices on {where}, logging the norm of each")
 print(f"{backend}: logged to the host every step: {each_step:.3f} s, {report.total} implicit copies "
       f"to the host{' (none: the CPU is the host)' if where.kind == 'cpu' else ''}")

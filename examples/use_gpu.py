@@ -105,12 +105,12 @@ else:
 
 # ---- Tensors and GPUs: a new tensor lives on the CPU.
 x = tensor([1.0, 2.0, 3.0])
-print(f"{backend}: a new tensor is on {ds.device_of(x)}")
+print(f"{backend}: a new tensor is on {ds.neutral_device(x)}")
 
 # ---- Storage on the GPU (the CPU when there is none).
 X = ones((2, 3), ds.try_gpu())
 Y = rand((2, 3), ds.try_gpu(1))
-print(f"{backend}: X is on {ds.device_of(X)}, Y is on {ds.device_of(Y)}")
+print(f"{backend}: X is on {ds.neutral_device(X)}, Y is on {ds.neutral_device(Y)}")
 
 # ---- Copying. X and Y may be on two devices; combining them is refused, not copied silently.
 if not ds.same_device(X, Y):
@@ -127,10 +127,10 @@ if not ds.same_device(X, Y):
             print(f"{backend}: X + Y under transfer_guard('disallow') is refused ({type(err).__name__})")
 
 Z = ds.to_device(X, ds.try_gpu(1))  # an explicit copy: new memory on GPU 1
-print(f"{backend}: Z = ds.to_device(X, try_gpu(1)) is on {ds.device_of(Z)}")
+print(f"{backend}: Z = ds.to_device(X, try_gpu(1)) is on {ds.neutral_device(Z)}")
 with on(ds.try_gpu(1)):
     total = Y + Z
-print(f"{backend}: Y + Z is on {ds.device_of(total)}: {show(total)}")
+print(f"{backend}: Y + Z is on {ds.neutral_device(total)}: {show(total)}")
 
 # Already there: copy_if_needed is a no-op (MXNet's as_in_ctx, torch's .to), to_device still copies.
 print(f"{backend}: ds.copy_if_needed(Z, try_gpu(1)) is Z: {ds.copy_if_needed(Z, ds.try_gpu(1)) is Z}")
@@ -161,8 +161,8 @@ else:  # JAX: a model is a pytree of parameters and a function
 
 with on(device):
     out = forward(X)
-print(f"{backend}: the model's parameters are on {ds.model_device(net)}; net(X) is on {ds.device_of(out)}")
-assert ds.model_device(net) == ds.device_of(X) == ds.device_of(out)
+print(f"{backend}: the model's parameters are on {ds.model_device(net)}; net(X) is on {ds.neutral_device(out)}")
+assert ds.model_device(net) == ds.neutral_device(X) == ds.neutral_device(out)
 
 # ---- Side notes: read results on the host once, explicitly (printing a GPU tensor copies it too).
 print(f"{backend}: net(X), copied to the host with ds.to_numpy: {show(out)}")

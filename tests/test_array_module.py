@@ -46,12 +46,12 @@ def test_the_chainer_softplus_runs_on_every_backend_and_stays_on_the_device(harn
     x = framework_array(harness, values, device=ds.try_gpu())
     if harness.name == "tensorflow":
         # TensorFlow runs ops on the scope's device, else its default one (docs/generic.md)
-        with ds.device_of(x).native:
+        with ds.neutral_device(x).native:
             y = softplus(x)
     else:
         y = softplus(x)
     assert ds.backends.backend_for_tensor(y).name == harness.name
-    assert ds.device_of(y) == ds.device_of(x)
+    assert ds.neutral_device(y) == ds.neutral_device(x)
     np.testing.assert_allclose(ds.to_numpy(y), np.logaddexp(0.0, values), rtol=1e-6)
 
 

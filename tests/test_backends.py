@@ -277,7 +277,7 @@ def test_eight_threads_dispatching_for_the_first_time_at_once(fresh_selection, m
             with ds.use_backend(name):
                 results[i] = (
                     ds.get_backend().name,
-                    type(ds.device_of(x)).__name__,
+                    type(ds.neutral_device(x)).__name__,
                     ds.get_backend(name),
                     ds.copy_if_needed(x, ds.cpu()) is x,
                     ds.get_backend(),
@@ -301,10 +301,10 @@ def test_eight_threads_dispatching_for_the_first_time_at_once(fresh_selection, m
 def test_tensors_dispatch_on_their_own_framework_whatever_is_selected():
     torch = pytest.importorskip("torch")
     with ds.use_backend("numpy"):
-        d = ds.device_of(torch.ones(1))
+        d = ds.neutral_device(torch.ones(1))
         assert d.backend == "torch"
         assert isinstance(ds.to_device(torch.ones(1), "cpu"), torch.Tensor)
-        assert ds.device_of(np.ones(1)).backend == "numpy"
+        assert ds.neutral_device(np.ones(1)).backend == "numpy"
 
 
 def test_the_fast_paths_forget_resolved_devices_when_settings_change(setenv):

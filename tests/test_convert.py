@@ -125,7 +125,7 @@ def test_on_the_cpu_the_result_shares_the_memory_and_keeps_values_and_dtype(src,
     y = ds.convert(x, dst)
     assert owner(y) == dst
     assert bits(y) == bits(x)
-    assert ds.device_of(y) == ds.device_of(x) == ds.Device("cpu")
+    assert ds.neutral_device(y) == ds.neutral_device(x) == ds.Device("cpu")
     assert (address(dst, y) == address(src, x)) == ((src, dst) not in COPIES_ON_CPU)
     z = ds.convert(x, dst, copy=False)
     assert address(dst, z) == address(src, x)
@@ -338,7 +338,7 @@ def test_device_another_device_is_an_explicit_copy_the_guard_allows_and_counts(s
     x = make(src, VALUES)
     with ds.transfer_guard("disallow") as report:
         y = ds.convert(x, dst, device="gpu:1")
-    assert owner(y) == dst and ds.device_of(y) == ds.Device("gpu", 1, virtual=True)
+    assert owner(y) == dst and ds.neutral_device(y) == ds.Device("gpu", 1, virtual=True)
     assert bits(y) == bits(x)
     assert report.total == 0
     assert [(str(e.source), str(e.target), e.action) for e in report.explicit] == [("cpu:0", "gpu:1", "explicit")]
@@ -353,7 +353,7 @@ def test_virtual_gpu_i_is_gpu_i_of_every_framework_and_the_result_is_a_copy_ther
     x = ds.to_device(make(src, VALUES), "gpu:0")
     with ds.transfer_guard("disallow") as report:
         y = ds.convert(x, dst)
-    assert owner(y) == dst and ds.device_of(y) == ds.device_of(x)
+    assert owner(y) == dst and ds.neutral_device(y) == ds.neutral_device(x)
     assert bits(y) == bits(x)
     assert report.total == 0 and report.explicit == []
     with pytest.raises(ds.CopyRequiredError, match="virtual gpu:0"):

@@ -102,10 +102,10 @@ def test_a_numpy_array_sent_to_a_gpu_becomes_the_partners_array(partner):
     for spec in ("gpu:1", "cuda:1", ds.Device("gpu", 1), FakeGpu(1)):
         y = ds.to_device(x, spec)
         assert isinstance(y, FakeGpuArray) and y.device == FakeGpu(1)
-        assert str(ds.device_of(y)) == "gpu:1" and not np.shares_memory(y.values, x)
+        assert str(ds.neutral_device(y)) == "gpu:1" and not np.shares_memory(y.values, x)
         np.testing.assert_array_equal(y.values, x)
     back = ds.to_device(ds.to_device(x, "gpu:0"), "cpu")
-    assert isinstance(back, np.ndarray) and ds.device_of(back) == "cpu"
+    assert isinstance(back, np.ndarray) and ds.neutral_device(back) == "cpu"
 
 
 def test_copy_if_needed_moves_numpy_arrays_only_to_a_gpu(partner):
@@ -185,14 +185,14 @@ def test_cupy_devices_are_cupy_devices_and_with_blocks(cupy):
     assert isinstance(ds.gpu(0), cupy.cuda.Device) and ds.cpu() == "cpu"
     with ds.try_gpu():
         x = cupy.ones((2, 3))
-    assert ds.device_of(x) == "gpu:0" and ds.device_of(x).native.id == 0
+    assert ds.neutral_device(x) == "gpu:0" and ds.neutral_device(x).native.id == 0
     assert ds.num_gpus() == cupy.cuda.runtime.getDeviceCount()
 
 
 def test_to_device_cpu_gives_numpy_and_numpy_to_gpu_gives_cupy(cupy):
     x = cupy.arange(4.0)
     host = ds.to_device(x, "cpu")
-    assert isinstance(host, np.ndarray) and ds.device_of(host) == "cpu"
+    assert isinstance(host, np.ndarray) and ds.neutral_device(host) == "cpu"
     np.testing.assert_array_equal(host, [0.0, 1.0, 2.0, 3.0])
     back = ds.to_device(host, "gpu:0")
     assert isinstance(back, cupy.ndarray) and back.device.id == 0
@@ -237,7 +237,7 @@ def test_array_module_of_cupy_and_numpy_is_cupy(cupy):
 def test_numba_device_arrays_are_recognised_through_the_cuda_array_interface(cupy):
     numba_cuda = pytest.importorskip("numba.cuda", reason="Numba is not installed here")
     d = numba_cuda.to_device(np.arange(3.0))
-    assert ds.device_of(d) == "gpu:0"
+    assert ds.neutral_device(d) == "gpu:0"
     np.testing.assert_array_equal(ds.to_numpy(d), [0.0, 1.0, 2.0])
     moved = ds.to_device(d, "gpu:0")
     assert isinstance(moved, cupy.ndarray) and moved.data.ptr != d.__cuda_array_interface__["data"][0]

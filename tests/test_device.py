@@ -167,7 +167,7 @@ def test_a_device_without_a_backend_has_no_native_object():
 
 
 def test_a_restored_device_gets_its_native_object_from_its_backend():
-    d = pickle.loads(pickle.dumps(ds.device_of(np.ones(2))))
+    d = pickle.loads(pickle.dumps(ds.neutral_device(np.ones(2))))
     assert d.native == "cpu" and d.backend == "numpy"
 
 

@@ -189,7 +189,7 @@ def test_a_bad_variable_value_is_a_named_error(setenv):
 def test_the_variable_guards_a_fresh_process(framework):
     pytest.importorskip(framework)
     code = {
-        "torch": "import torch, devshim as ds\nx = torch.ones(1, device='meta')\nds.device_of(x)\n"
+        "torch": "import torch, devshim as ds\nx = torch.ones(1, device='meta')\nds.neutral_device(x)\n"
                  "try:\n    float(x)\nexcept ds.ImplicitTransferError as err:\n    print('refused', 'float(t)' in str(err))\n",
         "tensorflow": "import tensorflow as tf, devshim as ds\nwith ds.gpu(0):\n    x = tf.ones(1)\n"
                       "try:\n    float(x)\nexcept ds.ImplicitTransferError as err:\n    print('refused', 'float(t)' in str(err))\n",
@@ -270,7 +270,7 @@ def test_torch_meta_reads_and_mixed_ops():
 
 def test_torch_hooks_are_in_only_while_a_guard_checks():
     torch = pytest.importorskip("torch")
-    ds.device_of(torch.ones(1))  # the torch backend is loaded
+    ds.neutral_device(torch.ones(1))  # the torch backend is loaded
     own = torch.Tensor.__dict__.get("item")
     with ds.transfer_guard("disallow"):
         assert torch.Tensor.__dict__.get("item") is not own

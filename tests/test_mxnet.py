@@ -49,7 +49,7 @@ def virtual(bk):
 def test_both_front_ends_dispatch_to_mxnet_whatever_backend_is_selected(front):
     x = FRONT_ENDS[front]([1.0, 2.0])
     with ds.use_backend("numpy"):
-        d = ds.device_of(x)
+        d = ds.neutral_device(x)
         y = ds.to_device(x, mx.cpu())
     assert (d.backend, str(d), d.native) == ("mxnet", "cpu:0", mx.cpu(0))
     assert type(y) is type(x)
@@ -88,7 +88,7 @@ def test_devices_are_contexts_the_framework_accepts(plain):
 
 def test_every_cpu_context_is_usable_without_virtual_devices(plain):
     assert ds.device("cpu:3") == mx.cpu(3)
-    assert ds.device_of(mx.np.ones(1, ctx=mx.cpu(3))) == ds.Device("cpu", 3)
+    assert ds.neutral_device(mx.np.ones(1, ctx=mx.cpu(3))) == ds.Device("cpu", 3)
 
 
 @pytest.mark.skipif(mx.context.num_gpus() > 0, reason="this machine has a GPU")
@@ -105,7 +105,7 @@ def test_mps_is_refused_because_mxnet_accelerators_are_cuda(plain):
 
 def test_pinned_host_memory_counts_as_the_cpu(plain):
     x = mx.nd.ones((2,), ctx=mx.cpu_pinned(0))
-    d = ds.device_of(x)
+    d = ds.neutral_device(x)
     assert (str(d), d.platform, d.native) == ("cpu:0", "cpu_pinned", mx.cpu_pinned(0))
     assert ds.same_device(x, mx.nd.ones((2,)))
     assert ds.copy_if_needed(x, ds.cpu()) is x
@@ -201,7 +201,7 @@ def test_virtual_gpu_i_is_cpu_i_plus_1_and_cpu0_stays_the_host(virtual):
     assert ds.devices() == [mx.cpu(0), mx.cpu(1), mx.cpu(2)]
     assert ds.try_gpu(1) == ds.gpu(1) == ds.device("gpu(1)") == ds.device("cuda:1") == mx.cpu(2)
     assert ds.try_gpu(2) == mx.cpu(0)
-    d = ds.device_of(mx.nd.ones((1,), ctx=ds.try_gpu(1)))
+    d = ds.neutral_device(mx.nd.ones((1,), ctx=ds.try_gpu(1)))
     assert (str(d), d.virtual, d.native) == ("gpu:1", True, mx.cpu(2))
     assert repr(d) == "Device('gpu:1', backend='mxnet', virtual=True)"
     assert d != ds.Device("gpu", 1) and d == ds.Device("gpu", 1, virtual=True)
@@ -239,9 +239,9 @@ def test_asking_for_virtual_devices_again_is_harmless(virtual):
 def test_the_d2l_mxnet_flow_on_virtual_devices(virtual):
     X = mx.np.ones((2, 3), ctx=ds.try_gpu())
     Y = mx.np.random.uniform(size=(2, 3), ctx=ds.try_gpu(1))
-    assert (str(ds.device_of(X)), str(ds.device_of(Y))) == ("gpu:0", "gpu:1")
+    assert (str(ds.neutral_device(X)), str(ds.neutral_device(Y))) == ("gpu:0", "gpu:1")
     Z = ds.to_device(X, ds.try_gpu(1))
-    assert ds.device_of(Z) == ds.device_of(Y) != ds.device_of(X)
+    assert ds.neutral_device(Z) == ds.neutral_device(Y) != ds.neutral_device(X)
     np.testing.assert_allclose((Y + Z).asnumpy(), Y.asnumpy() + 1.0)
     assert ds.copy_if_needed(Z, ds.try_gpu(1)) is Z
     assert Z.as_in_ctx(ds.try_gpu(1)) is Z  # what the chapter writes, for comparison

@@ -93,7 +93,7 @@ def test_torch_balanced_spreads_children_by_parameter_bytes(torch):
     ds.place_model(net, "balanced")
     devices = ds.try_all_gpus()
     placed = [ds.model_device(child) for child in net]
-    assert placed[0] == ds.device_of(torch.ones(1, device=devices[0]))
+    assert placed[0] == ds.neutral_device(torch.ones(1, device=devices[0]))
     if len(devices) > 1:
         assert placed[1] == placed[2] != placed[0]  # the big layer alone; the small ones together
 

@@ -65,7 +65,7 @@ def test_tf_device_accepts_devshim_devices_as_names():
     with tf.device(ds.cpu()):
         x = tf.ones(2)
     assert x.device.endswith("/device:CPU:0")
-    assert ds.device_of(x) == ds.cpu()
+    assert ds.neutral_device(x) == ds.cpu()
 
 
 def test_tfdevice_is_immutable():
@@ -112,8 +112,8 @@ def test_with_try_gpu_places_new_tensors_there():
         X = tf.ones((2, 3))
     assert entered is dev
     assert X.device.endswith(tf_name(dev))
-    assert ds.device_of(X) == dev
-    assert ds.device_of(X) == ("gpu:0" if ds.num_gpus() else "cpu:0")
+    assert ds.neutral_device(X) == dev
+    assert ds.neutral_device(X) == ("gpu:0" if ds.num_gpus() else "cpu:0")
 
 
 def test_scopes_nest_and_the_same_object_can_be_re_entered():
@@ -169,7 +169,7 @@ def test_one_device_object_used_by_two_threads_keeps_each_threads_scopes():
             t.start()
         for t in threads:
             t.join()
-        print(*(str(ds.device_of(out[k])) for k in ("a", "b inside", "b")))
+        print(*(str(ds.neutral_device(out[k])) for k in ("a", "b inside", "b")))
     """, DEVSHIM_VIRTUAL_DEVICES="2")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["gpu:0", "gpu:1", "cpu:0"]
@@ -181,7 +181,7 @@ def test_one_device_object_used_by_two_threads_keeps_each_threads_scopes():
 def test_device_of_reads_the_fully_qualified_device_string():
     x = tf.constant([1.0])
     assert x.device == "/job:localhost/replica:0/task:0/device:CPU:0"
-    d = ds.device_of(x)
+    d = ds.neutral_device(x)
     assert (d.kind, d.index, d.virtual, d.native) == ("cpu", 0, False, ds.cpu())
 
 
@@ -194,7 +194,7 @@ def test_a_gpu_device_string_reads_as_that_gpu(bk):
 def test_symbolic_tensors_have_no_device_yet():
     @tf.function
     def where(x):
-        return ds.device_of(x)
+        return ds.neutral_device(x)
 
     with pytest.raises(ds.UnplacedTensorError, match="tf.function"):
         where(tf.constant(1.0))
@@ -206,7 +206,7 @@ def test_symbolic_tensors_have_no_device_yet():
 def test_to_device_is_a_new_tensor_in_new_storage():
     x = tf.constant(np.arange(6.0))
     y = ds.to_device(x, ds.cpu())
-    assert y is not x and ds.device_of(y) == "cpu"
+    assert y is not x and ds.neutral_device(y) == "cpu"
     assert HARNESS.aliases(x, tf.identity(x))  # the check can see sharing...
     assert not HARNESS.aliases(x, y)  # ...and to_device has none
     np.testing.assert_array_equal(y.numpy(), np.arange(6.0))
@@ -230,7 +230,7 @@ def test_to_device_of_a_variable_returns_a_tensor_holding_its_value():
     v = tf.Variable([1.0, 2.0])
     t = ds.to_device(v, ds.cpu())
     assert isinstance(t, tf.Tensor) and not isinstance(t, tf.Variable)
-    assert ds.device_of(v) == "cpu" and ds.device_of(t) == "cpu"
+    assert ds.neutral_device(v) == "cpu" and ds.neutral_device(t) == "cpu"
     v.assign([5.0, 6.0])
     np.testing.assert_array_equal(t.numpy(), [1.0, 2.0])
 
@@ -269,7 +269,7 @@ def test_ragged_tensors_move_whole_and_keep_their_type():
     assert isinstance(out, tf.RaggedTensor) and out is not rt
     assert out.to_list() == [[1.0, 2.0], [3.0]]
     assert not HARNESS.aliases(rt.flat_values, out.flat_values)
-    assert ds.device_of(rt) == "cpu" and ds.copy_if_needed(rt, "cpu") is rt
+    assert ds.neutral_device(rt) == "cpu" and ds.copy_if_needed(rt, "cpu") is rt
     with pytest.raises(ds.UnsupportedValueError, match="to_tensor"):
         ds.to_numpy(rt)
 
@@ -299,7 +299,7 @@ def test_keras_variables_move_through_their_value():
     if keras.backend.backend() != "tensorflow":
         pytest.skip("Keras here runs on another backend")
     kv = keras.Variable([1.0, 2.0])
-    assert ds.device_of(kv) == "cpu"
+    assert ds.neutral_device(kv) == "cpu"
     assert ds.copy_if_needed(kv, ds.cpu()) is kv
     copied = ds.to_device({"w": kv}, ds.cpu())["w"]
     assert isinstance(copied, tf.Tensor)
@@ -321,7 +321,7 @@ def test_copies_work_under_the_explicit_device_policy():
         out = [ds.to_device(a, ds.gpu(1)), ds.to_device(a, ds.gpu(0)), ds.to_device(a, ds.cpu()),
                ds.copy_if_needed(a, ds.gpu(1)), ds.to_device(v, ds.gpu(1)),
                ds.to_device({"a": a}, ds.gpu(1))["a"]]
-        print(*(str(ds.device_of(t)) for t in out))
+        print(*(str(ds.neutral_device(t)) for t in out))
         try:
             with ds.gpu(1):
                 a + out[0]
@@ -346,8 +346,8 @@ def test_a_real_gpu_name_is_not_a_virtual_gpu():
                 ds.to_device(x, target)
             except ds.DeviceUnavailableError as err:
                 print("refused:", "real GPU" in str(err))
-        print(ds.device_of(ds.to_device(x, "/GPU:1")))   # a spec string: the backend's gpu:1
-        print(ds.device_of(ds.to_device(x, TFDevice("/CPU:2"))))  # the logical device itself
+        print(ds.neutral_device(ds.to_device(x, "/GPU:1")))   # a spec string: the backend's gpu:1
+        print(ds.neutral_device(ds.to_device(x, TFDevice("/CPU:2"))))  # the logical device itself
     """, DEVSHIM_VIRTUAL_DEVICES="2")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["refused:", "True", "refused:", "True", "gpu:1", "gpu:1"]
@@ -418,7 +418,7 @@ def test_entering_a_device_scope_applies_the_request_first():
             a = tf.ones(1)
         with ds.try_gpu(1):
             b = tf.ones(1)
-        print(ds.device_of(a), repr(ds.device_of(b)), b.device)
+        print(ds.neutral_device(a), repr(ds.neutral_device(b)), b.device)
     """)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [
@@ -441,7 +441,7 @@ def test_nested_scopes_on_virtual_devices_place_each_tensor_where_asked():
                 d = tf.ones(1)
             e = tf.ones(1)
         f = tf.ones(1)
-        print(*(str(ds.device_of(t)) for t in (a, b, c, d, e, f)))
+        print(*(str(ds.neutral_device(t)) for t in (a, b, c, d, e, f)))
     """, DEVSHIM_VIRTUAL_DEVICES="2")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["gpu:0", "gpu:1", "gpu:0", "gpu:1", "gpu:0", "cpu:0"]
@@ -456,7 +456,7 @@ def test_copies_to_and_on_a_real_gpu():
     on_gpu = ds.to_device(x, ds.gpu(0))
     again = ds.to_device(on_gpu, ds.gpu(0))
     for y in (on_gpu, again):
-        d = ds.device_of(y)
+        d = ds.neutral_device(y)
         assert (str(d), d.virtual) == ("gpu:0", False)
         np.testing.assert_array_equal(y.numpy(), [True, False, True])
     assert again is not on_gpu and ds.copy_if_needed(on_gpu, "gpu:0") is on_gpu
@@ -471,10 +471,10 @@ def test_the_guard_lets_int32_shapes_and_tensorflows_own_gradient_code_through()
         "g0, g1 = ds.try_all_gpus()\n"
         "with g0:\n    shape = tf.constant([2, 2])\n    x = tf.ones(4)\n    w = tf.Variable(tf.ones(3))\n"
         "with g1:\n    y = tf.reshape(ds.to_device(x, g1), shape)\n"
-        "print(shape.numpy().tolist(), ds.device_of(y))\n"
+        "print(shape.numpy().tolist(), ds.neutral_device(y))\n"
         "tf.random.uniform((2,))  # no scope: int32 host inputs, on the default device\n"
         "with tf.GradientTape() as tape:\n    with g0:\n        loss = tf.reduce_sum(w * w)\n"
-        "with g0:\n    print(ds.device_of(tape.gradient(loss, w)))\n"
+        "with g0:\n    print(ds.neutral_device(tape.gradient(loss, w)))\n"
         "with g0:\n    total = tf.reduce_sum(x)\n"
         "try:\n    float(total)\nexcept ds.ImplicitTransferError:\n    print('float read refused')\n"
     )

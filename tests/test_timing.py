@@ -119,7 +119,7 @@ def sync_calls(harness, monkeypatch):
 
 def test_synchronize_accepts_none_specs_devices_tensors_and_nests(harness):
     x = harness.tensor([1.0, 2.0], device=ds.cpu())
-    for target in (None, "cpu", ds.cpu(), ds.try_gpu(), ds.device_of(x), x, {"a": [x, x], "n": 3, "z": None}):
+    for target in (None, "cpu", ds.cpu(), ds.try_gpu(), ds.neutral_device(x), x, {"a": [x, x], "n": 3, "z": None}):
         assert ds.synchronize(target) is None
 
 
@@ -144,7 +144,7 @@ def test_synchronize_waits_on_the_device_a_tensor_lives_on(harness, sync_calls, 
     if ds.get_backend().waits_per_value:  # JAX: the value itself, never its device
         assert wait_calls == [x] and sync_calls == []
     else:
-        assert len(sync_calls) == 1 and ds.device_of(x) == sync_calls[0]
+        assert len(sync_calls) == 1 and ds.neutral_device(x) == sync_calls[0]
 
 
 def test_synchronize_waits_once_per_distinct_device_in_a_nest(harness, sync_calls, wait_calls):
@@ -397,7 +397,7 @@ def test_benchmark_on_every_backend_waits_on_outputs_and_reports(harness, sync_c
     if ds.get_backend().waits_per_value:
         # every run (and warm-up and calibration) waits on its output, and on no device
         assert len(wait_calls) >= m.runs and sync_calls == []
-        assert all(ds.device_of(y) == "cpu" for y in wait_calls)
+        assert all(ds.neutral_device(y) == "cpu" for y in wait_calls)
     else:
         # every run (and warm-up and calibration) waits on the output's device
         assert len(sync_calls) >= m.runs and all(ds.Device("cpu") == ds.get_backend().describe(n) for n in sync_calls)

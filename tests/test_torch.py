@@ -121,7 +121,7 @@ def test_no_cuda_context_means_nothing_to_wait_for(bk, monkeypatch):
 
 def test_native_torch_devices_describe_to_neutral_ones(bk):
     assert ds.Device("cpu") == torch.device("cpu")
-    assert torch.device("cpu") == ds.device_of(torch.ones(1))
+    assert torch.device("cpu") == ds.neutral_device(torch.ones(1))
     assert ds.Device("gpu", 1) == torch.device("cuda", 1)
     assert ds.Device("gpu", 1) != torch.device("cuda", 0)
     assert ds.Device("meta") == torch.device("meta")
@@ -213,7 +213,7 @@ def test_non_blocking_is_accepted(bk):
 def test_a_meta_module_places_like_any_other_but_holds_no_data(bk):
     with torch.device("meta"):
         layer = torch.nn.Linear(3, 2)
-    assert ds.device_of(layer.weight) == "meta" and ds.same_device(layer.weight, layer.bias)
+    assert ds.neutral_device(layer.weight) == "meta" and ds.same_device(layer.weight, layer.bias)
     assert not ds.same_device(layer.weight, torch.ones(1))
     with pytest.raises(ds.DatalessTensorError, match="to_empty"):
         ds.to_device(layer.weight, "cpu")
@@ -227,7 +227,7 @@ def test_on_a_real_accelerator_to_device_and_back(bk):
     x = torch.arange(6.0).reshape(2, 3)
     g = ds.to_device(x, ds.try_gpu())
     platform = bk.accelerator_platform()
-    assert g.device.type == platform and ds.device_of(g) == "gpu:0" and ds.device_of(g) == f"{platform}:0"
+    assert g.device.type == platform and ds.neutral_device(g) == "gpu:0" and ds.neutral_device(g) == f"{platform}:0"
     assert ds.copy_if_needed(g, "gpu") is g and ds.copy_if_needed(g, platform) is g
     assert ds.copy_if_needed(g, torch.device(platform)) is g
     np.testing.assert_array_equal(ds.to_numpy(g), x.numpy())
@@ -243,3 +243,24 @@ def test_on_two_real_accelerators(bk):
     Z = ds.to_device(X, ds.try_gpu(1))
     assert ds.same_device(Y, Z) and torch.equal((Y + Z).cpu(), Y.cpu() + 1)
     assert ds.copy_if_needed(Z, ds.try_gpu(1)) is Z
+
+
+# ------------------------------------------------------------ torch.compile
+
+
+def test_hot_paths_compile_with_fullgraph_and_return_what_eager_returns():
+    torch = pytest.importorskip("torch")
+    target = ds.try_gpu()
+
+    def step(x, batch):
+        d = ds.device_of(x)
+        moved = ds.to_device(batch, d)
+        kept = ds.copy_if_needed(x, d)
+        return ds.to_device(x * 2, target), moved["a"] + kept, ds.same_device(x, moved)
+
+    x, batch = torch.ones(3), {"a": torch.arange(3.0), "n": 1}
+    eager = step(x, batch)  # devshim has met these types: the compiled path is lookups only
+    compiled = torch.compile(step, fullgraph=True, backend="eager")(x, batch)
+    assert compiled[2] is eager[2] is True
+    for a, b in zip(compiled[:2], eager[:2]):
+        assert torch.equal(a, b) and a.device == b.device

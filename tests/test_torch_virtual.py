@@ -66,7 +66,7 @@ def test_num_gpus_and_the_devices_torch_accepts(vgpu):
 
 
 def test_device_of_says_virtual_gpu(vgpu):
-    d = ds.device_of(torch.zeros(1, device=ds.try_gpu(1)))
+    d = ds.neutral_device(torch.zeros(1, device=ds.try_gpu(1)))
     assert (str(d), d.kind, d.index, d.virtual, d.platform) == ("gpu:1", "gpu", 1, True, "host")
     assert repr(d) == "Device('gpu:1', backend='torch', virtual=True)"
     assert d == ds.try_gpu(1) and d == "gpu:1" and d != ds.cpu() and d != ds.Device("gpu", 1)  # a real gpu:1
@@ -394,7 +394,7 @@ def test_gradients_cross_virtual_gpus(vgpu):
     on_1 = ds.to_device(w, ds.gpu(1))
     back = ds.copy_if_needed(on_1 * 3.0, ds.gpu(0))
     back.sum().backward()
-    assert (str(ds.device_of(on_1)), str(ds.device_of(back))) == ("gpu:1", "gpu:0")
+    assert (str(ds.neutral_device(on_1)), str(ds.neutral_device(back))) == ("gpu:1", "gpu:0")
     assert w.grad.device == torch.device("vgpu", 0) and w.grad.tolist() == [3.0, 3.0]
 
 
@@ -495,7 +495,7 @@ def test_turning_virtual_gpus_off_again(vgpu):
     x = torch.ones(2, device="vgpu:1")
     ds.testing.virtual_devices(0)
     assert ds.num_gpus() == 0 and ds.try_gpu(1) == torch.device("cpu")
-    assert ds.device_of(x).virtual and (x + 1).tolist() == [2.0, 2.0]  # existing tensors still work
+    assert ds.neutral_device(x).virtual and (x + 1).tolist() == [2.0, 2.0]  # existing tensors still work
     with pytest.raises(ds.DeviceUnavailableError):
         ds.device(torch.device("vgpu", 1))
     with pytest.raises(ds.DeviceUnavailableError, match="presents 0 virtual GPUs"):
@@ -512,7 +512,7 @@ def test_the_variable_turns_them_on_in_a_fresh_process():
         import torch, devshim as ds
         assert ds.num_gpus() == 3 and ds.try_gpu(2) == torch.device("vgpu", 2)
         x = torch.ones(2, device=ds.try_gpu(2))
-        print(ds.device_of(x), ds.to_numpy(x * 2).tolist(), torch.vgpu.device_count())
+        print(ds.neutral_device(x), ds.to_numpy(x * 2).tolist(), torch.vgpu.device_count())
     """, DEVSHIM_BACKEND="torch", DEVSHIM_VIRTUAL_DEVICES="3")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["gpu:2", "[2.0,", "2.0]", "3"]
@@ -522,7 +522,7 @@ def test_nothing_virtual_is_imported_or_registered_unless_asked_for():
     result = run_python("""
         import sys, torch, devshim as ds
         x = torch.ones(3)
-        ds.num_gpus(), ds.try_gpu(1), ds.try_all_gpus(), ds.devices(), ds.device_of(x)
+        ds.num_gpus(), ds.try_gpu(1), ds.try_all_gpus(), ds.devices(), ds.neutral_device(x)
         ds.to_device(x, "cpu"), ds.copy_if_needed(x, ds.try_gpu()), ds.to_numpy(x), ds.synchronize()
         print("devshim.backends.torch._virtual" in sys.modules, torch._C._get_privateuse1_backend_name(),
               hasattr(torch, "vgpu"))

@@ -50,12 +50,12 @@ def test_the_d2l_tensorflow_flow_on_two_virtual_gpus():
             Y = tf.random.uniform((2, 3))
         Z = ds.to_device(X, ds.try_gpu(1))
 
-        assert str(ds.device_of(X)) == "gpu:0" and ds.device_of(X).virtual
-        assert str(ds.device_of(Y)) == str(ds.device_of(Z)) == "gpu:1"
-        assert repr(ds.device_of(Z)) == "Device('gpu:1', backend='tensorflow', virtual=True)"
+        assert str(ds.neutral_device(X)) == "gpu:0" and ds.neutral_device(X).virtual
+        assert str(ds.neutral_device(Y)) == str(ds.neutral_device(Z)) == "gpu:1"
+        assert repr(ds.neutral_device(Z)) == "Device('gpu:1', backend='tensorflow', virtual=True)"
         # the native device (a "/CPU:2" name) still compares as virtual gpu:1, both ways
-        assert ds.device_of(Z) == ds.try_gpu(1) and ds.try_gpu(1) == ds.device_of(Z)
-        assert ds.device_of(Z) != ds.cpu() and ds.device_of(Z) != "cpu:2"
+        assert ds.neutral_device(Z) == ds.try_gpu(1) and ds.try_gpu(1) == ds.neutral_device(Z)
+        assert ds.neutral_device(Z) != ds.cpu() and ds.neutral_device(Z) != "cpu:2"
         with tf.device(ds.try_gpu(1)):   # TensorFlow takes the device as a name, too
             W = tf.ones((2, 3))
         assert ds.same_device(W, Z)
@@ -75,7 +75,7 @@ def test_the_d2l_tensorflow_flow_on_two_virtual_gpus():
                 pass
             else:
                 raise AssertionError("X + Y across virtual GPUs ran under the explicit policy")
-        assert str(ds.device_of(S)) == "gpu:1"
+        assert str(ds.neutral_device(S)) == "gpu:1"
         np.testing.assert_allclose(S.numpy(), Y.numpy() + 1.0)
         assert ds.copy_if_needed(Z, ds.try_gpu(1)) is Z
         try:
@@ -86,7 +86,7 @@ def test_the_d2l_tensorflow_flow_on_two_virtual_gpus():
             raise AssertionError("X and Y are on different virtual GPUs")
 
         # the host is still the CPU, and new tensors go there by default
-        assert str(ds.device_of(tf.ones(1))) == "cpu:0" and ds.cpu() != ds.try_gpu()
+        assert str(ds.neutral_device(tf.ones(1))) == "cpu:0" and ds.cpu() != ds.try_gpu()
         print("D2L OK")
     """, DEVSHIM_BACKEND="tensorflow", DEVSHIM_VIRTUAL_DEVICES="2")
     assert result.returncode == 0, result.stderr
@@ -106,7 +106,7 @@ def test_gradients_cross_virtual_gpus():
             back = ds.copy_if_needed(on_1 * 3.0, ds.gpu(0))
             total = tf.reduce_sum(back)
         grad = tape.gradient(total, w)
-        print(ds.device_of(on_1), ds.device_of(back), grad.numpy().tolist())
+        print(ds.neutral_device(on_1), ds.neutral_device(back), grad.numpy().tolist())
     """, DEVSHIM_BACKEND="tensorflow", DEVSHIM_VIRTUAL_DEVICES="2")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["gpu:1", "gpu:0", "[3.0,", "3.0]"]
@@ -139,7 +139,7 @@ def test_in_this_process_when_the_variable_is_set():
         assert ds.num_gpus() == count
         with ds.try_gpu(count - 1):
             x = tf.ones(1)
-        d = ds.device_of(x)
+        d = ds.neutral_device(x)
         assert (str(d), d.virtual) == (f"gpu:{count - 1}", True)
 
 

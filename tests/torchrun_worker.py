@@ -49,8 +49,8 @@ def main() -> None:
     result = {
         "process": info.as_dict(),
         "again_same": again == info,
-        "try_gpu": str(ds.device_of(torch.empty(0, device=device))),
-        "try_all_gpus": [str(ds.device_of(torch.empty(0, device=d))) for d in ds.try_all_gpus()],
+        "try_gpu": str(ds.neutral_device(torch.empty(0, device=device))),
+        "try_all_gpus": [str(ds.neutral_device(torch.empty(0, device=d))) for d in ds.try_all_gpus()],
         "num_gpus": ds.num_gpus(),
     }
 
@@ -62,7 +62,7 @@ def main() -> None:
     with ds.transfer_guard("disallow"):
         totals = ds.allreduce([a, b])
     result["allreduce"] = [ds.to_numpy(t).tolist() for t in totals]
-    result["allreduce_devices"] = [str(ds.device_of(t)) for t in totals]
+    result["allreduce_devices"] = [str(ds.neutral_device(t)) for t in totals]
     result["inputs_unchanged"] = ds.to_numpy(a).tolist() == [rank + 1.0, 10.0 * (rank + 1)]
 
     # One DDP step, each rank on its half of the batch (not on virtual GPUs: no collective

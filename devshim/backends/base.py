@@ -45,19 +45,24 @@ class DeviceTable(dict):
     ``same_place`` is device equality). Then ``targets`` maps each resolved spec
     to that object, and ``ds.copy_if_needed`` answers "already there" with two
     lookups and an ``is``.
+
+    ``natives`` maps the same attribute values to the framework's own device
+    objects, which ``ds.device_of`` returns; it is filled as ``device_of`` meets them.
     """
 
-    __slots__ = ("attr", "exact", "targets")
+    __slots__ = ("attr", "exact", "targets", "natives")
 
     def __init__(self, attr: str, exact: bool = False) -> None:
         super().__init__()
         self.attr = attr
         self.exact = exact
         self.targets: dict = {}  # spec -> the Device of its resolved native (exact tables only)
+        self.natives: dict = {}  # attribute value -> the native device object
 
     def clear(self) -> None:
         super().clear()
         self.targets.clear()
+        self.natives.clear()
 
 
 class Backend(ABC):
@@ -480,8 +485,33 @@ class Backend(ABC):
         return None
 
     def device_of_fn(self):
-        """``x -> Device`` for this backend's tensors: what ``ds.device_of`` calls."""
+        """``x -> Device`` for this backend's tensors: what ``ds.neutral_device`` calls."""
         return self.tensor_device
+
+    def native_device_of(self, x):
+        """The framework's own device object of tensor ``x``: what ``ds.device_of`` returns, which
+        goes back into the framework's ``device=``. Backends whose tensors can be traced without a
+        device override this (JAX answers None inside ``jax.jit``, as array-api-compat does)."""
+        return self.tensor_device(x).native
+
+    def native_device_of_fn(self):
+        """``x -> native device`` for this backend's tensors: what ``ds.device_of`` calls when its
+        table has no entry yet. It records the answer in the ``DeviceTable``'s ``natives``."""
+        native_of, table = self.native_device_of, self.device_table()
+        if table is None:
+            return native_of
+        natives, attr = table.natives, table.attr
+
+        def device_of(x):
+            native = native_of(x)
+            if native is not None:
+                try:
+                    natives[getattr(x, attr)] = native
+                except (AttributeError, TypeError):  # no attribute, or an unhashable one
+                    pass
+            return native
+
+        return device_of
 
     def copy_fn(self):
         """``(x, spec, non_blocking) -> copy``: what ``ds.to_device`` calls for one tensor.

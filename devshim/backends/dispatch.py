@@ -19,6 +19,7 @@ from devshim.backends import registry
 __all__ = [
     "backend_for_tensor", "learn_type", "forget_types",
     "DEVICE_TABLE", "DEVICE_BY_ATTRIBUTE", "EXACT_DEVICE_TABLE", "DEVICE_OF", "COPY", "COPY_IF_NEEDED",
+    "NATIVE_BY_ATTRIBUTE", "NATIVE_OF",
 ]
 
 # Concrete type -> owning adapter, or None for "not a tensor". A framework's tensor
@@ -35,6 +36,10 @@ DEVICE_BY_ATTRIBUTE: dict = {}
 #: The DeviceTables that are ``exact`` (torch, NumPy): ``copy_if_needed`` finds "already there" in them.
 EXACT_DEVICE_TABLE: dict = {}
 DEVICE_OF: dict = {}
+#: ``NATIVE_BY_ATTRIBUTE[t][x.device]``: the native device object ``ds.device_of`` returns (the
+#: DeviceTable's ``natives``, for tables keyed by ``x.device``); ``NATIVE_OF[t](x)`` otherwise.
+NATIVE_BY_ATTRIBUTE: dict = {}
+NATIVE_OF: dict = {}
 COPY: dict = {}
 COPY_IF_NEEDED: dict = {}
 
@@ -77,9 +82,11 @@ def learn_type(x):
             DEVICE_TABLE[kind] = table
             if table.attr == "device":
                 DEVICE_BY_ATTRIBUTE[kind] = table
+                NATIVE_BY_ATTRIBUTE[kind] = table.natives
                 if table.exact:
                     EXACT_DEVICE_TABLE[kind] = table
         DEVICE_OF[kind] = adapter.device_of_fn()
+        NATIVE_OF[kind] = adapter.native_device_of_fn()
         COPY[kind] = adapter.copy_fn()
         COPY_IF_NEEDED[kind] = adapter.copy_if_needed_fn()
     return adapter
@@ -96,5 +103,7 @@ def forget_types() -> None:
     DEVICE_BY_ATTRIBUTE.clear()
     EXACT_DEVICE_TABLE.clear()
     DEVICE_OF.clear()
+    NATIVE_BY_ATTRIBUTE.clear()
+    NATIVE_OF.clear()
     COPY.clear()
     COPY_IF_NEEDED.clear()

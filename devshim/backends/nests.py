@@ -21,19 +21,22 @@ from devshim.errors import NotATensorError
 __all__ = ["copy_nest", "copy_nest_if_needed", "nest_to_numpy"]
 
 
-def copy_nest(x, device, non_blocking: bool, function: str = "to_device"):
+def copy_nest(x, device, non_blocking: bool, function: str = "to_device", skip_keys=None):
     """Every tensor in the nest ``x`` copied to ``device``, in new containers.
 
-    ``function`` names the public function for the error a non-nest gets.
+    ``function`` names the public function for the error a non-nest gets. Leaves
+    that are no tensor but have a ``.to`` method (a torch module, a batch object)
+    get ``leaf.to(device)``, and what it returns is kept. ``skip_keys``: mapping
+    keys whose values are kept as they are, at any depth.
 
     Example:
         >>> copy_nest([X], "cpu", False)
         [tensor([1., 1.])]
     """
-    return _walk(x, device, function, _copier(device, non_blocking), keep_unchanged=False)
+    return _walk(x, device, function, _copier(device, non_blocking), False, skip_keys)
 
 
-def copy_nest_if_needed(x, device, function: str = "copy_if_needed"):
+def copy_nest_if_needed(x, device, function: str = "copy_if_needed", skip_keys=None, non_blocking: bool = False):
     """The nest ``x`` with the tensors that are not on ``device`` copied there; a container
     in which nothing had to be copied comes back as itself.
 
@@ -42,7 +45,7 @@ def copy_nest_if_needed(x, device, function: str = "copy_if_needed"):
         >>> copy_nest_if_needed(nest, "cpu") is nest
         True
     """
-    return _walk(x, device, function, _copier_if_needed(device), keep_unchanged=True)
+    return _walk(x, device, function, _copier_if_needed(device, non_blocking), True, skip_keys)
 
 
 def nest_to_numpy(x, function: str = "to_numpy"):
@@ -78,37 +81,58 @@ class _Targets:
         return found
 
 
+def _mover(targets, non_blocking: bool, value):
+    """``leaf -> leaf.to(device)`` for a non-tensor leaf with a ``.to`` method, else None."""
+    if not callable(getattr(type(value), "to", None)) or isinstance(value, (str, bytes, type)):
+        return None
+
+    def move(leaf):
+        native = targets.native(get_backend())  # the selected backend's device object
+        if non_blocking:
+            try:
+                return leaf.to(native, non_blocking=True)
+            except TypeError:  # a .to without non_blocking
+                pass
+        return leaf.to(native)
+
+    return move
+
+
 def _copier(device, non_blocking: bool):
     targets = _Targets(device)
 
     def leaf_for(value):
         adapter = backend_for_tensor(value)
         if adapter is None:
-            return None
+            return _mover(targets, non_blocking, value)
         return adapter.copier(targets.native(adapter), non_blocking)
 
     leaf_for.targets = targets
     return leaf_for
 
 
-def _copier_if_needed(device):
+def _copier_if_needed(device, non_blocking: bool = False):
     targets = _Targets(device)
 
     def leaf_for(value):
         adapter = backend_for_tensor(value)
         if adapter is None:
-            return None
+            return _mover(targets, non_blocking, value)
         native, same_place, copy_to = targets.native(adapter), adapter.same_place, adapter.copy_to
-        return lambda leaf: leaf if same_place(leaf, native) else copy_to(leaf, native, False)
+        return lambda leaf: leaf if same_place(leaf, native) else copy_to(leaf, native, non_blocking)
 
     leaf_for.targets = targets
     return leaf_for
 
 
-def _walk(x, device, function: str, leaf_for, keep_unchanged: bool):
+def _walk(x, device, function: str, leaf_for, keep_unchanged: bool, skip_keys=None):
     if not _tree.is_container(x):
+        if _tree.container_kind(type(x)) == _tree.LEAF and backend_for_tensor(x) is None:
+            move = leaf_for(x)  # a bare object with a .to method: moved by it
+            if move is not None:
+                return transfer.explicitly(move, x)
         raise NotATensorError.for_value(x, function)
-    result = transfer.explicitly(_tree.map_nest, x, leaf_for, keep_unchanged)
+    result = transfer.explicitly(_tree.map_nest, x, leaf_for, keep_unchanged, _tree.skip_set(skip_keys))
     if not leaf_for.targets.natives:
         get_backend().target(device)  # no tensor in the nest: the device is still checked
     return result

@@ -198,10 +198,10 @@ def devices_listed(ctx: Context):
        "compute there", per="device", needs=("ops",))
 def tensors_land(ctx: Context, native):
     x = ctx.tensor(VALUES, native)
-    expect(ds.device_of(x) == ctx.describe(native), f"device_of says {ds.device_of(x)}, expected {ctx.where(native)}")
+    expect(ds.neutral_device(x) == ctx.describe(native), f"device_of says {ds.neutral_device(x)}, expected {ctx.where(native)}")
     expect(_same_values(ds.to_numpy(x), VALUES), "to_numpy of the tensor differs from the values it was made from")
     y = ctx.ops.matmul(ctx.ops.rand((4, 4), native), ctx.ops.rand((4, 4), native))
-    expect(ds.device_of(y) == ctx.describe(native), f"a matmul of two tensors on {ctx.where(native)} ran on {ds.device_of(y)}")
+    expect(ds.neutral_device(y) == ctx.describe(native), f"a matmul of two tensors on {ctx.where(native)} ran on {ds.neutral_device(y)}")
     expect(ds.same_device(x, y) and ds.ensure_same_device(x, {"y": [y]}) == ctx.describe(native),
            "same_device/ensure_same_device disagree with device_of")
 
@@ -215,7 +215,7 @@ def copies(ctx: Context, native):
     for spec in (native, str(where), where):
         y = ds.to_device(x, spec)
         expect(y is not x, f"to_device(x, {spec!r}) returned x itself; it must copy")
-        expect(ds.device_of(y) == where, f"to_device(x, {spec!r}) landed on {ds.device_of(y)}")
+        expect(ds.neutral_device(y) == where, f"to_device(x, {spec!r}) landed on {ds.neutral_device(y)}")
         expect(_same_values(ds.to_numpy(y), VALUES), f"to_device(x, {spec!r}) changed the values")
         expect(ds.copy_if_needed(x, spec) is x, f"copy_if_needed(x, {spec!r}) copied a tensor already there")
     batch = {"x": x, "rest": [x, "label"]}
@@ -277,7 +277,7 @@ def nests(ctx: Context, native):
                f"{fn.__name__} lost a namedtuple or tuple type")
         expect(moved["pair"].second[1][1] is marker and moved["n"] == 3, f"{fn.__name__} changed a non-tensor leaf")
         leaves = (moved["pair"].first, moved["pair"].second[0], moved["pair"].second[1][0])
-        expect(all(ds.device_of(t) == ctx.describe(native) for t in leaves),
+        expect(all(ds.neutral_device(t) == ctx.describe(native) for t in leaves),
                f"{fn.__name__} left a tensor of the nest off {ctx.where(native)}")
         expect(_same_values(ds.to_numpy(leaves[1]), VALUES * 2), f"{fn.__name__} changed values in a nest")
     expect(ds.to_device(nest, native)["pair"].first is not a, "to_device reused a tensor of the nest")
@@ -289,20 +289,20 @@ def nests(ctx: Context, native):
 def host_and_device(ctx: Context, gpu):
     x = ctx.tensor(VALUES, ctx.cpu)
     y = ds.to_device(x, gpu)
-    expect(ds.device_of(y) == ctx.describe(gpu), f"to_device(x, {ctx.where(gpu)}) landed on {ds.device_of(y)}")
+    expect(ds.neutral_device(y) == ctx.describe(gpu), f"to_device(x, {ctx.where(gpu)}) landed on {ds.neutral_device(y)}")
     expect(_same_values(ds.to_numpy(y), VALUES), "the copy on the GPU holds other values")
     expect(not ds.same_device(x, y), "same_device says a host tensor and a GPU tensor share a device")
     try:
         ds.ensure_same_device(x, {"y": y})
     except ds.DeviceMismatchError as err:
         message = str(err)
-        expect(str(ds.device_of(x)) in message and str(ds.device_of(y)) in message,
+        expect(str(ds.neutral_device(x)) in message and str(ds.neutral_device(y)) in message,
                f"the DeviceMismatchError does not name both devices: {message}")
         expect("ds.copy_if_needed" in message, f"the DeviceMismatchError does not show the fix: {message}")
     else:
         raise CheckFailed("ensure_same_device accepted a host tensor and a GPU tensor")
     back = ds.copy_if_needed(y, ctx.cpu)
-    expect(ds.device_of(back) == ctx.describe(ctx.cpu) and _same_values(ds.to_numpy(back), VALUES),
+    expect(ds.neutral_device(back) == ctx.describe(ctx.cpu) and _same_values(ds.to_numpy(back), VALUES),
            "copy_if_needed back to the CPU did not bring the values back")
 
 
@@ -312,11 +312,11 @@ def host_and_device(ctx: Context, gpu):
 def gpu_to_gpu(ctx: Context, first, second):
     x, y = ctx.tensor(VALUES, first), ctx.tensor(VALUES * 3, second)
     z = ds.to_device(x, second)
-    expect(ds.device_of(z) == ctx.describe(second), f"to_device landed on {ds.device_of(z)}, not {ctx.where(second)}")
+    expect(ds.neutral_device(z) == ctx.describe(second), f"to_device landed on {ds.neutral_device(z)}, not {ctx.where(second)}")
     expect(_same_values(ds.to_numpy(z), VALUES), "the copy holds other values")
     moved = ds.copy_if_needed({"x": x, "y": y}, second)
     expect(moved["y"] is y, "copy_if_needed copied a tensor already on the target GPU")
-    expect(moved["x"] is not x and ds.device_of(moved["x"]) == ctx.describe(second),
+    expect(moved["x"] is not x and ds.neutral_device(moved["x"]) == ctx.describe(second),
            "copy_if_needed did not copy the tensor on the other GPU")
     expect(_same_values(ds.to_numpy(ctx.ops.add(y, z)), VALUES * 4), "Y + Z on one GPU gave wrong values")
 
@@ -331,9 +331,9 @@ def generic_code(ctx: Context, native):
         xp = ds.array_module(x)
     except ds.BackendError as err:  # e.g. torch without array-api-compat
         raise Skip(str(err)) from None
-    with ctx.scope(ds.device_of(x).native):
+    with ctx.scope(ds.neutral_device(x).native):
         y = xp.exp(x)
-    expect(ds.device_of(y) == ctx.describe(native), f"{xp.__name__}.exp ran on {ds.device_of(y)}")
+    expect(ds.neutral_device(y) == ctx.describe(native), f"{xp.__name__}.exp ran on {ds.neutral_device(y)}")
     np.testing.assert_allclose(ds.to_numpy(y), np.exp(VALUES), rtol=1e-5)
     return f"xp is {xp.__name__}"
 
@@ -379,7 +379,7 @@ def host_reads_refused(ctx: Context, gpu):
             try:
                 read(x)
             except ds.ImplicitTransferError as err:
-                expect(str(ds.device_of(x)) in str(err) and "ds.to_numpy" in str(err),
+                expect(str(ds.neutral_device(x)) in str(err) and "ds.to_numpy" in str(err),
                        f"{what}: the error does not name the device and ds.to_numpy: {err}")
             else:
                 raise CheckFailed(f"{what} of a tensor on {ctx.where(gpu)} ran under disallow")
@@ -460,7 +460,7 @@ def place_model(ctx: Context, native):
     expect(ds.model_device(placed) == ctx.describe(native), f"model_device is {ds.model_device(placed)}")
     expect(ds.model_devices(placed) == {ctx.describe(native)}, f"model_devices is {ds.model_devices(placed)}")
     out = ctx.ops.forward(placed, ctx.tensor(X, native))
-    expect(ds.device_of(out) == ctx.describe(native), f"the output is on {ds.device_of(out)}")
+    expect(ds.neutral_device(out) == ctx.describe(native), f"the output is on {ds.neutral_device(out)}")
     # GPUs may multiply float32 in TF32: agreement to 1e-2, not to the last bit.
     np.testing.assert_allclose(ds.to_numpy(out), reference, rtol=1e-2, atol=1e-2)
 
@@ -479,13 +479,13 @@ def data_parallel(ctx: Context):
     expect(report.total == 0, f"implicit transfers under disallow: {report}")
     wanted = [str(ctx.describe(d)) for d in devices]
     expect([str(ds.model_device(r)) for r in replicas] == wanted, "a replica is not on its device")
-    expect([str(ds.device_of(s)) for s in xs] == wanted and [str(ds.device_of(s)) for s in ys] == wanted,
+    expect([str(ds.neutral_device(s)) for s in xs] == wanted and [str(ds.neutral_device(s)) for s in ys] == wanted,
            "a shard is not on its device")
     base, extra = divmod(len(X), len(devices))
     expect([int(s.shape[0]) for s in xs] == [base + (i < extra) for i in range(len(devices))],
            f"uneven shards: {[int(s.shape[0]) for s in xs]}")
     expect(np.array_equal(np.concatenate([ds.to_numpy(s) for s in xs]), X), "the shards do not add up to the batch")
     total = np.array([len(devices), sum(range(len(devices)))], np.float32)
-    expect([str(ds.device_of(s)) for s in sums] == wanted, "an allreduce result is not on its input's device")
+    expect([str(ds.neutral_device(s)) for s in sums] == wanted, "an allreduce result is not on its input's device")
     expect(all(np.array_equal(ds.to_numpy(s), total) for s in sums), "allreduce did not give every device the sum")
     return f"over {', '.join(ctx.where(d) for d in devices)}"

@@ -13,14 +13,14 @@ from devshim._device import parse_spec
 
 def test_cpu_is_accepted_by_the_framework(harness):
     x = harness.tensor([1.0, 2.0], device=ds.cpu())
-    assert ds.device_of(x) == "cpu"
-    assert ds.device_of(x).kind == "cpu"
+    assert ds.neutral_device(x) == "cpu"
+    assert ds.neutral_device(x).kind == "cpu"
 
 
 def test_try_gpu_is_accepted_by_the_framework(harness):
     x = harness.tensor([1.0, 2.0], device=ds.try_gpu())
     expected = "gpu:0" if ds.num_gpus() else "cpu"
-    assert ds.device_of(x) == expected
+    assert ds.neutral_device(x) == expected
 
 
 def test_try_all_gpus_is_never_empty(harness):
@@ -30,14 +30,14 @@ def test_try_all_gpus_is_never_empty(harness):
     else:
         assert len(found) == ds.num_gpus()
         assert [str(ds.Device("gpu", i)) for i in range(ds.num_gpus())] == [
-            str(ds.device_of(harness.tensor([0.0], device=d))) for d in found
+            str(ds.neutral_device(harness.tensor([0.0], device=d))) for d in found
         ]
 
 
 def test_devices_lists_cpu_first_then_each_gpu(harness):
     found = ds.devices()
     assert len(found) == 1 + ds.num_gpus()
-    assert ds.device_of(harness.tensor([0.0], device=found[0])) == "cpu"
+    assert ds.neutral_device(harness.tensor([0.0], device=found[0])) == "cpu"
 
 
 def test_gpu_beyond_the_count_raises_with_the_count(harness):
@@ -94,8 +94,8 @@ def test_device_accepts_native_and_neutral_devices(harness):
     native = ds.cpu()
     assert ds.device(native) == native
     assert ds.device(ds.Device("cpu")) == native
-    x = harness.tensor([1.0], device=ds.device(ds.device_of(harness.tensor([0.0]))))
-    assert ds.device_of(x) == "cpu"
+    x = harness.tensor([1.0], device=ds.device(ds.neutral_device(harness.tensor([0.0]))))
+    assert ds.neutral_device(x) == "cpu"
 
 
 @pytest.mark.parametrize("spec", ["gpu", "gpu:0", "cuda", "cuda:3", "gpu(2)", "/GPU:1", "tpu:0", "xpu:5"])
@@ -124,7 +124,7 @@ def test_meta_is_a_data_less_device_where_the_backend_has_one(harness):
             ds.device("meta")
         return
     x = harness.tensor([1.0, 2.0], device=ds.device("meta"))
-    d = ds.device_of(x)
+    d = ds.neutral_device(x)
     assert (d.kind, str(d)) == ("meta", "meta:0") and d == "meta"
     assert ds.same_device(x, ds.to_device(harness.tensor([3.0]), "meta"))
     assert not ds.same_device(x, harness.tensor([1.0]))
@@ -144,14 +144,14 @@ def test_device_rejects_unreadable_specs_listing_accepted_forms(harness, spec):
 
 def test_device_of_a_tensor_is_neutral_and_comparable(harness):
     x = harness.tensor([1.0, 2.0])
-    d = ds.device_of(x)
+    d = ds.neutral_device(x)
     assert isinstance(d, ds.Device)
     assert (d.kind, d.index, str(d), d.backend, d.virtual) == ("cpu", 0, "cpu:0", harness.name, False)
     assert d == ds.cpu() and d == "cpu" and d == "cpu:0" and d == ds.Device("cpu", 0)
     assert d != "gpu:0" and d != ds.Device("gpu", 0) and d != "not a device"
     assert hash(d) == hash(ds.Device("cpu", 0)) == hash("cpu:0")
     assert {d: 1}[ds.Device("cpu")] == 1 and {"cpu:0": 1}[d] == 1 and {d: 1}["cpu:0"] == 1
-    assert ds.device_of(harness.tensor([0], device=d.native)) == d
+    assert ds.neutral_device(harness.tensor([0], device=d.native)) == d
 
 
 def test_a_nest_without_tensors_still_checks_the_device(harness):
@@ -165,20 +165,20 @@ def test_a_nest_without_tensors_still_checks_the_device(harness):
 def test_specs_given_as_str_subclasses_are_specs(harness):
     np = pytest.importorskip("numpy")
     assert ds.device(np.str_("cpu")) == ds.cpu()
-    assert ds.device_of(ds.to_device(harness.tensor([1.0]), np.str_("cpu:0"))) == "cpu"
+    assert ds.neutral_device(ds.to_device(harness.tensor([1.0]), np.str_("cpu:0"))) == "cpu"
 
 
 def test_device_pickles_and_gets_its_native_device_back_from_the_backend(harness):
-    d = ds.device_of(harness.tensor([1.0]))
+    d = ds.neutral_device(harness.tensor([1.0]))
     restored = pickle.loads(pickle.dumps(d))
     assert restored == d and restored.backend == harness.name and restored is not d
     assert restored.native == d.native
-    assert ds.device_of(harness.tensor([0.0], device=restored.native)) == d
+    assert ds.neutral_device(harness.tensor([0.0], device=restored.native)) == d
     assert copy.copy(d) is d and copy.deepcopy(d) is d
 
 
 @pytest.mark.parametrize("value", [3, 2.5, "cpu", None, [1, 2], object()])
 def test_device_of_a_non_tensor_raises_not_a_tensor(harness, value):
     with pytest.raises(ds.NotATensorError, match="expects a tensor") as info:
-        ds.device_of(value)
+        ds.neutral_device(value)
     assert isinstance(info.value, TypeError)

@@ -35,7 +35,7 @@ def test_a_mixed_device_op_is_refused_under_disallow(harness, guarded):
         with pytest.raises(ds.DeviceMismatchError) as info:
             harness.add(x, y)
     message = str(info.value)
-    assert str(ds.device_of(x)) in message or str(ds.device_of(y)) in message
+    assert str(ds.neutral_device(x)) in message or str(ds.neutral_device(y)) in message
     assert "ds.copy_if_needed" in message and isinstance(info.value, RuntimeError)
     assert report.total == 1 and report.events[0].action == "refused"
     site = report.events[0].site  # the code that ran the op: here, the harness's add()
@@ -75,7 +75,7 @@ def test_each_host_read_is_refused_under_disallow_and_logged_under_log(harness, 
     with ds.transfer_guard("disallow") as report:
         with pytest.raises(ds.ImplicitTransferError, match="ds.to_numpy") as info:
             read(x)
-    assert what in str(info.value) and str(ds.device_of(x)) in str(info.value)
+    assert what in str(info.value) and str(ds.neutral_device(x)) in str(info.value)
     assert report.counts["device-to-host read"] == 1 and report.events[0].what == what
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ds.ImplicitTransferWarning)

@@ -15,8 +15,8 @@ def test_copy_between_devices_lands_on_the_target(harness, two_devices):
     first, second = two_devices
     x = harness.tensor([1.0, 2.0], device=first)
     z = ds.to_device(x, second)
-    assert ds.device_of(x) == ds.device(first)
-    assert ds.device_of(z) == ds.device(second) != ds.device_of(x)
+    assert ds.neutral_device(x) == ds.device(first)
+    assert ds.neutral_device(z) == ds.device(second) != ds.neutral_device(x)
     np.testing.assert_array_equal(harness.values(z), [1.0, 2.0])
 
 
@@ -35,7 +35,7 @@ def test_ensure_same_device_names_each_device_and_the_fix(harness, two_devices):
     with pytest.raises(ds.DeviceMismatchError) as info:
         ds.ensure_same_device(x, {"y": y})
     message = str(info.value)
-    assert str(ds.device_of(x)) in message and str(ds.device_of(y)) in message
+    assert str(ds.neutral_device(x)) in message and str(ds.neutral_device(y)) in message
     assert "argument 1['y']" in message and "ds.copy_if_needed" in message
 
 
@@ -45,7 +45,7 @@ def test_copy_if_needed_moves_only_what_is_elsewhere(harness, two_devices):
     y = harness.tensor([2.0], device=second)
     moved = ds.copy_if_needed({"x": x, "y": y}, second)
     assert moved["y"] is y
-    assert moved["x"] is not x and ds.device_of(moved["x"]) == ds.device_of(y)
+    assert moved["x"] is not x and ds.neutral_device(moved["x"]) == ds.neutral_device(y)
 
 
 def test_the_d2l_flow_through_devshim(harness, two_devices):

@@ -31,7 +31,7 @@ def test_place_model_puts_every_parameter_on_the_device(harness, mlp):
     target = ds.try_gpu()
     placed = ds.place_model(mlp, target)
     where = ds.model_device(placed)
-    assert where == ds.device_of(harness.tensor([0.0], device=target)) and where == ds.device(target)
+    assert where == ds.neutral_device(harness.tensor([0.0], device=target)) and where == ds.device(target)
     assert ds.model_devices(placed) == {ds.model_device(placed)}
     for a, b in zip(values(harness, placed), values(harness, harness.mlp())):
         np.testing.assert_array_equal(a, b)  # the weights came along
@@ -42,12 +42,12 @@ def test_place_model_on_each_of_two_devices(harness, mlp, two_devices):
     on_first = ds.place_model(mlp, first)
     before = values(harness, on_first)
     on_second = ds.place_model(on_first, second)
-    assert ds.model_device(on_second) == ds.device_of(harness.tensor([0.0], device=second))
+    assert ds.model_device(on_second) == ds.neutral_device(harness.tensor([0.0], device=second))
     for a, b in zip(values(harness, on_second), before):
         np.testing.assert_array_equal(a, b)
     x = harness.tensor(X, device=second)
     out = harness.run_on(second, lambda: harness.forward(on_second, x))
-    assert ds.device_of(out) == ds.device_of(x)
+    assert ds.neutral_device(out) == ds.neutral_device(x)
 
 
 def test_placement_passes_a_disallowing_guard(harness, mlp, two_devices):
@@ -59,7 +59,7 @@ def test_placement_passes_a_disallowing_guard(harness, mlp, two_devices):
         sums = ds.allreduce([harness.tensor([1.0], device=first), harness.tensor([2.0], device=second)])
     assert report.total == 0
     assert len(replicas) == 2 and len(shards[0]) == 2
-    assert [ds.device_of(s) for s in sums] == [ds.device_of(harness.tensor([0.0], device=d)) for d in (first, second)]
+    assert [ds.neutral_device(s) for s in sums] == [ds.neutral_device(harness.tensor([0.0], device=d)) for d in (first, second)]
 
 
 def test_a_model_is_not_a_tensor_and_a_tensor_is_not_a_model(harness, mlp):
@@ -80,7 +80,7 @@ def test_split_batch_gives_the_first_shards_one_more_example(harness):
     assert [harness.shape(s)[0] for s in shards] == [base + (1 if i < extra else 0) for i in range(len(devices))]
     np.testing.assert_array_equal(np.concatenate([harness.values(s) for s in shards]), harness.values(x))
     for shard, device in zip(shards, devices):
-        assert ds.device_of(shard) == ds.device_of(harness.tensor([0.0], device=device))
+        assert ds.neutral_device(shard) == ds.neutral_device(harness.tensor([0.0], device=device))
 
 
 def test_split_batch_of_nine_over_four_is_three_two_two_two(harness):
@@ -106,14 +106,14 @@ def test_allreduce_gives_each_device_the_sum(harness, two_devices):
     total_a, total_b = ds.allreduce([a, b])
     for total, source in ((total_a, a), (total_b, b)):
         np.testing.assert_array_equal(harness.values(total), [11.0, 22.0])
-        assert ds.device_of(total) == ds.device_of(source)
+        assert ds.neutral_device(total) == ds.neutral_device(source)
     np.testing.assert_array_equal(harness.values(a), [1.0, 2.0])  # inputs left as they were
 
 
 def test_replicas_are_independent_with_equal_weights(harness, mlp, two_devices):
     replicas = ds.replicate(mlp, list(two_devices))
     assert [ds.model_device(r) for r in replicas] == [
-        ds.device_of(harness.tensor([0.0], device=d)) for d in two_devices]
+        ds.neutral_device(harness.tensor([0.0], device=d)) for d in two_devices]
     for replica in replicas:
         for a, b in zip(values(harness, replica), values(harness, mlp)):
             np.testing.assert_array_equal(a, b)

@@ -26,9 +26,9 @@ class Batch:
 
 def test_to_device_copies_even_when_already_there(harness):
     x = harness.tensor([1.0, 2.0, 3.0])
-    y = ds.to_device(x, ds.device_of(x))
+    y = ds.to_device(x, ds.neutral_device(x))
     assert y is not x
-    assert ds.device_of(y) == ds.device_of(x)
+    assert ds.neutral_device(y) == ds.neutral_device(x)
     np.testing.assert_array_equal(harness.values(y), [1.0, 2.0, 3.0])
     assert not harness.aliases(x, y)
 
@@ -47,7 +47,7 @@ def test_mutating_a_to_device_result_leaves_the_source_alone(harness):
 def test_to_device_accepts_every_spec_form(harness, spec_kind):
     spec = {"native": ds.cpu(), "string": "cpu:0", "Device": ds.Device("cpu")}[spec_kind]
     y = ds.to_device(harness.tensor([1.0]), spec)
-    assert ds.device_of(y) == "cpu"
+    assert ds.neutral_device(y) == "cpu"
 
 
 def test_to_device_walks_nested_containers_and_keeps_their_types(harness):
@@ -123,7 +123,7 @@ def test_gradients_flow_through_to_device_and_copy_if_needed(harness):
 
 def test_copy_if_needed_returns_the_same_object_when_already_there(harness):
     x = harness.tensor([1.0, 2.0])
-    for spec in (ds.device_of(x), ds.cpu(), "cpu", ds.Device("cpu")):
+    for spec in (ds.neutral_device(x), ds.cpu(), "cpu", ds.Device("cpu")):
         assert ds.copy_if_needed(x, spec) is x
 
 

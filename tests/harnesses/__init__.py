@@ -79,6 +79,15 @@ class Harness:
         """A tensor holding ``values`` on native ``device`` (default: the framework's default)."""
         raise NotImplementedError
 
+    #: the keyword by which ``ds.array_module(x)``'s creation functions take a device ("device",
+    #: MXNet 1.9's "ctx"), or None where the namespace takes none (TensorFlow's: a device scope).
+    namespace_device_keyword: Optional[str] = "device"
+
+    def placements(self, device: Any) -> list:
+        """(how the code says it, make()) for each of the framework's own calls that take a device,
+        each making a small float tensor on ``device`` (``ds.device_of`` of a tensor must go in)."""
+        return []
+
     def from_bits(self, raw: bytes, shape: tuple, dtype: str, device: Any = None) -> Any:
         """A tensor whose memory is exactly ``raw`` read as ``dtype`` of ``shape``."""
         raise NotImplementedError

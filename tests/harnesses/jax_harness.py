@@ -18,6 +18,12 @@ import ml_dtypes  # noqa: E402  (a JAX dependency: NumPy's stand-in for bfloat16
 
 class JaxHarness(Harness):
     name = "jax"
+
+    def placements(self, device):
+        return [("jax.device_put(np.ones(2), d)", lambda: jax.device_put(np.ones(2, np.float32), device)),
+                ("jnp.zeros(2, device=d)", lambda: jnp.zeros(2, device=device)),
+                ("jnp.asarray([1.0], device=d)", lambda: jnp.asarray([1.0], device=device)),
+                ("jnp.ones_like(jnp.ones(2), device=d)", lambda: jnp.ones_like(jnp.ones(2), device=device))]
     dtypes = (
         "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
         "float16", "bfloat16", "float32", "float64", "complex64", "complex128",

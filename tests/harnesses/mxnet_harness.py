@@ -27,6 +27,12 @@ def data_span(x) -> tuple:
 
 class MxnetHarness(Harness):
     name = "mxnet"
+    namespace_device_keyword = "ctx"  # mxnet.np in 1.9 (MXNet 2 renamed it device=)
+
+    def placements(self, device):
+        return [("mx.np.zeros(2, ctx=d)", lambda: mx.np.zeros(2, ctx=device)),
+                ("mx.np.ones(2).as_in_ctx(d)", lambda: mx.np.ones(2).as_in_ctx(device)),
+                ("mx.np.ones(2).copyto(d)", lambda: mx.np.ones(2).copyto(device))]
     # What mxnet.np arrays can hold in 1.9.1: no int16, unsigned > 8 bits, complex or bfloat16.
     dtypes = ("bool", "uint8", "int8", "int32", "int64", "float16", "float32", "float64")
 

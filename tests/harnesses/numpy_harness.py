@@ -13,6 +13,14 @@ class NumpyHarness(Harness):
         "float16", "float32", "float64", "complex64", "complex128",
     )
     has_autograd = False
+    _numpy2 = int(np.__version__.split(".")[0]) >= 2
+    namespace_device_keyword = "device" if _numpy2 else None  # NumPy 1 takes no device
+
+    def placements(self, device):
+        if not self._numpy2:
+            return []
+        return [("np.zeros(2, device=d)", lambda: np.zeros(2, device=device)),
+                ("np.asarray([1.0], device=d)", lambda: np.asarray([1.0], device=device))]
 
     def tensor(self, values, device=None, dtype=None):
         return np.array(values, dtype=dtype)

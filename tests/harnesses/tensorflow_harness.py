@@ -13,6 +13,18 @@ ds.num_gpus(backend="tensorflow")
 
 class TensorflowHarness(Harness):
     name = "tensorflow"
+    namespace_device_keyword = None  # tf.experimental.numpy places by device scope
+
+    def placements(self, device):
+        def under_scope(make):
+            def run():
+                with tf.device(device):
+                    return make()
+            return run
+
+        return [("with tf.device(d): tf.ones(2)", under_scope(lambda: tf.ones(2))),
+                ("with tf.device(d): tf.identity(t)", under_scope(lambda: tf.identity(np.ones(2, np.float32)))),
+                ("with tf.device(d): tf.Variable(...)", under_scope(lambda: tf.Variable([1.0, 2.0])))]
     dtypes = (
         "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
         "float16", "bfloat16", "float32", "float64", "complex64", "complex128",

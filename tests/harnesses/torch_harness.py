@@ -11,6 +11,12 @@ class TorchHarness(Harness):
     has_meta = True
     runs_mixed_ops = False
 
+    def placements(self, device):
+        return [("torch.zeros(2, device=d)", lambda: torch.zeros(2, device=device)),
+                ("torch.ones(2).to(d)", lambda: torch.ones(2).to(device)),
+                ("torch.tensor([1.0], device=torch.device(d))", lambda: torch.tensor([1.0], device=torch.device(device))),
+                ("torch.empty(2).to(device=d, copy=True)", lambda: torch.empty(2).to(device=device, copy=True))]
+
     def host_reads(self):
         return [("float(t)", float), ("int(t)", int), ("bool(t)", bool), ("t.item()", lambda t: t.item()),
                 ("t.tolist()", lambda t: t.tolist()), ("print(t) / repr(t)", repr),

@@ -209,6 +209,14 @@ class JaxBackend(Backend):
         self._described[sharding] = described
         return described
 
+    def native_device_of(self, x):
+        # Inside jax.jit (grad, vmap) an array is a tracer, placed only when the function runs:
+        # None, which array-api-compat's device(x) answers too and every jax.numpy device= takes
+        # (the default device, or where the trace puts it).
+        if _is_tracer(x):
+            return None
+        return self.tensor_device(x).native
+
     def same_place(self, x, native) -> bool:
         try:
             sharding = x.sharding

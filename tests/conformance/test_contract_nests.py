@@ -1,0 +1,112 @@
+"""Conformance: nests as users have them (Hugging Face batches, objects with .to, skip_keys,
+sets, loops), moved by to_device and copy_if_needed on every backend, to every device."""
+
+from __future__ import annotations
+
+from collections import UserDict, namedtuple
+
+import pytest
+
+import devshim as ds
+
+Pair = namedtuple("Pair", "a b")
+
+
+class Batch(UserDict):
+    """Shaped like transformers' BatchEncoding: a UserDict with attributes of its own."""
+
+    def __init__(self, data=None, encodings=None):
+        super().__init__(data)
+        self.encodings = encodings
+
+
+class Movable:
+    """No tensor, but a .to(device) method, as a torch module or a batch object has."""
+
+    def __init__(self, where=None, non_blocking=None):
+        self.where, self.non_blocking = where, non_blocking
+
+    def to(self, device, non_blocking=False):
+        return Movable(device, non_blocking)
+
+
+def _target():
+    return ds.try_gpu(ds.num_gpus() - 1) if ds.num_gpus() else ds.cpu()
+
+
+@pytest.mark.parametrize("move", [ds.to_device, ds.copy_if_needed])
+def test_a_userdict_batch_comes_back_with_its_type_attributes_and_tensors_moved(harness, move):
+    x, y = harness.tensor([1.0, 2.0]), harness.tensor([3.0])
+    batch = Batch({"input_ids": x, "labels": [y, "text"], "n": 3}, encodings=["e"])
+    target = _target()
+    out = move(batch, target)
+    assert type(out) is Batch and out.encodings == ["e"] and out["n"] == 3
+    assert ds.neutral_device(out["input_ids"]) == ds.neutral_device(harness.tensor([0.0], device=target))
+    assert ds.same_device(out["input_ids"], out["labels"][0]) and out["labels"][1] == "text"
+    assert harness.values(out["input_ids"]).tolist() == [1.0, 2.0]
+    if move is ds.to_device:
+        assert out is not batch and out["input_ids"] is not x
+
+
+def test_copy_if_needed_hands_a_batch_already_there_back_as_itself(harness):
+    batch = Batch({"x": harness.tensor([1.0])})
+    assert ds.copy_if_needed(batch, ds.device_of(batch["x"])) is batch
+
+
+@pytest.mark.parametrize("move", [ds.to_device, ds.copy_if_needed])
+def test_skip_keys_leave_named_entries_where_they_are_at_any_depth(harness, move):
+    x = harness.tensor([1.0])
+    nest = {"labels": x, "x": x, "deeper": [Batch({"labels": x, "y": x})]}
+    out = move(nest, _target(), skip_keys="labels")
+    assert out["labels"] is x and out["deeper"][0]["labels"] is x
+    assert harness.values(out["x"]).tolist() == [1.0]
+    if move is ds.to_device:
+        assert out["x"] is not x and out["deeper"][0]["y"] is not x
+    assert move(nest, _target(), skip_keys=["labels", "x", "deeper"])["x"] is x
+
+
+@pytest.mark.parametrize("move", [ds.to_device, ds.copy_if_needed])
+def test_objects_with_a_to_method_are_moved_by_it_and_its_result_kept(harness, move):
+    target = _target()
+    out = move({"obj": Movable(), "t": harness.tensor([1.0])}, target)
+    assert isinstance(out["obj"], Movable) and out["obj"].where == target
+    assert move(Movable(), target).where == target
+
+
+def test_non_blocking_is_passed_on_to_to_methods_and_copies(harness):
+    target = _target()
+    out = ds.to_device({"obj": Movable(), "t": harness.tensor([1.0, 2.0])}, target, non_blocking=True)
+    assert out["obj"].non_blocking is True
+    ds.synchronize()
+    assert harness.values(out["t"]).tolist() == [1.0, 2.0]
+    single = ds.copy_if_needed(harness.tensor([5.0]), target, non_blocking=True)
+    ds.synchronize()
+    assert harness.values(single).tolist() == [5.0]
+
+
+@pytest.mark.parametrize("kind", [set, frozenset])
+def test_sets_of_tensors_are_rebuilt_on_the_target(harness, kind):
+    x = harness.tensor([1.0])
+    try:
+        hash(x)
+    except TypeError:
+        pytest.skip(f"{harness.name} tensors are unhashable, so no set holds one")
+    target = _target()
+    out = ds.to_device(kind([x]), target)
+    assert type(out) is kind and len(out) == 1
+    (moved,) = out
+    assert moved is not x and ds.neutral_device(moved) == ds.neutral_device(ds.to_device(x, target))
+
+
+@pytest.mark.parametrize("move", [ds.to_device, ds.copy_if_needed, ds.same_device])
+def test_a_nest_that_contains_itself_raises_nest_cycle_error(harness, move):
+    batch = Batch({"x": harness.tensor([1.0])})
+    batch["again"] = [batch]
+    with pytest.raises(ds.NestCycleError):
+        move(batch) if move is ds.same_device else move(batch, ds.cpu())
+
+
+def test_namedtuples_and_tuples_keep_their_type(harness):
+    x = harness.tensor([1.0])
+    out = ds.to_device(Pair(x, (x, 2)), _target())
+    assert type(out) is Pair and type(out.b) is tuple and out.b[1] == 2
