@@ -30,7 +30,7 @@ class JaxHarness(Harness):
         return [("float(x)", float), ("int(x)", int), ("bool(x)", bool), ("x.item()", lambda x: x.item()),
                 ("x.tolist()", lambda x: x.tolist()),
                 ("print(x) / repr(x)", repr), ("formatting x (f-string, str.format)", lambda x: f"{x}"),
-                ("np.asarray(x)", np.asarray), ("np.add(x, ...)", lambda x: np.add(x, 1))]
+                ("np.asarray(x)", lambda x: np.asarray(x)), ("np.add(x, ...)", lambda x: np.add(x, 1))]
 
     def _np_dtype(self, name):
         return ml_dtypes.bfloat16 if name == "bfloat16" else (np.dtype(name) if name else None)
