@@ -19,8 +19,6 @@ jax = pytest.importorskip("jax")
 from harnesses.jax_harness import HARNESS  # noqa: E402,F401
 import jax.numpy as jnp  # noqa: E402
 
-from devshim.backends.jax import guard as jax_guard  # noqa: E402
-
 
 @pytest.fixture(autouse=True)
 def bk():

@@ -9,9 +9,10 @@ JAX has a transfer guard of its own (``jax.transfer_guard_host_to_device``,
   CPU devices, which is where virtual GPUs live. devshim's own hooks (below)
   see both, and see first, so a refused read raises devshim's
   ``ImplicitTransferError`` and a logged one is in the report.
-- **host to device**: to the block's level when this process's JAX has a
-  device to send host data to (a GPU or TPU, or virtual GPUs); on a CPU-only
-  JAX it stays as it was, since host data going to the host moves nowhere.
+- **host to device**: to the block's level when JAX's default device (this
+  thread's ``jax.default_device`` at the block's start, else the default
+  backend's) is an accelerator, real or virtual; with the host CPU as default
+  it stays as it was, since host data going to the host moves nowhere.
   JAX decides what a host-to-device transfer is, and it counts Python scalars
   and index constants (``x + 1``, ``x[0]``, ``jnp.ones(1)``: jax issues 18436,
   16002) as well as NumPy arrays going into jitted calls. These are refused by
