@@ -482,3 +482,105 @@ def test_the_guard_lets_int32_shapes_and_tensorflows_own_gradient_code_through()
                        DEVSHIM_TRANSFER_GUARD="disallow")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:3] == ["[2, 2] gpu:1", "gpu:0", "float read refused"]
+
+
+# ------------------------------------------------------------ Keras models as Keras users write them
+
+
+@pytest.fixture
+def keras():
+    keras = pytest.importorskip("keras")
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("Keras here runs on another backend")
+    return keras
+
+
+def target_and_name():
+    """The accelerator (a virtual one in the virtual pass), else the CPU, and its devshim name."""
+    target = ds.try_gpu()
+    return target, ("gpu:0" if ds.num_gpus() else "cpu:0")
+
+
+def weight_places(model) -> set:
+    return {ds.device_of(w.value) for w in model.weights}
+
+
+def functional(keras):
+    inputs = keras.Input((4,))
+    hidden = keras.layers.Dense(8, activation="relu")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(3)(hidden))
+
+
+def test_a_functional_model_is_placed_and_replicated(keras):
+    model = functional(keras)  # keras.Model(inputs, outputs): a Functional in Keras 3
+    assert type(model).__name__ == "Functional"
+    x = np.random.default_rng(0).standard_normal((5, 4)).astype("float32")
+    expected = model(x).numpy()
+    target, name = target_and_name()
+    placed = ds.place_model(model, target)
+    assert str(ds.model_device(placed)) == name and weight_places(placed) == {name}
+    assert (placed is model) == (name == "cpu:0")  # already there: the model itself; else a clone
+    replicas = ds.replicate(model, [ds.cpu(), target])
+    assert [str(ds.model_device(r)) for r in replicas] == ["cpu:0", name]
+    assert all(r is not model and type(r) is type(model) for r in replicas)
+    for replica in replicas:
+        with ds.device(ds.model_device(replica).native):
+            np.testing.assert_allclose(replica(x).numpy(), expected, rtol=1e-6)
+
+
+def test_a_subclassed_model_is_refused_and_the_advice_works(keras):
+    class Net(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(2)
+
+        def call(self, x):
+            return self.dense(x)
+
+    x = np.ones((2, 3), "float32")
+    built = Net()
+    built(x)
+    elsewhere = ds.gpu(0) if ds.num_gpus() else None
+    attempts = [lambda: ds.replicate(built, [ds.cpu(), ds.cpu()])]
+    if elsewhere is not None:
+        attempts.append(lambda: ds.place_model(built, elsewhere))
+    for attempt in attempts:
+        with pytest.raises(ds.UnsupportedPlacementError) as info:
+            attempt()
+        message = str(info.value)
+        assert "subclassed" in message and "Net" in message
+        assert "ds.place_model(model, device)" in message  # the advice: place it before its first call
+    target, name = target_and_name()
+    fresh = ds.place_model(Net(), target)  # what the error advises
+    fresh(x)
+    assert str(ds.model_device(fresh)) == name and weight_places(fresh) == {name}
+
+
+def test_an_unbuilt_sequential_is_placed_for_its_first_call(keras):
+    # D2L's TensorFlow code: no input shape, built by the first call.
+    net = keras.Sequential([keras.layers.Dense(4, activation="relu"), keras.layers.Dense(1)])
+    with pytest.raises(ds.UnbuiltModelError, match=r"ds\.place_model\(model, device\)"):
+        ds.model_device(net)
+    target, name = target_and_name()
+    assert ds.place_model(net, target) is net and not net.built
+    assert str(ds.model_device(net)) == name  # the recorded device, before any weight exists
+    with pytest.raises(ds.UnbuiltModelError):
+        ds.replicate(net, [ds.cpu()])  # nothing to copy yet
+    y = net(tf.ones((2, 3)))  # the first call, under no device scope: builds on the target
+    assert tuple(y.shape) == (2, 1) and net.built and len(net.weights) == 4
+    assert weight_places(net) == {name} and str(ds.model_device(net)) == name
+    assert "_maybe_build" not in vars(net)  # devshim's first-call hooks are gone
+    replicas = ds.replicate(net, [ds.cpu()])
+    np.testing.assert_allclose(replicas[0](tf.ones((2, 3))).numpy(), y.numpy(), rtol=1e-6)
+
+
+def test_placing_an_unbuilt_model_again_moves_its_first_call(keras):
+    target, name = target_and_name()
+    net = keras.Sequential([keras.layers.Dense(2)])
+    ds.place_model(net, target)
+    ds.place_model(net, ds.cpu())  # the last placement wins
+    assert str(ds.model_device(net)) == "cpu:0"
+    net(tf.ones((1, 3)))
+    assert weight_places(net) == {"cpu:0"}
+    shaped = ds.place_model(keras.Sequential([keras.layers.Dense(2)]), target, input_shape=(None, 3))
+    assert shaped.built and weight_places(shaped) == {name}  # with a shape: built at once

@@ -52,11 +52,15 @@ def test_place_model_on_each_of_two_devices(harness, mlp, two_devices):
 
 def test_placement_passes_a_disallowing_guard(harness, mlp, two_devices):
     first, second = two_devices
+    # The data is made before the block: making an array from host data on a GPU is itself a
+    # host-to-device transfer (JAX's guard, which the block sets, refuses it).
+    x, y = harness.tensor(X), harness.tensor(Y)
+    parts = [harness.tensor([1.0], device=first), harness.tensor([2.0], device=second)]
     with ds.transfer_guard("disallow") as report:
         placed = ds.place_model(mlp, second)
         replicas = ds.replicate(placed, [first, second])
-        shards = ds.split_batch(harness.tensor(X), harness.tensor(Y), [first, second])
-        sums = ds.allreduce([harness.tensor([1.0], device=first), harness.tensor([2.0], device=second)])
+        shards = ds.split_batch(x, y, [first, second])
+        sums = ds.allreduce(parts)
     assert report.total == 0
     assert len(replicas) == 2 and len(shards[0]) == 2
     assert [ds.neutral_device(s) for s in sums] == [ds.neutral_device(harness.tensor([0.0], device=d)) for d in (first, second)]

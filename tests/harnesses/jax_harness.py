@@ -34,8 +34,9 @@ class JaxHarness(Harness):
 
     def host_reads(self):
         return [("float(x)", float), ("int(x)", int), ("bool(x)", bool), ("x.item()", lambda x: x.item()),
-                ("x.tolist()", lambda x: x.tolist()),  # np.asarray(x) of a host-memory array: not seen
-                ("print(x) / repr(x)", repr), ("formatting x (f-string, str.format)", lambda x: f"{x}")]
+                ("x.tolist()", lambda x: x.tolist()),
+                ("print(x) / repr(x)", repr), ("formatting x (f-string, str.format)", lambda x: f"{x}"),
+                ("np.asarray(x)", lambda x: np.asarray(x)), ("np.add(x, ...)", lambda x: np.add(x, 1))]
 
     def _np_dtype(self, name):
         return ml_dtypes.bfloat16 if name == "bfloat16" else (np.dtype(name) if name else None)

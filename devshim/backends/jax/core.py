@@ -40,6 +40,7 @@ from devshim import settings
 from devshim.backends import virtual
 from devshim.backends.base import Backend, DeviceTable
 from devshim.backends.jax import SPEC
+from devshim.guard import marker
 from devshim._device import Device, register_platform
 from devshim.errors import (
     BackendError, DeviceUnavailableError, InvalidDeviceError, MultiDeviceValueError, UnplacedTensorError,
@@ -237,6 +238,9 @@ class JaxBackend(Backend):
         put = self._copy_put
         if put is None:
             put = self._copy_put = self._make_copy_put()
+        if marker.watchers:  # a devshim guard sets JAX's own: this copy is explicit (jax issue 40285)
+            with self.fw.transfer_guard("allow"):
+                return put(x, native)
         return put(x, native)
 
     def _make_copy_put(self):
@@ -259,6 +263,9 @@ class JaxBackend(Backend):
         put = self._copy_put
         if put is None:
             put = self._copy_put = self._make_copy_put()
+        if marker.watchers:
+            copy_to = self.copy_to
+            return lambda x: copy_to(x, native, False)
         return lambda x: put(x, native)
 
     def tensor_to_numpy(self, x):
@@ -268,6 +275,9 @@ class JaxBackend(Backend):
             raise self._traced(x, "has no values")
         # device_get is JAX's explicit transfer (allowed under jax.transfer_guard("disallow"));
         # on the CPU it returns a read-only view of x's buffer, so copy it for the caller.
+        if marker.watchers:
+            with self.fw.transfer_guard("allow"):
+                return np.array(self.fw.device_get(x), copy=True)
         return np.array(self.fw.device_get(x), copy=True)
 
     def _traced(self, x, what: str) -> UnplacedTensorError:

@@ -1,39 +1,64 @@
-"""The transfer guard's hooks for JAX.
+"""The transfer guard's hooks for JAX: its own guard in all three directions, and what it misses.
 
-JAX has a transfer guard of its own (``jax.transfer_guard_*``), and devshim maps
-onto it where it matches devshim's semantics, adding what it leaves out:
+JAX has a transfer guard of its own (``jax.transfer_guard_host_to_device``,
+``_device_to_host``, ``_device_to_device``, thread-local). Every
+``ds.transfer_guard`` block sets them, in its thread, from the block's levels:
 
-- **Host reads**: JAX's device-to-host guard never fires for arrays on CPU
-  devices, which is where virtual GPUs live, and it does not count. Every read
-  of a ``jax.Array`` on the host (``float(x)``, ``int(x)``, ``bool(x)``,
-  ``x.item()``, ``x.tolist()``, ``np.asarray(x)``, ``print(x)``, f-strings)
-  goes through one property of JAX's array class (``item`` aside), which devshim
-  wraps while a guard is active. ``jax.device_get`` is JAX's explicit transfer and
-  passes. ``np.asarray(x)`` of an array in host memory (the CPU, virtual GPUs)
-  reads through the buffer protocol, in C, and is not seen; of a GPU array it is.
-- **Device to device**: each ``transfer_guard`` block sets JAX's own
-  device-to-device guard to the block's level (thread-local in JAX), so JAX
-  refuses or logs the implicit copies it makes between devices. JAX already
-  refuses ops whose inputs are committed to different devices, whatever the
-  level. JAX logs through its own logger: those are not in devshim's report.
-- **Host to device**: not mapped. JAX's host-to-device guard also refuses
-  Python scalars and 0-d arrays (``x + 1``: jax issue 18436), which devshim
-  lets through; use ``jax.transfer_guard_host_to_device`` directly for that.
+- **device to host** and **device to device**: always, to the block's level.
+  JAX's device-to-host guard sees real GPUs only: it never fires for arrays on
+  CPU devices, which is where virtual GPUs live. devshim's own hooks (below)
+  see both, and see first, so a refused read raises devshim's
+  ``ImplicitTransferError`` and a logged one is in the report.
+- **host to device**: to the block's level when JAX's default device (this
+  thread's ``jax.default_device`` at the block's start, else the default
+  backend's) is an accelerator, real or virtual; with the host CPU as default
+  it stays as it was, since host data going to the host moves nowhere.
+  JAX decides what a host-to-device transfer is, and it counts Python scalars
+  and index constants (``x + 1``, ``x[0]``, ``jnp.ones(1)``: jax issues 18436,
+  16002) as well as NumPy arrays going into jitted calls. These are refused by
+  JAX itself (``jax.errors.JaxRuntimeError``, a ``RuntimeError``, "Disallowed
+  host-to-device transfer"), and logged by JAX to stderr under "log": they are
+  not in devshim's report, which cannot see inside JAX's C++ dispatch.
+
+What devshim's hooks add, for arrays on GPUs and virtual GPUs alike:
+
+- **Host reads** (``float(x)``, ``int(x)``, ``bool(x)``, ``x.item()``,
+  ``x.tolist()``, ``print(x)``, f-strings, ``np.asarray(x)`` of a GPU array):
+  they all go through one property of JAX's array class (``item`` aside), which
+  devshim wraps.
+- **NumPy on JAX arrays**: ``np.asarray(x)``, ``np.array(x)`` and
+  ``np.asanyarray(x)`` (wrapped in the ``numpy`` module while a guard checks)
+  and NumPy ufuncs (``np.add(x, 1)``, ``np.exp(x)``, through an
+  ``__array_ufunc__`` the array class gets while a guard checks). Of an array
+  in host memory NumPy reads through the buffer protocol, in C, which nothing
+  else sees. ``ndarray + x`` keeps its meaning: JAX's own operator.
+- **Values already on the host are not transfers**: a read of an array whose
+  value JAX already holds in host memory (after ``jax.device_get(x)`` or
+  ``ds.to_numpy(x)``, which cache it) is neither refused nor counted; devshim
+  remembers the same for virtual GPUs, where JAX keeps no host copy.
+
+devshim's explicit calls are JAX's explicit transfers (``jax.device_put``,
+``jax.device_get``), and its adapter runs them with JAX's guard relaxed while a
+guard watches (jax issue 40285: an explicit ``device_put`` to the CPU refused).
 """
 
 from __future__ import annotations
 
+import dis
 import sys
 import threading
+import weakref
 
 import jax
+import numpy as np
 from jax._src import array as _array
 
 from devshim._device import Device
 from devshim.backends.registry import load_backend
+from devshim.errors import DevshimError
 from devshim.guard import marker
 from devshim.guard.hooks import GuardHooks, mark_wrapper
-from devshim.guard.levels import READ
+from devshim.guard.levels import ALLOW, READ
 from devshim.guard.report import implicit
 from devshim.guard.state import current
 
@@ -52,10 +77,15 @@ _READERS = {
     "__str__": "print(x) / str(x)",
 }
 _EXPLICIT = {"device_get", "_device_get"}  # JAX's own explicit transfer to the host
+_NUMPY_READERS = ("asarray", "array", "asanyarray")
+# Bytecodes of operators: an __array_ufunc__ called while the caller runs one is NumPy's
+# ndarray operator (ndarray + x), which deferred to JAX's reflected operator before.
+_OPERATOR_CODES = {dis.opmap[name] for name in ("BINARY_OP", "COMPARE_OP") if name in dis.opmap}
 _ArrayImpl = _array.ArrayImpl
 _saved: dict = {}
 _MISSING = object()
 _local = threading.local()
+_fetched: dict = {}  # id(array) -> weakref, for virtual-GPU arrays read explicitly (held on host)
 
 
 def _what(depth: int = 8):
@@ -73,9 +103,48 @@ def _what(depth: int = 8):
     return found or "reading x on the host"
 
 
-def _places(x) -> list:
+def _device_place(x):
+    """The first device (not the host CPU) holding ``x``, or None when it is all in host memory."""
     backend = load_backend("jax")
-    return [backend.describe(d) for d in x.sharding.device_set]
+    for native in x.sharding.device_set:
+        place = backend.describe(native)
+        if place.kind != "cpu":
+            return place
+    return None
+
+
+def _held_on_host(x) -> bool:
+    """Whether JAX (or, for a virtual GPU, devshim) already holds x's value on the host."""
+    if getattr(x, "_npy_value", None) is not None:
+        return True
+    ref = _fetched.get(id(x))
+    return ref is not None and ref() is x
+
+
+def _remember_fetched(x, place) -> None:
+    """A virtual-GPU array was read explicitly: its value counts as held on the host from now."""
+    if place is None or not place.virtual:
+        return  # a real device's value is cached by JAX itself (x._npy_value)
+    key = id(x)
+    try:
+        _fetched[key] = weakref.ref(x, lambda _, key=key: _fetched.pop(key, None))
+    except TypeError:
+        pass
+
+
+def _needs_report(x, state):
+    """The device ``x`` would be read from, when this read is an implicit transfer; else None."""
+    if not state.checking or marker.is_explicit() or state.device_to_host == ALLOW:
+        return None
+    if not isinstance(x, _ArrayImpl) or _held_on_host(x):
+        return None
+    return _device_place(x)
+
+
+def _read_after_report(fn, *args, **kwargs):
+    """Run the read devshim has already reported, so no hook (devshim's or JAX's) reports it again."""
+    with marker.explicit(), jax.transfer_guard_device_to_host(ALLOW):
+        return fn(*args, **kwargs)
 
 
 def _guarded_value(original):
@@ -83,14 +152,18 @@ def _guarded_value(original):
 
     def _value(self):
         state = current()
-        if state.checking and not marker.is_explicit():
-            places = [p for p in _places(self) if p.kind != "cpu"]
-            if places:
+        if state.checking:
+            if marker.is_explicit():
+                _remember_fetched(self, _device_place(self))
+                return getter(self)
+            place = _needs_report(self, state)
+            if place is not None:
                 what = _what()
-                if what is not None:
-                    implicit("device_to_host", READ, what, places[0], Device("cpu"), state)
-                    with marker.explicit():
-                        return getter(self)
+                if what is None:  # jax.device_get: JAX's explicit transfer
+                    _remember_fetched(self, place)
+                    return getter(self)
+                implicit("device_to_host", READ, what, place, Device("cpu"), state)
+                return _read_after_report(getter, self)
         return getter(self)
 
     mark_wrapper(_value, getter)
@@ -100,53 +173,130 @@ def _guarded_value(original):
 def _guarded_item(original):
     def item(self, *args):
         state = current()
-        if state.checking and not marker.is_explicit():
-            places = [p for p in _places(self) if p.kind != "cpu"]
-            if places:
-                implicit("device_to_host", READ, "x.item()", places[0], Device("cpu"), state)
-                with marker.explicit():
-                    return original(self, *args)
+        place = _needs_report(self, state)
+        if place is not None:
+            implicit("device_to_host", READ, "x.item()", place, Device("cpu"), state)
+            return _read_after_report(original, self, *args)
         return original(self, *args)
 
     mark_wrapper(item, original)
     return item
 
 
+def _guarded_numpy_reader(name, original):
+    what = f"np.{name}(x)"
+
+    def reader(a, *args, **kwargs):
+        if type(a) is _ArrayImpl:
+            state = current()
+            place = _needs_report(a, state)
+            if place is not None:
+                implicit("device_to_host", READ, what, place, Device("cpu"), state)
+                return _read_after_report(original, a, *args, **kwargs)
+        return original(a, *args, **kwargs)
+
+    reader.__name__ = reader.__qualname__ = name
+    reader.__doc__ = original.__doc__
+    return mark_wrapper(reader, original)
+
+
+def _host_value(getter, x):
+    return getter(x) if isinstance(x, _ArrayImpl) else x
+
+
+def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
+    """NumPy ufuncs on JAX arrays while a guard checks: report the read, then do what NumPy did."""
+    if method == "__call__" and not kwargs and len(inputs) == 2 and not isinstance(inputs[0], _ArrayImpl):
+        caller = sys._getframe(1)
+        try:
+            operator = caller.f_code.co_code[caller.f_lasti] in _OPERATOR_CODES
+        except IndexError:
+            operator = False
+        if operator:  # ndarray + x: JAX's reflected operator ran here before, on the device
+            return getattr(jax.numpy, ufunc.__name__)(*inputs)
+    state = current()
+    what = f"np.{ufunc.__name__}{'' if method == '__call__' else '.' + method}(x, ...)"
+    arrays = list(inputs) + list(kwargs.get("out", ()) or ())
+    for a in arrays:
+        place = _needs_report(a, state)
+        if place is not None:
+            implicit("device_to_host", READ, what, place, Device("cpu"), state)
+            break
+    getter = _saved["_value"].fget
+    with marker.explicit(), jax.transfer_guard_device_to_host(ALLOW):
+        host = [_host_value(getter, a) for a in inputs]
+    return getattr(ufunc, method)(*host, **kwargs)
+
+
 def _install() -> None:
-    """Wrap JAX's host-read property, and item(), which reads through NumPy's buffer protocol."""
+    """Wrap JAX's host-read property, item(), NumPy's readers, and give arrays __array_ufunc__."""
     if _saved:
         return
     _saved["_value"] = _ArrayImpl.__dict__["_value"]
     _ArrayImpl._value = _guarded_value(_saved["_value"])
     _saved["item"] = _ArrayImpl.__dict__.get("item", _MISSING)
     _ArrayImpl.item = _guarded_item(_ArrayImpl.item)
+    _saved["__array_ufunc__"] = _ArrayImpl.__dict__.get("__array_ufunc__", _MISSING)
+    _ArrayImpl.__array_ufunc__ = _array_ufunc
+    numpy_readers = {}
+    for name in _NUMPY_READERS:
+        numpy_readers[name] = getattr(np, name)
+        setattr(np, name, _guarded_numpy_reader(name, numpy_readers[name]))
+    _saved["numpy"] = numpy_readers
+
+
+def _restore(owner, name, value) -> None:
+    if value is _MISSING:
+        delattr(owner, name)
+    else:
+        setattr(owner, name, value)
 
 
 def _uninstall() -> None:
     if not _saved:
         return
     _ArrayImpl._value = _saved.pop("_value")
-    item = _saved.pop("item")
-    if item is _MISSING:
-        del _ArrayImpl.item
-    else:
-        _ArrayImpl.item = item
+    _restore(_ArrayImpl, "item", _saved.pop("item"))
+    _restore(_ArrayImpl, "__array_ufunc__", _saved.pop("__array_ufunc__"))
+    for name, original in _saved.pop("numpy").items():
+        setattr(np, name, original)
+    _fetched.clear()
+
+
+def _default_is_a_device() -> bool:
+    """Whether host data JAX places by default goes to a device: its default device (this
+    thread's ``jax.default_device``, else the default backend's first device) is an accelerator,
+    real or virtual. Host data going to the host CPU moves nowhere."""
+    chosen = jax.config.jax_default_device
+    if chosen is None:
+        return jax.default_backend() != "cpu"
+    if isinstance(chosen, str):
+        return chosen.lower() != "cpu"
+    try:
+        return load_backend("jax").describe(chosen).kind != "cpu"
+    except DevshimError:  # a device devshim does not describe: JAX's own word
+        return getattr(chosen, "platform", "cpu") != "cpu"
 
 
 def _enter_block(state) -> None:
-    """Set JAX's own device-to-device guard to this block's level, in this thread."""
-    scope = jax.transfer_guard_device_to_device(state.device_to_device)
-    scope.__enter__()
+    """Set JAX's own guards to this block's levels, in this thread."""
+    scopes = [jax.transfer_guard_device_to_device(state.device_to_device),
+              jax.transfer_guard_device_to_host(state.device_to_host)]
+    if _default_is_a_device():
+        scopes.append(jax.transfer_guard_host_to_device(state.host_to_device))
+    for scope in scopes:
+        scope.__enter__()
     stack = getattr(_local, "scopes", None)
     if stack is None:
         stack = _local.scopes = []
-    stack.append(scope)
+    stack.append(scopes)
 
 
 def _exit_block() -> None:
     stack = getattr(_local, "scopes", None)
     if stack:
-        stack.pop().__exit__(None, None, None)
+        for scope in reversed(stack.pop()):
+            scope.__exit__(None, None, None)
 
 
 class JaxGuardHooks(GuardHooks):

@@ -3,15 +3,21 @@
 Keras creates a layer's weights when the layer is built, on the device scope in
 force at that moment, and TensorFlow cannot move a variable afterwards. So:
 
-- an unbuilt model is built under the target device (``input_shape=`` tells
-  ``place_model`` the shape when Keras cannot know it);
+- an unbuilt model is built under the target device when ``input_shape=`` (or
+  the model itself) gives the shape; without one (D2L's
+  ``keras.Sequential([keras.layers.Dense(1)])``) it is placed for its first
+  call: the device is recorded on the model, its ``build`` runs under that
+  device when the first call builds it, and ``model_device`` answers the
+  recorded device until then and the weights' device from then on;
 - a built model already there is returned as it is;
-- a built model elsewhere is cloned under the target device
-  (``keras.models.clone_model``) and given the original's weights
+- a built ``Sequential`` or functional model (``keras.Model(inputs, outputs)``,
+  which Keras 3 returns as a ``Functional``) elsewhere is cloned under the
+  target device (``keras.models.clone_model``) and given the original's weights
   (``set_weights``). The clone is a new model: the original's optimizer and its
-  state are not carried over, so compile the clone. Subclassed models may hold
-  state a clone cannot reproduce, so devshim refuses them and says how to build
-  them on the device instead.
+  state are not carried over, so compile the clone. Subclassed models (a class
+  of your own deriving from ``keras.Model``, functional or not) may hold state a
+  clone cannot reproduce, so devshim refuses them and says how to build them on
+  the device instead.
 
 Splitting a model over devices by hooks is refused: Keras places weights at
 build time, per layer, under the scope in force then.
@@ -19,6 +25,7 @@ build time, per layer, under the scope in force then.
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import tensorflow as tf
@@ -33,15 +40,26 @@ def _keras():
 
 def _unbuilt(model) -> UnbuiltModelError:
     return UnbuiltModelError(
-        f"This {type(model).__name__} is not built, so it has no weights and no device yet. Build it on "
-        f"the device: ds.place_model(model, device, input_shape=(None, features)), or call it once on a "
-        f"sample batch under `with ds.try_gpu():`, then ask again."
+        f"This {type(model).__name__} is not built, so it has no weights and no device yet. Place it "
+        f"first: ds.place_model(model, device) (its first call then builds it there), or "
+        f"ds.place_model(model, device, input_shape=(None, features)) to build it at once; or call it "
+        f"once on a sample batch under `with ds.try_gpu():`, then ask again."
     )
 
 
+def _functional_class(keras):
+    try:
+        from keras.src.models.functional import Functional
+    except ImportError:  # a Keras that moved it: what keras.Model(inputs, outputs) makes
+        return None
+    return Functional
+
+
 def _clonable(model) -> bool:
+    """Sequential models, and functional ones as Keras makes them (not a subclass of them)."""
     keras = _keras()
-    return isinstance(model, keras.Sequential) or type(model) is keras.Model
+    return (isinstance(model, keras.Sequential) or type(model) is keras.Model
+            or type(model) is _functional_class(keras))
 
 
 def _clone(model, native):
@@ -50,8 +68,11 @@ def _clone(model, native):
         raise UnsupportedPlacementError(
             f"This {type(model).__name__} is a subclassed Keras model: it may hold state that "
             f"keras.models.clone_model cannot copy, so devshim will not rebuild it on another device. "
-            f"Create it under the device instead (`with ds.try_gpu(): model = {type(model).__name__}(...)`, "
-            f"then build it there), or use a Sequential or functional model."
+            f"Build it on the device instead: place it before its first call (model = "
+            f"{type(model).__name__}(...); ds.place_model(model, device), then call it), or create and call "
+            f"it under the device (`with ds.try_gpu(): model = {type(model).__name__}(...); "
+            f"model(sample_batch)`); or write it as a keras.Sequential or a functional "
+            f"keras.Model(inputs, outputs), which devshim clones."
         )
     with tf.device(native.name):
         clone = keras.models.clone_model(model)
@@ -59,6 +80,48 @@ def _clone(model, native):
             clone.build(model.inputs[0].shape if getattr(model, "inputs", None) else None)
     clone.set_weights(model.get_weights())
     return clone
+
+
+_PLACED = "_devshim_first_call_device"  # the native device an unbuilt model is placed on
+_ORIGINALS = "_devshim_original_builders"  # {"build": ..., "_maybe_build": ...} while placed
+# Keras builds a model on its first call through _maybe_build (which calls build, or traces
+# call() symbolically when build is Keras's default); a user may also call build() directly.
+_BUILDERS = ("_maybe_build", "build")
+_MISSING = object()
+
+
+def _place_for_first_call(model, native):
+    """Record ``native`` and make the model's next build (its first call) run under it."""
+    if getattr(model, _ORIGINALS, None) is None:
+        originals = {name: vars(model).get(name, _MISSING) for name in _BUILDERS}
+        for name in _BUILDERS:
+            object.__setattr__(model, name, _under_placed_device(model, getattr(model, name)))
+        object.__setattr__(model, _ORIGINALS, originals)
+    object.__setattr__(model, _PLACED, native)
+    return model
+
+
+def _under_placed_device(model, original):
+    @functools.wraps(original)  # Keras reads build's signature and its "is default" mark
+    def builder(*args, **kwargs):
+        with tf.device(getattr(model, _PLACED).name):
+            result = original(*args, **kwargs)
+        if model.built:
+            _forget_first_call(model)
+        return result
+
+    return builder
+
+
+def _forget_first_call(model) -> None:
+    originals = getattr(model, _ORIGINALS, None)
+    if originals is not None:
+        for name, original in originals.items():
+            if original is _MISSING:
+                object.__delattr__(model, name)  # the class's method again
+            else:
+                object.__setattr__(model, name, original)
+        object.__setattr__(model, _ORIGINALS, None)
 
 
 class KerasPlacement(ModelPlacement):
@@ -76,13 +139,17 @@ class KerasPlacement(ModelPlacement):
     def named_places(self, model, adapter) -> list:
         weights = list(model.weights)
         if not model.built or not weights:
+            placed = getattr(model, _PLACED, None)
+            if placed is not None and getattr(model, _ORIGINALS, None) is not None:
+                return [("(built on its first call)", adapter.describe(placed))]
             raise _unbuilt(model)
         return [(w.path, adapter.tensor_device(w.value)) for w in weights]
 
     def place(self, model, native, adapter, input_shape=None):
         if not model.built or not model.weights:
             if input_shape is None:
-                raise _unbuilt(model)
+                return _place_for_first_call(model, native)
+            _forget_first_call(model)
             with tf.device(native.name):
                 model.build(input_shape)
             return model
@@ -107,6 +174,7 @@ class KerasPlacement(ModelPlacement):
         """Keras models never get devshim hooks: nothing to remove."""
 
     def replicate(self, model, natives: list, adapter) -> list:
-        self.named_places(model, adapter)  # refuses unbuilt models
+        if not model.built or not model.weights:
+            raise _unbuilt(model)
         return [_clone(model, native) for native in natives]
 

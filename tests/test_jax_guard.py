@@ -1,0 +1,226 @@
+"""ds.transfer_guard on JAX in all three directions: JAX's own guards set from the block's levels,
+devshim's hooks for what JAX's guard cannot see (NumPy reading arrays in host memory, where
+virtual GPUs live), and values JAX already holds on the host. The tests that need a device run
+in the virtual tox pass (DEVSHIM_VIRTUAL_DEVICES) or on a real GPU."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import devshim as ds
+
+jax = pytest.importorskip("jax")
+# Importing the harness applies DEVSHIM_VIRTUAL_DEVICES before any array below exists.
+from harnesses.jax_harness import HARNESS  # noqa: E402,F401
+import jax.numpy as jnp  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def bk():
+    with ds.use_backend("jax") as adapter:
+        yield adapter
+
+
+@pytest.fixture
+def gpu():
+    if ds.num_gpus() == 0:
+        pytest.skip("needs a JAX GPU, real or virtual (the DEVSHIM_VIRTUAL_DEVICES pass)")
+    return ds.try_gpu()
+
+
+@pytest.fixture
+def on_gpu(gpu):
+    """A default device that is a GPU, as JAX has on a GPU machine."""
+    with jax.default_device(gpu):
+        yield gpu
+
+
+def fresh(device, values=(1.0, 2.0, 3.0)):
+    return jax.device_put(np.asarray(values, dtype=np.float32), device)
+
+
+@contextlib.contextmanager
+def quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ds.ImplicitTransferWarning)
+        yield
+
+
+# ------------------------------------------------------------ device to host: NumPy's reads
+
+NUMPY_READS = [
+    ("np.asarray(x)", lambda x: np.asarray(x)),
+    ("np.array(x)", lambda x: np.array(x)),
+    ("np.asanyarray(x)", lambda x: np.asanyarray(x)),
+    ("np.add(x, ...)", lambda x: np.add(x, 1)),
+    ("np.exp(x, ...)", lambda x: np.exp(x)),
+    ("np.add.reduce(x, ...)", lambda x: np.add.reduce(x)),
+]
+
+
+@pytest.mark.parametrize("what, read", NUMPY_READS, ids=[w for w, _ in NUMPY_READS])
+def test_numpy_reading_a_gpu_array_is_refused_logged_and_computes_what_numpy_did(gpu, what, read):
+    x = fresh(gpu)
+    expected = read(np.asarray(jax.device_get(x)))
+    with ds.transfer_guard("disallow") as report:
+        with pytest.raises(ds.ImplicitTransferError) as info:
+            read(fresh(gpu))
+    assert what in str(info.value) and str(ds.device_of(x)) in str(info.value)
+    assert report.counts["device-to-host read"] == 1 and report.events[0].what == what
+    with quiet():
+        with ds.transfer_guard("log") as report:
+            got = read(fresh(gpu))
+    assert report.total == 1 and report.events[0].action == "logged"
+    np.testing.assert_allclose(got, expected)
+    assert isinstance(got, (np.ndarray, np.generic))
+
+
+def test_numpy_reads_of_host_arrays_are_no_transfers():
+    x = fresh(ds.cpu())
+    with ds.transfer_guard("disallow") as report:
+        for _, read in NUMPY_READS:
+            read(x)
+        float(x[0]), x.tolist(), repr(x)
+    assert report.total == 0
+
+
+def test_an_ndarray_operator_with_a_jax_array_keeps_its_meaning(gpu):
+    # ndarray + x runs JAX's reflected operator: a JAX array on x's device, not a NumPy read.
+    x = fresh(gpu)
+    for level in ("allow", "log", "disallow"):
+        with ds.transfer_guard(level, host_to_device="allow") as report:
+            total, smaller = np.ones(3, dtype=np.float32) + x, np.zeros(3, dtype=np.float32) < x
+        assert isinstance(total, jax.Array) and isinstance(smaller, jax.Array)
+        assert ds.device_of(total) == ds.device_of(x) and report.total == 0
+        np.testing.assert_array_equal(jax.device_get(total), [2.0, 3.0, 4.0])
+        assert bool(jax.device_get(smaller).all())
+
+
+def test_the_hooks_are_gone_after_the_block():
+    originals = np.asarray, np.array, np.asanyarray
+    with ds.transfer_guard("disallow"):
+        assert np.asarray is not originals[0]
+        assert hasattr(type(jnp.ones(1)), "__array_ufunc__")
+    assert (np.asarray, np.array, np.asanyarray) == originals
+    assert not hasattr(type(jnp.ones(1)), "__array_ufunc__")
+
+
+# ------------------------------------------------------------ values already on the host
+
+
+@pytest.mark.parametrize("fetch", ["jax.device_get", "ds.to_numpy"])
+def test_a_value_already_held_on_the_host_is_read_without_a_new_transfer(gpu, fetch):
+    x = fresh(gpu)
+    with ds.transfer_guard("disallow") as report:
+        host = jax.device_get(x) if fetch == "jax.device_get" else ds.to_numpy(x)
+        assert x.tolist() == [1.0, 2.0, 3.0] and "3." in repr(x)
+        np.testing.assert_array_equal(np.asarray(x), host)
+        np.testing.assert_array_equal(np.add(x, 1), host + 1)
+        with pytest.raises(ds.ImplicitTransferError):
+            float(x.sum())  # a new array, computed on the device: its value is not on the host
+    assert report.total == 1
+
+
+def test_an_explicit_read_inside_a_log_block_marks_only_that_array(gpu):
+    x, y = fresh(gpu), fresh(gpu)
+    with quiet():
+        with ds.transfer_guard("log") as report:
+            jax.device_get(x)
+            x.tolist(), y.tolist()
+    assert report.total == 1 and report.events[0].what == "x.tolist()"
+
+
+# ------------------------------------------------------------ host to device
+
+
+HOST_TO_DEVICE = [
+    ("jnp.ones(1)", lambda: jnp.ones(1)),
+    ("jnp.asarray(ndarray)", lambda: jnp.asarray(np.arange(3.0))),
+    ("a jitted call on a NumPy argument", lambda: jax.jit(lambda a: a * 2)(np.arange(3.0))),
+]
+
+
+@pytest.mark.parametrize("what, make", HOST_TO_DEVICE, ids=[w for w, _ in HOST_TO_DEVICE])
+def test_host_data_sent_to_a_gpu_default_device_is_refused_by_jax_under_disallow(on_gpu, what, make):
+    with ds.transfer_guard("disallow"):
+        with pytest.raises(RuntimeError, match="[Dd]isallowed host-to-device"):
+            make()
+    with ds.transfer_guard("disallow", host_to_device="allow") as report:
+        made = make()
+    assert ds.device_of(made) == ds.device_of(fresh(on_gpu)) and report.total == 0
+    with ds.transfer_guard("log"):
+        make()  # JAX logs it itself (to stderr), and runs it
+
+
+@pytest.mark.parametrize("what, make", HOST_TO_DEVICE, ids=[w for w, _ in HOST_TO_DEVICE])
+def test_host_data_kept_on_a_host_default_device_is_no_transfer(what, make):
+    with jax.default_device(ds.cpu()):
+        with ds.transfer_guard("disallow") as report:
+            made = make()
+    assert ds.device_of(made) == ds.device("cpu") and report.total == 0
+
+
+def test_explicit_transfers_pass_under_disallow_with_a_gpu_default(on_gpu):
+    x = fresh(ds.cpu())
+    with ds.transfer_guard("disallow") as report:
+        on_device = ds.to_device(x, on_gpu)
+        put = jax.device_put(np.arange(3.0), on_gpu)  # JAX's explicit API
+        back = ds.to_device(on_device, ds.cpu())
+        same = ds.copy_if_needed({"a": on_device}, on_gpu)["a"]
+        host = ds.to_numpy(on_device)
+    assert report.total == 0 and same is on_device
+    assert ds.device_of(back) == ds.device("cpu") and ds.device_of(put) == ds.device_of(on_device)
+    np.testing.assert_array_equal(host, [1.0, 2.0, 3.0])
+
+
+# ------------------------------------------------------------ JAX's own guards, per block and thread
+
+
+def jax_levels():
+    config = jax.config
+    return (config.jax_transfer_guard_device_to_host, config.jax_transfer_guard_device_to_device,
+            config.jax_transfer_guard_host_to_device)
+
+
+def test_each_block_sets_jaxs_own_guards_and_restores_them(gpu):
+    before = jax_levels()
+    with jax.default_device(gpu):
+        with ds.transfer_guard("disallow", device_to_device="log"):
+            assert jax_levels() == ("disallow", "log", "disallow")
+            with ds.transfer_guard("allow"):
+                assert jax_levels() == ("allow", "allow", "allow")
+            assert jax_levels() == ("disallow", "log", "disallow")
+    assert jax_levels() == before
+
+
+def test_with_a_host_default_device_jaxs_host_to_device_guard_is_left_alone():
+    before = jax_levels()
+    with jax.default_device(ds.cpu()):
+        with ds.transfer_guard("disallow"):
+            assert jax_levels()[:2] == ("disallow", "disallow") and jax_levels()[2] == before[2]
+            assert float(jnp.arange(3.0)[1] + 1) == 2.0  # scalars and indices: host data to the host
+
+
+def test_a_block_sets_jaxs_guards_in_its_own_thread_only():
+    seen = {}
+    entered, done = threading.Event(), threading.Event()
+
+    def other():
+        entered.wait(timeout=30)
+        seen["other"] = jax_levels()
+        done.set()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    before = jax_levels()
+    with ds.transfer_guard("disallow"):
+        seen["inside"] = jax_levels()
+        entered.set()
+        done.wait(timeout=30)
+    thread.join(timeout=30)
+    assert seen["inside"][0] == "disallow" and seen["other"] == before
