@@ -362,7 +362,7 @@ def test_virtual_devices_on_every_backend_and_an_implicit_copy_fails_the_guarded
 
         def test_devices(ds_backend, ds_device, ds_devices, scalar):
             assert ds.num_gpus() == 2 and len(ds_devices) == 2 and ds_device == ds_devices[0]
-            described = [ds.device_of(scalar(ds_backend, device)) for device in ds_devices]
+            described = [ds.neutral_device(scalar(ds_backend, device)) for device in ds_devices]
             assert [str(d) for d in described] == ["gpu:0", "gpu:1"] and all(d.virtual for d in described)
             assert os.environ["DEVSHIM_VIRTUAL_DEVICES"] == "2"   # for interpreters the test starts
 

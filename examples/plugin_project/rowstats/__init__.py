@@ -16,7 +16,7 @@ def _where(x):
     """A block that runs ops on ``x``'s device: TensorFlow (and CuPy) place an op by the
     enclosing device scope, not by its inputs. Their device objects are ``with`` blocks
     (so are torch's and MXNet's, harmlessly); JAX's and NumPy's are not, and need none."""
-    native = ds.device_of(x).native
+    native = ds.device_of(x)  # the framework's own device object
     return native if hasattr(native, "__enter__") else nullcontext()
 
 
