@@ -23,7 +23,7 @@ import torch
 from devshim import settings
 from devshim.backends.model_base import ModelPlacement
 from devshim.backends.nests import copy_nest_if_needed
-from devshim.errors import UnbuiltModelError, UnsupportedPlacementError
+from devshim.errors import UnbuiltModelError, UnknownSubmoduleError, UnsupportedPlacementError
 
 _handles: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its hook handles
 
@@ -76,6 +76,45 @@ def _refuse_split_ties(groups: list, natives: dict, adapter) -> None:
             )
 
 
+def _submodule(module, name: str):
+    if not name:
+        return module
+    try:
+        return module.get_submodule(name)
+    except AttributeError:
+        children = [child for child, _ in module.named_children()]
+        listing = ", ".join(repr(c) for c in children[:12]) + (" ..." if len(children) > 12 else "")
+        raise UnknownSubmoduleError(
+            f"{type(module).__name__} has no submodule {name!r}, so nothing was placed. Its "
+            f"top-level children: {listing or 'none'}; deeper ones are named with dots "
+            f"('0.linear'), as in net.named_modules()."
+        ) from None
+
+
+def _snapshot(module) -> list:
+    """(owner, kind, name, tensor) for every parameter, gradient and buffer: what a rollback restores."""
+    saved = []
+    for owner in module.modules():
+        for name, p in owner._parameters.items():
+            if p is not None:
+                saved.append((owner, "param", name, p, p.data, p.grad))
+        for name, b in owner._buffers.items():
+            if b is not None:
+                saved.append((owner, "buffer", name, b, None, None))
+    return saved
+
+
+def _restore(saved: list) -> None:
+    with torch.no_grad():
+        for owner, kind, name, tensor, data, grad in saved:
+            if kind == "param":
+                tensor.data = data
+                tensor.grad = grad
+                owner._parameters[name] = tensor
+            else:
+                owner._buffers[name] = tensor
+
+
 def _copier(native):
     def copy_inputs(block, args, kwargs):
         return copy_nest_if_needed(args, native), copy_nest_if_needed(kwargs, native)
@@ -125,15 +164,23 @@ class TorchPlacement(ModelPlacement):
 
     def place_map(self, module, natives: dict, adapter):
         _check_built(module)
+        blocks = {name: _submodule(module, name) for name in natives}  # every name, before moving
         groups = _tied(module)
         _refuse_split_ties(groups, natives, adapter)
-        self.unplace(module)
+        saved = _snapshot(module)
         handles = []
-        for name, native in natives.items():
-            block = module.get_submodule(name) if name else module
-            block.to(native)
-            handles.append(block.register_forward_pre_hook(_copier(native), with_kwargs=True))
-        _retie(module, groups)
+        try:
+            for name, native in natives.items():
+                block = blocks[name]
+                block.to(native)
+                handles.append(block.register_forward_pre_hook(_copier(native), with_kwargs=True))
+            _retie(module, groups)
+        except BaseException:
+            for handle in handles:
+                handle.remove()
+            _restore(saved)  # the model as it was: every tensor back where it lived
+            raise
+        self.unplace(module)  # the hooks of an earlier split, now replaced
         _handles[module] = handles
         return module
 
