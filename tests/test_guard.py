@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import warnings
 
@@ -179,10 +180,36 @@ def test_the_variable_sets_the_process_default(setenv):
     read()
 
 
-def test_a_bad_variable_value_is_a_named_error(setenv):
-    setenv("DEVSHIM_TRANSFER_GUARD", "sometimes")
+def test_a_bad_variable_value_is_a_named_error(monkeypatch):
+    """In a running process, the reload that reads a misspelt level raises, with the valid levels;
+    so does entering a block, until the variable is fixed."""
+    ds.num_gpus()  # devshim in use
+    monkeypatch.setenv("DEVSHIM_TRANSFER_GUARD", "sometimes")
+    with pytest.raises(ds.InvalidGuardLevelError, match="DEVSHIM_TRANSFER_GUARD='sometimes'.*allow, log, disallow"):
+        ds.settings.reload()
     with pytest.raises(ds.InvalidGuardLevelError, match="DEVSHIM_TRANSFER_GUARD='sometimes'"):
         ds.transfer_guard().__enter__()
+    monkeypatch.setenv("DEVSHIM_TRANSFER_GUARD", "allow")
+    ds.settings.reload()
+    with ds.transfer_guard():
+        pass
+
+
+def test_a_misspelt_variable_fails_at_first_use_of_devshim():
+    """Not only when a guard block is entered: the run must not go unguarded without a word."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, DEVSHIM_TRANSFER_GUARD="disalow")
+    code = ("import devshim as ds\n"
+            "for attempt in range(2):\n"
+            "    try:\n        ds.num_gpus()\n"
+            "    except ds.InvalidGuardLevelError as err:\n        print('refused', err)\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith("refused DEVSHIM_TRANSFER_GUARD='disalow'") for line in lines)
+    assert "allow, log, disallow" in lines[0]
 
 
 @pytest.mark.parametrize("framework", ["torch", "tensorflow", "mxnet"])
