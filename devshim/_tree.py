@@ -136,7 +136,10 @@ def map_nest(x, leaf_for, keep_unchanged: bool = False):
             return out
         return _rebuild(value, shape, walk, keep_unchanged)
 
-    return walk(x)
+    try:
+        return walk(x)
+    except RecursionError:
+        raise _too_deep() from None
 
 
 def _same(new, old) -> bool:
@@ -202,22 +205,39 @@ def iter_leaves(x, path: str = ""):
         >>> list(iter_leaves({"a": [1]}))
         [("['a'][0]", 1)]
     """
+    try:
+        yield from _iter_leaves(x, path)
+    except RecursionError:
+        raise _too_deep() from None
+
+
+def _iter_leaves(x, path: str):
     shape = container_kind(type(x))
     if shape == LEAF:
         yield path, x
     elif shape in (DICT, DICT_SUB):
         for key, value in x.items():
-            yield from iter_leaves(value, f"{path}[{key!r}]")
+            yield from _iter_leaves(value, f"{path}[{key!r}]")
     elif shape == NAMEDTUPLE:
         for name, value in zip(type(x)._fields, x):
-            yield from iter_leaves(value, f"{path}.{name}")
+            yield from _iter_leaves(value, f"{path}.{name}")
     elif shape == DATACLASS:
         for name in _dataclass_fields(x):
             try:
                 value = getattr(x, name)
             except AttributeError:
                 continue
-            yield from iter_leaves(value, f"{path}.{name}")
+            yield from _iter_leaves(value, f"{path}.{name}")
     else:
         for i, value in enumerate(x):
-            yield from iter_leaves(value, f"{path}[{i}]")
+            yield from _iter_leaves(value, f"{path}[{i}]")
+
+
+def _too_deep():
+    from devshim.errors import UnsupportedValueError
+
+    return UnsupportedValueError(
+        "devshim walks nests as trees, and this one goes deeper than Python's recursion limit: most "
+        "likely it holds itself (a cycle, such as a list appended to itself, or a dict that is one of "
+        "its own values). Pass a nest without cycles (copy the parts you need into a new dict or list)."
+    )
