@@ -85,9 +85,9 @@ def _submodule(module, name: str):
         children = [child for child, _ in module.named_children()]
         listing = ", ".join(repr(c) for c in children[:12]) + (" ..." if len(children) > 12 else "")
         raise UnknownSubmoduleError(
-            f"{type(module).__name__} has no submodule {name!r}, so nothing was placed. Its "
-            f"top-level children: {listing or 'none'}; deeper ones are named with dots "
-            f"('0.linear'), as in net.named_modules()."
+            f"{type(module).__name__} has no submodule {name!r}, so nothing was placed. Use the "
+            f"names net.named_modules() gives: its top-level children are {listing or 'none'}, and "
+            f"deeper ones are named with dots ('0.linear')."
         ) from None
 
 
