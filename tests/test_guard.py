@@ -329,3 +329,68 @@ def test_tensorflow_ops_in_one_place_pass_and_shapes_stay_on_the_host():
             v.assign_add([1.0])
             float(tf.reduce_sum(y))  # a host tensor: no transfer
     assert report.total == 0
+
+
+# ------------------------------------------------------------ one block object, many contexts (issue 19)
+
+
+def test_one_block_object_entered_from_several_threads_gives_each_its_own_entry():
+    block = ds.transfer_guard("disallow")
+    inside, leave = threading.Barrier(4), threading.Barrier(4)
+    seen, errors = [], []
+
+    def worker():
+        try:
+            with block:
+                inside.wait(timeout=30)  # all four threads inside the one object at once
+                seen.append(guard.current().device_to_host)
+                leave.wait(timeout=30)
+            seen.append(guard.current().device_to_host)
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    assert sorted(seen) == ["allow"] * 4 + ["disallow"] * 4
+
+
+def test_one_block_object_entered_from_interleaved_tasks_gives_each_its_own_entry():
+    block = ds.transfer_guard("log")
+
+    async def task(started, release):
+        with block:
+            started.set()
+            await release.wait()
+            level = guard.current().device_to_host
+        return level, guard.current().device_to_host
+
+    async def main():
+        first_in, second_in, release_first, release_second = (asyncio.Event() for _ in range(4))
+        first = asyncio.create_task(task(first_in, release_first))
+        await first_in.wait()
+        second = asyncio.create_task(task(second_in, release_second))
+        await second_in.wait()
+        release_first.set()  # the first entered exits first: no token from another context
+        a = await first
+        release_second.set()
+        return a, await second
+
+    assert asyncio.run(main()) == (("log", "allow"), ("log", "allow"))
+
+
+def test_exiting_a_block_object_in_a_context_that_did_not_enter_it_is_a_named_error():
+    import contextvars
+
+    block = ds.transfer_guard("log")
+    block.__enter__()
+    try:
+        with pytest.raises(ds.GuardBlockInUseError, match="one per thread or task") as info:
+            contextvars.Context().run(block.__exit__, None, None, None)
+        assert isinstance(info.value, RuntimeError)
+    finally:
+        block.__exit__(None, None, None)
+    assert guard.current().device_to_host == "allow"

@@ -174,3 +174,107 @@ def test_a_failed_place_model_leaves_the_model_exactly_as_it_was(harness):
     with pytest.raises((ds.UnknownSubmoduleError, ds.UnsupportedPlacementError)):
         ds.place_model(net, {0: devices[0]})  # a key that is no name
     assert ds.model_devices(net) == before_places
+
+
+# ------------------------------------------------------------------ framework-specific aliasing
+
+
+def test_allreduce_of_one_tf_variable_is_a_new_tensor_not_the_variable():
+    tf = pytest.importorskip("tensorflow")
+    v = tf.Variable([1.0, 2.0])
+    (total,) = ds.allreduce([v])
+    assert total is not v and not isinstance(total, tf.Variable)
+    v.assign_add([10.0, 10.0])  # the caller's variable changes; the sum taken before does not
+    np.testing.assert_array_equal(total.numpy(), [1.0, 2.0])
+
+
+def test_donating_allreduce_results_to_jax_leaves_the_inputs_alive():
+    jax = pytest.importorskip("jax")
+    ds.num_gpus(backend="jax")  # virtual devices before the first array
+    for device in ds.devices(backend="jax"):
+        g = jax.device_put(jax.numpy.arange(3.0), device)
+        update = jax.jit(lambda a: a * 2, donate_argnums=0)
+        (total,) = ds.allreduce([g])
+        update(total)
+        assert not g.is_deleted()
+        np.testing.assert_array_equal(np.asarray(g), [0.0, 1.0, 2.0])
+        if len(ds.devices(backend="jax")) > 1:
+            a, b = ds.allreduce([g, jax.device_put(jax.numpy.ones(3), ds.devices(backend="jax")[-1])])
+            update(a), update(b)
+            assert not g.is_deleted()
+
+
+def test_a_torch_place_model_that_fails_midway_is_rolled_back(monkeypatch):
+    torch = pytest.importorskip("torch")
+    devices = ds.devices(backend="torch")
+    net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    ds.place_model(net, {"0": devices[0], "1": devices[0]})  # an earlier split: its hooks must stay
+    hooks_before = [dict(m._forward_pre_hooks) for m in net]
+    params_before = [p for p in net.parameters()]
+    data_before = [(p.data_ptr(), p.device) for p in net.parameters()]
+    values_before = [p.detach().cpu().clone() for p in net.parameters()]
+
+    def broken_to(*args, **kwargs):
+        raise RuntimeError("out of memory (simulated)")
+
+    monkeypatch.setattr(net[1], "to", broken_to)
+    with pytest.raises(RuntimeError, match="simulated"):
+        ds.place_model(net, {"0": devices[-1], "1": devices[-1]})
+    assert [p.device for p in net.parameters()] == [device for _, device in data_before]
+    for p, values in zip(net.parameters(), values_before):
+        assert torch.equal(p.detach().cpu(), values)
+    if not ds.settings.virtual_device_count():
+        # The same Parameter objects, holding the same memory. (Moving a virtual GPU's parameter
+        # back to the CPU makes a new Parameter: torch cannot swap that pair in place.)
+        assert [p for p in net.parameters()] == params_before
+        assert [(p.data_ptr(), p.device) for p in net.parameters()] == data_before
+    assert [dict(m._forward_pre_hooks) for m in net] == hooks_before
+
+
+@pytest.mark.parametrize("make", ["sparse_coo", "sparse_csr", "nested", "quantized"])
+def test_torch_tensors_numpy_cannot_hold_get_a_named_error_naming_the_reason(make):
+    torch = pytest.importorskip("torch")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        x = {
+            "sparse_coo": lambda: torch.eye(3).to_sparse(),
+            "sparse_csr": lambda: torch.eye(3).to_sparse_csr(),
+            "nested": lambda: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]),
+            "quantized": lambda: torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8),
+        }[make]()
+    reason = {"sparse_coo": "sparse", "sparse_csr": "sparse", "nested": "nested", "quantized": "qint8"}[make]
+    with pytest.raises((ds.UnsupportedValueError, ds.UnsupportedDtypeError)) as info:
+        ds.to_numpy(x)
+    assert reason in str(info.value) and says_what_to_do(info.value)
+    assert "float32 type" not in str(info.value)
+    for device in ds.devices(backend="torch"):
+        try:
+            moved = ds.to_device(x, device)
+        except ds.UnsupportedValueError as err:  # a virtual GPU holds dense tensors only
+            assert says_what_to_do(err)
+        else:
+            assert moved is not x and ds.device_of(moved) == ds.device_of(ds.to_device(torch.ones(1), device))
+
+
+@pytest.mark.parametrize("make", ["deleted", "typed key"])
+def test_jax_values_numpy_cannot_read_get_a_named_error_naming_the_reason(make):
+    jax = pytest.importorskip("jax")
+    ds.num_gpus(backend="jax")
+    if make == "deleted":
+        x = jax.numpy.ones(3)
+        x.delete()
+        with pytest.raises(ds.DatalessTensorError, match="deleted"):
+            ds.to_numpy(x)
+        for device in ds.devices(backend="jax"):
+            with pytest.raises(ds.DatalessTensorError, match="donate"):
+                ds.to_device(x, device)
+    else:
+        keys = jax.random.split(jax.random.key(0), 2)
+        with pytest.raises(ds.UnsupportedDtypeError, match="key_data"):
+            ds.to_numpy(keys)
+        for device in ds.devices(backend="jax"):
+            moved = ds.to_device(keys, device)
+            np.testing.assert_array_equal(np.asarray(jax.random.key_data(moved)),
+                                          np.asarray(jax.random.key_data(keys)))

@@ -296,8 +296,8 @@ class TorchBackend(Backend):
         if x.is_meta:
             raise self._dataless(x, "read its values")
         if x.is_nested or x.layout != self.fw.strided:
-            advice = ("ds.to_numpy(x.unbind()) gives one array per part (a list), and "
-                      "ds.to_numpy(x.to_padded_tensor(0.0)) one padded array" if x.is_nested
+            advice = ("use ds.to_numpy(x.unbind()) for one array per part (a tuple), or "
+                      "ds.to_numpy(x.to_padded_tensor(0.0)) for one padded array" if x.is_nested
                       else "make it dense first: ds.to_numpy(x.to_dense())")
             raise UnsupportedValueError(
                 f"NumPy arrays are dense, so {self._special_kind(x)} cannot become one as it is: {advice}."

@@ -104,12 +104,29 @@ def _snapshot(module) -> list:
     return saved
 
 
-def _restore(saved: list) -> None:
+def _places_of(block) -> set:
+    return {t.device for t in block.parameters()} | {t.device for t in block.buffers()}
+
+
+def _restore(saved: list, moved: list) -> None:
+    # A block that lived on one device goes back with module.to, as it came (that works wherever
+    # module.to does, virtual GPUs included); then every tensor object is put back in its slot.
+    for block, places in reversed(moved):
+        if len(places) == 1:
+            try:
+                block.to(next(iter(places)))
+            except Exception:  # noqa: BLE001 - the per-tensor restore below still runs
+                pass
     with torch.no_grad():
         for owner, kind, name, tensor, data, grad in saved:
             if kind == "param":
-                tensor.data = data
-                tensor.grad = grad
+                if tensor.device != data.device:
+                    try:
+                        tensor.data = data
+                    except Exception:  # noqa: BLE001 - a pair torch cannot swap in place (virtual GPUs):
+                        continue  # module.to above made a new Parameter on the old device: keep that
+                if tensor.grad is not grad and (grad is None or grad.device == tensor.device):
+                    tensor.grad = grad
                 owner._parameters[name] = tensor
             else:
                 owner._buffers[name] = tensor
@@ -168,17 +185,18 @@ class TorchPlacement(ModelPlacement):
         groups = _tied(module)
         _refuse_split_ties(groups, natives, adapter)
         saved = _snapshot(module)
-        handles = []
+        handles, moved = [], []
         try:
             for name, native in natives.items():
                 block = blocks[name]
+                moved.append((block, _places_of(block)))
                 block.to(native)
                 handles.append(block.register_forward_pre_hook(_copier(native), with_kwargs=True))
             _retie(module, groups)
         except BaseException:
             for handle in handles:
                 handle.remove()
-            _restore(saved)  # the model as it was: every tensor back where it lived
+            _restore(saved, moved)  # the model as it was: every tensor back where it lived
             raise
         self.unplace(module)  # the hooks of an earlier split, now replaced
         _handles[module] = handles
