@@ -238,8 +238,8 @@ def _device_list(devices, function: str) -> list:
         ) from None
     if not found:
         raise InvalidDeviceError(
-            f"{function} needs at least one device, and got an empty list; ds.try_all_gpus() never "
-            f"gives none."
+            f"{function} needs at least one device, and got an empty list. Pass ds.try_all_gpus() "
+            f"(never empty: the CPU when there is no GPU), or a list such as ['gpu:0', 'gpu:1']."
         )
     return found
 
