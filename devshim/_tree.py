@@ -140,6 +140,10 @@ def map_nest(x, leaf_for, keep_unchanged: bool = False):
         return walk(x)
     except RecursionError:
         raise _too_deep() from None
+    except Exception as err:
+        if _from_recursion(err):  # a framework's C call that hit the limit (ctypes.ArgumentError)
+            raise _too_deep() from None
+        raise
 
 
 def _same(new, old) -> bool:
@@ -209,6 +213,10 @@ def iter_leaves(x, path: str = ""):
         yield from _iter_leaves(x, path)
     except RecursionError:
         raise _too_deep() from None
+    except Exception as err:
+        if _from_recursion(err):
+            raise _too_deep() from None
+        raise
 
 
 def _iter_leaves(x, path: str):
@@ -241,3 +249,12 @@ def _too_deep():
         "likely it holds itself (a cycle, such as a list appended to itself, or a dict that is one of "
         "its own values). Pass a nest without cycles (copy the parts you need into a new dict or list)."
     )
+
+
+def _from_recursion(err: BaseException) -> bool:
+    seen = 0
+    while err is not None and seen < 8:
+        if isinstance(err, RecursionError) or "RecursionError" in str(err):
+            return True
+        err, seen = err.__cause__ or err.__context__, seen + 1
+    return False
