@@ -45,20 +45,20 @@ def _mx_arrays(front: str):
     g0, g1 = _two_gpus("mxnet")
     module = mx.np if front == "np" else mx.nd
     A = module.ones((4, 3), ctx=g0)
-    I = module.array([0, 2], ctx=g1, dtype="int64")
-    return mx, g0, g1, A, I
+    idx = module.array([0, 2], ctx=g1, dtype="int64")
+    return mx, g0, g1, A, idx
 
 
 @pytest.mark.parametrize("front", ["np", "nd"])
 @pytest.mark.parametrize("index", ["A[I]", "A[I, 0]"])
 def test_mxnet_advanced_indexing_with_an_index_on_another_context_is_refused(front, index):
-    mx, g0, g1, A, I = _mx_arrays(front)
-    run = {"A[I]": lambda: A[I], "A[I, 0]": lambda: A[I, 0]}[index]
+    mx, g0, g1, A, idx = _mx_arrays(front)
+    run = {"A[I]": lambda: A[idx], "A[I, 0]": lambda: A[idx, 0]}[index]
     with ds.transfer_guard("disallow") as report:
         with pytest.raises(ds.DeviceMismatchError, match="indexing"):
             run()
     assert report.total == 1
-    here = I.as_in_context(g0) if front == "nd" else I.as_in_ctx(g0)
+    here = idx.as_in_context(g0) if front == "nd" else idx.as_in_ctx(g0)
     with ds.transfer_guard("disallow") as report:
         A[here]  # the index where A is: nothing moves
     assert report.total == 0
