@@ -38,6 +38,7 @@ _EXPORTS = {
         ("DevshimError", "BackendError", "InvalidDeviceError", "DeviceUnavailableError",
          "DeviceMismatchError", "ImplicitTransferError", "CrossDeviceConversionError", "CopyRequiredError", "InvalidGuardLevelError", "NotATensorError", "NestCycleError",
          "NotAModelError", "UnbuiltModelError", "UnsupportedPlacementError", "BatchSplitError",
+         "ReduceMismatchError", "MixedFrameworksError", "UnknownSubmoduleError", "GuardBlockInUseError",
          "UnsupportedDtypeError", "UnsupportedValueError", "DatalessTensorError", "NotOnHostError", "UnplacedTensorError",
          "MultiDeviceValueError", "MixedArrayModulesError", "TimingError", "ExperimentError",
          "BenchUsageError", "PlotUnavailableError", "LauncherEnvironmentError", "VirtualDeviceCountError",

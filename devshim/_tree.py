@@ -196,6 +196,10 @@ def map_nest(x, leaf_for, keep_unchanged: bool = False, skip_keys=None):
         return walk(x)
     except RecursionError:  # a loop through something that is not a container we track
         raise _cycle(None) from None
+    except Exception as err:
+        if _from_recursion(err):  # a framework's C call that hit the limit (ctypes.ArgumentError)
+            raise _cycle(None) from None
+        raise
 
 
 def _same(new, old) -> bool:
@@ -345,3 +349,14 @@ def iter_leaves(x, path: str = "", _open=None):
         for i, value in enumerate(x):
             yield from iter_leaves(value, f"{path}[{i}]", _open)
     _open.discard(key)
+
+
+def _from_recursion(err: BaseException) -> bool:
+    """Whether ``err`` is, or was caused by, Python's recursion limit (MXNet's ctypes calls turn
+    a RecursionError into an ``ArgumentError`` that only names it)."""
+    seen = 0
+    while err is not None and seen < 8:
+        if isinstance(err, RecursionError) or "RecursionError" in str(err):
+            return True
+        err, seen = err.__cause__ or err.__context__, seen + 1
+    return False

@@ -30,6 +30,10 @@ __all__ = [
     "UnbuiltModelError",
     "UnsupportedPlacementError",
     "BatchSplitError",
+    "ReduceMismatchError",
+    "MixedFrameworksError",
+    "UnknownSubmoduleError",
+    "GuardBlockInUseError",
     "UnsupportedDtypeError",
     "UnsupportedValueError",
     "DatalessTensorError",
@@ -229,6 +233,53 @@ class BatchSplitError(DevshimError, ValueError):
         >>> ds.split_batch(X[:1], y[:1], ds.try_all_gpus())   # 1 example, 2 GPUs
         Traceback (most recent call last):
         devshim.errors.BatchSplitError: split_batch got 1 example for 2 devices ...
+    """
+
+
+class ReduceMismatchError(DevshimError, ValueError):
+    """``allreduce`` got tensors that cannot be summed element by element: their
+    shapes or dtypes differ. A sum over devices never broadcasts; the message
+    lists each tensor's shape and dtype.
+
+    Example:
+        >>> ds.allreduce([a, b])   # a is (3, 1), b is (3,)
+        Traceback (most recent call last):
+        devshim.errors.ReduceMismatchError: allreduce sums tensors of one shape and dtype ...
+    """
+
+
+class MixedFrameworksError(DevshimError, TypeError):
+    """A function that works on tensors of one framework at a time (``allreduce``)
+    got tensors of several: the message names them and ``ds.convert``.
+
+    Example:
+        >>> ds.allreduce([torch.ones(2), tf.ones(2)])
+        Traceback (most recent call last):
+        devshim.errors.MixedFrameworksError: allreduce got tensors of 2 frameworks ...
+    """
+
+
+class UnknownSubmoduleError(DevshimError, LookupError):
+    """A device map for ``place_model`` names a part the model does not have (or is
+    not a name at all). Nothing was moved; the message lists the names it has.
+
+    Example:
+        >>> ds.place_model(net, {"0": "gpu:0", "no_such_block": "gpu:1"})
+        Traceback (most recent call last):
+        devshim.errors.UnknownSubmoduleError: Sequential has no submodule 'no_such_block' ...
+    """
+
+
+class GuardBlockInUseError(DevshimError, RuntimeError):
+    """One ``transfer_guard`` object was entered again while another thread, or
+    another asyncio task, still has it entered. Make one block per thread or task:
+    ``with ds.transfer_guard("disallow"):`` inside each.
+
+    Example:
+        >>> guard = ds.transfer_guard("disallow")
+        >>> # entered in two asyncio tasks at once: the second entry raises
+        Traceback (most recent call last):
+        devshim.errors.GuardBlockInUseError: This transfer_guard object is already entered ...
     """
 
 

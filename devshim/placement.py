@@ -18,7 +18,10 @@ from __future__ import annotations
 
 from devshim import transfer
 from devshim.backends import backend_for_tensor, get_backend, model_placement, specs
-from devshim.errors import BatchSplitError, DeviceMismatchError, NotAModelError, NotATensorError
+from devshim.errors import (
+    BatchSplitError, DeviceMismatchError, InvalidDeviceError, MixedFrameworksError, NotAModelError,
+    NotATensorError, ReduceMismatchError, UnknownSubmoduleError,
+)
 
 __all__ = [
     "place_model", "model_device", "model_devices", "unplace",
@@ -73,6 +76,15 @@ def place_model(net, device, *, input_shape=None):
     if isinstance(device, str) and device.strip().lower() == "balanced":
         device = _balanced(adapter, module, net)
     if isinstance(device, dict):
+        # Every name and device is checked before anything moves: a failed call leaves the model as
+        # it was (the backend's place_map puts back what it moved if the framework fails midway).
+        for name in device:
+            if not isinstance(name, str):
+                raise UnknownSubmoduleError(
+                    f"A device map for place_model is keyed by submodule names (strings such as "
+                    f"'0' or 'encoder.layer1'), not {name!r} ({type(name).__name__}). Write "
+                    f"{{'{name}': device}} with the name as a string."
+                )
         natives = {name: adapter.device(spec) for name, spec in device.items()}
         with transfer.explicit():
             return module.place_map(net, natives, adapter)
@@ -154,41 +166,82 @@ def split_batch(*tensors, devices=None):
     ``split_batch(X, y, devices)`` (D2L's call) returns ``(X_shards, y_shards)``;
     with one tensor, its shard list. Uneven batches give the first shards one
     example more (9 rows over 4 devices: 3, 2, 2, 2), so no device idles;
-    fewer examples than devices raises ``BatchSplitError`` (a ``ValueError``).
-    Shards already on their device are views, not copies.
+    fewer examples than devices raises ``BatchSplitError`` (a ``ValueError``)
+    rather than hand some device an empty shard. ``devices`` is a list (a single
+    spec such as ``"cpu"`` is refused with ``InvalidDeviceError``); a 0-d tensor
+    has no examples to split (``BatchSplitError``). Everything is checked before
+    anything is copied. Shards already on their device are views, not copies.
 
     Example:
         >>> X_shards, y_shards = ds.split_batch(X, y, ds.try_all_gpus())
     """
     if devices is None:
+        if not tensors:
+            raise NotATensorError("split_batch needs tensors and devices: split_batch(X, y, ds.try_all_gpus()).")
         if len(tensors) < 2:
-            raise TypeError("split_batch needs tensors and devices: split_batch(X, y, devices).")
+            raise InvalidDeviceError(
+                "split_batch needs the devices to split over after the tensors: "
+                "split_batch(X, y, ds.try_all_gpus()), or split_batch(X, devices=[...])."
+            )
         *tensors, devices = tensors
-    devices = list(devices)
-    if not devices:
-        raise ValueError("split_batch needs at least one device; ds.try_all_gpus() never gives none.")
     if not tensors:
-        raise TypeError("split_batch needs at least one tensor to split.")
+        raise NotATensorError("split_batch needs at least one tensor to split: split_batch(X, y, devices).")
+    devices = _device_list(devices, "split_batch")
+    adapters = [_adapter_of(x, "split_batch") for x in tensors]
+    sizes = []
+    for position, x in enumerate(tensors):
+        shape = tuple(x.shape)
+        if not shape:
+            raise BatchSplitError(
+                f"split_batch splits tensors along their first axis, and tensor {position} is 0-d (a "
+                f"scalar): it has no examples to split. Give it a batch axis (shape (n, ...)), or copy "
+                f"it whole to each device with ds.to_device."
+            )
+        sizes.append(int(shape[0]))
+    if len(set(sizes)) != 1:
+        raise BatchSplitError(
+            f"split_batch splits examples, so every tensor needs the same first dimension; got "
+            f"{sizes}. Pass tensors of one batch (X and its labels y)."
+        )
+    n = sizes[0]
+    if n < len(devices):
+        raise _too_few(n, len(devices))
+    targets = [[adapter.device(d) for d in devices] for adapter in adapters]  # all checked first
+    base, extra = divmod(n, len(devices))
     results = []
     with transfer.explicit():
-        for x in tensors:
-            adapter = _adapter_of(x, "split_batch")
-            n = len(x)
-            if n < len(devices):
-                raise _too_few(n, len(devices))
-            if len({len(t) for t in tensors}) != 1:
-                raise BatchSplitError(
-                    f"split_batch splits examples, so every tensor needs the same first dimension; got "
-                    f"{[len(t) for t in tensors]}."
-                )
-            base, extra = divmod(n, len(devices))
+        for x, adapter, natives in zip(tensors, adapters, targets):
             shards, start = [], 0
-            for i, device in enumerate(devices):
+            for i, native in enumerate(natives):
                 stop = start + base + (1 if i < extra else 0)
-                shards.append(adapter.copy_if_needed(adapter.narrow(x, start, stop), adapter.device(device)))
+                shards.append(adapter.copy_if_needed(adapter.narrow(x, start, stop), native))
                 start = stop
             results.append(shards)
     return results[0] if len(results) == 1 else tuple(results)
+
+
+def _device_list(devices, function: str) -> list:
+    """``devices`` as a non-empty list, refusing a single spec or a tensor where a list belongs."""
+    if isinstance(devices, (str, bytes)) or backend_for_tensor(devices) is not None:
+        what = f"the single device spec {devices!r}" if isinstance(devices, (str, bytes)) else "a tensor"
+        raise InvalidDeviceError(
+            f"{function} takes a list of devices, and got {what}. Write {function}(..., [device]) "
+            f"for one device, or {function}(..., ds.try_all_gpus()) for every GPU."
+        )
+    try:
+        found = list(devices)
+    except TypeError:
+        raise InvalidDeviceError(
+            f"{function} takes a list of devices, and got {devices!r} ({type(devices).__name__}), "
+            f"which is not a list. Write {function}(..., [device]) for one device, or "
+            f"{function}(..., ds.try_all_gpus()) for every GPU."
+        ) from None
+    if not found:
+        raise InvalidDeviceError(
+            f"{function} needs at least one device, and got an empty list. Pass ds.try_all_gpus() "
+            f"(never empty: the CPU when there is no GPU), or a list such as ['gpu:0', 'gpu:1']."
+        )
+    return found
 
 
 def _too_few(n: int, count: int) -> Exception:
@@ -212,7 +265,7 @@ def replicate(net, devices) -> list:
         >>> replicas = ds.replicate(net, ds.try_all_gpus())
     """
     adapter, module = _model_module(net)
-    natives = [adapter.device(d) for d in devices]
+    natives = [adapter.device(d) for d in _device_list(devices, "replicate")]
     with transfer.explicit():
         return module.replicate(net, natives, adapter)
 
@@ -221,8 +274,11 @@ def allreduce(tensors) -> list:
     """The sum of ``tensors``, one result on each tensor's own device (D2L's allreduce).
 
     Everything is added on the first tensor's device, then copied to each
-    device, explicitly; every result is its own tensor. The inputs are left as
-    they are: assign the results back where needed (``p.grad = total``).
+    device, explicitly; every result is its own tensor, a single tensor's too
+    (and a ``tf.Variable``'s: a tensor holding its value). The inputs are left as
+    they are: assign the results back where needed (``p.grad = total``). The
+    tensors must share one framework (``MixedFrameworksError``), one shape and one
+    dtype (``ReduceMismatchError`` lists them: a sum over devices never broadcasts).
 
     Hierarchical: when torch.distributed's default process group is initialised
     (``ds.init_distributed()``, or your own ``init_process_group``) and the tensors
@@ -233,18 +289,77 @@ def allreduce(tensors) -> list:
     Example:
         >>> grads = ds.allreduce([p.grad for p in params_on_each_device])
     """
-    tensors = list(tensors)
-    if not tensors:
-        raise ValueError("allreduce needs at least one tensor.")
-    adapter = _adapter_of(tensors[0], "allreduce")
+    tensors = _tensor_list(tensors)
+    adapter = _one_framework(tensors)
+    _check_alike(tensors)
     with transfer.explicit():
         home = adapter.device(adapter.tensor_device(tensors[0]))
         with adapter.on_device(home):
             total = tensors[0]
             for t in tensors[1:]:
                 total = total + adapter.copy_if_needed(t, home)
+        if total is tensors[0]:
+            # One tensor: the sum is still a new tensor, never the input (an in-place update of the
+            # result, a cross-process sum in place, or a JAX donation would change the caller's).
+            total = adapter.copy_to(total, home, False)
         total = adapter.sum_across_processes(total)
         results = [total]
         for t in tensors[1:]:
             results.append(adapter.copy_to(total, adapter.device(adapter.tensor_device(t)), False))
         return results
+
+
+def _tensor_list(tensors) -> list:
+    if backend_for_tensor(tensors) is not None:
+        raise NotATensorError(
+            "allreduce takes a list of tensors, one per device, and got one tensor. Write "
+            "ds.allreduce([g]) for a single tensor, or ds.allreduce([g0, g1, ...])."
+        )
+    if isinstance(tensors, (str, bytes, dict)):
+        raise NotATensorError(
+            f"allreduce takes a list of tensors, one per device, not a {type(tensors).__name__}. Write "
+            f"ds.allreduce([g0, g1, ...])."
+        )
+    try:
+        found = list(tensors)
+    except TypeError:
+        raise NotATensorError.for_value(tensors, "allreduce") from None
+    if not found:
+        raise NotATensorError(
+            "allreduce needs at least one tensor to sum and got an empty list. Pass one tensor per "
+            "device: ds.allreduce([p.grad for p in params_on_each_device])."
+        )
+    return found
+
+
+def _one_framework(tensors: list):
+    adapters = [_adapter_of(t, "allreduce") for t in tensors]
+    names: dict = {}
+    for position, adapter in enumerate(adapters):
+        names.setdefault(adapter.name, []).append(position)
+    if len(names) > 1:
+        listing = "; ".join(f"{name}: tensor{'s' if len(at) > 1 else ''} {', '.join(map(str, at))}"
+                            for name, at in names.items())
+        first = next(iter(names))
+        raise MixedFrameworksError(
+            f"allreduce sums tensors of one framework, and got tensors of {len(names)} frameworks "
+            f"({listing}). Convert them first, e.g. ds.convert(t, '{first}'), then call allreduce."
+        )
+    return adapters[0]
+
+
+def _check_alike(tensors: list) -> None:
+    described = [(tuple(t.shape), str(t.dtype)) for t in tensors]
+    if all(d == described[0] for d in described[1:]):
+        return
+    differs = []
+    if len({shape for shape, _ in described}) > 1:
+        differs.append("shapes")
+    if len({dtype for _, dtype in described}) > 1:
+        differs.append("dtypes")
+    listing = "; ".join(f"tensor {i}: shape {shape}, dtype {dtype}" for i, (shape, dtype) in enumerate(described))
+    raise ReduceMismatchError(
+        f"allreduce sums tensors of one shape and dtype, element by element (it never broadcasts), "
+        f"and their {' and '.join(differs)} differ: {listing}. Pass the same tensor from each device "
+        f"(each replica's gradient of one parameter)."
+    )

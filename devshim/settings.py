@@ -369,5 +369,12 @@ def on_change(listener) -> None:
 
 
 def _notify() -> None:
+    # Every listener runs; the first error (a bad DEVSHIM_TRANSFER_GUARD) is raised after.
+    error = None
     for listener in list(_listeners):
-        listener()
+        try:
+            listener()
+        except Exception as err:  # noqa: BLE001 - re-raised below
+            error = error or err
+    if error is not None:
+        raise error

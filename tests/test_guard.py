@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import warnings
 
@@ -179,10 +180,36 @@ def test_the_variable_sets_the_process_default(setenv):
     read()
 
 
-def test_a_bad_variable_value_is_a_named_error(setenv):
-    setenv("DEVSHIM_TRANSFER_GUARD", "sometimes")
+def test_a_bad_variable_value_is_a_named_error(monkeypatch):
+    """In a running process, the reload that reads a misspelt level raises, with the valid levels;
+    so does entering a block, until the variable is fixed."""
+    ds.num_gpus()  # devshim in use
+    monkeypatch.setenv("DEVSHIM_TRANSFER_GUARD", "sometimes")
+    with pytest.raises(ds.InvalidGuardLevelError, match="DEVSHIM_TRANSFER_GUARD='sometimes'.*allow, log, disallow"):
+        ds.settings.reload()
     with pytest.raises(ds.InvalidGuardLevelError, match="DEVSHIM_TRANSFER_GUARD='sometimes'"):
         ds.transfer_guard().__enter__()
+    monkeypatch.setenv("DEVSHIM_TRANSFER_GUARD", "allow")
+    ds.settings.reload()
+    with ds.transfer_guard():
+        pass
+
+
+def test_a_misspelt_variable_fails_at_first_use_of_devshim():
+    """Not only when a guard block is entered: the run must not go unguarded without a word."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, DEVSHIM_TRANSFER_GUARD="disalow")
+    code = ("import devshim as ds\n"
+            "for attempt in range(2):\n"
+            "    try:\n        ds.num_gpus()\n"
+            "    except ds.InvalidGuardLevelError as err:\n        print('refused', err)\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith("refused DEVSHIM_TRANSFER_GUARD='disalow'") for line in lines)
+    assert "allow, log, disallow" in lines[0]
 
 
 @pytest.mark.parametrize("framework", ["torch", "tensorflow", "mxnet"])
@@ -302,3 +329,68 @@ def test_tensorflow_ops_in_one_place_pass_and_shapes_stay_on_the_host():
             v.assign_add([1.0])
             float(tf.reduce_sum(y))  # a host tensor: no transfer
     assert report.total == 0
+
+
+# ------------------------------------------------------------ one block object, many contexts (issue 19)
+
+
+def test_one_block_object_entered_from_several_threads_gives_each_its_own_entry():
+    block = ds.transfer_guard("disallow")
+    inside, leave = threading.Barrier(4), threading.Barrier(4)
+    seen, errors = [], []
+
+    def worker():
+        try:
+            with block:
+                inside.wait(timeout=30)  # all four threads inside the one object at once
+                seen.append(guard.current().device_to_host)
+                leave.wait(timeout=30)
+            seen.append(guard.current().device_to_host)
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    assert sorted(seen) == ["allow"] * 4 + ["disallow"] * 4
+
+
+def test_one_block_object_entered_from_interleaved_tasks_gives_each_its_own_entry():
+    block = ds.transfer_guard("log")
+
+    async def task(started, release):
+        with block:
+            started.set()
+            await release.wait()
+            level = guard.current().device_to_host
+        return level, guard.current().device_to_host
+
+    async def main():
+        first_in, second_in, release_first, release_second = (asyncio.Event() for _ in range(4))
+        first = asyncio.create_task(task(first_in, release_first))
+        await first_in.wait()
+        second = asyncio.create_task(task(second_in, release_second))
+        await second_in.wait()
+        release_first.set()  # the first entered exits first: no token from another context
+        a = await first
+        release_second.set()
+        return a, await second
+
+    assert asyncio.run(main()) == (("log", "allow"), ("log", "allow"))
+
+
+def test_exiting_a_block_object_in_a_context_that_did_not_enter_it_is_a_named_error():
+    import contextvars
+
+    block = ds.transfer_guard("log")
+    block.__enter__()
+    try:
+        with pytest.raises(ds.GuardBlockInUseError, match="one per thread or task") as info:
+            contextvars.Context().run(block.__exit__, None, None, None)
+        assert isinstance(info.value, RuntimeError)
+    finally:
+        block.__exit__(None, None, None)
+    assert guard.current().device_to_host == "allow"

@@ -222,6 +222,17 @@ class Backend(ABC):
                 f"{platform!r} was asked for, but the {self.name} backend's accelerator here is "
                 f"{actual!r}. Write 'gpu' (or ds.try_gpu()) to mean whichever accelerator is present."
             )
+        if actual is None and platform != "cuda":
+            # Virtual GPUs stand in for 'gpu' and 'cuda' (the default accelerator), never for a
+            # platform this machine does not have: "mps" must not quietly become virtual gpu:0.
+            virtual = settings.virtual_device_count()
+            also = (f" The {virtual} virtual GPUs ({settings.VIRTUAL_DEVICES_VAR}={virtual}) are "
+                    f"'gpu:0' ... 'gpu:{virtual - 1}'." if virtual else "")
+            raise DeviceUnavailableError(
+                f"{platform!r} was asked for, but this machine has no {platform} device for the "
+                f"{self.name} backend.{also} Write 'gpu' (or ds.try_gpu()) to mean whichever "
+                f"accelerator is present."
+            )
 
     def copier(self, native, non_blocking: bool):
         """``x -> copy_to(x, native, non_blocking)`` for the leaves of one nest; backends whose

@@ -28,7 +28,7 @@ from devshim.backends.base import Backend
 from devshim.backends.interop_base import Interop
 from devshim.backends.model_base import ModelPlacement
 from devshim.backends.spec import BackendSpec
-from devshim.errors import BackendError
+from devshim.errors import BackendError, InvalidGuardLevelError
 from devshim.guard import lifecycle
 from devshim.guard.hooks import GuardHooks
 
@@ -233,7 +233,11 @@ def instance(name: str) -> Backend:
                 if not _instances:
                     settings.on_change(_settings_changed)
                 _instances[name] = adapter
-                lifecycle.backend_loaded(name)
+                try:
+                    lifecycle.backend_loaded(name)
+                except InvalidGuardLevelError:
+                    _instances.pop(name, None)  # a bad DEVSHIM_TRANSFER_GUARD fails every use
+                    raise
     return adapter
 
 

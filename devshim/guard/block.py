@@ -12,13 +12,22 @@ Example:
 
 from __future__ import annotations
 
+import weakref
+
 from devshim.backends import specs
+from devshim.errors import GuardBlockInUseError
 from devshim.guard import lifecycle
 from devshim.guard.levels import DIRECTIONS, check_level
 from devshim.guard.report import TransferReport
-from devshim.guard.state import GuardState, current, scoped
+from devshim.guard.state import GuardState, Scope, default, scoped
 
 __all__ = ["transfer_guard"]
+
+
+class _Entry(Scope):
+    """One entry of a block: the Scope it sets, and what its exit must undo."""
+
+    __slots__ = ("owner", "entered")
 
 
 class transfer_guard:
@@ -29,9 +38,13 @@ class transfer_guard:
     and ``host_to_device=`` override one each. Directions given neither way
     keep the enclosing block's level (or ``DEVSHIM_TRANSFER_GUARD``'s). Blocks
     nest, and each restores the enclosing levels on exit, exceptions included.
-    A block in one thread or asyncio task does not affect another. devshim's
-    own copies (``to_device``, ``copy_if_needed``, ``to_numpy`` and what is
-    built on them) are explicit and always allowed.
+    A block in one thread or asyncio task does not affect another; an asyncio
+    task created inside a block keeps the block's levels for as long as it runs.
+    devshim's own copies (``to_device``, ``copy_if_needed``, ``to_numpy`` and
+    what is built on them) are explicit and always allowed.
+
+    One block object may be entered in several threads or tasks at once: each
+    entry is its own, kept in the context that entered it.
 
     Example:
         >>> with ds.transfer_guard("disallow"):
@@ -42,7 +55,7 @@ class transfer_guard:
         >>> print(report)
     """
 
-    __slots__ = ("_given", "_stack")
+    __slots__ = ("_given",)
 
     def __init__(self, level=None, *, device_to_host=None, device_to_device=None,
                  host_to_device=None) -> None:
@@ -54,26 +67,37 @@ class transfer_guard:
             if value is None:
                 given[direction] = level
         self._given = given
-        self._stack: list = []
 
     def __enter__(self) -> TransferReport:
-        outer = current()
+        outer_scope = scoped.get()
+        outer = outer_scope.state if outer_scope is not None else default()
         levels = [self._given[d] or outer.level(d) for d in DIRECTIONS]
         report = TransferReport(GuardState(*levels))
         state = GuardState(*levels, reports=outer.reports + (report,))
-        token = scoped.set(state)
-        checking = state.checking
-        if checking:
+        entry = _Entry(state, outer_scope)
+        entry.owner = self
+        if state.checking:
             specs()  # every backend declared to the lifecycle, so frameworks in use get hooks
             lifecycle.activate()
+            # The hooks stay while any context holds this entry: this one until the block
+            # exits, and every copy of it (an asyncio task created inside the block) until
+            # that copy is collected. CPython frees an entry as soon as the last goes.
+            weakref.finalize(entry, lifecycle.deactivate).atexit = False
             lifecycle.enter_thread()
-        self._stack.append((token, checking, lifecycle.enter_block(state)))
+        entry.entered = lifecycle.enter_block(state)
+        scoped.set(entry)
         return report
 
     def __exit__(self, *exc) -> None:
-        token, checking, entered = self._stack.pop()
-        lifecycle.exit_block(entered)
-        scoped.reset(token)
-        if checking:
+        entry = scoped.get()
+        if not isinstance(entry, _Entry) or entry.owner is not self:
+            raise GuardBlockInUseError(
+                "This transfer_guard object is being exited in a thread or asyncio task where it is "
+                "not the innermost block entered (its __enter__ and __exit__ ran in different "
+                "contexts). Use it as a `with` block, one per thread or task: "
+                "`with ds.transfer_guard(\"disallow\"):` inside each."
+            )
+        lifecycle.exit_block(entry.entered)
+        scoped.set(entry.outer)
+        if entry.state.checking:
             lifecycle.exit_thread()
-            lifecycle.deactivate()

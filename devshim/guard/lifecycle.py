@@ -195,16 +195,16 @@ def exit_block(entered: list) -> None:
 
 def backend_loaded(name: str) -> None:
     """The registry made ``name``'s adapter: install its hooks if a guard is checking, and
-    start the process default from ``DEVSHIM_TRANSFER_GUARD``.
+    start the process default from ``DEVSHIM_TRANSFER_GUARD``; ``InvalidGuardLevelError``
+    (with the accepted values) when that variable holds no level.
 
     Example:
         >>> backend_loaded("torch")
     """
     global _default_active
-    try:
-        default = state.default()
-    except InvalidGuardLevelError:
-        default = None  # reported where the level is used, not while loading a backend
+    # A bad DEVSHIM_TRANSFER_GUARD fails here, at first use of devshim, rather than leaving the
+    # whole run unguarded without a word (the registry keeps no adapter, so every use fails).
+    default = state.default()
     with _lock:
         _made.add(name)
         if default is not None and default.checking and not _default_active:
@@ -222,15 +222,18 @@ def backend_loaded(name: str) -> None:
 
 def _settings_changed() -> None:
     global _default_active
+    error = None
     with _lock:
         state.forget_default()
         try:
             checking = state.default().checking
-        except InvalidGuardLevelError:
-            checking = False  # reported where the level is used
+        except InvalidGuardLevelError as err:
+            checking, error = False, err  # raised from reload(), after the hooks are settled
         if checking and not _default_active:
             _default_active = True
             activate()
         elif not checking and _default_active:
             _default_active = False
             deactivate()
+    if error is not None and _made:
+        raise error

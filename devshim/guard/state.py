@@ -17,9 +17,9 @@ from contextvars import ContextVar
 from devshim import settings
 from devshim.guard.levels import ALLOW
 
-__all__ = ["GuardState", "scoped", "current", "default", "forget_default"]
+__all__ = ["GuardState", "Scope", "scoped", "current", "default", "forget_default"]
 
-#: The guard state of this thread or task (None: the process default).
+#: The ``Scope`` of this thread or task's innermost block (None: the process default).
 scoped: ContextVar = ContextVar("devshim_transfer_guard", default=None)
 _default = None  # the process default GuardState, from DEVSHIM_TRANSFER_GUARD
 
@@ -58,6 +58,27 @@ class GuardState:
                 f"{self.device_to_device!r}, host_to_device={self.host_to_device!r})")
 
 
+class Scope:
+    """What a block puts in the ContextVar: its ``GuardState`` and the enclosing ``Scope``.
+
+    Only contexts hold a Scope (the block's own, and every copy of it: an asyncio
+    task created inside the block, ``contextvars.copy_context()``); hooks read
+    ``state`` and never keep the Scope. So while a Scope lives, some context that
+    can still run code has its levels, and a block that checks something keeps
+    the hooks installed until its Scope is collected (``devshim.guard.block``).
+
+    Example:
+        >>> Scope(GuardState("log", "allow", "allow"), None).state.checking
+        True
+    """
+
+    __slots__ = ("state", "outer", "__weakref__")
+
+    def __init__(self, state: GuardState, outer) -> None:
+        self.state = state
+        self.outer = outer
+
+
 def default() -> GuardState:
     """The process default, every direction at ``DEVSHIM_TRANSFER_GUARD``'s level.
 
@@ -91,5 +112,5 @@ def current() -> GuardState:
         ...     current().device_to_host
         'log'
     """
-    state = scoped.get()
-    return state if state is not None else default()
+    scope = scoped.get()
+    return scope.state if scope is not None else default()

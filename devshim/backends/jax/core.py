@@ -43,7 +43,8 @@ from devshim.backends.jax import SPEC
 from devshim.guard import marker
 from devshim._device import Device, register_platform
 from devshim.errors import (
-    BackendError, DeviceUnavailableError, InvalidDeviceError, MultiDeviceValueError, UnplacedTensorError,
+    BackendError, DatalessTensorError, DeviceUnavailableError, InvalidDeviceError, MultiDeviceValueError,
+    UnplacedTensorError, UnsupportedDtypeError,
 )
 
 _HOST_COUNT_FLAG = "--xla_force_host_platform_device_count"
@@ -238,10 +239,22 @@ class JaxBackend(Backend):
         put = self._copy_put
         if put is None:
             put = self._copy_put = self._make_copy_put()
-        if marker.watchers:  # a devshim guard sets JAX's own: this copy is explicit (jax issue 40285)
-            with self.fw.transfer_guard("allow"):
-                return put(x, native)
-        return put(x, native)
+        try:
+            if marker.watchers:  # a devshim guard sets JAX's own: this copy is explicit (jax issue 40285)
+                with self.fw.transfer_guard("allow"):
+                    return put(x, native)
+            return put(x, native)
+        except Exception:
+            if _is_deleted(x):
+                raise self._deleted(x, f"copy to {native}") from None
+            raise
+
+    def _deleted(self, x, what: str) -> DatalessTensorError:
+        return DatalessTensorError(
+            f"This JAX array ({x.dtype}{list(x.shape)}) was deleted: x.delete(), or donated to a jitted "
+            f"function (donate_argnums), freed its buffer, so there is nothing to {what}. Keep the "
+            f"array alive (donate a copy: ds.to_device(x, ds.device_of(x))), or use the function's result."
+        )
 
     def _make_copy_put(self):
         """``(x, device) -> a copy of x on device in new storage``, recorded by JAX's tracing."""
@@ -263,16 +276,31 @@ class JaxBackend(Backend):
         put = self._copy_put
         if put is None:
             put = self._copy_put = self._make_copy_put()
+        copy_to = self.copy_to
         if marker.watchers:
-            copy_to = self.copy_to
-            return lambda x: copy_to(x, native, False)
-        return lambda x: put(x, native)
+            return lambda x: copy_to(x, native, non_blocking)
+
+        def copy(x):
+            try:
+                return put(x, native)
+            except Exception:
+                return copy_to(x, native, non_blocking)  # the same copy, with the named errors
+
+        return copy
 
     def tensor_to_numpy(self, x):
         import numpy as np
 
         if _is_tracer(x):
             raise self._traced(x, "has no values")
+        if _is_deleted(x):
+            raise self._deleted(x, "read")
+        if self.fw.dtypes.issubdtype(x.dtype, self.fw.dtypes.prng_key):
+            raise UnsupportedDtypeError(
+                f"This is an array of typed PRNG keys ({x.dtype}); NumPy has no key type, so it cannot "
+                f"become a NumPy array as it is. Take the key bits first: "
+                f"ds.to_numpy(jax.random.key_data(keys)) (jax.random.wrap_key_data turns them back)."
+            )
         # device_get is JAX's explicit transfer (allowed under jax.transfer_guard("disallow"));
         # on the CPU it returns a read-only view of x's buffer, so copy it for the caller.
         if marker.watchers:
@@ -407,3 +435,11 @@ def _platform_name(native) -> str:
         version = str(getattr(native.client, "platform_version", "")).lower()
         return "rocm" if "rocm" in version else "cuda"
     return platform
+
+
+def _is_deleted(x) -> bool:
+    is_deleted = getattr(x, "is_deleted", None)
+    try:
+        return bool(is_deleted()) if is_deleted is not None else False
+    except Exception:  # noqa: BLE001 - a value that cannot say is not known to be deleted
+        return False

@@ -8,6 +8,13 @@ function, looked up in ``mxnet.ndarray.register`` when it runs; it is wrapped
 while a guard is active, and inputs on another context than the first are
 reported, comparing whole contexts (type and id). A 0-d host array is a number.
 
+The ``mx.np`` operators MXNet 1.9 calls through its packed-function interface
+(``np.tensordot``, ``np.zeros`` and others in ``mxnet.ndarray.numpy._api_internal``)
+skip that function; each of them is wrapped too. Advanced indexing (``A[I]``,
+both front-ends) copies an index array on another context to ``A``'s with a
+copy of its own before the op: the conversion of each index array is wrapped,
+and an index array on another context is reported.
+
 Host reads: ``asnumpy`` is the door for every read (``item()``, ``float(a)``,
 ``int(a)``, ``bool(a)``, ``tolist()``, ``print(a)``, ``asscalar()``); it is
 replaced while a guard is active.
@@ -19,6 +26,7 @@ import sys
 
 import mxnet as mx
 from mxnet.ndarray import register as _register
+from mxnet.ndarray.numpy import _api_internal as _np_api
 
 from devshim._device import Device
 from devshim.backends.registry import load_backend
@@ -74,6 +82,45 @@ def _guarded_invoke(original):
     return _imperative_invoke
 
 
+def _guarded_packed(name: str, original):
+    def packed(*args):
+        state = current()
+        if state.checking and not marker.is_explicit():
+            arrays = _arrays(args)
+            if len(arrays) > 1:
+                _check(name, arrays, state)
+        return original(*args)
+
+    mark_wrapper(packed, original)
+    packed.__name__ = getattr(original, "__name__", name)
+    return packed
+
+
+def _arrays(args) -> list:
+    found = []
+    for value in args:
+        if isinstance(value, _NDArray):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(item for item in value if isinstance(item, _NDArray))
+    return found
+
+
+def _guarded_index(original):
+    def _advanced_index_to_array(idx, ax_len, ctx):
+        if isinstance(idx, _NDArray) and idx.ctx != ctx:
+            state = current()
+            if state.checking and not marker.is_explicit():
+                backend = _backend()
+                source, target = backend.describe(idx.ctx), backend.describe(ctx)
+                direction, kind = direction_of(source, target)
+                implicit(direction, kind, "mxnet indexing A[I] (I an index array)", source, target, state)
+        return original(idx, ax_len, ctx)
+
+    mark_wrapper(_advanced_index_to_array, original)
+    return staticmethod(_advanced_index_to_array)
+
+
 def _check(op_name: str, ndargs, state) -> None:
     contexts = [array.ctx for array in ndargs]  # one C call each: read once
     first = contexts[0]
@@ -104,6 +151,14 @@ def _install() -> None:
     _NDArray.asnumpy = _guarded_asnumpy(_saved["asnumpy"])
     _saved["_imperative_invoke"] = _register._imperative_invoke
     _register._imperative_invoke = _guarded_invoke(_saved["_imperative_invoke"])
+    _saved["_advanced_index_to_array"] = _NDArray.__dict__["_advanced_index_to_array"]
+    _NDArray._advanced_index_to_array = _guarded_index(_saved["_advanced_index_to_array"].__func__)
+    packed = {}
+    for name, fn in list(vars(_np_api).items()):
+        if not name.startswith("__") and callable(fn) and not isinstance(fn, type):
+            packed[name] = fn
+            setattr(_np_api, name, _guarded_packed(name, fn))
+    _saved["packed"] = packed
 
 
 def _uninstall() -> None:
@@ -112,6 +167,9 @@ def _uninstall() -> None:
         return
     _NDArray.asnumpy = _saved.pop("asnumpy")
     _register._imperative_invoke = _saved.pop("_imperative_invoke")
+    _NDArray._advanced_index_to_array = _saved.pop("_advanced_index_to_array")
+    for name, fn in _saved.pop("packed").items():
+        setattr(_np_api, name, fn)
 
 
 class MXNetGuardHooks(GuardHooks):

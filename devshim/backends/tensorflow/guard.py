@@ -11,7 +11,8 @@ word: the device scope's, or without a scope its own pick (GPU 0 when there
 is one, else ``/CPU:0``; an op with a variable input runs on the variable's
 device). The two calls every eager op goes through (the generated ops' fast
 path and ``execute``) are wrapped while a guard is active, and each input on
-another device than the op's is reported. Python scalars, 0-d host tensors
+another device than the op's is reported, for ops with one tensor input
+(``tf.exp(x)``, ``x * 2``) as for those with several. Python scalars, 0-d host tensors
 and int32 tensors wherever placed (TensorFlow keeps shapes and indices in host
 memory even on a GPU) are not transfers, and reading an int32 tensor is no
 device-to-host read. ``tf.identity`` and copies devshim makes are
@@ -126,6 +127,10 @@ def _check(op_name: str, device_name, inputs: list, state) -> None:
         target = _place(device_name)
         if alike and _place(first) is target:
             return  # the common case: inputs already where the op runs
+        for t in inputs:
+            if t.dtype == _RESOURCE:
+                target = _place(t.device)  # a variable's ops run where it lives, scope or not
+                break
     else:
         if alike and _place(first) is _place(_default_name):
             return
@@ -144,9 +149,9 @@ def _check(op_name: str, device_name, inputs: list, state) -> None:
 def _guarded_fast_path(original):
     def TFE_Py_FastPathExecute(ctx, op_name, name, *args):
         state = current()
-        if state.checking and len(args) > 1 and not marker.is_explicit():
+        if state.checking and args and not marker.is_explicit():
             inputs = _tensors(args)
-            if len(inputs) > 1:
+            if inputs:  # one input is enough: tf.exp(x) under another device's scope copies x
                 _check(op_name, ctx.device_name, inputs, state)
         return original(ctx, op_name, name, *args)
 

@@ -26,7 +26,7 @@ from devshim.backends.torch._names import VIRTUAL_TYPE
 from devshim._device import Device, register_platform
 from devshim.errors import (
     BackendError, DatalessTensorError, DeviceUnavailableError, DevshimError, InvalidDeviceError,
-    UnsupportedDtypeError,
+    UnsupportedDtypeError, UnsupportedValueError,
 )
 
 # torch dtypes NumPy lacks, and the ml_dtypes type (same bits) that stands in for each.
@@ -266,11 +266,42 @@ class TorchBackend(Backend):
         except NotImplementedError:
             if x.is_meta and native.type != "meta":
                 raise self._dataless(x, f"copy it to {native}") from None
+            kind = self._special_kind(x)
+            if kind is not None:
+                raise UnsupportedValueError(
+                    f"torch cannot copy {kind} to {native} (its kernels for that device do not take "
+                    f"one; devshim's virtual GPUs hold dense tensors only). {self._special_advice(x)}"
+                ) from None
             raise
+
+    def _special_kind(self, x):
+        """What kind of non-dense tensor ``x`` is ("a sparse tensor", ...), or None when dense."""
+        if x.is_nested:
+            return "a nested tensor"
+        if x.is_quantized:
+            return f"a quantized tensor ({str(x.dtype).replace('torch.', '')})"
+        if x.layout != self.fw.strided:
+            return f"a sparse tensor ({x.layout})"
+        return None
+
+    def _special_advice(self, x) -> str:
+        if x.is_nested:
+            return ("Copy its parts: [ds.to_device(t, device) for t in x.unbind()], or pad it first with "
+                    "x.to_padded_tensor(0.0).")
+        if x.is_quantized:
+            return "Dequantize it first (x.dequantize()), or copy the stored integers (x.int_repr())."
+        return "Make it dense first: x.to_dense()."
 
     def tensor_to_numpy(self, x):
         if x.is_meta:
             raise self._dataless(x, "read its values")
+        if x.is_nested or x.layout != self.fw.strided:
+            advice = ("use ds.to_numpy(x.unbind()) for one array per part (a tuple), or "
+                      "ds.to_numpy(x.to_padded_tensor(0.0)) for one padded array" if x.is_nested
+                      else "make it dense first: ds.to_numpy(x.to_dense())")
+            raise UnsupportedValueError(
+                f"NumPy arrays are dense, so {self._special_kind(x)} cannot become one as it is: {advice}."
+            )
         t = x.detach()
         t = t.cpu() if t.device.type != "cpu" else t.clone()
         t = t.resolve_conj().resolve_neg()

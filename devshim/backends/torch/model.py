@@ -23,7 +23,7 @@ import torch
 from devshim import settings
 from devshim.backends.model_base import ModelPlacement
 from devshim.backends.nests import copy_nest_if_needed
-from devshim.errors import UnbuiltModelError, UnsupportedPlacementError
+from devshim.errors import UnbuiltModelError, UnknownSubmoduleError, UnsupportedPlacementError
 
 _handles: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its hook handles
 
@@ -76,6 +76,62 @@ def _refuse_split_ties(groups: list, natives: dict, adapter) -> None:
             )
 
 
+def _submodule(module, name: str):
+    if not name:
+        return module
+    try:
+        return module.get_submodule(name)
+    except AttributeError:
+        children = [child for child, _ in module.named_children()]
+        listing = ", ".join(repr(c) for c in children[:12]) + (" ..." if len(children) > 12 else "")
+        raise UnknownSubmoduleError(
+            f"{type(module).__name__} has no submodule {name!r}, so nothing was placed. Use the "
+            f"names net.named_modules() gives: its top-level children are {listing or 'none'}, and "
+            f"deeper ones are named with dots ('0.linear')."
+        ) from None
+
+
+def _snapshot(module) -> list:
+    """(owner, kind, name, tensor) for every parameter, gradient and buffer: what a rollback restores."""
+    saved = []
+    for owner in module.modules():
+        for name, p in owner._parameters.items():
+            if p is not None:
+                saved.append((owner, "param", name, p, p.data, p.grad))
+        for name, b in owner._buffers.items():
+            if b is not None:
+                saved.append((owner, "buffer", name, b, None, None))
+    return saved
+
+
+def _places_of(block) -> set:
+    return {t.device for t in block.parameters()} | {t.device for t in block.buffers()}
+
+
+def _restore(saved: list, moved: list) -> None:
+    # A block that lived on one device goes back with module.to, as it came (that works wherever
+    # module.to does, virtual GPUs included); then every tensor object is put back in its slot.
+    for block, places in reversed(moved):
+        if len(places) == 1:
+            try:
+                block.to(next(iter(places)))
+            except Exception:  # noqa: BLE001 - the per-tensor restore below still runs
+                pass
+    with torch.no_grad():
+        for owner, kind, name, tensor, data, grad in saved:
+            if kind == "param":
+                if tensor.device != data.device:
+                    try:
+                        tensor.data = data
+                    except Exception:  # noqa: BLE001 - a pair torch cannot swap in place (virtual GPUs):
+                        continue  # module.to above made a new Parameter on the old device: keep that
+                if tensor.grad is not grad and (grad is None or grad.device == tensor.device):
+                    tensor.grad = grad
+                owner._parameters[name] = tensor
+            else:
+                owner._buffers[name] = tensor
+
+
 def _copier(native):
     def copy_inputs(block, args, kwargs):
         return copy_nest_if_needed(args, native), copy_nest_if_needed(kwargs, native)
@@ -125,15 +181,24 @@ class TorchPlacement(ModelPlacement):
 
     def place_map(self, module, natives: dict, adapter):
         _check_built(module)
+        blocks = {name: _submodule(module, name) for name in natives}  # every name, before moving
         groups = _tied(module)
         _refuse_split_ties(groups, natives, adapter)
-        self.unplace(module)
-        handles = []
-        for name, native in natives.items():
-            block = module.get_submodule(name) if name else module
-            block.to(native)
-            handles.append(block.register_forward_pre_hook(_copier(native), with_kwargs=True))
-        _retie(module, groups)
+        saved = _snapshot(module)
+        handles, moved = [], []
+        try:
+            for name, native in natives.items():
+                block = blocks[name]
+                moved.append((block, _places_of(block)))
+                block.to(native)
+                handles.append(block.register_forward_pre_hook(_copier(native), with_kwargs=True))
+            _retie(module, groups)
+        except BaseException:
+            for handle in handles:
+                handle.remove()
+            _restore(saved, moved)  # the model as it was: every tensor back where it lived
+            raise
+        self.unplace(module)  # the hooks of an earlier split, now replaced
         _handles[module] = handles
         return module
 
