@@ -89,7 +89,7 @@ def test_sets_of_tensors_are_rebuilt_on_the_target(harness, kind):
     x = harness.tensor([1.0])
     try:
         hash(x)
-    except TypeError:
+    except (TypeError, NotImplementedError):  # MXNet raises NotImplementedError
         pytest.skip(f"{harness.name} tensors are unhashable, so no set holds one")
     target = _target()
     out = ds.to_device(kind([x]), target)
