@@ -307,6 +307,18 @@ class UnplacedTensorError(DevshimError, RuntimeError):
     """
 
 
+class FirstCallInTraceError(DevshimError, RuntimeError):
+    """devshim met a tensor type (and built its tables) for the first time inside
+    ``torch.compile``'s trace, which cannot follow that first-time setup. Call any
+    devshim function once before compiling (``ds.try_gpu()``).
+
+    Example:
+        >>> torch.compile(lambda x: ds.device_of(x), fullgraph=True)(torch.ones(1))  # first devshim call
+        Traceback (most recent call last):
+        devshim.errors.FirstCallInTraceError: devshim met torch.Tensor for the first time ...
+    """
+
+
 class MultiDeviceValueError(UnsupportedValueError):
     """A value spread over several devices at once (a JAX array sharded or
     replicated over a mesh, a TensorFlow composite tensor whose parts live

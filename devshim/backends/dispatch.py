@@ -14,8 +14,11 @@ Example:
 
 from __future__ import annotations
 
+import sys
+
 from devshim.backends import registry
 from devshim.backends.base import trace_constant
+from devshim.errors import FirstCallInTraceError
 
 __all__ = [
     "backend_for_tensor", "learn_type", "learn_class", "learn_types", "forget_types", "FAST_PATHS",
@@ -106,10 +109,18 @@ def learn_class(kind: type):
     for adapter in list(registry.loaded_adapters()):  # made here, not in a trace
         owns = adapter.is_tensor_type(kind)
         if owns:
-            if not _type_owner:
-                registry.on_table_change(forget_types)
-            _type_owner[kind] = adapter
-            _learn(kind, adapter)
+            if kind not in FAST_PATHS:  # (the torch adapter fills its own when it is made)
+                if not _type_owner:
+                    registry.on_table_change(forget_types)
+                _type_owner[kind] = adapter
+                _learn(kind, adapter)
+            if _tracing():
+                raise FirstCallInTraceError(
+                    f"devshim met {kind.__module__}.{kind.__qualname__} for the first time inside "
+                    f"torch.compile, whose trace cannot follow the tables devshim fills then. Call any "
+                    f"devshim function once before compiling (ds.try_gpu(), or ds.device_of(x) on such "
+                    f"a tensor); its tables are filled now, so calling the compiled function again works."
+                )
             return True
         unsure = unsure or owns is None
     if unsure:
@@ -118,6 +129,13 @@ def learn_class(kind: type):
         registry.on_table_change(forget_types)
     _type_owner[kind] = None
     return False
+
+
+def _tracing() -> bool:
+    """Whether torch.compile is tracing now (``learn_class`` runs outside its trace, during it)."""
+    torch = sys.modules.get("torch")
+    compiler = getattr(torch, "compiler", None)
+    return compiler is not None and compiler.is_compiling()
 
 
 def learn_types(adapter, kinds) -> None:
