@@ -34,7 +34,7 @@ __all__ = [
     "UnsupportedValueError",
     "DatalessTensorError",
     "NotOnHostError",
-    "UnplacedTensorError",
+    "UnplacedTensorError", "FirstCallInTraceError",
     "MultiDeviceValueError",
     "MixedArrayModulesError",
     "TimingError",
