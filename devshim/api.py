@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from devshim import _tree, transfer
 from devshim.backends.dispatch import (
-    COPY, COPY_IF_NEEDED, DEVICE_BY_ATTRIBUTE, DEVICE_OF, DEVICE_TABLE, EXACT_DEVICE_TABLE, NATIVE_BY_ATTRIBUTE,
-    NATIVE_OF, backend_for_tensor, learn_type,
+    COPY_IF_NEEDED, DEVICE_BY_ATTRIBUTE, DEVICE_OF, DEVICE_TABLE, EXACT_DEVICE_TABLE, FAST_PATHS,
+    NATIVE_BY_ATTRIBUTE, NATIVE_OF, COPY, backend_for_tensor, learn_class, learn_type,
 )
 from devshim.backends.nests import copy_nest, copy_nest_if_needed, nest_to_numpy
 from devshim.backends.selection import get_backend
@@ -158,9 +158,7 @@ def device_of(x):
             pass
     fn = _native_of_for(type(x))
     if fn is None:
-        if learn_type(x) is None:
-            raise NotATensorError.for_value(x, "device_of")
-        fn = NATIVE_OF[type(x)]
+        fn = _fast_paths(x, "device_of")[1]
     return fn(x)
 
 
@@ -190,9 +188,7 @@ def neutral_device(x):
             pass
     fn = _device_of_for(type(x))
     if fn is None:
-        if learn_type(x) is None:
-            raise NotATensorError.for_value(x, "neutral_device")
-        fn = DEVICE_OF[type(x)]
+        fn = _fast_paths(x, "neutral_device")[0]
     return fn(x)
 
 
@@ -217,8 +213,9 @@ def to_device(x, device, *, non_blocking: bool = False, skip_keys=None):
         fn = None
     if fn is not None:
         return fn(x, device, non_blocking)
-    if learn_type(x) is not None:
-        return COPY[type(x)](x, device, non_blocking)
+    paths = _fast_paths(x)
+    if paths:
+        return paths[2](x, device, non_blocking)
     return copy_nest(x, device, non_blocking, "to_device", skip_keys)
 
 
@@ -248,11 +245,31 @@ def copy_if_needed(x, device, *, non_blocking: bool = False, skip_keys=None):
         fn = None
     if fn is not None and not non_blocking:
         return fn(x, device)
-    if fn is not None or learn_type(x) is not None:
+    if fn is None:
+        paths = _fast_paths(x)
+        fn = paths[3] if paths else None
+    if fn is not None:
         if not non_blocking:
-            return COPY_IF_NEEDED[type(x)](x, device)
+            return fn(x, device)
         return copy_nest_if_needed([x], device, "copy_if_needed", None, True)[0]
     return copy_nest_if_needed(x, device, "copy_if_needed", skip_keys, non_blocking)
+
+
+def _fast_paths(x, function=None) -> tuple:
+    """The fast paths of ``type(x)`` (``dispatch.FAST_PATHS``), learned on first sight; ``()`` for
+    a value that is no tensor, or NotATensorError when ``function`` (a name) needs a tensor.
+
+    The class is learned by ``learn_class``, which torch.compile runs outside its trace: a
+    compiled function meeting a tensor type for the first time still traces lookups only.
+    """
+    learned = learn_class(type(x))
+    if learned is None:  # the class alone does not say (a TensorFlow or CuPy value): ask about x
+        learned = learn_type(x) is not None
+    if learned:
+        return FAST_PATHS[type(x)]
+    if function is not None:
+        raise NotATensorError.for_value(x, function)
+    return ()
 
 
 def to_numpy(x):
@@ -274,9 +291,9 @@ def _tensor_devices(xs: tuple) -> list:
     found = []
     for position, x in enumerate(xs):
         for path, leaf in _tree.iter_leaves(x):
-            adapter = backend_for_tensor(leaf)
-            if adapter is not None:
-                found.append((f"argument {position}{path}", adapter.tensor_device(leaf)))
+            paths = _fast_paths(leaf)
+            if paths:
+                found.append((f"argument {position}{path}", paths[0](leaf)))
     return found
 
 

@@ -38,7 +38,7 @@ __all__ = [
     "UnsupportedValueError",
     "DatalessTensorError",
     "NotOnHostError",
-    "UnplacedTensorError",
+    "UnplacedTensorError", "FirstCallInTraceError",
     "MultiDeviceValueError",
     "MixedArrayModulesError",
     "TimingError",
@@ -355,6 +355,18 @@ class UnplacedTensorError(DevshimError, RuntimeError):
         >>> f(tf.ones(1))
         Traceback (most recent call last):
         devshim.errors.UnplacedTensorError: This Tensor has no device yet: ...
+    """
+
+
+class FirstCallInTraceError(DevshimError, RuntimeError):
+    """devshim met a tensor type (and built its tables) for the first time inside
+    ``torch.compile``'s trace, which cannot follow that first-time setup. Call any
+    devshim function once before compiling (``ds.try_gpu()``).
+
+    Example:
+        >>> torch.compile(lambda x: ds.device_of(x), fullgraph=True)(torch.ones(1))  # first devshim call
+        Traceback (most recent call last):
+        devshim.errors.FirstCallInTraceError: devshim met torch.Tensor for the first time ...
     """
 
 

@@ -363,22 +363,30 @@ def test_more_virtual_gpus_than_jax_sets_up_quickly_is_refused_at_once_with_the_
 # ------------------------------------------------------------ inside jax.jit
 
 
-def test_inside_jit_device_of_answers_none_and_to_device_places_as_device_put_does():
-    jax = pytest.importorskip("jax")
-    # The CPU: to_device onto a virtual GPU inside jit does not yet land where jax.device_put
-    # puts it (issue 18, part 2: open).
-    target = ds.cpu()
+@pytest.mark.parametrize("where", ["cpu", "last gpu"])
+def test_inside_jit_device_of_answers_none_and_to_device_places_as_device_put_does(where):
+    # The last GPU is a virtual one in the second pass (DEVSHIM_VIRTUAL_DEVICES), the CPU otherwise.
+    target = ds.cpu() if where == "cpu" else ds.try_gpu(max(ds.num_gpus() - 1, 0))
     seen = []
 
-    @jax.jit
     def f(x):
         seen.append(ds.device_of(x))  # a tracer: placed only when the function runs
         y = jnp.zeros(2, device=ds.device_of(x)) + x  # None goes into device= as JAX's default
         return ds.to_device(y, target), jax.device_put(y, target)
 
-    x = jax.device_put(jnp.ones(2), ds.cpu())
-    ours, theirs = f(x)
-    assert seen == [None]
-    assert ds.device_of(ours) == ds.device_of(theirs) == target
-    assert np.asarray(ours).tolist() == np.asarray(theirs).tolist() == [1.0, 1.0]
+    def g(x):
+        return ds.to_device(x, target), ds.to_device({"y": x * 2}, target)["y"], ds.copy_if_needed(x, target)
+
+    def h(x):
+        return jax.device_put(x, target), jax.device_put({"y": x * 2}, target)["y"], jax.device_put(x, target)
+
+    for x in (jax.device_put(jnp.ones(2), ds.cpu()), jnp.ones(2)):  # committed and uncommitted
+        ours, theirs = jax.jit(f)(x)
+        assert ds.device_of(ours) == ds.device_of(theirs)
+        assert np.asarray(ours).tolist() == np.asarray(theirs).tolist() == [1.0, 1.0]
+        ours, theirs = jax.jit(g)(x), jax.jit(h)(x)
+        for a, b in zip(ours, theirs):
+            assert ds.device_of(a) == ds.device_of(b)
+            assert np.asarray(a).tolist() == np.asarray(b).tolist()
+    assert seen and all(d is None for d in seen)
     assert ds.device_of(x) == ds.cpu()  # outside, the array's own device

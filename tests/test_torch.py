@@ -3,6 +3,7 @@ the meta device, Parameters. Virtual GPUs: tests/test_torch_virtual.py."""
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 
 import devshim as ds
 from devshim import settings
+from helpers import run_python as run_fresh
 
 torch = pytest.importorskip("torch")
 # Real accelerators: devshim's virtual GPUs (torch device type "vgpu") do not count.
@@ -264,3 +266,37 @@ def test_hot_paths_compile_with_fullgraph_and_return_what_eager_returns():
     assert compiled[2] is eager[2] is True
     for a, b in zip(compiled[:2], eager[:2]):
         assert torch.equal(a, b) and a.device == b.device
+
+
+_COMPILE_COLD = """
+import json, torch, devshim as ds
+{first}
+def step(x, w, batch):
+    d = ds.device_of(x)
+    moved = ds.to_device(batch, d)
+    kept = ds.copy_if_needed(w, d)
+    return ds.to_device(x * 2, "cpu"), moved["a"] + kept, ds.same_device(x, moved, w)
+args = (torch.ones(3), torch.nn.Parameter(torch.ones(3)), {{"a": torch.arange(3.0), "n": 1}})
+compiled = torch.compile(step, fullgraph=True, backend="eager")
+try:
+    got, refused = compiled(*args), ""
+except Exception as err:
+    got, refused = compiled(*args), repr(err)  # the tables are filled now
+want = step(*args)
+print(json.dumps({{"refused": refused, "same": got[2] is want[2] is True and all(
+    torch.equal(a, b) and a.device == b.device for a, b in zip(got[:2], want[:2]))}}))
+"""
+
+
+@pytest.mark.parametrize("first", ["ds.try_gpu()", ""], ids=["devshim-called-before", "first-devshim-call"])
+def test_first_compiled_call_meeting_torch_types_compiles_or_says_what_to_do(first):
+    """Fresh interpreters: devshim has never met torch.Tensor or Parameter before the compiled call."""
+    pytest.importorskip("torch")
+    result = run_fresh(_COMPILE_COLD.format(first=first))
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found["same"] is True
+    if first:
+        assert found["refused"] == ""
+    else:
+        assert "FirstCallInTraceError" in found["refused"] and "before compiling" in found["refused"]

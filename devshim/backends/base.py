@@ -26,10 +26,28 @@ from devshim.errors import (
     VirtualDeviceCountError,
 )
 
-__all__ = ["Backend", "DeviceTable"]
+__all__ = ["Backend", "DeviceTable", "trace_constant"]
 
 _TARGET_CACHE_LIMIT = 256
 _shared_warned = False  # SharedDeviceWarning was issued (once per process, until settings change)
+
+
+def trace_constant(fn):
+    """Mark ``fn`` as ``torch.compiler.assume_constant_result`` does, without importing torch.
+
+    torch.compile then runs ``fn`` in plain Python while tracing (its arguments
+    are constants: classes, device specs) and keeps what it returns, rather
+    than tracing into it. devshim's learning paths (building the registry,
+    making adapters, resolving a device spec) take locks and import modules,
+    which Dynamo cannot trace. The torch adapter applies torch's own decorator
+    too, when it is made (``TorchBackend.__init__``).
+
+    Example:
+        >>> trace_constant(registry_lookup) is registry_lookup
+        True
+    """
+    fn._dynamo_marked_constant = True  # the attribute torch.compiler.assume_constant_result sets
+    return fn
 
 
 class DeviceTable(dict):
@@ -128,6 +146,12 @@ class Backend(ABC):
     @abstractmethod
     def is_tensor(self, x) -> bool:
         """Whether ``x`` is a tensor of this framework. Called only once loaded."""
+
+    def is_tensor_type(self, kind: type):
+        """Whether every instance of class ``kind`` is a tensor of this framework (True or
+        False), or None when the class alone does not say. Backends whose ``is_tensor`` is one
+        ``isinstance`` answer, so that torch.compile can learn a type without tracing devshim."""
+        return None
 
     @abstractmethod
     def is_native_device(self, obj) -> bool:
@@ -571,6 +595,11 @@ class Backend(ABC):
 
     def __repr__(self) -> str:
         return f"<devshim {self.name} backend>"
+
+
+# Resolving a spec reads settings and may import a framework's device module: torch.compile runs
+# it outside the trace and keeps the native device it returns (the spec is a constant there).
+trace_constant(Backend.target)
 
 
 class _NoScope:

@@ -14,10 +14,14 @@ Example:
 
 from __future__ import annotations
 
+import sys
+
 from devshim.backends import registry
+from devshim.backends.base import trace_constant
+from devshim.errors import FirstCallInTraceError
 
 __all__ = [
-    "backend_for_tensor", "learn_type", "forget_types",
+    "backend_for_tensor", "learn_type", "learn_class", "learn_types", "forget_types", "FAST_PATHS",
     "DEVICE_TABLE", "DEVICE_BY_ATTRIBUTE", "EXACT_DEVICE_TABLE", "DEVICE_OF", "COPY", "COPY_IF_NEEDED",
     "NATIVE_BY_ATTRIBUTE", "NATIVE_OF",
 ]
@@ -42,6 +46,9 @@ NATIVE_BY_ATTRIBUTE: dict = {}
 NATIVE_OF: dict = {}
 COPY: dict = {}
 COPY_IF_NEEDED: dict = {}
+#: ``FAST_PATHS[t]``: ``(DEVICE_OF[t], NATIVE_OF[t], COPY[t], COPY_IF_NEEDED[t])``, what ``learn_class``
+#: hands back.
+FAST_PATHS: dict = {}
 
 
 def backend_for_tensor(x):
@@ -76,20 +83,88 @@ def learn_type(x):
     """
     adapter = backend_for_tensor(x)
     if adapter is not None:
-        kind = type(x)
-        table = adapter.device_table()
-        if table is not None:
-            DEVICE_TABLE[kind] = table
-            if table.attr == "device":
-                DEVICE_BY_ATTRIBUTE[kind] = table
-                NATIVE_BY_ATTRIBUTE[kind] = table.natives
-                if table.exact:
-                    EXACT_DEVICE_TABLE[kind] = table
-        DEVICE_OF[kind] = adapter.device_of_fn()
-        NATIVE_OF[kind] = adapter.native_device_of_fn()
-        COPY[kind] = adapter.copy_fn()
-        COPY_IF_NEEDED[kind] = adapter.copy_if_needed_fn()
+        _learn(type(x), adapter)
     return adapter
+
+
+@trace_constant
+def learn_class(kind: type):
+    """Fill the fast-path tables for tensors of class ``kind`` (``FAST_PATHS[kind]`` and the
+    rest), learned from the class alone: True for a tensor class, False for a class that is no
+    tensor, None when the loaded backends cannot tell from the class (ask ``learn_type`` then).
+
+    torch.compile runs this outside its trace (``trace_constant``), so a function that meets
+    a tensor type for the first time inside ``torch.compile(fullgraph=True)`` (the registry
+    built, adapters made, tables filled: locks and imports) still compiles.
+
+    Example:
+        >>> dispatch.learn_class(torch.Tensor), dispatch.FAST_PATHS[torch.Tensor][1](torch.ones(1))
+        (True, device(type='cpu'))
+    """
+    if kind in FAST_PATHS:
+        return True
+    if kind in _type_owner and _type_owner[kind] is None:
+        return False
+    unsure = False
+    for adapter in list(registry.loaded_adapters()):  # made here, not in a trace
+        owns = adapter.is_tensor_type(kind)
+        if owns:
+            if kind not in FAST_PATHS:  # (the torch adapter fills its own when it is made)
+                if not _type_owner:
+                    registry.on_table_change(forget_types)
+                _type_owner[kind] = adapter
+                _learn(kind, adapter)
+            if _tracing():
+                raise FirstCallInTraceError(
+                    f"devshim met {kind.__module__}.{kind.__qualname__} for the first time inside "
+                    f"torch.compile, whose trace cannot follow the tables devshim fills then. Call any "
+                    f"devshim function once before compiling (ds.try_gpu(), or ds.device_of(x) on such "
+                    f"a tensor); its tables are filled now, so calling the compiled function again works."
+                )
+            return True
+        unsure = unsure or owns is None
+    if unsure:
+        return None
+    if not _type_owner:
+        registry.on_table_change(forget_types)
+    _type_owner[kind] = None
+    return False
+
+
+def _tracing() -> bool:
+    """Whether torch.compile is tracing now (``learn_class`` runs outside its trace, during it)."""
+    torch = sys.modules.get("torch")
+    compiler = getattr(torch, "compiler", None)
+    return compiler is not None and compiler.is_compiling()
+
+
+def learn_types(adapter, kinds) -> None:
+    """Fill the fast-path tables for the tensor classes ``kinds``, owned by ``adapter``, before any
+    tensor is met (the torch adapter does, for ``torch.Tensor`` and ``torch.nn.Parameter``, when it
+    is made): torch.compile then traces devshim's hot paths as lookups only, also on the first call.
+
+    Example:
+        >>> dispatch.learn_types(ds.get_backend("torch"), (torch.Tensor, torch.nn.Parameter))
+    """
+    for kind in kinds:
+        if not _type_owner:
+            registry.on_table_change(forget_types)
+        _type_owner[kind] = adapter
+        _learn(kind, adapter)
+
+
+def _learn(kind: type, adapter) -> None:
+    table = adapter.device_table()
+    if table is not None:
+        DEVICE_TABLE[kind] = table
+        if table.attr == "device":
+            DEVICE_BY_ATTRIBUTE[kind] = table
+            NATIVE_BY_ATTRIBUTE[kind] = table.natives
+            if table.exact:
+                EXACT_DEVICE_TABLE[kind] = table
+    paths = (adapter.device_of_fn(), adapter.native_device_of_fn(), adapter.copy_fn(), adapter.copy_if_needed_fn())
+    DEVICE_OF[kind], NATIVE_OF[kind], COPY[kind], COPY_IF_NEEDED[kind] = paths
+    FAST_PATHS[kind] = paths
 
 
 def forget_types() -> None:
@@ -107,3 +182,4 @@ def forget_types() -> None:
     NATIVE_OF.clear()
     COPY.clear()
     COPY_IF_NEEDED.clear()
+    FAST_PATHS.clear()

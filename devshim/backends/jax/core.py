@@ -152,6 +152,11 @@ class JaxBackend(Backend):
     def is_tensor(self, x) -> bool:
         return isinstance(x, self.fw.Array)  # tracers are jax.Array instances too
 
+    def is_tensor_type(self, kind: type):
+        # True for array classes; None otherwise: jax.Array's isinstance check says more than its
+        # issubclass (tracers).
+        return True if issubclass(kind, self.fw.Array) else None
+
     def is_native_device(self, obj) -> bool:
         return isinstance(obj, self.fw.Device)
 

@@ -57,6 +57,10 @@ class NumpyBackend(Backend):
         np = self.fw
         return isinstance(x, (np.ndarray, np.generic))
 
+    def is_tensor_type(self, kind: type):
+        np = self.fw
+        return issubclass(kind, (np.ndarray, np.generic))
+
     def is_native_device(self, obj) -> bool:
         return False  # "cpu" is a plain string, read by the spec parser
 

@@ -63,6 +63,29 @@ class TorchBackend(Backend):
         self._count = None
         self._by_accelerator = False  # whether torch.accelerator named the platform
         self._virtual = 0  # virtual GPUs this adapter last presented
+        if self.spec.is_loaded():
+            self._learn_tensor_types()
+
+    def _learn_tensor_types(self) -> None:
+        """Fill devshim's dispatch tables for torch's tensor classes now, so that the first
+        ds.device_of / to_device / copy_if_needed inside torch.compile traces lookups only."""
+        from devshim.backends import dispatch
+
+        torch = self.fw
+        torch.compiler.assume_constant_result(dispatch.learn_class)  # (marked already; torch's own way)
+        dispatch.learn_types(self, (torch.Tensor, torch.nn.Parameter))
+        # The devices too, and each device object as a target: Dynamo guards on the tables it reads,
+        # so a table that changed while it traced fails the guard ("Guard failed on the same frame").
+        try:
+            natives = self.devices()
+        except DevshimError:  # settings the first real call will complain about
+            natives = [torch.device("cpu")]
+        table = self._described
+        for native in natives:
+            described = self.describe(native)
+            table.natives[native] = native
+            self._targets[native] = native
+            table.targets[native] = described
 
     def device_table(self):
         return self._described
@@ -169,6 +192,9 @@ class TorchBackend(Backend):
 
     def is_tensor(self, x) -> bool:
         return isinstance(x, self.fw.Tensor)
+
+    def is_tensor_type(self, kind: type):
+        return issubclass(kind, self.fw.Tensor)
 
     def is_native_device(self, obj) -> bool:
         return isinstance(obj, self.fw.device)
