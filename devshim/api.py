@@ -16,7 +16,7 @@ from __future__ import annotations
 from devshim import _tree, transfer
 from devshim.backends.dispatch import (
     COPY_IF_NEEDED, DEVICE_BY_ATTRIBUTE, DEVICE_OF, DEVICE_TABLE, EXACT_DEVICE_TABLE, FAST_PATHS,
-    NATIVE_BY_ATTRIBUTE, NATIVE_OF, COPY, backend_for_tensor, learn_class, learn_type,
+    DEVICE_ATTRIBUTE_IS_NATIVE, NATIVE_BY_ATTRIBUTE, NATIVE_OF, COPY, backend_for_tensor, learn_class, learn_type,
 )
 from devshim.backends.nests import copy_nest, copy_nest_if_needed, nest_to_numpy
 from devshim.backends.selection import get_backend
@@ -126,6 +126,7 @@ _copy_fns = COPY
 _copy_if_needed_fns = COPY_IF_NEEDED
 _exact_table_for = EXACT_DEVICE_TABLE.get
 _native_by_attribute = NATIVE_BY_ATTRIBUTE
+_attribute_is_native = DEVICE_ATTRIBUTE_IS_NATIVE
 _native_of_for = NATIVE_OF.get
 
 
@@ -145,7 +146,10 @@ def device_of(x):
         >>> torch.zeros(3, device=ds.device_of(X)).device == X.device
         True
     """
-    # Most frameworks' tensors say where they are in `x.device`: two subscripts, no call.
+    # torch's and NumPy's `x.device` is the answer itself; most other frameworks' tensors say
+    # where they are in `x.device` too: two subscripts, no call.
+    if type(x) in _attribute_is_native:
+        return x.device
     try:
         return _native_by_attribute[type(x)][x.device]
     except (KeyError, AttributeError, TypeError):  # a type or device not seen yet, and the like

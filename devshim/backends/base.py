@@ -66,14 +66,18 @@ class DeviceTable(dict):
 
     ``natives`` maps the same attribute values to the framework's own device
     objects, which ``ds.device_of`` returns; it is filled as ``device_of`` meets them.
+    ``attribute_is_native`` (opt-in): the attribute's value *is* the framework's own
+    device object (torch's ``x.device``, NumPy 2's ``"cpu"``), so ``ds.device_of``
+    returns it as it is, with no lookup at all.
     """
 
-    __slots__ = ("attr", "exact", "targets", "natives")
+    __slots__ = ("attr", "exact", "targets", "natives", "attribute_is_native")
 
-    def __init__(self, attr: str, exact: bool = False) -> None:
+    def __init__(self, attr: str, exact: bool = False, attribute_is_native: bool = False) -> None:
         super().__init__()
         self.attr = attr
         self.exact = exact
+        self.attribute_is_native = attribute_is_native
         self.targets: dict = {}  # spec -> the Device of its resolved native (exact tables only)
         self.natives: dict = {}  # attribute value -> the native device object
 

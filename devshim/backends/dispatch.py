@@ -23,7 +23,7 @@ from devshim.errors import FirstCallInTraceError
 __all__ = [
     "backend_for_tensor", "learn_type", "learn_class", "learn_types", "forget_types", "FAST_PATHS",
     "DEVICE_TABLE", "DEVICE_BY_ATTRIBUTE", "EXACT_DEVICE_TABLE", "DEVICE_OF", "COPY", "COPY_IF_NEEDED",
-    "NATIVE_BY_ATTRIBUTE", "NATIVE_OF",
+    "NATIVE_BY_ATTRIBUTE", "DEVICE_ATTRIBUTE_IS_NATIVE", "NATIVE_OF",
 ]
 
 # Concrete type -> owning adapter, or None for "not a tensor". A framework's tensor
@@ -43,6 +43,9 @@ DEVICE_OF: dict = {}
 #: ``NATIVE_BY_ATTRIBUTE[t][x.device]``: the native device object ``ds.device_of`` returns (the
 #: DeviceTable's ``natives``, for tables keyed by ``x.device``); ``NATIVE_OF[t](x)`` otherwise.
 NATIVE_BY_ATTRIBUTE: dict = {}
+#: The types whose ``x.device`` is already the framework's own device object (torch, NumPy 2):
+#: ``ds.device_of`` returns it as it is. (A dict, used as a set, so that torch.compile traces it.)
+DEVICE_ATTRIBUTE_IS_NATIVE: dict = {}
 NATIVE_OF: dict = {}
 COPY: dict = {}
 COPY_IF_NEEDED: dict = {}
@@ -160,6 +163,8 @@ def _learn(kind: type, adapter) -> None:
         if table.attr == "device":
             DEVICE_BY_ATTRIBUTE[kind] = table
             NATIVE_BY_ATTRIBUTE[kind] = table.natives
+            if table.attribute_is_native:
+                DEVICE_ATTRIBUTE_IS_NATIVE[kind] = True
             if table.exact:
                 EXACT_DEVICE_TABLE[kind] = table
     paths = (adapter.device_of_fn(), adapter.native_device_of_fn(), adapter.copy_fn(), adapter.copy_if_needed_fn())
@@ -179,6 +184,7 @@ def forget_types() -> None:
     EXACT_DEVICE_TABLE.clear()
     DEVICE_OF.clear()
     NATIVE_BY_ATTRIBUTE.clear()
+    DEVICE_ATTRIBUTE_IS_NATIVE.clear()
     NATIVE_OF.clear()
     COPY.clear()
     COPY_IF_NEEDED.clear()

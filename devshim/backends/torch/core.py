@@ -58,7 +58,7 @@ class TorchBackend(Backend):
 
     def __init__(self) -> None:
         super().__init__()
-        self._described = DeviceTable("device", exact=True)  # torch.device -> Device
+        self._described = DeviceTable("device", exact=True, attribute_is_native=True)  # torch.device -> Device
         self._platform = _UNKNOWN
         self._count = None
         self._by_accelerator = False  # whether torch.accelerator named the platform
