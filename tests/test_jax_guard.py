@@ -70,7 +70,7 @@ def test_numpy_reading_a_gpu_array_is_refused_logged_and_computes_what_numpy_did
     with ds.transfer_guard("disallow") as report:
         with pytest.raises(ds.ImplicitTransferError) as info:
             read(fresh(gpu))
-    assert what in str(info.value) and str(ds.device_of(x)) in str(info.value)
+    assert what in str(info.value) and str(ds.neutral_device(x)) in str(info.value)
     assert report.counts["device-to-host read"] == 1 and report.events[0].what == what
     with quiet():
         with ds.transfer_guard("log") as report:

@@ -502,7 +502,7 @@ def target_and_name():
 
 
 def weight_places(model) -> set:
-    return {ds.device_of(w.value) for w in model.weights}
+    return {ds.neutral_device(w.value) for w in model.weights}
 
 
 def functional(keras):
