@@ -87,6 +87,13 @@ def native_copy_lists(nest: dict, device) -> dict:
 # ``devshim bench virtual``: the same epoch on the CPU and on a virtual GPU.
 
 
+def set_threads(count: int) -> int:
+    """Run torch's CPU kernels on ``count`` threads; returns the count before."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    return before
+
+
 def lenet_batches(examples: int, batch_size: int, seed: int = 0) -> list:
     """Synthetic Fashion-MNIST-shaped data on the CPU: ``(X, y)`` batches of ``batch_size``
     (the last one smaller when ``examples`` does not divide), X of shape (n, 1, 28, 28)."""

@@ -18,7 +18,7 @@ from devshim.backends.torch._virtual.count import target as _target
 from devshim.backends.torch._virtual.rnn import HOST_KERNELS as _HOST_KERNELS
 from devshim.errors import DeviceMismatchError, UnsupportedValueError
 
-__all__ = ["run", "backend_kernel", "single_threaded_autograd", "new"]
+__all__ = ["run", "torch_dispatch", "backend_kernel", "single_threaded_autograd", "new"]
 
 _aten = torch.ops.aten
 _CPU = torch.device("cpu")
@@ -37,10 +37,10 @@ def new(cls, host, device):
             f"devshim's virtual GPUs hold dense (strided) tensors only, not {host.layout}. "
             f"Keep this tensor on the CPU, or convert it first, e.g. x.to_dense()."
         )
+    # layout (strided) and requires_grad (False) are the defaults: fewer keywords to parse.
     self = _make_wrapper_subclass(
         cls, host.size(), strides=host.stride(), storage_offset=host.storage_offset(),
-        dtype=host.dtype, layout=_STRIDED, device=device, requires_grad=False,
-        dispatch_sizes_strides_policy="sizes",
+        dtype=host.dtype, device=device, dispatch_sizes_strides_policy="sizes",
     )
     self._host = host
     self._device = device
@@ -180,6 +180,12 @@ def _plan_for(func) -> _Plan:
 def run(cls, func, args, kwargs):
     """Run ATen operation ``func`` on the host tensors behind ``args`` (``cls`` instances are
     virtual tensors), with CUDA's device rules."""
+    return torch_dispatch(cls, func, None, args, kwargs)
+
+
+def torch_dispatch(cls, func, types, args=(), kwargs=None):
+    """``run`` with ``__torch_dispatch__``'s signature: ``VirtualTensor.__torch_dispatch__`` is
+    this function itself (a classmethod), one Python call less per operation."""
     if _multithreading_enabled():  # single_threaded_autograd(), inlined: this is the hot path
         _set_multithreading_enabled(False)
     plan = _plans.get(id(func))
@@ -189,12 +195,22 @@ def run(cls, func, args, kwargs):
     if metadata is not None:
         return metadata(args[0]._host, *args[1:])
 
+    if kwargs is None:
+        kwargs = {}
     if plan.foreach:
         return _dispatch_foreach(cls, func, args, kwargs)
     seen: list = []
     positions = plan.host_positions
     if positions is None:
-        host_args = [_unwrap(cls, arg, seen) for arg in args]
+        host_args = []
+        for arg in args:  # _unwrap, with virtual tensors and plain values answered inline
+            if isinstance(arg, cls):
+                seen.append(arg._device)
+                host_args.append(arg._host)
+            elif isinstance(arg, _Tensor) or type(arg) is list or type(arg) is tuple:
+                host_args.append(_unwrap(cls, arg, seen))
+            else:
+                host_args.append(arg)
         host_kwargs = {name: _unwrap(cls, value, seen) for name, value in kwargs.items()} if kwargs else {}
     else:
         names = plan.host_names

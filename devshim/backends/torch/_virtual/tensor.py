@@ -22,7 +22,6 @@ _DisableTorchFunctionSubclass = torch._C.DisableTorchFunctionSubclass
 _call_below = torch._C._disabled_torch_function_impl
 _multithreading_enabled = torch._C._is_multithreading_enabled
 _set_multithreading_enabled = torch._C._set_multithreading_enabled
-_run = dispatch.run
 _new = dispatch.new
 
 # The framework's own method behind a transfer-guard wrapper: the guard replaces some of
@@ -84,9 +83,8 @@ class VirtualTensor(torch.Tensor):
             return _call_below(func, types, args, kwargs)
         return _call_below(func, types, args)
 
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        return _run(cls, func, args, kwargs or {})
+    # Every ATen operation: dispatch.torch_dispatch itself (no forwarding call in between).
+    __torch_dispatch__ = classmethod(dispatch.torch_dispatch)
 
     # Methods torch implements in C for plain tensors only. Defined here as well, so
     # they work inside torch code that runs with __torch_function__ switched off; each
