@@ -23,6 +23,7 @@ TINY = {
     "guard": ["--size", "4"],
     "startup": [],
     "convert": ["--sizes", "64", "1024"],
+    "virtual": ["--examples", "32", "--batch-size", "16", "--rounds", "1"],
 }
 FAST = ["--min-run-time", "0.002"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -162,6 +162,35 @@ def test_startup_measures_fresh_interpreters():
     _json_ready(rows)
 
 
+def test_virtual_times_one_lenet_epoch_on_the_cpu_and_on_a_virtual_gpu():
+    if "torch" not in ds.available_backends():
+        rows = run["virtual"](examples=32, batch_size=16, rounds=1, **FAST)
+        assert rows == [{"backend": "torch", "device": "-",
+                         "note": "torch is not installed: no virtual torch GPU to time"}]
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        rows = run["virtual"](examples=32, batch_size=16, rounds=1, clock="cpu", **FAST)
+        assert torch.get_num_threads() == 2   # measured on one thread, then put back
+    finally:
+        torch.set_num_threads(before)
+    _json_ready(rows)
+    assert [r["device"] for r in rows] == ["cpu:0", "gpu:0 (virtual)"]
+    in_a_child = ds.settings.virtual_device_count() < 1
+    for row in rows:
+        _has_spread(row)
+        assert (row["examples"], row["batch_size"], row["threads"], row["clock"]) == (32, 16, 1, "cpu")
+        assert ("child process" in row["note"]) == in_a_child
+    cpu, gpu = rows
+    assert cpu["vs_cpu"] == 1.0
+    assert gpu["vs_cpu"] == pytest.approx(gpu["seconds"] / cpu["seconds"])
+    assert gpu["vs_cpu_low"] <= gpu["vs_cpu"] * 1.000001 and gpu["vs_cpu"] <= gpu["vs_cpu_high"] * 1.000001
+    assert gpu["last_loss"] == pytest.approx(cpu["last_loss"], rel=1e-4)   # the same epoch on both
+
+
 def test_progress_is_reported_from_zero_to_done(harness):
     reports = []
     run["matmul"]([4, 8], progress=lambda *r: reports.append(r), **FAST)
@@ -183,6 +212,10 @@ def test_the_experiments_accept_a_device(harness):
     ("logging", {"steps": 0}, "steps"),
     ("parallel", {"repeats": 0}, "repeats"),
     ("overhead", {"rounds": 0}, "rounds"),
+    ("virtual", {"rounds": 0}, "rounds"),
+    ("virtual", {"batch_size": 0}, "batch_size"),
+    ("virtual", {"threads": -1}, "threads"),
+    ("virtual", {"clock": "sundial"}, "clock must be one of wall, cpu"),
 ])
 def test_bad_parameters_are_devshim_errors(harness, name, kwargs, match):
     with pytest.raises(ds.ExperimentError, match=match):

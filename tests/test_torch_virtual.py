@@ -554,3 +554,53 @@ def test_a_process_whose_out_of_tree_slot_is_taken_is_told_why():
     assert result.stdout.startswith("REFUSED torch's slot for an out-of-tree device (privateuse1) is "
                                     "already taken by 'npu'")
     assert "Unset DEVSHIM_VIRTUAL_DEVICES" in result.stdout
+
+
+@pytest.mark.parametrize("version", ["2.12.1", "2.9.0+cpu", "1.13.1"])
+def test_virtual_gpus_on_a_torch_older_than_the_tested_range_are_refused(version):
+    # The check reads torch.__version__ when the vgpu device is first registered: set it first.
+    result = run_python(f"""
+        import sys, torch, devshim as ds
+        torch.__version__ = {version!r}
+        try:
+            ds.num_gpus()
+        except ds.BackendError as err:
+            print("REFUSED", err)
+        print(torch._C._get_privateuse1_backend_name())
+    """, DEVSHIM_BACKEND="torch", DEVSHIM_VIRTUAL_DEVICES="2")
+    assert result.returncode == 0, result.stderr
+    refused, slot = result.stdout.strip().splitlines()
+    assert refused.startswith(f"REFUSED devshim cannot present virtual GPUs on this torch ({version}): "
+                              f"virtual GPUs need torch 2.13 to ")
+    assert "Unset DEVSHIM_VIRTUAL_DEVICES" in refused
+    assert slot == "privateuseone"   # refused before anything was registered
+
+
+def test_virtual_gpus_on_a_torch_newer_than_the_tested_range_warn_once_and_work():
+    result = run_python("""
+        import warnings, torch, devshim as ds
+        from devshim.backends.torch._virtual.registration import TESTED
+        newest = TESTED[1]
+        torch.__version__ = f"{newest[0]}.{newest[1] + 1}.0"
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")   # a second warning would show, not be filtered
+            assert ds.num_gpus() == 2
+            x = torch.ones(2, device=ds.try_gpu(1)) * 3
+            ds.testing.virtual_devices(3)
+            assert ds.num_gpus() == 3 and torch.ones(1, device="vgpu:2").device.index == 2
+        ours = [w for w in caught if issubclass(w.category, ds.DevshimWarning)]
+        print(len(ours), x.device, x.tolist())
+        print(ours[0].message)
+    """, DEVSHIM_BACKEND="torch", DEVSHIM_VIRTUAL_DEVICES="2")
+    assert result.returncode == 0, result.stderr
+    counted, message = result.stdout.strip().splitlines()
+    assert counted == "1 vgpu:1 [3.0, 3.0]"
+    assert message.startswith("devshim's virtual GPUs are tested on torch 2.13 to ")
+    assert "this is torch 2." in message and "report it" in message
+
+
+def test_the_tested_torch_range_covers_this_torch():
+    from devshim.backends.torch._virtual.registration import TESTED
+
+    release = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+    assert TESTED[0] <= release <= TESTED[1]

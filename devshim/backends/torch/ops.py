@@ -81,3 +81,61 @@ def native_copy_dict(leaves: dict, device) -> dict:
 def native_copy_lists(nest: dict, device) -> dict:
     """``{key: [copies on device]}`` for a dict of lists of tensors, written out by hand."""
     return {key: [value.to(device, copy=True) for value in values] for key, values in nest.items()}
+
+
+# D2L's LeNet from "Multiple GPUs from scratch" (the chapter's own torch calls), for
+# ``devshim bench virtual``: the same epoch on the CPU and on a virtual GPU.
+
+
+def set_threads(count: int) -> int:
+    """Run torch's CPU kernels on ``count`` threads; returns the count before."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    return before
+
+
+def lenet_batches(examples: int, batch_size: int, seed: int = 0) -> list:
+    """Synthetic Fashion-MNIST-shaped data on the CPU: ``(X, y)`` batches of ``batch_size``
+    (the last one smaller when ``examples`` does not divide), X of shape (n, 1, 28, 28)."""
+    generator = torch.Generator().manual_seed(seed)
+    X = torch.rand((examples, 1, 28, 28), generator=generator)
+    y = torch.randint(0, 10, (examples,), generator=generator)
+    return list(zip(X.split(batch_size), y.split(batch_size)))
+
+
+def lenet_epoch(batches: list, device, lr: float = 0.2, seed: int = 0):
+    """One epoch of the chapter's from-scratch LeNet on ``device``: fresh parameters (seeded,
+    the chapter's shapes and scale) moved there, each batch copied there, forward, backward,
+    minibatch SGD. Returns the last batch's loss, on ``device``.
+
+    Example:
+        >>> loss = lenet_epoch(lenet_batches(64, 16), torch.device("cpu"))
+    """
+    F = torch.nn.functional
+    generator = torch.Generator().manual_seed(seed)
+    scale = 0.01
+    params = [torch.randn((20, 1, 3, 3), generator=generator) * scale, torch.zeros(20),
+              torch.randn((50, 20, 5, 5), generator=generator) * scale, torch.zeros(50),
+              torch.randn((800, 128), generator=generator) * scale, torch.zeros(128),
+              torch.randn((128, 10), generator=generator) * scale, torch.zeros(10)]
+    params = [p.to(device) for p in params]
+    for p in params:
+        p.requires_grad_()
+    loss = torch.nn.CrossEntropyLoss(reduction="none")
+    last = None
+    for X, y in batches:
+        X, y = X.to(device), y.to(device)
+        h1 = F.avg_pool2d(input=F.relu(F.conv2d(input=X, weight=params[0], bias=params[1])),
+                          kernel_size=(2, 2), stride=(2, 2))
+        h2 = F.avg_pool2d(input=F.relu(F.conv2d(input=h1, weight=params[2], bias=params[3])),
+                          kernel_size=(2, 2), stride=(2, 2))
+        h2 = h2.reshape(h2.shape[0], -1)
+        h3 = F.relu(torch.mm(h2, params[4]) + params[5])
+        l = loss(torch.mm(h3, params[6]) + params[7], y).sum()  # noqa: E741 (the book's name)
+        l.backward()
+        with torch.no_grad():  # d2l.sgd
+            for param in params:
+                param -= lr * param.grad / X.shape[0]
+                param.grad.zero_()
+        last = l.detach()
+    return last

@@ -16,12 +16,35 @@ from devshim.backends.torch._names import VIRTUAL_TYPE
 from devshim.backends.torch._virtual.count import is_virtual_type as _is_virtual_type
 from devshim.backends.torch._virtual.count import target as _target
 from devshim.backends.torch._virtual.rnn import HOST_KERNELS as _HOST_KERNELS
-from devshim.errors import DeviceMismatchError
+from devshim.errors import DeviceMismatchError, UnsupportedValueError
 
-__all__ = ["run", "backend_kernel", "single_threaded_autograd"]
+__all__ = ["run", "torch_dispatch", "backend_kernel", "single_threaded_autograd", "new"]
 
 _aten = torch.ops.aten
 _CPU = torch.device("cpu")
+_STRIDED = torch.strided
+_Tensor = torch.Tensor
+_make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
+
+
+def new(cls, host, device):
+    """A ``cls`` (virtual tensor) on virtual GPU ``device`` (a torch.device) holding CPU tensor
+    ``host``: its sizes and strides are read from ``host`` (policy "sizes"), its device is also
+    kept as the plain attribute ``_device``, which the hot path reads without going through
+    ``__torch_function__``."""
+    if host.layout != _STRIDED:
+        raise UnsupportedValueError(
+            f"devshim's virtual GPUs hold dense (strided) tensors only, not {host.layout}. "
+            f"Keep this tensor on the CPU, or convert it first, e.g. x.to_dense()."
+        )
+    # layout (strided) and requires_grad (False) are the defaults: fewer keywords to parse.
+    self = _make_wrapper_subclass(
+        cls, host.size(), strides=host.stride(), storage_offset=host.storage_offset(),
+        dtype=host.dtype, device=device, dispatch_sizes_strides_policy="sizes",
+    )
+    self._host = host
+    self._device = device
+    return self
 
 def single_threaded_autograd() -> None:
     # See the package docstring: torch's engine has one queue for the single device the
@@ -91,9 +114,9 @@ def _unwrap(cls, value, seen: list, host_ok: bool = False):
     everything when they are 0-dim (as on CUDA) or ``host_ok`` (an argument CUDA reads
     from the CPU)."""
     if isinstance(value, cls):
-        seen.append(value.device)
+        seen.append(value._device)
         return value._host
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, _Tensor):
         if value.device.type != "cpu" or not (host_ok or value.dim() == 0):
             seen.append(value.device)
         return value
@@ -122,56 +145,106 @@ def _mismatch(func, first, other) -> DeviceMismatchError:
     )
 
 
+class _Plan:
+    """What ``run`` needs to know about one operator, worked out on its first call, so a
+    call costs one lookup (by ``id``: an OpOverload hashes in Python) rather than several."""
+
+    __slots__ = ("func", "metadata", "foreach", "host_positions", "host_names", "any_device",
+                 "kernel", "aliases")
+
+    def __init__(self, func) -> None:
+        self.func = func
+        self.metadata = _METADATA.get(func)
+        self.foreach = func.__name__.startswith("_foreach_")
+        found = _host_argument_positions(func)
+        self.host_positions, self.host_names = found if found is not None else (None, None)
+        self.any_device = func in _ANY_DEVICE
+        kernel = _HOST_KERNELS.get(func)
+        if kernel is None:
+            # OpOverload.__call__ only forwards to _op: call the C++ entry point itself.
+            kernel = func._op if type(func) is _OpOverload else func
+        self.kernel = kernel
+        self.aliases = _write_aliases(func)
+
+
+_OpOverload = torch._ops.OpOverload
+_plans: dict = {}   # id(func) -> _Plan
+
+
+def _plan_for(func) -> _Plan:
+    plan = _Plan(func)
+    _plans[id(func)] = plan
+    return plan
+
+
 def run(cls, func, args, kwargs):
     """Run ATen operation ``func`` on the host tensors behind ``args`` (``cls`` instances are
     virtual tensors), with CUDA's device rules."""
-    single_threaded_autograd()
-    metadata = _METADATA.get(func)
+    return torch_dispatch(cls, func, None, args, kwargs)
+
+
+def torch_dispatch(cls, func, types, args=(), kwargs=None):
+    """``run`` with ``__torch_dispatch__``'s signature: ``VirtualTensor.__torch_dispatch__`` is
+    this function itself (a classmethod), one Python call less per operation."""
+    if _multithreading_enabled():  # single_threaded_autograd(), inlined: this is the hot path
+        _set_multithreading_enabled(False)
+    plan = _plans.get(id(func))
+    if plan is None or plan.func is not func:
+        plan = _plan_for(func)
+    metadata = plan.metadata
     if metadata is not None:
         return metadata(args[0]._host, *args[1:])
 
-    if func.__name__.startswith("_foreach_"):
+    if kwargs is None:
+        kwargs = {}
+    if plan.foreach:
         return _dispatch_foreach(cls, func, args, kwargs)
     seen: list = []
-    host_arguments = _host_argument_positions(func)
-    if host_arguments is None:
-        host_args = [_unwrap(cls, arg, seen) for arg in args]
-        host_kwargs = {name: _unwrap(cls, value, seen) for name, value in kwargs.items()}
+    positions = plan.host_positions
+    if positions is None:
+        host_args = []
+        for arg in args:  # _unwrap, with virtual tensors and plain values answered inline
+            if isinstance(arg, cls):
+                seen.append(arg._device)
+                host_args.append(arg._host)
+            elif isinstance(arg, _Tensor) or type(arg) is list or type(arg) is tuple:
+                host_args.append(_unwrap(cls, arg, seen))
+            else:
+                host_args.append(arg)
+        host_kwargs = {name: _unwrap(cls, value, seen) for name, value in kwargs.items()} if kwargs else {}
     else:
-        positions, names = host_arguments
+        names = plan.host_names
         host_args = [_unwrap(cls, arg, seen, i in positions) for i, arg in enumerate(args)]
         host_kwargs = {name: _unwrap(cls, value, seen, name in names) for name, value in kwargs.items()}
 
-    if func not in _ANY_DEVICE and seen:
+    if seen and not plan.any_device:
         first = seen[0]
         for device in seen:
-            if device != first:
+            if device is not first and device != first:
                 raise _mismatch(func, first, device)
 
-    # Where the result goes: device= when given, else where the (virtual) inputs are.
+    # Where the result goes: device= when given, else where the (virtual) inputs are
+    # (every virtual tensor's device is in ``seen``).
     out = None
-    asked = host_kwargs.get("device")
+    asked = host_kwargs.get("device") if host_kwargs else None
     if asked is not None:
         target = _target(asked)
-        if _is_virtual_type(target):
+        if target.type == VIRTUAL_TYPE:
             host_kwargs["device"] = _CPU
             out = target
     else:
         for device in seen:
-            if _is_virtual_type(device):
+            if device.type == VIRTUAL_TYPE:
                 out = device
                 break
-        else:
-            for value in (*args, *kwargs.values()):
-                if isinstance(value, cls):
-                    out = value.device
-                    break
 
-    result = _HOST_KERNELS.get(func, func)(*host_args, **host_kwargs)
+    result = plan.kernel(*host_args, **host_kwargs)
     if out is None:
         return result
-    aliases = _write_aliases(func)
+    aliases = plan.aliases
     if aliases is None:
+        if isinstance(result, _Tensor):
+            return new(cls, result, out)
         return _wrap(cls, result, out)
     # In-place and out= operations return their (already updated) argument itself.
     returned = [_argument(args, kwargs, where) if where is not None else _wrap(cls, value, out)
@@ -198,7 +271,7 @@ def _dispatch_foreach(cls, func, args, kwargs):
     result = func(*[_unwrap(cls, arg, ignored) for arg in args],
                   **{name: _unwrap(cls, value, ignored) for name, value in kwargs.items()})
     if type(result) is list or type(result) is tuple:  # in-place forms return nothing
-        return type(result)([cls(item, place) if place is not None else item
+        return type(result)([new(cls, item, place) if place is not None else item
                              for item, place in zip(result, places)])
     return result
 
@@ -213,8 +286,8 @@ def _argument(args, kwargs, where):
 
 
 def _wrap(cls, value, device):
-    if isinstance(value, torch.Tensor):
-        return cls(value, device)
+    if isinstance(value, _Tensor):
+        return new(cls, value, device)
     if type(value) is list or type(value) is tuple:
         return type(value)([_wrap(cls, item, device) for item in value])
     return value

@@ -42,12 +42,14 @@ _CPU = torch.device("cpu")
 
 def _make(cls, requires_grad, device, dtype):
     host = torch.empty(0, dtype=dtype)
+    device = target(device if device is not None else VIRTUAL_TYPE)
     self = _T._make_wrapper_subclass(
         cls, host.size(), strides=host.stride(), storage_offset=0, dtype=host.dtype,
-        layout=host.layout, device=target(device if device is not None else VIRTUAL_TYPE),
-        requires_grad=requires_grad, dispatch_sizes_strides_policy="sizes",
+        layout=host.layout, device=device, requires_grad=requires_grad,
+        dispatch_sizes_strides_policy="sizes",
     )
     self._host = host
+    self._device = device
     return self
 
 

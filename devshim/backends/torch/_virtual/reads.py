@@ -91,6 +91,7 @@ def _set_data(self, value):
     with _DisableTorchFunctionSubclass():
         torch.Tensor.data.__set__(self, value)
     self._host = value._host
+    self._device = value._device
 
 
 def _new_tensor(self, data, *args, **kwargs):

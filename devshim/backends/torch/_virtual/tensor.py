@@ -12,21 +12,37 @@ import torch
 
 from devshim.backends.torch._virtual import dispatch
 from devshim.backends.torch._virtual.reads import SPECIAL as _SPECIAL
-from devshim.errors import UnsupportedValueError
 from devshim.guard.hooks import original_of
 
 __all__ = ["VirtualTensor"]
 
 _DisableTorchFunctionSubclass = torch._C.DisableTorchFunctionSubclass
-_single_threaded_autograd = dispatch.single_threaded_autograd
-_run = dispatch.run
+# Calls func(*args, **kwargs) with __torch_function__ off for subclasses, as
+# ``with DisableTorchFunctionSubclass(): func(...)`` does, in one C call.
+_call_below = torch._C._disabled_torch_function_impl
+_multithreading_enabled = torch._C._is_multithreading_enabled
+_set_multithreading_enabled = torch._C._set_multithreading_enabled
+_new = dispatch.new
+
+# The framework's own method behind a transfer-guard wrapper: the guard replaces some of
+# torch.Tensor's reading methods while it checks, and torch then hands ``__torch_function__``
+# the guard's wrapper (``devshim.guard.hooks.mark_wrapper``).
+_unguarded = original_of
 
 
-def _unguarded(func):
-    """The framework's own method behind a transfer-guard wrapper: the guard replaces some of
-    torch.Tensor's reading methods while it checks, and torch then hands ``__torch_function__``
-    the guard's wrapper (``devshim.guard.hooks.mark_wrapper``)."""
-    return original_of(func)
+class _DeviceOnce:
+    """``VirtualTensor._device`` for an object made some way that did not set it (``dispatch.new``
+    sets it): torch's device, read once and kept in the instance, which then answers first.
+    Not ``__getattr__``: torch probes wrapper tensors for attributes they lack, and each miss
+    would call it."""
+
+    def __get__(self, tensor, owner=None):
+        if tensor is None:
+            return self
+        with _DisableTorchFunctionSubclass():
+            device = tensor.device
+        tensor.__dict__["_device"] = device
+        return device
 
 
 class VirtualTensor(torch.Tensor):
@@ -41,19 +57,12 @@ class VirtualTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, host, device):
-        if host.layout != torch.strided:
-            raise UnsupportedValueError(
-                f"devshim's virtual GPUs hold dense (strided) tensors only, not {host.layout}. "
-                f"Keep this tensor on the CPU, or convert it first, e.g. x.to_dense()."
-            )
-        return torch.Tensor._make_wrapper_subclass(
-            cls, host.size(), strides=host.stride(), storage_offset=host.storage_offset(),
-            dtype=host.dtype, layout=host.layout, device=device, requires_grad=False,
-            dispatch_sizes_strides_policy="sizes",
-        )
+        return _new(cls, host, torch.device(device))
 
     def __init__(self, host, device) -> None:
-        self._host = host
+        pass  # __new__ (dispatch.new) set _host and _device
+
+    _device = _DeviceOnce()
 
     # What lets torch.compile and Module._apply (swap_tensors) treat it as a wrapper.
     def __tensor_flatten__(self):
@@ -65,16 +74,17 @@ class VirtualTensor(torch.Tensor):
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
-        _single_threaded_autograd()
+        if _multithreading_enabled():  # dispatch.single_threaded_autograd(), inlined
+            _set_multithreading_enabled(False)
         special = _SPECIAL.get(_unguarded(func))
         if special is not None:
             return special(*args, **(kwargs or {}))
-        with _DisableTorchFunctionSubclass():
-            return func(*args, **(kwargs or {}))
+        if kwargs:
+            return _call_below(func, types, args, kwargs)
+        return _call_below(func, types, args)
 
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        return _run(cls, func, args, kwargs or {})
+    # Every ATen operation: dispatch.torch_dispatch itself (no forwarding call in between).
+    __torch_dispatch__ = classmethod(dispatch.torch_dispatch)
 
     # Methods torch implements in C for plain tensors only. Defined here as well, so
     # they work inside torch code that runs with __torch_function__ switched off; each
