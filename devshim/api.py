@@ -239,7 +239,7 @@ def copy_if_needed(x, device, *, non_blocking: bool = False, skip_keys=None):
     table = _exact_table_for(type(x))
     if table is not None:
         try:
-            if table[x.device] is table.targets[device]:
+            if (table.home or table[x.device]) is table.targets[device]:
                 return x
         except (KeyError, TypeError):  # a spec or a device not resolved yet: the backend decides
             pass

@@ -69,15 +69,19 @@ class DeviceTable(dict):
     ``attribute_is_native`` (opt-in): the attribute's value *is* the framework's own
     device object (torch's ``x.device``, NumPy 2's ``"cpu"``), so ``ds.device_of``
     returns it as it is, with no lookup at all.
+    ``home`` (opt-in, exact tables): the one Device every tensor of the table's types
+    lives on (NumPy's host), so "already there" needs no read of the attribute at all.
     """
 
-    __slots__ = ("attr", "exact", "targets", "natives", "attribute_is_native")
+    __slots__ = ("attr", "exact", "targets", "natives", "attribute_is_native", "home")
 
-    def __init__(self, attr: str, exact: bool = False, attribute_is_native: bool = False) -> None:
+    def __init__(self, attr: str, exact: bool = False, attribute_is_native: bool = False,
+                 home=None) -> None:
         super().__init__()
         self.attr = attr
         self.exact = exact
         self.attribute_is_native = attribute_is_native
+        self.home = home
         self.targets: dict = {}  # spec -> the Device of its resolved native (exact tables only)
         self.natives: dict = {}  # attribute value -> the native device object
 

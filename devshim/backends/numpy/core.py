@@ -46,7 +46,7 @@ class NumpyBackend(Backend):
         table = self._table
         if table is None:
             if hasattr(self.fw.ndarray, "device"):  # NumPy 2: arrays and scalars say "cpu"
-                table = DeviceTable("device", exact=True, attribute_is_native=True)
+                table = DeviceTable("device", exact=True, attribute_is_native=True, home=_CPU)
                 table[HOST] = _CPU
             else:  # NumPy 1 has no device query: every array type is on the host
                 table = DeviceTable("__class__")
