@@ -14,6 +14,7 @@ across processes with ds.allreduce), equal to one step on the whole batch in one
 """
 
 import copy
+import gc
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -79,8 +80,12 @@ for epoch in range(EPOCHS):
     if rank == 0:
         print(f"epoch {epoch}: mean loss {float(ds.to_numpy(everyone)) / world:.4f}")
 
-# Every rank reaches the end before any leaves: a rank that tears its group down while another
-# still talks to it can abort inside gloo ("terminate called without an active exception").
+# Tear down in order: first what holds the process group (DDP's reducer, the sampler's loader),
+# then, once every rank has reached the end, the group itself. A group destroyed under a live
+# DDP model, or while another rank still talks to it, can abort inside gloo at exit
+# ("terminate called without an active exception").
+del model, optimizer, loader, sampler
+gc.collect()
 torch.distributed.barrier()
 torch.distributed.destroy_process_group()
 assert same_as_whole and same_everywhere

@@ -76,6 +76,7 @@ def main() -> None:
         rows = slice(rank * share, (rank + 1) * share)
         sgd_step(model, ds.to_device(X[rows], device), ds.to_device(Y[rows], device))
         result["ddp_parameters"] = flat(model.module)
+        del model  # DDP's reducer holds the process group: let it go before the group
     with open(Path(sys.argv[1]) / f"rank{rank}.json", "w") as out:  # one file per rank: no interleaving
         json.dump(result, out)
     torch.distributed.barrier()  # no rank tears the group down while another still uses it
