@@ -35,14 +35,27 @@ def loopback_only() -> dict:
     return {"GLOO_SOCKET_IFNAME": names[0]} if names else {}
 
 
+# What gloo prints when a rank's C++ threads are torn down unjoined at interpreter exit: seen
+# now and then on this 2-core CI machine under load, after every rank had finished its work and
+# destroyed its process group (a PyTorch teardown race, not a result of the code under test).
+_GLOO_EXIT_ABORT = "terminate called without an active exception"
+
+
 def torchrun(script: str, *args: str, **env: str):
     """``python -m torch.distributed.run`` with RANKS processes on 127.0.0.1 and a free port,
-    bounded in time; returns the CompletedProcess."""
-    command = ["-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(RANKS),
-               "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "--max_restarts", "0",
-               script, *args]
+    bounded in time; returns the CompletedProcess.
+
+    A run that failed only through gloo's abort at exit is run once more (on a new port), so
+    that PyTorch's teardown race does not fail the suite; a second abort fails it."""
     env = {**loopback_only(), "OMP_NUM_THREADS": "1", **env}
-    return run_python("", *command, timeout=240, **env)
+    for _attempt in range(2):
+        command = ["-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(RANKS),
+                   "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "--max_restarts", "0",
+                   script, *args]
+        completed = run_python("", *command, timeout=240, **env)
+        if completed.returncode == 0 or _GLOO_EXIT_ABORT not in completed.stdout + completed.stderr:
+            return completed
+    return completed
 
 
 def rank_results(folder: Path, **env: str) -> dict:
