@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from _collections import deque
 
+from devshim._trace import trace_constant
 from devshim.errors import NestCycleError, UnsupportedValueError
 
 __all__ = ["map_nest", "iter_leaves", "is_container", "container_kind", "skip_set"]
@@ -41,8 +42,13 @@ _kinds: dict = {}
 _MISSING = object()
 
 
+@trace_constant
 def container_kind(kind: type) -> int:
     """What sort of container instances of ``kind`` are (``LEAF`` when none).
+
+    torch.compile runs this in plain Python and keeps the answer: traced, the first
+    classification of a type would change the cache that the compiled code guards on, and
+    the second call would compile again.
 
     Example:
         >>> container_kind(collections.OrderedDict) == DICT_SUB
@@ -135,7 +141,7 @@ def map_nest(x, leaf_for, keep_unchanged: bool = False, skip_keys=None):
     """
     ops: dict = {}
     ops_get = ops.get
-    open_ids: set = set()  # the containers being walked: one met again is a loop
+    open_path: list = []  # the containers being walked: one met again is a loop
 
     def walk(value):
         kind = type(value)
@@ -149,14 +155,16 @@ def map_nest(x, leaf_for, keep_unchanged: bool = False, skip_keys=None):
                 if op is not None:
                     return op(value)
             return value
-        key = id(value)
-        if key in open_ids:
-            raise _cycle(None)
-        open_ids.add(key)
+        # Identity against the open path, not a set of id()s: nests are shallow, and torch.compile
+        # would guard on every id() taken (compiling again for each new batch object).
+        for open_value in open_path:
+            if open_value is value:
+                raise _cycle(None)
+        open_path.append(value)
         try:
             return into(value, shape)
         finally:
-            open_ids.discard(key)
+            open_path.pop()
 
     def into(value, shape):
         if shape == DICT and skip_keys is None:
@@ -324,11 +332,11 @@ def iter_leaves(x, path: str = "", _open=None):
         yield path, x
         return
     if _open is None:
-        _open = set()
-    key = id(x)
-    if key in _open:
-        raise _cycle(path)
-    _open.add(key)
+        _open = []  # the open containers, compared by identity (see map_nest)
+    for open_value in _open:
+        if open_value is x:
+            raise _cycle(path)
+    _open.append(x)
     if shape in (DICT, DICT_SUB, MAPPING):
         for name, value in x.items():
             yield from iter_leaves(value, f"{path}[{name!r}]", _open)
@@ -348,7 +356,7 @@ def iter_leaves(x, path: str = "", _open=None):
     else:
         for i, value in enumerate(x):
             yield from iter_leaves(value, f"{path}[{i}]", _open)
-    _open.discard(key)
+    _open.pop()
 
 
 def _from_recursion(err: BaseException) -> bool:

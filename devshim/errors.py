@@ -360,11 +360,12 @@ class UnplacedTensorError(DevshimError, RuntimeError):
 
 class FirstCallInTraceError(DevshimError, RuntimeError):
     """devshim met a tensor type (and built its tables) for the first time inside
-    ``torch.compile``'s trace, which cannot follow that first-time setup. Call any
-    devshim function once before compiling (``ds.try_gpu()``).
+    ``torch.compile``'s trace, and this torch's Dynamo cannot be asked to start the
+    trace over (torch 2.13 to 2.15 can: there such a compile works). Call any devshim
+    function once before compiling (``ds.try_gpu()``).
 
     Example:
-        >>> torch.compile(lambda x: ds.device_of(x), fullgraph=True)(torch.ones(1))  # first devshim call
+        >>> torch.compile(lambda x: ds.device_of(x), fullgraph=True)(torch.ones(1))  # on such a torch
         Traceback (most recent call last):
         devshim.errors.FirstCallInTraceError: devshim met torch.Tensor for the first time ...
     """

@@ -20,6 +20,7 @@ from abc import ABC, abstractmethod
 
 from devshim import settings, transfer
 from devshim.guard import marker
+from devshim._trace import trace_constant
 from devshim._device import ACCEPTED_SPECS, Device, describe_native, parse_spec
 from devshim.errors import (
     BackendError, DeviceUnavailableError, InvalidDeviceError, SharedDeviceWarning, UnsupportedValueError,
@@ -30,24 +31,6 @@ __all__ = ["Backend", "DeviceTable", "trace_constant"]
 
 _TARGET_CACHE_LIMIT = 256
 _shared_warned = False  # SharedDeviceWarning was issued (once per process, until settings change)
-
-
-def trace_constant(fn):
-    """Mark ``fn`` as ``torch.compiler.assume_constant_result`` does, without importing torch.
-
-    torch.compile then runs ``fn`` in plain Python while tracing (its arguments
-    are constants: classes, device specs) and keeps what it returns, rather
-    than tracing into it. devshim's learning paths (building the registry,
-    making adapters, resolving a device spec) take locks and import modules,
-    which Dynamo cannot trace. The torch adapter applies torch's own decorator
-    too, when it is made (``TorchBackend.__init__``).
-
-    Example:
-        >>> trace_constant(registry_lookup) is registry_lookup
-        True
-    """
-    fn._dynamo_marked_constant = True  # the attribute torch.compiler.assume_constant_result sets
-    return fn
 
 
 class DeviceTable(dict):
@@ -290,6 +273,11 @@ class Backend(ABC):
         """A ``with`` block in which the framework's ops run on ``native`` (TensorFlow needs
         one: it runs an op without a scope on its default device). Others: a no-op."""
         return _NO_SCOPE
+
+    def restart_trace(self) -> None:
+        """Start the framework's running trace over, when devshim has just filled its dispatch
+        tables inside it (the trace read them empty). A backend whose framework has no such
+        tracer does nothing; the caller then raises ``FirstCallInTraceError``."""
 
     def reset(self) -> None:
         """Forget everything cached from settings or the machine (after ``settings.reload()``)."""

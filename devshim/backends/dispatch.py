@@ -96,9 +96,11 @@ def learn_class(kind: type):
     rest), learned from the class alone: True for a tensor class, False for a class that is no
     tensor, None when the loaded backends cannot tell from the class (ask ``learn_type`` then).
 
-    torch.compile runs this outside its trace (``trace_constant``), so a function that meets
-    a tensor type for the first time inside ``torch.compile(fullgraph=True)`` (the registry
-    built, adapters made, tables filled: locks and imports) still compiles.
+    torch.compile runs this outside its trace (``trace_constant``): the registry is built,
+    adapters made and tables filled (locks and imports) in plain Python. When that happens
+    inside a trace, the trace has already read the tables empty, so the torch adapter starts
+    it over (``restart_trace``) and the second pass traces lookups only: a function whose
+    devshim call is the process's first still compiles with ``fullgraph=True``.
 
     Example:
         >>> dispatch.learn_class(torch.Tensor), dispatch.FAST_PATHS[torch.Tensor][1](torch.ones(1))
@@ -118,6 +120,8 @@ def learn_class(kind: type):
                 _type_owner[kind] = adapter
                 _learn(kind, adapter)
             if _tracing():
+                for tracer in registry.loaded_adapters():
+                    tracer.restart_trace()  # torch's Dynamo starts over and reads the tables filled
                 raise FirstCallInTraceError(
                     f"devshim met {kind.__module__}.{kind.__qualname__} for the first time inside "
                     f"torch.compile, whose trace cannot follow the tables devshim fills then. Call any "

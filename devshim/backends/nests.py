@@ -14,7 +14,7 @@ Example:
 from __future__ import annotations
 
 from devshim import _tree, transfer
-from devshim.backends.dispatch import backend_for_tensor
+from devshim.backends.dispatch import backend_for_tensor, learn_class
 from devshim.backends.selection import get_backend
 from devshim.errors import NotATensorError
 
@@ -98,11 +98,20 @@ def _mover(targets, non_blocking: bool, value):
     return move
 
 
+def _owner(value):
+    """The adapter owning ``value``, or None for a leaf that is no tensor. The class is asked
+    first (``learn_class``, which torch.compile runs outside its trace), so in a compiled
+    function a leaf that is no tensor reads no registry state: Dynamo would guard on that,
+    down to ``len(sys.modules)``, and compile again on the next call."""
+    learned = learn_class(type(value))
+    return None if learned is False else backend_for_tensor(value)
+
+
 def _copier(device, non_blocking: bool):
     targets = _Targets(device)
 
     def leaf_for(value):
-        adapter = backend_for_tensor(value)
+        adapter = _owner(value)
         if adapter is None:
             return _mover(targets, non_blocking, value)
         return adapter.copier(targets.native(adapter), non_blocking)
@@ -115,7 +124,7 @@ def _copier_if_needed(device, non_blocking: bool = False):
     targets = _Targets(device)
 
     def leaf_for(value):
-        adapter = backend_for_tensor(value)
+        adapter = _owner(value)
         if adapter is None:
             return _mover(targets, non_blocking, value)
         native, same_place, copy_to = targets.native(adapter), adapter.same_place, adapter.copy_to

@@ -90,6 +90,25 @@ class TorchBackend(Backend):
     def device_table(self):
         return self._described
 
+    def restart_trace(self) -> None:
+        """Inside torch.compile, start Dynamo's analysis of the frame over (its RestartAnalysis):
+        devshim filled its tables during the trace, which read them empty. Dynamo's speculation
+        log is cleared first because the second pass takes another path through devshim (lookups
+        that now succeed) and Dynamo would otherwise report that as a divergence. Both are
+        Dynamo internals (torch 2.13 to 2.15): where they are missing, nothing happens and the
+        caller raises ``FirstCallInTraceError``, which says to call devshim once before compiling."""
+        torch = self.fw
+        if not torch.compiler.is_compiling():
+            return
+        try:
+            from torch._dynamo.exc import RestartAnalysis
+            from torch._dynamo.symbolic_convert import InstructionTranslator
+
+            InstructionTranslator.current_tx().speculation_log.clear()
+        except (ImportError, AttributeError, AssertionError, IndexError):
+            return
+        raise RestartAnalysis("devshim filled its dispatch tables during this trace")
+
     def reset(self) -> None:
         super().reset()
         self._described.clear()
