@@ -45,6 +45,7 @@ guard watches (jax issue 40285: an explicit ``device_put`` to the CPU refused).
 from __future__ import annotations
 
 import dis
+import re
 import sys
 import threading
 import weakref
@@ -55,12 +56,26 @@ from jax._src import array as _array
 
 from devshim._device import Device
 from devshim.backends.registry import load_backend
-from devshim.errors import DevshimError
+from devshim.errors import DeviceMismatchError, DevshimError, ImplicitTransferError
 from devshim.guard import marker
 from devshim.guard.hooks import GuardHooks, mark_wrapper
-from devshim.guard.levels import ALLOW, READ
+from devshim.guard.levels import ALLOW, DISALLOW, OP_INPUT, READ, TO_DEVICE
 from devshim.guard.report import implicit
-from devshim.guard.state import current
+from devshim.guard.state import current, default
+
+try:  # JAX's Python dispatch path: where host data goes to a device when no C++ fast path runs
+    from jax._src import config as _jax_config
+    from jax._src import pjit as _pjit
+    from jax._src.interpreters import pxla as _pxla
+    from jax._src.lib import guard_lib as _guard_lib
+
+    _pxla.batched_device_put, _pjit._get_fastpath_data  # noqa: B018  (both must exist)
+    # A jit-cache key of devshim's own: set (thread-locally) where devshim checks host-to-device,
+    # so jitted calls there miss the C++ fast paths made elsewhere and take JAX's Python path.
+    _CHECKING_KEY = _jax_config.config_ext.Config(
+        "devshim_host_to_device_guard", None, include_in_jit_key=True)
+except (ImportError, AttributeError, TypeError):  # another JAX: JAX's own guard only
+    _CHECKING_KEY = None
 
 _READERS = {
     "__float__": "float(x)",
@@ -75,6 +90,7 @@ _READERS = {
     "__format__": "formatting x (f-string, str.format)",
     "__repr__": "print(x) / repr(x)",
     "__str__": "print(x) / str(x)",
+    "__reduce__": "pickle.dumps(x)",
 }
 _EXPLICIT = {"device_get", "_device_get"}  # JAX's own explicit transfer to the host
 _NUMPY_READERS = ("asarray", "array", "asanyarray")
@@ -228,8 +244,125 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
     return getattr(ufunc, method)(*host, **kwargs)
 
 
+def _guarded_copy_to_host_async(original):
+    def copy_to_host_async(self):
+        state = current()
+        place = _needs_report(self, state)
+        if place is not None and _CHECKING_KEY is not None and _guard_lib.thread_local_state().explicit_device_get:
+            place = None  # jax.device_get starts its explicit copy with this
+        if place is not None:
+            implicit("device_to_host", READ, "x.copy_to_host_async()", place, Device("cpu"), state)
+            return _read_after_report(original, self)
+        return original(self)
+
+    mark_wrapper(copy_to_host_async, original)
+    return copy_to_host_async
+
+
+# ------------------------------------------------------------------ host to device
+
+_JIT_FRAME = "_run_python_pjit"  # JAX's Python path of a jitted call; its local ``fun`` is the function
+
+
+def _computation_name(depth: int = 12) -> str:
+    """The jitted function (or primitive) JAX is sending host data to, from its Python frames."""
+    frame = sys._getframe(2)
+    for _ in range(depth):
+        if frame is None:
+            break
+        if frame.f_code.co_name == _JIT_FRAME:
+            fun = frame.f_locals.get("fun")
+            name = getattr(fun, "__qualname__", None) or getattr(fun, "__name__", None)
+            if name:
+                return name if getattr(fun, "_apply_primitive", False) else f"jit({name})"
+        frame = frame.f_back
+    return "a JAX computation"
+
+
+def _accelerator_among(devices):
+    """The first of JAX's ``devices`` that is not the host CPU (a GPU, real or virtual), or None."""
+    backend = load_backend("jax")
+    for native in devices:
+        place = backend.describe(native)
+        if place.kind != "cpu":
+            return place
+    return None
+
+
+def _host_to_device_error(event) -> ImplicitTransferError:
+    return ImplicitTransferError(
+        f"{event.what}: an implicit host-to-device copy to {event.target}, refused "
+        f"by ds.transfer_guard at {event.site}. JAX counts NumPy arrays, Python numbers and index "
+        f"constants (x + 1, x[0], jnp.ones(1)) given to a computation on a device. Put the data "
+        f"there explicitly first (ds.to_device(a, device) or jax.device_put(a, device)), or allow "
+        f"these copies with ds.transfer_guard(host_to_device='allow')."
+    )
+
+
+def _guarded_device_put(original):
+    """JAX's one Python step that sends host values (NumPy arrays, numbers) to devices."""
+
+    def batched_device_put(aval, sharding, xs, devices, *args, **kwargs):
+        state = current()
+        if (state.host_to_device == ALLOW or not _CHECKING_KEY.value or marker.is_explicit()
+                or _guard_lib.thread_local_state().explicit_device_put):
+            return original(aval, sharding, xs, devices, *args, **kwargs)
+        if any(isinstance(x, _ArrayImpl) for x in xs):  # JAX arrays: a copy between devices
+            return original(aval, sharding, xs, devices, *args, **kwargs)
+        target = _accelerator_among(devices)
+        if target is not None:
+            what = f"host data {aval.str_short()} into {_computation_name()}"
+            implicit("host_to_device", TO_DEVICE, what, Device("cpu"), target, state,
+                     error=_host_to_device_error)
+        # devshim has decided (host data to the host CPU moves nowhere): JAX's own guard, set
+        # by the block as a backstop, must not decide again, nor log it a second time.
+        with jax.transfer_guard_host_to_device(ALLOW):
+            return original(aval, sharding, xs, devices, *args, **kwargs)
+
+    return mark_wrapper(batched_device_put, original)
+
+
+def _guarded_fastpath(original):
+    """No C++ fast path is made for calls where devshim checks host-to-device: every call there
+    takes JAX's Python path, where ``batched_device_put`` sees its host arguments."""
+
+    def _get_fastpath_data(*args, **kwargs):
+        if _CHECKING_KEY.value:
+            return None
+        return original(*args, **kwargs)
+
+    return mark_wrapper(_get_fastpath_data, original)
+
+
+def _has_accelerators() -> bool:
+    """Whether JAX has a device that is not the host CPU: a GPU or TPU, or a virtual GPU
+    (host device 1, when devshim presents virtual GPUs). Without one host data cannot move."""
+    if jax.default_backend() != "cpu":
+        return True
+    devices = jax.devices()
+    return len(devices) > 1 and load_backend("jax").describe(devices[1]).kind != "cpu"
+
+
+def _checks_host_to_device(state) -> bool:
+    return _CHECKING_KEY is not None and state.host_to_device != ALLOW and _has_accelerators()
+
+
+class _CheckingKey:
+    """Sets devshim's jit-cache key in this thread for one block."""
+
+    __slots__ = ("_previous",)
+
+    def __enter__(self):
+        self._previous = _CHECKING_KEY.swap_local(True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _CHECKING_KEY.set_local(self._previous)
+
+
 def _install() -> None:
-    """Wrap JAX's host-read property, item(), NumPy's readers, and give arrays __array_ufunc__."""
+    """Wrap JAX's host-read property, item(), NumPy's readers, give arrays __array_ufunc__, and
+    hook JAX's Python path for host data going to devices."""
     if _saved:
         return
     _saved["_value"] = _ArrayImpl.__dict__["_value"]
@@ -238,6 +371,17 @@ def _install() -> None:
     _ArrayImpl.item = _guarded_item(_ArrayImpl.item)
     _saved["__array_ufunc__"] = _ArrayImpl.__dict__.get("__array_ufunc__", _MISSING)
     _ArrayImpl.__array_ufunc__ = _array_ufunc
+    _saved["copy_to_host_async"] = _ArrayImpl.__dict__.get("copy_to_host_async", _MISSING)
+    _ArrayImpl.copy_to_host_async = _guarded_copy_to_host_async(_ArrayImpl.copy_to_host_async)
+    if _CHECKING_KEY is not None:
+        _saved["batched_device_put"] = _pxla.batched_device_put
+        _pxla.batched_device_put = _guarded_device_put(_saved["batched_device_put"])
+        _saved["_get_fastpath_data"] = _pjit._get_fastpath_data
+        _pjit._get_fastpath_data = _guarded_fastpath(_saved["_get_fastpath_data"])
+        # The process default (DEVSHIM_TRANSFER_GUARD) checks in every thread, outside blocks too.
+        if _checks_host_to_device(default()):
+            _CHECKING_KEY.set_global(True)
+            _saved["global_key"] = True
     numpy_readers = {}
     for name in _NUMPY_READERS:
         numpy_readers[name] = getattr(np, name)
@@ -258,6 +402,12 @@ def _uninstall() -> None:
     _ArrayImpl._value = _saved.pop("_value")
     _restore(_ArrayImpl, "item", _saved.pop("item"))
     _restore(_ArrayImpl, "__array_ufunc__", _saved.pop("__array_ufunc__"))
+    _restore(_ArrayImpl, "copy_to_host_async", _saved.pop("copy_to_host_async"))
+    if "batched_device_put" in _saved:
+        _pxla.batched_device_put = _saved.pop("batched_device_put")
+        _pjit._get_fastpath_data = _saved.pop("_get_fastpath_data")
+    if _saved.pop("global_key", False):
+        _CHECKING_KEY.set_global(None)
     for name, original in _saved.pop("numpy").items():
         setattr(np, name, original)
     _fetched.clear()
@@ -282,8 +432,10 @@ def _enter_block(state) -> None:
     """Set JAX's own guards to this block's levels, in this thread."""
     scopes = [jax.transfer_guard_device_to_device(state.device_to_device),
               jax.transfer_guard_device_to_host(state.device_to_host)]
-    if _default_is_a_device():
+    if _default_is_a_device():  # a backstop for what devshim's hook does not see (pmap, AOT calls)
         scopes.append(jax.transfer_guard_host_to_device(state.host_to_device))
+    if _checks_host_to_device(state):
+        scopes.append(_CheckingKey())
     for scope in scopes:
         scope.__enter__()
     stack = getattr(_local, "scopes", None)
@@ -297,6 +449,56 @@ def _exit_block() -> None:
     if stack:
         for scope in reversed(stack.pop()):
             scope.__exit__(None, None, None)
+
+
+_REFUSED = re.compile(r"Disallowed (host-to-device|device-to-host|device-to-device) transfer")
+_JAX_DEVICE = re.compile(r"(?:^|[^_])sharding=\w+\(device=\w+\(id=(\d+)\)")
+_JAX_TARGET = re.compile(r"dst_sharding=\w+\(device=\w+\(id=(\d+)\)")
+
+
+def _jax_device(pattern, message: str, fallback):
+    found = pattern.search(message)
+    if found is None:
+        return fallback
+    index = int(found.group(1))
+    for native in jax.devices():
+        if native.id == index:
+            return load_backend("jax").describe(native)
+    return fallback
+
+
+def _translate(error):
+    """devshim's error for JAX's own guard refusing a transfer, recorded like devshim's own."""
+    if not isinstance(error, jax.errors.JaxRuntimeError):
+        return None
+    message = str(error)
+    refused = _REFUSED.search(message)
+    if refused is None:
+        return None
+    direction = refused.group(1).replace("-", "_")
+    source = Device("cpu") if direction == "host_to_device" else _jax_device(_JAX_DEVICE, message, "a device")
+    target = Device("cpu") if direction == "device_to_host" else _jax_device(_JAX_TARGET, message, "a device")
+    kind = {"host_to_device": TO_DEVICE, "device_to_host": READ}.get(direction, OP_INPUT)
+    jax_says = message.split(": ", 1)[-1]
+
+    def refusal(event):
+        cls = DeviceMismatchError if direction == "device_to_device" else ImplicitTransferError
+        return cls(
+            f"JAX's own transfer guard, set by ds.transfer_guard, refused an implicit "
+            f"{refused.group(1)} copy from {event.source} to {event.target} inside the block "
+            f"ending at {event.site} ({jax_says}). Make the copy explicit (ds.to_device, "
+            f"ds.copy_if_needed, ds.to_numpy, or jax.device_put / jax.device_get), or allow it "
+            f"with ds.transfer_guard({direction}='allow')."
+        )
+
+    state = current()
+    if state.level(direction) != DISALLOW:
+        return None  # devshim's level lets it through: JAX's guard was set by someone else
+    try:
+        implicit(direction, kind, f"JAX: {jax_says}", source, target, state, error=refusal)
+    except DevshimError as translated:
+        return translated
+    return None
 
 
 class JaxGuardHooks(GuardHooks):
@@ -317,3 +519,6 @@ class JaxGuardHooks(GuardHooks):
 
     def exit_block(self) -> None:
         _exit_block()
+
+    def translate(self, error):
+        return _translate(error)
