@@ -6,6 +6,7 @@ in the virtual tox pass (DEVSHIM_VIRTUAL_DEVICES) or on a real GPU."""
 from __future__ import annotations
 
 import contextlib
+import pickle
 import threading
 import warnings
 
@@ -277,3 +278,106 @@ def test_a_block_sets_jaxs_guards_in_its_own_thread_only():
         done.wait(timeout=30)
     thread.join(timeout=30)
     assert seen["inside"][0] == "disallow" and seen["other"] == before
+
+
+# ------------------------------------------------------------ JAX's refusals as devshim's errors
+
+
+def test_a_refusal_by_jaxs_own_guard_leaves_the_block_as_devshims_error(gpu):
+    # An uncommitted array joining one committed to another device is moved there by JAX:
+    # a device-to-device copy that JAX's own guard, set by the block, refuses in C++.
+    loose, pinned = jnp.ones(3), fresh(gpu)
+    add = jax.jit(lambda a, b: a + b)
+    with pytest.raises(ds.DeviceMismatchError, match="device-to-device") as info:
+        with ds.transfer_guard("disallow") as report:
+            try:
+                add(loose, pinned)
+            except jax.errors.JaxRuntimeError as inside:  # inside the block: JAX's own error
+                seen_inside = inside
+                raise
+    assert isinstance(seen_inside, RuntimeError) and not isinstance(seen_inside, ds.DevshimError)
+    assert info.value.__cause__ is seen_inside and "Disallowed device-to-device" in str(info.value)
+    assert report.events[0].direction == "device_to_device" and report.events[0].action == "refused"
+    assert str(report.events[0].target) == str(ds.neutral_device(pinned))
+    with ds.transfer_guard("disallow", device_to_device="allow") as report:
+        total = add(loose, pinned)
+    assert ds.device_of(total) == ds.device_of(pinned) and report.total == 0
+
+
+def test_other_errors_leave_the_block_untouched(gpu):
+    with pytest.raises(TypeError):
+        with ds.transfer_guard("disallow"):
+            jnp.ones(3) + "text"
+    with pytest.raises(KeyError):
+        with ds.transfer_guard("disallow"):
+            raise KeyError("mine")
+
+
+# ------------------------------------------------------------ levels and nesting, as JAX's own guard has them
+
+
+def test_an_inner_allow_block_lets_host_data_through_until_it_ends(on_gpu):
+    with ds.transfer_guard("disallow"):
+        with ds.transfer_guard("allow") as inner:
+            jnp.ones(1)
+        assert inner.total == 0
+        with pytest.raises(ds.ImplicitTransferError):
+            jnp.ones(1)
+
+
+def test_one_direction_and_all_directions_nest_both_ways(on_gpu):
+    with ds.transfer_guard(host_to_device="disallow"):
+        with ds.transfer_guard("allow"):
+            jnp.ones(1)
+        with pytest.raises(ds.ImplicitTransferError):
+            jnp.ones(1)
+    with ds.transfer_guard("disallow"):
+        with ds.transfer_guard(host_to_device="allow"):
+            jnp.ones(1)
+        with pytest.raises(ds.ImplicitTransferError):
+            jnp.ones(1)
+
+
+def test_outside_every_block_all_three_directions_are_allowed(gpu):
+    before = jax_levels()
+    with jax.default_device(gpu):
+        jnp.ones(1), jax.jit(lambda a: a)(np.ones(1))
+        moved = jax.jit(lambda a, b: a + b)(jnp.ones(1), fresh(gpu, (1.0,)))
+        float(moved[0]), np.asarray(fresh(gpu)), str(fresh(gpu))
+    assert jax_levels() == before
+
+
+def test_explicit_transfers_in_every_direction_are_neither_logged_nor_refused(on_gpu):
+    other = ds.try_gpu(1) if ds.num_gpus() > 1 else ds.cpu()
+    x = fresh(on_gpu)
+    for level in ("log", "disallow"):
+        with ds.transfer_guard(level) as report:
+            jax.device_put(np.ones(4))  # host to device
+            jax.device_put(x, other)  # device to device
+            jax.device_get(fresh(on_gpu))  # device to host
+        assert report.total == 0, level
+
+
+DEVICE_TO_HOST = [
+    ("x.copy_to_host_async()", lambda x: x.copy_to_host_async()),
+    ("print(x) / str(x)", str),
+    ("pickle.dumps(x)", pickle.dumps),
+]  # with NumPy's reads (NUMPY_READS, above): JAX's own device-to-host cases
+
+
+@pytest.mark.parametrize("what, read", DEVICE_TO_HOST, ids=[w for w, _ in DEVICE_TO_HOST])
+def test_device_to_host_reads_jax_guards_are_refused_or_logged(gpu, what, read):
+    with ds.transfer_guard("disallow") as report:
+        with pytest.raises(ds.ImplicitTransferError):
+            read(fresh(gpu))
+    assert report.events[0].what == what
+    with quiet():
+        with ds.transfer_guard("log") as report:
+            read(fresh(gpu))
+    assert report.total == 1 and report.events[0].action == "logged"
+
+
+def test_levels_devshim_does_not_have_are_refused_by_name():
+    for level in ("log_explicit", "disallow_explicit"):
+        with pytest.raises(ds.InvalidGuardLevelError):
+            ds.transfer_guard(level)
