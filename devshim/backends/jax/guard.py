@@ -3,39 +3,32 @@
 JAX has a transfer guard of its own (``jax.transfer_guard_host_to_device``,
 ``_device_to_host``, ``_device_to_device``, thread-local). Every
 ``ds.transfer_guard`` block sets them, in its thread, from the block's levels:
+device to device and device to host always, host to device when JAX's default
+device is an accelerator (real or virtual). devshim's hooks see first what
+they can, so what they refuse raises devshim's errors and what they log is in
+the report; JAX's guard is the backstop for the rest.
 
-- **device to host** and **device to device**: always, to the block's level.
-  JAX's device-to-host guard sees real GPUs only: it never fires for arrays on
-  CPU devices, which is where virtual GPUs live. devshim's own hooks (below)
-  see both, and see first, so a refused read raises devshim's
-  ``ImplicitTransferError`` and a logged one is in the report.
-- **host to device**: to the block's level when JAX's default device (this
-  thread's ``jax.default_device`` at the block's start, else the default
-  backend's) is an accelerator, real or virtual; with the host CPU as default
-  it stays as it was, since host data going to the host moves nowhere.
-  JAX decides what a host-to-device transfer is, and it counts Python scalars
-  and index constants (``x + 1``, ``x[0]``, ``jnp.ones(1)``: jax issues 18436,
-  16002) as well as NumPy arrays going into jitted calls. These are refused by
-  JAX itself (``jax.errors.JaxRuntimeError``, a ``RuntimeError``, "Disallowed
-  host-to-device transfer"), and logged by JAX to stderr under "log": they are
-  not in devshim's report, which cannot see inside JAX's C++ dispatch.
-
-What devshim's hooks add, for arrays on GPUs and virtual GPUs alike:
-
-- **Host reads** (``float(x)``, ``int(x)``, ``bool(x)``, ``x.item()``,
-  ``x.tolist()``, ``print(x)``, f-strings, ``np.asarray(x)`` of a GPU array):
-  they all go through one property of JAX's array class (``item`` aside), which
-  devshim wraps.
-- **NumPy on JAX arrays**: ``np.asarray(x)``, ``np.array(x)`` and
-  ``np.asanyarray(x)`` (wrapped in the ``numpy`` module while a guard checks)
-  and NumPy ufuncs (``np.add(x, 1)``, ``np.exp(x)``, through an
-  ``__array_ufunc__`` the array class gets while a guard checks). Of an array
-  in host memory NumPy reads through the buffer protocol, in C, which nothing
-  else sees. ``ndarray + x`` keeps its meaning: JAX's own operator.
-- **Values already on the host are not transfers**: a read of an array whose
-  value JAX already holds in host memory (after ``jax.device_get(x)`` or
-  ``ds.to_numpy(x)``, which cache it) is neither refused nor counted; devshim
-  remembers the same for virtual GPUs, where JAX keeps no host copy.
+- **Device to host**: every host read of an array goes through one property of
+  JAX's array class (``item`` and ``copy_to_host_async`` aside), which devshim
+  wraps, as it wraps ``np.asarray``/``np.array``/``np.asanyarray`` and gives the
+  array class an ``__array_ufunc__`` while a guard checks (``ndarray + x`` keeps
+  JAX's meaning). JAX's own device-to-host guard never fires for CPU devices,
+  where virtual GPUs live; devshim's hooks see GPUs and virtual GPUs alike. A
+  value JAX already holds on the host (after ``jax.device_get(x)`` or
+  ``ds.to_numpy(x)``; devshim remembers the same for virtual GPUs) is no transfer.
+- **Host to device**: JAX sends host values (NumPy arrays, Python numbers and
+  index constants: ``jnp.ones(1)``, ``x + 1``, a jitted call on a NumPy argument)
+  to devices in one Python step, ``pxla.batched_device_put``, which devshim
+  wraps: a value going to a GPU or virtual GPU is reported (``implicit``), one
+  landing on the host CPU device moves nowhere. Calls JAX has seen before run in
+  C++ (its jit "fast path"), with no Python step; so in a thread where a block
+  checks host to device (and JAX has an accelerator, real or virtual) devshim
+  sets a jit-cache key of its own and keeps JAX from making fast paths under it:
+  every jitted call there takes the Python path. Nothing is retraced.
+- **Device to device**: JAX's own guard (it fires for CPU devices too). Its
+  refusals, raised from C++ as ``JaxRuntimeError``, leave the block as devshim's
+  errors (``JaxGuardHooks.translate``); a Python class cannot be made a base of
+  JAX's, so inside the block they stay JAX's.
 
 devshim's explicit calls are JAX's explicit transfers (``jax.device_put``,
 ``jax.device_get``), and its adapter runs them with JAX's guard relaxed while a
