@@ -381,3 +381,17 @@ def test_levels_devshim_does_not_have_are_refused_by_name():
     for level in ("log_explicit", "disallow_explicit"):
         with pytest.raises(ds.InvalidGuardLevelError):
             ds.transfer_guard(level)
+
+
+def test_the_process_default_refuses_host_data_joining_a_gpu_array_on_every_call(gpu, setenv):
+    x = fresh(gpu)
+    add_one = jax.jit(lambda a: a + np.float32(1))
+    bump = jax.jit(lambda a, b: a + b)
+    bump(x, np.ones(3, np.float32))  # compiled, with a fast path, before the default checks
+    setenv("DEVSHIM_TRANSFER_GUARD", "disallow")
+    for _ in range(3):
+        with pytest.raises(ds.ImplicitTransferError):
+            bump(x, np.ones(3, np.float32))
+    assert float(jax.device_get(add_one(jnp.zeros(1))[0])) == 1.0  # host data onto the host CPU
+    setenv("DEVSHIM_TRANSFER_GUARD", None)
+    assert jax.device_get(bump(x, np.ones(3, np.float32))).tolist() == [2.0, 3.0, 4.0]

@@ -47,6 +47,7 @@ import jax
 import numpy as np
 from jax._src import array as _array
 
+from devshim import settings
 from devshim._device import Device
 from devshim.backends.registry import load_backend
 from devshim.errors import DeviceMismatchError, DevshimError, ImplicitTransferError
@@ -54,15 +55,16 @@ from devshim.guard import marker
 from devshim.guard.hooks import GuardHooks, mark_wrapper
 from devshim.guard.levels import ALLOW, DISALLOW, OP_INPUT, READ, TO_DEVICE
 from devshim.guard.report import implicit
-from devshim.guard.state import current, default
+from devshim.guard.state import current
 
 try:  # JAX's Python dispatch path: where host data goes to a device when no C++ fast path runs
     from jax._src import config as _jax_config
     from jax._src import pjit as _pjit
+    from jax._src import xla_bridge as _xla_bridge
     from jax._src.interpreters import pxla as _pxla
     from jax._src.lib import guard_lib as _guard_lib
 
-    _pxla.batched_device_put, _pjit._get_fastpath_data  # noqa: B018  (both must exist)
+    _pxla.batched_device_put, _pjit._get_fastpath_data, _xla_bridge.backends_are_initialized  # noqa: B018
     # A jit-cache key of devshim's own: set (thread-locally) where devshim checks host-to-device,
     # so jitted calls there miss the C++ fast paths made elsewhere and take JAX's Python path.
     _CHECKING_KEY = _jax_config.config_ext.Config(
@@ -292,10 +294,44 @@ def _host_to_device_error(event) -> ImplicitTransferError:
     )
 
 
+_global_key: dict = {"pending": False}  # the process default's key: to decide ("pending"), set ("set")
+
+
+def _settle_global_key() -> None:
+    """Set devshim's jit-cache key for every thread when the process default checks host to
+    device and JAX (running a computation now, so started) has an accelerator, real or virtual."""
+    _global_key["pending"] = False
+    if _has_accelerators():
+        _CHECKING_KEY.set_global(True)
+        _global_key["set"] = True
+
+
+def _follow_default() -> None:
+    """The process default (DEVSHIM_TRANSFER_GUARD) checks in every thread, outside blocks too:
+    set devshim's jit-cache key for every thread while it checks host to device, from now on
+    (JAX's fast paths made before are keyed without it). If JAX has not started yet, no fast
+    path exists and asking for its devices would start it before devshim sets up virtual GPUs:
+    decided at JAX's first dispatch through the hooks instead."""
+    try:
+        wanted = bool(_saved) and settings.default_guard_level() != ALLOW
+    except DevshimError:  # a misspelt level: the lifecycle reports it
+        wanted = False
+    _global_key["pending"] = False
+    if not wanted:
+        if _global_key.pop("set", False):
+            _CHECKING_KEY.set_global(None)
+    elif _xla_bridge.backends_are_initialized():
+        _settle_global_key()
+    else:
+        _global_key["pending"] = True
+
+
 def _guarded_device_put(original):
     """JAX's one Python step that sends host values (NumPy arrays, numbers) to devices."""
 
     def batched_device_put(aval, sharding, xs, devices, *args, **kwargs):
+        if _global_key["pending"]:
+            _settle_global_key()
         state = current()
         if (state.host_to_device == ALLOW or not _CHECKING_KEY.value or marker.is_explicit()
                 or _guard_lib.thread_local_state().explicit_device_put):
@@ -320,6 +356,8 @@ def _guarded_fastpath(original):
     takes JAX's Python path, where ``batched_device_put`` sees its host arguments."""
 
     def _get_fastpath_data(*args, **kwargs):
+        if _global_key["pending"]:
+            _settle_global_key()
         if _CHECKING_KEY.value:
             return None
         return original(*args, **kwargs)
@@ -371,10 +409,8 @@ def _install() -> None:
         _pxla.batched_device_put = _guarded_device_put(_saved["batched_device_put"])
         _saved["_get_fastpath_data"] = _pjit._get_fastpath_data
         _pjit._get_fastpath_data = _guarded_fastpath(_saved["_get_fastpath_data"])
-        # The process default (DEVSHIM_TRANSFER_GUARD) checks in every thread, outside blocks too.
-        if _checks_host_to_device(default()):
-            _CHECKING_KEY.set_global(True)
-            _saved["global_key"] = True
+        _follow_default()
+        settings.on_change(_follow_default)
     numpy_readers = {}
     for name in _NUMPY_READERS:
         numpy_readers[name] = getattr(np, name)
@@ -399,7 +435,8 @@ def _uninstall() -> None:
     if "batched_device_put" in _saved:
         _pxla.batched_device_put = _saved.pop("batched_device_put")
         _pjit._get_fastpath_data = _saved.pop("_get_fastpath_data")
-    if _saved.pop("global_key", False):
+    _global_key["pending"] = False
+    if _global_key.pop("set", False):
         _CHECKING_KEY.set_global(None)
     for name, original in _saved.pop("numpy").items():
         setattr(np, name, original)
