@@ -6,6 +6,7 @@ in the virtual tox pass (DEVSHIM_VIRTUAL_DEVICES) or on a real GPU."""
 from __future__ import annotations
 
 import contextlib
+import pickle
 import threading
 import warnings
 
@@ -139,26 +140,79 @@ def test_an_explicit_read_inside_a_log_block_marks_only_that_array(gpu):
 
 
 HOST_TO_DEVICE = [
-    ("jnp.ones(1)", lambda: jnp.ones(1)),
-    ("jnp.asarray(ndarray)", lambda: jnp.asarray(np.arange(3.0))),
-    ("a jitted call on a NumPy argument", lambda: jax.jit(lambda a: a * 2)(np.arange(3.0))),
+    ("jnp.ones(1)", lambda: jnp.ones(1), "convert_element_type"),
+    ("jnp.asarray(ndarray)", lambda: jnp.asarray(np.arange(3.0)), "float"),
+    ("a jitted call on a NumPy argument", lambda: jax.jit(lambda a: a * 2)(np.arange(3.0)), "jit("),
 ]
 
 
-@pytest.mark.parametrize("what, make", HOST_TO_DEVICE, ids=[w for w, _ in HOST_TO_DEVICE])
-def test_host_data_sent_to_a_gpu_default_device_is_refused_by_jax_under_disallow(on_gpu, what, make):
-    with ds.transfer_guard("disallow"):
-        with pytest.raises(RuntimeError, match="[Dd]isallowed host-to-device"):
+@pytest.mark.parametrize("what, make, named", HOST_TO_DEVICE, ids=[w for w, _, _ in HOST_TO_DEVICE])
+def test_host_data_sent_to_a_gpu_default_device_is_refused_logged_and_counted(on_gpu, what, make, named):
+    with ds.transfer_guard("disallow") as report:
+        with pytest.raises(ds.ImplicitTransferError, match="host-to-device") as info:
             make()
+    assert str(ds.neutral_device(fresh(on_gpu))) in str(info.value) and named in str(info.value)
+    assert report.counts["host-to-device"] == 1 and report.events[0].action == "refused"
+    assert report.events[0].site.startswith(__file__)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ds.ImplicitTransferWarning)
+        with ds.transfer_guard("log") as report:
+            made = make()
+    assert report.counts == {"cross-device op input": 0, "device-to-host read": 0, "host-to-device": 1}
+    assert report.events[0].action == "logged" and str(report.events[0].target) == str(ds.neutral_device(made))
+    assert any(issubclass(w.category, ds.ImplicitTransferWarning) for w in caught)
+    assert ds.device_of(made) == ds.device_of(fresh(on_gpu))
     with ds.transfer_guard("disallow", host_to_device="allow") as report:
-        made = make()
-    assert ds.device_of(made) == ds.device_of(fresh(on_gpu)) and report.total == 0
-    with ds.transfer_guard("log"):
-        make()  # JAX logs it itself (to stderr), and runs it
+        again = make()
+    np.testing.assert_array_equal(jax.device_get(again), jax.device_get(made))
+    assert report.total == 0
 
 
-@pytest.mark.parametrize("what, make", HOST_TO_DEVICE, ids=[w for w, _ in HOST_TO_DEVICE])
-def test_host_data_kept_on_a_host_default_device_is_no_transfer(what, make):
+def test_every_call_of_a_compiled_function_is_counted_not_only_the_first(on_gpu):
+    # JAX runs calls it has seen before in C++; a block that checks host-to-device sees each one.
+    double = jax.jit(lambda a: a * 2)
+    for _ in range(3):
+        double(np.arange(3.0))  # compiled, and cached for JAX's fast path, before the block
+    with quiet():
+        with ds.transfer_guard("log") as report:
+            for _ in range(5):
+                double(np.arange(3.0))
+    assert report.counts["host-to-device"] == 5
+    with ds.transfer_guard("disallow"):
+        for _ in range(2):
+            with pytest.raises(ds.ImplicitTransferError):
+                double(np.arange(3.0))
+    assert jax.device_get(double(np.arange(3.0))).tolist() == [0.0, 2.0, 4.0]  # after: as before
+
+
+def test_numbers_and_host_arrays_joining_a_gpu_array_are_host_to_device_whatever_the_default(gpu):
+    # The data goes where the computation runs: x's GPU, though JAX's default device is the host.
+    x = fresh(gpu)
+    joins = [("x + 1", lambda: x + 1), ("x[0]", lambda: x[0]),
+             ("a jitted call on x and a NumPy array", lambda: jax.jit(lambda a, b: a + b)(x, np.ones(3, np.float32)))]
+    for what, join in joins:
+        with ds.transfer_guard("disallow") as report:
+            with pytest.raises(ds.ImplicitTransferError):
+                join()
+        assert report.counts["host-to-device"] == 1, what
+        assert str(report.events[0].target) == str(ds.neutral_device(x)), what
+        with ds.transfer_guard("disallow", host_to_device="allow"):
+            assert ds.device_of(join()) == ds.device_of(x), what
+
+
+def test_arguments_jax_does_not_send_are_not_counted(on_gpu):
+    x = fresh(on_gpu)
+    ignore_second = jax.jit(lambda a, b: a)
+    scale = jax.jit(lambda a, n: a * n, static_argnums=1)
+    with ds.transfer_guard("disallow") as report:
+        ignore_second(x, np.ones(2))  # an argument the computation does not use is never sent
+        scale(x, 3)  # a static argument is part of the compiled program, not an input
+        scale(x, 3)
+    assert report.total == 0
+
+
+@pytest.mark.parametrize("what, make, named", HOST_TO_DEVICE, ids=[w for w, _, _ in HOST_TO_DEVICE])
+def test_host_data_kept_on_a_host_default_device_is_no_transfer(what, make, named):
     with jax.default_device(ds.cpu()):
         with ds.transfer_guard("disallow") as report:
             made = make()
@@ -224,3 +278,120 @@ def test_a_block_sets_jaxs_guards_in_its_own_thread_only():
         done.wait(timeout=30)
     thread.join(timeout=30)
     assert seen["inside"][0] == "disallow" and seen["other"] == before
+
+
+# ------------------------------------------------------------ JAX's refusals as devshim's errors
+
+
+def test_a_refusal_by_jaxs_own_guard_leaves_the_block_as_devshims_error(gpu):
+    # An uncommitted array joining one committed to another device is moved there by JAX:
+    # a device-to-device copy that JAX's own guard, set by the block, refuses in C++.
+    loose, pinned = jnp.ones(3), fresh(gpu)
+    add = jax.jit(lambda a, b: a + b)
+    with pytest.raises(ds.DeviceMismatchError, match="device-to-device") as info:
+        with ds.transfer_guard("disallow") as report:
+            try:
+                add(loose, pinned)
+            except jax.errors.JaxRuntimeError as inside:  # inside the block: JAX's own error
+                seen_inside = inside
+                raise
+    assert isinstance(seen_inside, RuntimeError) and not isinstance(seen_inside, ds.DevshimError)
+    assert info.value.__cause__ is seen_inside and "Disallowed device-to-device" in str(info.value)
+    assert report.events[0].direction == "device_to_device" and report.events[0].action == "refused"
+    assert str(report.events[0].target) == str(ds.neutral_device(pinned))
+    with ds.transfer_guard("disallow", device_to_device="allow") as report:
+        total = add(loose, pinned)
+    assert ds.device_of(total) == ds.device_of(pinned) and report.total == 0
+
+
+def test_other_errors_leave_the_block_untouched(gpu):
+    with pytest.raises(TypeError):
+        with ds.transfer_guard("disallow"):
+            jnp.ones(3) + "text"
+    with pytest.raises(KeyError):
+        with ds.transfer_guard("disallow"):
+            raise KeyError("mine")
+
+
+# ------------------------------------------------------------ levels and nesting, as JAX's own guard has them
+
+
+def test_an_inner_allow_block_lets_host_data_through_until_it_ends(on_gpu):
+    with ds.transfer_guard("disallow"):
+        with ds.transfer_guard("allow") as inner:
+            jnp.ones(1)
+        assert inner.total == 0
+        with pytest.raises(ds.ImplicitTransferError):
+            jnp.ones(1)
+
+
+def test_one_direction_and_all_directions_nest_both_ways(on_gpu):
+    with ds.transfer_guard(host_to_device="disallow"):
+        with ds.transfer_guard("allow"):
+            jnp.ones(1)
+        with pytest.raises(ds.ImplicitTransferError):
+            jnp.ones(1)
+    with ds.transfer_guard("disallow"):
+        with ds.transfer_guard(host_to_device="allow"):
+            jnp.ones(1)
+        with pytest.raises(ds.ImplicitTransferError):
+            jnp.ones(1)
+
+
+def test_outside_every_block_all_three_directions_are_allowed(gpu):
+    before = jax_levels()
+    with jax.default_device(gpu):
+        jnp.ones(1), jax.jit(lambda a: a)(np.ones(1))
+        moved = jax.jit(lambda a, b: a + b)(jnp.ones(1), fresh(gpu, (1.0,)))
+        float(moved[0]), np.asarray(fresh(gpu)), str(fresh(gpu))
+    assert jax_levels() == before
+
+
+def test_explicit_transfers_in_every_direction_are_neither_logged_nor_refused(on_gpu):
+    other = ds.try_gpu(1) if ds.num_gpus() > 1 else ds.cpu()
+    x = fresh(on_gpu)
+    for level in ("log", "disallow"):
+        with ds.transfer_guard(level) as report:
+            jax.device_put(np.ones(4))  # host to device
+            jax.device_put(x, other)  # device to device
+            jax.device_get(fresh(on_gpu))  # device to host
+        assert report.total == 0, level
+
+
+DEVICE_TO_HOST = [
+    ("x.copy_to_host_async()", lambda x: x.copy_to_host_async()),
+    ("print(x) / str(x)", str),
+    ("pickle.dumps(x)", pickle.dumps),
+]  # with NumPy's reads (NUMPY_READS, above): JAX's own device-to-host cases
+
+
+@pytest.mark.parametrize("what, read", DEVICE_TO_HOST, ids=[w for w, _ in DEVICE_TO_HOST])
+def test_device_to_host_reads_jax_guards_are_refused_or_logged(gpu, what, read):
+    with ds.transfer_guard("disallow") as report:
+        with pytest.raises(ds.ImplicitTransferError):
+            read(fresh(gpu))
+    assert report.events[0].what == what
+    with quiet():
+        with ds.transfer_guard("log") as report:
+            read(fresh(gpu))
+    assert report.total == 1 and report.events[0].action == "logged"
+
+
+def test_levels_devshim_does_not_have_are_refused_by_name():
+    for level in ("log_explicit", "disallow_explicit"):
+        with pytest.raises(ds.InvalidGuardLevelError):
+            ds.transfer_guard(level)
+
+
+def test_the_process_default_refuses_host_data_joining_a_gpu_array_on_every_call(gpu, setenv):
+    x = fresh(gpu)
+    add_one = jax.jit(lambda a: a + np.float32(1))
+    bump = jax.jit(lambda a, b: a + b)
+    bump(x, np.ones(3, np.float32))  # compiled, with a fast path, before the default checks
+    setenv("DEVSHIM_TRANSFER_GUARD", "disallow")
+    for _ in range(3):
+        with pytest.raises(ds.ImplicitTransferError):
+            bump(x, np.ones(3, np.float32))
+    assert float(jax.device_get(add_one(jnp.zeros(1))[0])) == 1.0  # host data onto the host CPU
+    setenv("DEVSHIM_TRANSFER_GUARD", None)
+    assert jax.device_get(bump(x, np.ones(3, np.float32))).tolist() == [2.0, 3.0, 4.0]

@@ -88,7 +88,7 @@ class transfer_guard:
         scoped.set(entry)
         return report
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, error, traceback) -> None:
         entry = scoped.get()
         if not isinstance(entry, _Entry) or entry.owner is not self:
             raise GuardBlockInUseError(
@@ -97,7 +97,13 @@ class transfer_guard:
                 "contexts). Use it as a `with` block, one per thread or task: "
                 "`with ds.transfer_guard(\"disallow\"):` inside each."
             )
+        # A framework's own guard refusing a transfer (JAX's, raised from its C++ dispatch)
+        # leaves the block as devshim's error, recorded in the reports; read before the
+        # block's levels are gone.
+        translated = lifecycle.translate(entry.entered, error) if error is not None and entry.entered else None
         lifecycle.exit_block(entry.entered)
         scoped.set(entry.outer)
         if entry.state.checking:
             lifecycle.exit_thread()
+        if translated is not None:
+            raise translated from error

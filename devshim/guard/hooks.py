@@ -10,7 +10,9 @@ it, as it finds the ``Backend`` subclass in ``core.py``). The guard's lifecycle
 ``enter_thread()`` / ``exit_thread()``  per-thread parts (torch's function mode), around
                                     each checking block in the thread that enters it;
 ``enter_block(state)`` / ``exit_block()``  every block, checking or not, for backends that
-                                    map devshim's levels onto the framework's own guard (JAX).
+                                    map devshim's levels onto the framework's own guard (JAX);
+``translate(error)``                 an exception leaving such a block: the framework guard's
+                                    refusal, as devshim's error (or None to leave it as it is).
 
 Hooks report what they see with ``devshim.guard.report.implicit``, after checking
 ``state.checking`` and ``marker.is_explicit()``. A hook that replaces a framework
@@ -59,6 +61,16 @@ class GuardHooks(ABC):
 
     def exit_block(self) -> None:
         """That block ends."""
+
+    def translate(self, error: BaseException):
+        """devshim's error for ``error``, an exception leaving a block this backend follows,
+        when it is the framework's own guard refusing a transfer; None leaves it as it is.
+
+        Example:
+            >>> GuardHooks.translate(hooks, KeyError("x")) is None
+            True
+        """
+        return None
 
     @classmethod
     def follows_blocks(cls) -> bool:

@@ -28,7 +28,7 @@ from devshim.guard import marker, state
 
 __all__ = [
     "declare", "backend_loaded", "activate", "deactivate", "enter_thread", "exit_thread",
-    "enter_block", "exit_block", "installed", "framework_files",
+    "enter_block", "exit_block", "translate", "installed", "framework_files",
 ]
 
 _lock = RLock()
@@ -191,6 +191,21 @@ def exit_block(entered: list) -> None:
     """
     for hooks in reversed(entered):
         hooks.exit_block()
+
+
+def translate(entered: list, error: BaseException):
+    """devshim's error for ``error`` leaving a block, from the hooks ``enter_block`` entered
+    (a framework's own guard refusing a transfer); None when none of them claims it.
+
+    Example:
+        >>> translate(entered, KeyError("x")) is None
+        True
+    """
+    for hooks in reversed(entered):
+        found = hooks.translate(error)
+        if found is not None:
+            return found
+    return None
 
 
 def backend_loaded(name: str) -> None:

@@ -138,7 +138,8 @@ def implicit(direction: str, kind: str, what: str, source, target, state: GuardS
     Backends' hooks call this (after checking ``state.checking`` and that the
     tensor really is elsewhere). It does nothing for explicit transfers
     (``marker.is_explicit()``) or where the direction's level is "allow". Under
-    "disallow" it raises ``error`` when given, else the guard's own error.
+    "disallow" it raises ``error`` when given (an exception, or a callable making one from
+    the ``TransferEvent``, which knows the call site), else the guard's own error.
 
     Example:
         >>> implicit("device_to_host", READ, "float(t)", gpu0, cpu0)
@@ -156,7 +157,9 @@ def implicit(direction: str, kind: str, what: str, source, target, state: GuardS
     if level == LOG:
         _warn_once(event)
         return
-    raise error if error is not None else _error(event)
+    if error is None:
+        raise _error(event)
+    raise error(event) if callable(error) else error
 
 
 def crossing(direction: str, what: str, source, target, *, explicit: bool, error=None) -> None:

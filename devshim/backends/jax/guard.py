@@ -3,39 +3,32 @@
 JAX has a transfer guard of its own (``jax.transfer_guard_host_to_device``,
 ``_device_to_host``, ``_device_to_device``, thread-local). Every
 ``ds.transfer_guard`` block sets them, in its thread, from the block's levels:
+device to device and device to host always, host to device when JAX's default
+device is an accelerator (real or virtual). devshim's hooks see first what
+they can, so what they refuse raises devshim's errors and what they log is in
+the report; JAX's guard is the backstop for the rest.
 
-- **device to host** and **device to device**: always, to the block's level.
-  JAX's device-to-host guard sees real GPUs only: it never fires for arrays on
-  CPU devices, which is where virtual GPUs live. devshim's own hooks (below)
-  see both, and see first, so a refused read raises devshim's
-  ``ImplicitTransferError`` and a logged one is in the report.
-- **host to device**: to the block's level when JAX's default device (this
-  thread's ``jax.default_device`` at the block's start, else the default
-  backend's) is an accelerator, real or virtual; with the host CPU as default
-  it stays as it was, since host data going to the host moves nowhere.
-  JAX decides what a host-to-device transfer is, and it counts Python scalars
-  and index constants (``x + 1``, ``x[0]``, ``jnp.ones(1)``: jax issues 18436,
-  16002) as well as NumPy arrays going into jitted calls. These are refused by
-  JAX itself (``jax.errors.JaxRuntimeError``, a ``RuntimeError``, "Disallowed
-  host-to-device transfer"), and logged by JAX to stderr under "log": they are
-  not in devshim's report, which cannot see inside JAX's C++ dispatch.
-
-What devshim's hooks add, for arrays on GPUs and virtual GPUs alike:
-
-- **Host reads** (``float(x)``, ``int(x)``, ``bool(x)``, ``x.item()``,
-  ``x.tolist()``, ``print(x)``, f-strings, ``np.asarray(x)`` of a GPU array):
-  they all go through one property of JAX's array class (``item`` aside), which
-  devshim wraps.
-- **NumPy on JAX arrays**: ``np.asarray(x)``, ``np.array(x)`` and
-  ``np.asanyarray(x)`` (wrapped in the ``numpy`` module while a guard checks)
-  and NumPy ufuncs (``np.add(x, 1)``, ``np.exp(x)``, through an
-  ``__array_ufunc__`` the array class gets while a guard checks). Of an array
-  in host memory NumPy reads through the buffer protocol, in C, which nothing
-  else sees. ``ndarray + x`` keeps its meaning: JAX's own operator.
-- **Values already on the host are not transfers**: a read of an array whose
-  value JAX already holds in host memory (after ``jax.device_get(x)`` or
-  ``ds.to_numpy(x)``, which cache it) is neither refused nor counted; devshim
-  remembers the same for virtual GPUs, where JAX keeps no host copy.
+- **Device to host**: every host read of an array goes through one property of
+  JAX's array class (``item`` and ``copy_to_host_async`` aside), which devshim
+  wraps, as it wraps ``np.asarray``/``np.array``/``np.asanyarray`` and gives the
+  array class an ``__array_ufunc__`` while a guard checks (``ndarray + x`` keeps
+  JAX's meaning). JAX's own device-to-host guard never fires for CPU devices,
+  where virtual GPUs live; devshim's hooks see GPUs and virtual GPUs alike. A
+  value JAX already holds on the host (after ``jax.device_get(x)`` or
+  ``ds.to_numpy(x)``; devshim remembers the same for virtual GPUs) is no transfer.
+- **Host to device**: JAX sends host values (NumPy arrays, Python numbers and
+  index constants: ``jnp.ones(1)``, ``x + 1``, a jitted call on a NumPy argument)
+  to devices in one Python step, ``pxla.batched_device_put``, which devshim
+  wraps: a value going to a GPU or virtual GPU is reported (``implicit``), one
+  landing on the host CPU device moves nowhere. Calls JAX has seen before run in
+  C++ (its jit "fast path"), with no Python step; so in a thread where a block
+  checks host to device (and JAX has an accelerator, real or virtual) devshim
+  sets a jit-cache key of its own and keeps JAX from making fast paths under it:
+  every jitted call there takes the Python path. Nothing is retraced.
+- **Device to device**: JAX's own guard (it fires for CPU devices too). Its
+  refusals, raised from C++ as ``JaxRuntimeError``, leave the block as devshim's
+  errors (``JaxGuardHooks.translate``); a Python class cannot be made a base of
+  JAX's, so inside the block they stay JAX's.
 
 devshim's explicit calls are JAX's explicit transfers (``jax.device_put``,
 ``jax.device_get``), and its adapter runs them with JAX's guard relaxed while a
@@ -45,6 +38,7 @@ guard watches (jax issue 40285: an explicit ``device_put`` to the CPU refused).
 from __future__ import annotations
 
 import dis
+import re
 import sys
 import threading
 import weakref
@@ -53,14 +47,30 @@ import jax
 import numpy as np
 from jax._src import array as _array
 
+from devshim import settings
 from devshim._device import Device
 from devshim.backends.registry import load_backend
-from devshim.errors import DevshimError
+from devshim.errors import DeviceMismatchError, DevshimError, ImplicitTransferError
 from devshim.guard import marker
 from devshim.guard.hooks import GuardHooks, mark_wrapper
-from devshim.guard.levels import ALLOW, READ
+from devshim.guard.levels import ALLOW, DISALLOW, OP_INPUT, READ, TO_DEVICE
 from devshim.guard.report import implicit
 from devshim.guard.state import current
+
+try:  # JAX's Python dispatch path: where host data goes to a device when no C++ fast path runs
+    from jax._src import config as _jax_config
+    from jax._src import pjit as _pjit
+    from jax._src import xla_bridge as _xla_bridge
+    from jax._src.interpreters import pxla as _pxla
+    from jax._src.lib import guard_lib as _guard_lib
+
+    _pxla.batched_device_put, _pjit._get_fastpath_data, _xla_bridge.backends_are_initialized  # noqa: B018
+    # A jit-cache key of devshim's own: set (thread-locally) where devshim checks host-to-device,
+    # so jitted calls there miss the C++ fast paths made elsewhere and take JAX's Python path.
+    _CHECKING_KEY = _jax_config.config_ext.Config(
+        "devshim_host_to_device_guard", None, include_in_jit_key=True)
+except (ImportError, AttributeError, TypeError):  # another JAX: JAX's own guard only
+    _CHECKING_KEY = None
 
 _READERS = {
     "__float__": "float(x)",
@@ -75,6 +85,7 @@ _READERS = {
     "__format__": "formatting x (f-string, str.format)",
     "__repr__": "print(x) / repr(x)",
     "__str__": "print(x) / str(x)",
+    "__reduce__": "pickle.dumps(x)",
 }
 _EXPLICIT = {"device_get", "_device_get"}  # JAX's own explicit transfer to the host
 _NUMPY_READERS = ("asarray", "array", "asanyarray")
@@ -228,8 +239,161 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
     return getattr(ufunc, method)(*host, **kwargs)
 
 
+def _guarded_copy_to_host_async(original):
+    def copy_to_host_async(self):
+        state = current()
+        place = _needs_report(self, state)
+        if place is not None and _CHECKING_KEY is not None and _guard_lib.thread_local_state().explicit_device_get:
+            place = None  # jax.device_get starts its explicit copy with this
+        if place is not None:
+            implicit("device_to_host", READ, "x.copy_to_host_async()", place, Device("cpu"), state)
+            return _read_after_report(original, self)
+        return original(self)
+
+    mark_wrapper(copy_to_host_async, original)
+    return copy_to_host_async
+
+
+# ------------------------------------------------------------------ host to device
+
+_JIT_FRAME = "_run_python_pjit"  # JAX's Python path of a jitted call; its local ``fun`` is the function
+
+
+def _computation_name(depth: int = 12) -> str:
+    """The jitted function (or primitive) JAX is sending host data to, from its Python frames."""
+    frame = sys._getframe(2)
+    for _ in range(depth):
+        if frame is None:
+            break
+        if frame.f_code.co_name == _JIT_FRAME:
+            fun = frame.f_locals.get("fun")
+            name = getattr(fun, "__qualname__", None) or getattr(fun, "__name__", None)
+            if name:
+                return name if getattr(fun, "_apply_primitive", False) else f"jit({name})"
+        frame = frame.f_back
+    return "a JAX computation"
+
+
+def _accelerator_among(devices):
+    """The first of JAX's ``devices`` that is not the host CPU (a GPU, real or virtual), or None."""
+    backend = load_backend("jax")
+    for native in devices:
+        place = backend.describe(native)
+        if place.kind != "cpu":
+            return place
+    return None
+
+
+def _host_to_device_error(event) -> ImplicitTransferError:
+    return ImplicitTransferError(
+        f"{event.what}: an implicit host-to-device copy to {event.target}, refused "
+        f"by ds.transfer_guard at {event.site}. JAX counts NumPy arrays, Python numbers and index "
+        f"constants (x + 1, x[0], jnp.ones(1)) given to a computation on a device. Put the data "
+        f"there explicitly first (ds.to_device(a, device) or jax.device_put(a, device)), or allow "
+        f"these copies with ds.transfer_guard(host_to_device='allow')."
+    )
+
+
+_global_key: dict = {"pending": False}  # the process default's key: to decide ("pending"), set ("set")
+
+
+def _settle_global_key() -> None:
+    """Set devshim's jit-cache key for every thread when the process default checks host to
+    device and JAX (running a computation now, so started) has an accelerator, real or virtual."""
+    _global_key["pending"] = False
+    if _has_accelerators():
+        _CHECKING_KEY.set_global(True)
+        _global_key["set"] = True
+
+
+def _follow_default() -> None:
+    """The process default (DEVSHIM_TRANSFER_GUARD) checks in every thread, outside blocks too:
+    set devshim's jit-cache key for every thread while it checks host to device, from now on
+    (JAX's fast paths made before are keyed without it). If JAX has not started yet, no fast
+    path exists and asking for its devices would start it before devshim sets up virtual GPUs:
+    decided at JAX's first dispatch through the hooks instead."""
+    try:
+        wanted = bool(_saved) and settings.default_guard_level() != ALLOW
+    except DevshimError:  # a misspelt level: the lifecycle reports it
+        wanted = False
+    _global_key["pending"] = False
+    if not wanted:
+        if _global_key.pop("set", False):
+            _CHECKING_KEY.set_global(None)
+    elif _xla_bridge.backends_are_initialized():
+        _settle_global_key()
+    else:
+        _global_key["pending"] = True
+
+
+def _guarded_device_put(original):
+    """JAX's one Python step that sends host values (NumPy arrays, numbers) to devices."""
+
+    def batched_device_put(aval, sharding, xs, devices, *args, **kwargs):
+        if _global_key["pending"]:
+            _settle_global_key()
+        state = current()
+        if (state.host_to_device == ALLOW or not _CHECKING_KEY.value or marker.is_explicit()
+                or _guard_lib.thread_local_state().explicit_device_put):
+            return original(aval, sharding, xs, devices, *args, **kwargs)
+        if any(isinstance(x, _ArrayImpl) for x in xs):  # JAX arrays: a copy between devices
+            return original(aval, sharding, xs, devices, *args, **kwargs)
+        target = _accelerator_among(devices)
+        if target is not None:
+            what = f"host data {aval.str_short()} into {_computation_name()}"
+            implicit("host_to_device", TO_DEVICE, what, Device("cpu"), target, state,
+                     error=_host_to_device_error)
+        # devshim has decided (host data to the host CPU moves nowhere): JAX's own guard, set
+        # by the block as a backstop, must not decide again, nor log it a second time.
+        with jax.transfer_guard_host_to_device(ALLOW):
+            return original(aval, sharding, xs, devices, *args, **kwargs)
+
+    return mark_wrapper(batched_device_put, original)
+
+
+def _guarded_fastpath(original):
+    """No C++ fast path is made for calls where devshim checks host-to-device: every call there
+    takes JAX's Python path, where ``batched_device_put`` sees its host arguments."""
+
+    def _get_fastpath_data(*args, **kwargs):
+        if _global_key["pending"]:
+            _settle_global_key()
+        if _CHECKING_KEY.value:
+            return None
+        return original(*args, **kwargs)
+
+    return mark_wrapper(_get_fastpath_data, original)
+
+
+def _has_accelerators() -> bool:
+    """Whether JAX has a device that is not the host CPU: a GPU or TPU, or a virtual GPU
+    (host device 1, when devshim presents virtual GPUs). Without one host data cannot move."""
+    if jax.default_backend() != "cpu":
+        return True
+    devices = jax.devices()
+    return len(devices) > 1 and load_backend("jax").describe(devices[1]).kind != "cpu"
+
+
+def _checks_host_to_device(state) -> bool:
+    return _CHECKING_KEY is not None and state.host_to_device != ALLOW and _has_accelerators()
+
+
+class _CheckingKey:
+    """Sets devshim's jit-cache key in this thread for one block."""
+
+    __slots__ = ("_previous",)
+
+    def __enter__(self):
+        self._previous = _CHECKING_KEY.swap_local(True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _CHECKING_KEY.set_local(self._previous)
+
+
 def _install() -> None:
-    """Wrap JAX's host-read property, item(), NumPy's readers, and give arrays __array_ufunc__."""
+    """Wrap JAX's host-read property, item(), NumPy's readers, give arrays __array_ufunc__, and
+    hook JAX's Python path for host data going to devices."""
     if _saved:
         return
     _saved["_value"] = _ArrayImpl.__dict__["_value"]
@@ -238,6 +402,15 @@ def _install() -> None:
     _ArrayImpl.item = _guarded_item(_ArrayImpl.item)
     _saved["__array_ufunc__"] = _ArrayImpl.__dict__.get("__array_ufunc__", _MISSING)
     _ArrayImpl.__array_ufunc__ = _array_ufunc
+    _saved["copy_to_host_async"] = _ArrayImpl.__dict__.get("copy_to_host_async", _MISSING)
+    _ArrayImpl.copy_to_host_async = _guarded_copy_to_host_async(_ArrayImpl.copy_to_host_async)
+    if _CHECKING_KEY is not None:
+        _saved["batched_device_put"] = _pxla.batched_device_put
+        _pxla.batched_device_put = _guarded_device_put(_saved["batched_device_put"])
+        _saved["_get_fastpath_data"] = _pjit._get_fastpath_data
+        _pjit._get_fastpath_data = _guarded_fastpath(_saved["_get_fastpath_data"])
+        _follow_default()
+        settings.on_change(_follow_default)
     numpy_readers = {}
     for name in _NUMPY_READERS:
         numpy_readers[name] = getattr(np, name)
@@ -258,6 +431,13 @@ def _uninstall() -> None:
     _ArrayImpl._value = _saved.pop("_value")
     _restore(_ArrayImpl, "item", _saved.pop("item"))
     _restore(_ArrayImpl, "__array_ufunc__", _saved.pop("__array_ufunc__"))
+    _restore(_ArrayImpl, "copy_to_host_async", _saved.pop("copy_to_host_async"))
+    if "batched_device_put" in _saved:
+        _pxla.batched_device_put = _saved.pop("batched_device_put")
+        _pjit._get_fastpath_data = _saved.pop("_get_fastpath_data")
+    _global_key["pending"] = False
+    if _global_key.pop("set", False):
+        _CHECKING_KEY.set_global(None)
     for name, original in _saved.pop("numpy").items():
         setattr(np, name, original)
     _fetched.clear()
@@ -282,8 +462,10 @@ def _enter_block(state) -> None:
     """Set JAX's own guards to this block's levels, in this thread."""
     scopes = [jax.transfer_guard_device_to_device(state.device_to_device),
               jax.transfer_guard_device_to_host(state.device_to_host)]
-    if _default_is_a_device():
+    if _default_is_a_device():  # a backstop for what devshim's hook does not see (pmap, AOT calls)
         scopes.append(jax.transfer_guard_host_to_device(state.host_to_device))
+    if _checks_host_to_device(state):
+        scopes.append(_CheckingKey())
     for scope in scopes:
         scope.__enter__()
     stack = getattr(_local, "scopes", None)
@@ -297,6 +479,56 @@ def _exit_block() -> None:
     if stack:
         for scope in reversed(stack.pop()):
             scope.__exit__(None, None, None)
+
+
+_REFUSED = re.compile(r"Disallowed (host-to-device|device-to-host|device-to-device) transfer")
+_JAX_DEVICE = re.compile(r"(?:^|[^_])sharding=\w+\(device=\w+\(id=(\d+)\)")
+_JAX_TARGET = re.compile(r"dst_sharding=\w+\(device=\w+\(id=(\d+)\)")
+
+
+def _jax_device(pattern, message: str, fallback):
+    found = pattern.search(message)
+    if found is None:
+        return fallback
+    index = int(found.group(1))
+    for native in jax.devices():
+        if native.id == index:
+            return load_backend("jax").describe(native)
+    return fallback
+
+
+def _translate(error):
+    """devshim's error for JAX's own guard refusing a transfer, recorded like devshim's own."""
+    if not isinstance(error, jax.errors.JaxRuntimeError):
+        return None
+    message = str(error)
+    refused = _REFUSED.search(message)
+    if refused is None:
+        return None
+    direction = refused.group(1).replace("-", "_")
+    source = Device("cpu") if direction == "host_to_device" else _jax_device(_JAX_DEVICE, message, "a device")
+    target = Device("cpu") if direction == "device_to_host" else _jax_device(_JAX_TARGET, message, "a device")
+    kind = {"host_to_device": TO_DEVICE, "device_to_host": READ}.get(direction, OP_INPUT)
+    jax_says = message.split(": ", 1)[-1]
+
+    def refusal(event):
+        cls = DeviceMismatchError if direction == "device_to_device" else ImplicitTransferError
+        return cls(
+            f"JAX's own transfer guard, set by ds.transfer_guard, refused an implicit "
+            f"{refused.group(1)} copy from {event.source} to {event.target} inside the block "
+            f"ending at {event.site} ({jax_says}). Make the copy explicit (ds.to_device, "
+            f"ds.copy_if_needed, ds.to_numpy, or jax.device_put / jax.device_get), or allow it "
+            f"with ds.transfer_guard({direction}='allow')."
+        )
+
+    state = current()
+    if state.level(direction) != DISALLOW:
+        return None  # devshim's level lets it through: JAX's guard was set by someone else
+    try:
+        implicit(direction, kind, f"JAX: {jax_says}", source, target, state, error=refusal)
+    except DevshimError as translated:
+        return translated
+    return None
 
 
 class JaxGuardHooks(GuardHooks):
@@ -317,3 +549,6 @@ class JaxGuardHooks(GuardHooks):
 
     def exit_block(self) -> None:
         _exit_block()
+
+    def translate(self, error):
+        return _translate(error)
