@@ -247,6 +247,7 @@ def test_sharded_arrays_have_no_one_device_and_are_gathered_by_to_device():
             np.testing.assert_array_equal(ds.to_numpy(x), np.arange(8.0))
         one = jax.device_put(jnp.ones(2), NamedSharding(Mesh(np.array(cpus[1:2]), ("a",)), P()))
         assert str(ds.neutral_device(one)) == "cpu:1" and ds.copy_if_needed(one, "cpu:1") is one
+        assert ds.device_of(one) is cpus[1]  # one device: its jax.Device, not the sharding
         print("SHARDED OK")
     """, XLA_FLAGS="--xla_force_host_platform_device_count=4")
     assert result.returncode == 0, result.stderr
@@ -526,6 +527,14 @@ def test_spread_inside_jit_device_of_is_none_and_to_device_places_as_device_put(
         assert got.sharding == want.sharding
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     assert seen == [None]
+
+
+def test_spread_a_sharding_is_a_target_for_jax_arrays_only(spread_over):
+    sharded, _ = _shardings(spread_over)
+    assert ds.device(sharded) is sharded  # the JAX backend takes it as it is
+    for other in (np.ones(8), [np.ones(8)]):
+        with pytest.raises(ds.InvalidDeviceError, match="NamedSharding"):
+            ds.to_device(other, sharded)  # NumPy's backend has no such place
 
 
 def test_arrays_over_several_devices_in_a_fresh_interpreter_with_four_host_devices():
