@@ -393,6 +393,38 @@ def test_inside_jit_device_of_answers_none_and_to_device_places_as_device_put_do
     assert ds.device_of(x) == ds.cpu()  # outside, the array's own device
 
 
+_MADE_WHERE_X_IS = {
+    "jnp.zeros": lambda x: jnp.zeros(1, device=ds.device_of(x)),
+    "jnp.zeros_like(jnp.ones)": lambda x: jnp.zeros_like(jnp.ones(1, device=ds.device_of(x))),
+    "jnp.zeros_like(jnp.empty)": lambda x: jnp.zeros_like(jnp.empty(1, device=ds.device_of(x))),
+    "jnp.full": lambda x: jnp.full(1, fill_value=0, device=ds.device_of(x)),
+    "jnp.asarray": lambda x: jnp.asarray([0], device=ds.device_of(x)),
+    "ds.to_device": lambda x: ds.to_device(jnp.zeros(1), ds.device_of(x)),
+    "ds.copy_if_needed": lambda x: ds.copy_if_needed(jnp.zeros(1), ds.device_of(x)),
+    "ds.to_device(nest)": lambda x: ds.to_device({"z": [jnp.zeros(1)]}, ds.device_of(x))["z"][0],
+}
+
+
+@pytest.mark.parametrize("how", list(_MADE_WHERE_X_IS))
+def test_device_of_goes_back_into_jax_numpy_and_devshim_eagerly_and_inside_jit(how):
+    make = _MADE_WHERE_X_IS[how]
+    for x in (jnp.ones(1), jax.device_put(jnp.ones(1), ds.try_gpu(max(ds.num_gpus() - 1, 0)))):
+        eager = make(x)
+        assert np.asarray(eager).tolist() == [0] and ds.device_of(eager) == ds.device_of(x)
+        traced = jax.jit(make)(x)  # device_of answers None in the trace; every call above takes it
+        assert np.asarray(traced).tolist() == [0]
+
+
+def test_none_is_a_target_only_inside_jit():
+    x = jnp.ones(2)
+    for move in (ds.to_device, ds.copy_if_needed):
+        for value in (x, {"x": [x]}):
+            with pytest.raises(ds.InvalidDeviceError, match="jax.jit"):
+                move(value, None)
+    with pytest.raises(ds.InvalidDeviceError, match="Accepted forms"):
+        ds.device(None)  # and no spec for ds.device
+
+
 # ------------------------------------------------------------ arrays spread over several devices
 # In process where there are several devices (the virtual GPUs of the second pass); the plain pass
 # runs the same tests in a fresh interpreter with four host devices (the last test below).

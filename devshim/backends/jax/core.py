@@ -19,7 +19,9 @@ trace). What devshim answers for each:
   array already placed as the sharding says; ``to_device(x, device)`` gathers a
   spread array onto one device;
 - a tracer has no device until the traced function runs: ``device_of`` answers
-  None (as array-api-compat's ``device(x)``), ``neutral_device`` and
+  None (as array-api-compat's ``device(x)``), which ``to_device`` and
+  ``copy_if_needed`` take there as ``jax.device_put(t, None)`` does (and refuse
+  for a concrete array); ``neutral_device`` and
   ``to_numpy`` raise ``UnplacedTensorError``; ``to_device`` and ``copy_if_needed``
   record a ``jax.device_put`` in the trace, so gradients flow through them. Under
   ``grad`` alone it runs eagerly and moves the value; inside ``jit`` the compiled
@@ -246,11 +248,20 @@ class JaxBackend(Backend):
             return spec
         return super().device(spec)
 
+    def target(self, spec):
+        # None is what device_of answers inside jax.jit: there it goes back into to_device and
+        # copy_if_needed as into jax.device_put (copy_to refuses it for a concrete array).
+        if spec is None:
+            return None
+        return super().target(spec)
+
     def same_place(self, x, native) -> bool:
         try:
             sharding = x.sharding
         except AttributeError:
             return False  # a tracer: place it where asked, the trace records that
+        if native is None:
+            return False  # copy_to says why None names no place outside jax.jit
         target = self._single_sharding(native)
         return sharding == target or _equivalent(sharding, target, x.ndim)
 
@@ -268,6 +279,8 @@ class JaxBackend(Backend):
         put = self._copy_put
         if put is None:
             put = self._copy_put = self._make_copy_put()
+        if native is None and not _is_tracer(x):
+            raise self._no_device_named()
         try:
             if marker.watchers:  # a devshim guard sets JAX's own: this copy is explicit (jax issue 40285)
                 with self.fw.transfer_guard("allow"):
@@ -277,6 +290,14 @@ class JaxBackend(Backend):
             if _is_deleted(x):
                 raise self._deleted(x, f"copy to {native}") from None
             raise
+
+    def _no_device_named(self) -> InvalidDeviceError:
+        return InvalidDeviceError(
+            "None names no device here: it is what ds.device_of answers inside jax.jit (a tracer is "
+            "placed only when the function runs), and there ds.to_device(t, None) is "
+            "jax.device_put(t, None). Outside a transformation, name the device: "
+            "ds.to_device(x, ds.device_of(y)), ds.try_gpu(), 'cpu'."
+        )
 
     def _deleted(self, x, what: str) -> DatalessTensorError:
         return DatalessTensorError(
@@ -306,7 +327,7 @@ class JaxBackend(Backend):
         if put is None:
             put = self._copy_put = self._make_copy_put()
         copy_to = self.copy_to
-        if marker.watchers:
+        if marker.watchers or native is None:
             return lambda x: copy_to(x, native, non_blocking)
 
         def copy(x):
