@@ -20,7 +20,8 @@ from devshim.backends.dispatch import (
 )
 from devshim.backends.nests import copy_nest, copy_nest_if_needed, nest_to_numpy
 from devshim.backends.selection import get_backend
-from devshim.errors import DeviceMismatchError, NotATensorError
+from devshim._device import Device
+from devshim.errors import DeviceMismatchError, MultiDeviceValueError, NotATensorError
 
 __all__ = [
     "cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "devices", "device",
@@ -297,7 +298,11 @@ def _tensor_devices(xs: tuple) -> list:
         for path, leaf in _tree.iter_leaves(x):
             paths = _fast_paths(leaf)
             if paths:
-                found.append((f"argument {position}{path}", paths[0](leaf)))
+                try:
+                    place = paths[0](leaf)
+                except MultiDeviceValueError:  # a JAX array spread over devices: its Sharding
+                    place = paths[1](leaf)
+                found.append((f"argument {position}{path}", place))
     return found
 
 
@@ -305,6 +310,8 @@ def same_device(*xs) -> bool:
     """Whether every tensor in ``xs`` (nests walked) lives on one device.
 
     Non-tensor leaves are ignored; with no tensors at all the answer is True.
+    JAX arrays spread over several devices are placed alike when their
+    shardings are equal (never alike with a single-device array).
 
     Example:
         >>> ds.same_device(X, {"y": Y})
@@ -316,6 +323,8 @@ def same_device(*xs) -> bool:
 
 def ensure_same_device(*xs):
     """The one Device all tensors in ``xs`` share; DeviceMismatchError otherwise.
+
+    For JAX arrays spread alike over several devices: their ``Sharding``.
 
     Example:
         >>> dev = ds.ensure_same_device(X, Y)
@@ -330,8 +339,10 @@ def ensure_same_device(*xs):
         return first
     listing = "; ".join(f"{where} is on {dev!r}" for where, dev in placed)
     strays = [where for where, dev in placed if dev != first]
+    # A Sharding (JAX arrays spread over devices) has no spec string: name the tensor that has it.
+    there = f"ds.device('{first}')" if type(first) is Device else f"ds.device_of(<{placed[0][0]}>)"
     raise DeviceMismatchError(
         f"Tensors are on different devices: {listing}. Copy explicitly before combining "
-        f"them, e.g. ds.copy_if_needed(<{strays[0]}>, ds.device('{first}')) copies "
+        f"them, e.g. ds.copy_if_needed(<{strays[0]}>, {there}) copies "
         f"{strays[0]} to {first}."
     )

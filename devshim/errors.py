@@ -375,10 +375,11 @@ class MultiDeviceValueError(UnsupportedValueError):
     """A value spread over several devices at once (a JAX array sharded or
     replicated over a mesh, a TensorFlow composite tensor whose parts live
     apart) was asked for its one device. Moving it whole works: ``to_device``
-    gathers it onto the target.
+    gathers it onto the target. For a JAX array ``ds.device_of`` answers its
+    ``Sharding``; ``neutral_device`` raises this.
 
     Example:
-        >>> ds.device_of(jax.device_put(x, NamedSharding(mesh, P("batch"))))
+        >>> ds.neutral_device(jax.device_put(x, NamedSharding(mesh, P("batch"))))
         Traceback (most recent call last):
         devshim.errors.MultiDeviceValueError: This JAX array is spread over 2 devices ...
     """

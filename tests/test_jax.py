@@ -247,6 +247,7 @@ def test_sharded_arrays_have_no_one_device_and_are_gathered_by_to_device():
             np.testing.assert_array_equal(ds.to_numpy(x), np.arange(8.0))
         one = jax.device_put(jnp.ones(2), NamedSharding(Mesh(np.array(cpus[1:2]), ("a",)), P()))
         assert str(ds.neutral_device(one)) == "cpu:1" and ds.copy_if_needed(one, "cpu:1") is one
+        assert ds.device_of(one) is cpus[1]  # one device: its jax.Device, not the sharding
         print("SHARDED OK")
     """, XLA_FLAGS="--xla_force_host_platform_device_count=4")
     assert result.returncode == 0, result.stderr
@@ -390,3 +391,192 @@ def test_inside_jit_device_of_answers_none_and_to_device_places_as_device_put_do
             assert np.asarray(a).tolist() == np.asarray(b).tolist()
     assert seen and all(d is None for d in seen)
     assert ds.device_of(x) == ds.cpu()  # outside, the array's own device
+
+
+_MADE_WHERE_X_IS = {
+    "jnp.zeros": lambda x: jnp.zeros(1, device=ds.device_of(x)),
+    "jnp.zeros_like(jnp.ones)": lambda x: jnp.zeros_like(jnp.ones(1, device=ds.device_of(x))),
+    "jnp.zeros_like(jnp.empty)": lambda x: jnp.zeros_like(jnp.empty(1, device=ds.device_of(x))),
+    "jnp.full": lambda x: jnp.full(1, fill_value=0, device=ds.device_of(x)),
+    "jnp.asarray": lambda x: jnp.asarray([0], device=ds.device_of(x)),
+    "ds.to_device": lambda x: ds.to_device(jnp.zeros(1), ds.device_of(x)),
+    "ds.copy_if_needed": lambda x: ds.copy_if_needed(jnp.zeros(1), ds.device_of(x)),
+    "ds.to_device(nest)": lambda x: ds.to_device({"z": [jnp.zeros(1)]}, ds.device_of(x))["z"][0],
+}
+
+
+@pytest.mark.parametrize("how", list(_MADE_WHERE_X_IS))
+def test_device_of_goes_back_into_jax_numpy_and_devshim_eagerly_and_inside_jit(how):
+    make = _MADE_WHERE_X_IS[how]
+    for x in (jnp.ones(1), jax.device_put(jnp.ones(1), ds.try_gpu(max(ds.num_gpus() - 1, 0)))):
+        eager = make(x)
+        assert np.asarray(eager).tolist() == [0] and ds.device_of(eager) == ds.device_of(x)
+        traced = jax.jit(make)(x)  # device_of answers None in the trace; every call above takes it
+        assert np.asarray(traced).tolist() == [0]
+
+
+def test_none_is_a_target_only_inside_jit():
+    x = jnp.ones(2)
+    for move in (ds.to_device, ds.copy_if_needed):
+        for value in (x, {"x": [x]}):
+            with pytest.raises(ds.InvalidDeviceError, match="jax.jit"):
+                move(value, None)
+    with pytest.raises(ds.InvalidDeviceError, match="Accepted forms"):
+        ds.device(None)  # and no spec for ds.device
+
+
+# ------------------------------------------------------------ arrays spread over several devices
+# In process where there are several devices (the virtual GPUs of the second pass); the plain pass
+# runs the same tests in a fresh interpreter with four host devices (the last test below).
+
+
+@pytest.fixture
+def spread_over():
+    """Two devices an array can be spread over: virtual (or real) GPUs, else host CPUs."""
+    if ds.num_gpus() >= 2:
+        return ds.try_all_gpus()[:2]
+    cpus = jax.local_devices(backend="cpu")
+    if len(cpus) >= 2:
+        return cpus[:2]
+    pytest.skip("this process has one JAX device; the fresh-interpreter test runs these with four")
+
+
+def _mesh(devices):
+    from jax.sharding import Mesh
+
+    return Mesh(np.array(devices), ("b",))  # Auto axes: jnp.asarray(..., device=) takes them
+
+
+def _shardings(devices):
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    mesh = _mesh(devices)
+    return NamedSharding(mesh, PartitionSpec("b")), NamedSharding(mesh, PartitionSpec())
+
+
+@pytest.mark.parametrize("layout", ["sharded", "replicated"])
+def test_spread_device_of_is_the_sharding_and_goes_back_into_device(spread_over, layout):
+    sharding = _shardings(spread_over)[layout == "replicated"]
+    x = jax.device_put(jnp.arange(8.0), sharding)
+    d = ds.device_of(x)
+    assert d == x.sharding == x.device  # what array-api-compat's device(x) answers for JAX arrays
+    assert ds.device_of(x) == d  # and again, from the table
+    xp = ds.array_module(x)
+    made = [jnp.zeros(8, device=d), jnp.asarray(np.ones(8), device=d), jnp.asarray(jnp.ones(8), device=d),
+            jnp.ones_like(x, device=d), jax.device_put(np.ones(8), d), xp.full(8, 2.0, device=d)]
+    for y in made:
+        assert y.sharding == x.sharding and ds.device_of(y) == d
+        assert ds.same_device(x, y)
+
+
+def test_spread_neutral_device_refuses_and_names_device_of(spread_over):
+    for sharding in _shardings(spread_over):
+        x = jax.device_put(jnp.arange(8.0), sharding)
+        with pytest.raises(ds.MultiDeviceValueError) as info:
+            ds.neutral_device(x)
+        assert isinstance(info.value, ds.UnsupportedValueError)
+        message = str(info.value)
+        assert "ds.device_of(x)" in message and "Sharding" in message
+        for native in spread_over:
+            assert str(ds.get_backend().describe(native)) in message
+
+
+def _buffers(x) -> set:
+    return {shard.data.unsafe_buffer_pointer() for shard in x.addressable_shards}
+
+
+def test_spread_to_device_onto_a_sharding_is_device_put_in_new_storage(spread_over):
+    sharded, replicated = _shardings(spread_over)
+    x = jax.device_put(jnp.arange(8.0), sharded)
+    y = ds.to_device(x, ds.device_of(x))
+    assert y is not x and y.sharding == jax.device_put(x, sharded).sharding
+    assert not _buffers(y) & _buffers(x)  # device_put would hand x's buffers back
+    np.testing.assert_array_equal(np.asarray(y), np.arange(8.0))
+    one = jax.device_put(jnp.ones(8), spread_over[0])  # a single-device array, spread
+    for target in (sharded, replicated):
+        z = ds.to_device(one, target)
+        assert z.sharding == jax.device_put(one, target).sharding == target
+    batch = ds.to_device({"x": one, "ys": [x, jnp.zeros(8)]}, replicated)
+    assert all(leaf.sharding == replicated for leaf in (batch["x"], *batch["ys"]))
+    gathered = ds.to_device(x, spread_over[1])  # onto one device: gathered there
+    assert ds.device_of(gathered) == spread_over[1] == ds.neutral_device(gathered)
+    np.testing.assert_array_equal(ds.to_numpy(x), np.arange(8.0))
+
+
+def test_spread_copy_if_needed_keeps_arrays_placed_as_asked(spread_over):
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    sharded, replicated = _shardings(spread_over)
+    x = jax.device_put(jnp.arange(8.0), sharded)
+    assert ds.copy_if_needed(x, ds.device_of(x)) is x
+    assert ds.copy_if_needed(x, NamedSharding(_mesh(spread_over), PartitionSpec("b"))) is x  # an equal one
+    z = ds.copy_if_needed(x, replicated)
+    assert z is not x and z.sharding == replicated
+    assert ds.copy_if_needed(z, replicated) is z
+    one = jax.device_put(jnp.ones(8), spread_over[0])
+    assert ds.copy_if_needed(one, spread_over[0]) is one
+    w = ds.copy_if_needed(one, sharded)
+    assert w is not one and w.sharding == sharded
+    gathered = ds.copy_if_needed(z, spread_over[0])  # replicated is on more than that device
+    assert gathered is not z and ds.neutral_device(gathered) == spread_over[0]
+    nest = {"x": x, "w": [w]}
+    assert ds.copy_if_needed(nest, sharded) is nest
+    moved = ds.copy_if_needed({"x": x, "one": one}, sharded)
+    assert moved["x"] is x and moved["one"].sharding == sharded
+
+
+def test_spread_same_device_compares_shardings(spread_over):
+    sharded, replicated = _shardings(spread_over)
+    x = jax.device_put(jnp.arange(8.0), sharded)
+    x2 = jax.device_put(jnp.ones(8), sharded)
+    r = jax.device_put(jnp.ones(8), replicated)
+    one = jax.device_put(jnp.ones(8), spread_over[0])
+    assert ds.same_device(x, {"x2": [x2]}) and ds.same_device(r, r * 2)
+    assert not ds.same_device(x, r) and not ds.same_device(x, one) and not ds.same_device(one, r)
+    assert ds.ensure_same_device(x, {"x2": x2}) == x.sharding
+    with pytest.raises(ds.DeviceMismatchError) as info:
+        ds.ensure_same_device(x, {"r": r})
+    message = str(info.value)
+    assert "argument 1['r']" in message and "ds.copy_if_needed(<argument 1['r']>, ds.device_of(<argument 0>))" \
+        in message
+    with pytest.raises(ds.DeviceMismatchError, match=r"ds\.device\('"):
+        ds.ensure_same_device(one, r)  # the first is one device: its spec names the fix
+
+
+def test_spread_inside_jit_device_of_is_none_and_to_device_places_as_device_put(spread_over):
+    sharded, replicated = _shardings(spread_over)
+    x = jax.device_put(jnp.arange(8.0), sharded)
+    seen = []
+
+    def ours(a):
+        seen.append(ds.device_of(a))
+        return ds.to_device(a, replicated), ds.to_device(a * 2, ds.cpu())
+
+    def theirs(a):
+        return jax.device_put(a, replicated), jax.device_put(a * 2, ds.cpu())
+
+    for got, want in zip(jax.jit(ours)(x), jax.jit(theirs)(x)):
+        assert got.sharding == want.sharding
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert seen == [None]
+
+
+def test_spread_a_sharding_is_a_target_for_jax_arrays_only(spread_over):
+    sharded, _ = _shardings(spread_over)
+    assert ds.device(sharded) is sharded  # the JAX backend takes it as it is
+    for other in (np.ones(8), [np.ones(8)]):
+        with pytest.raises(ds.InvalidDeviceError, match="NamedSharding"):
+            ds.to_device(other, sharded)  # NumPy's backend has no such place
+
+
+def test_arrays_over_several_devices_in_a_fresh_interpreter_with_four_host_devices():
+    """The test_spread_ tests above, where this process has a single JAX device (the plain pass)."""
+    if len(jax.devices()) >= 2 or ds.num_gpus() >= 2:
+        pytest.skip("the test_spread_ tests ran in this process")
+    import os
+
+    result = run_fresh("", "-m", "pytest", os.path.abspath(__file__), "-q", "-p", "no:cacheprovider",
+                       "-k", "test_spread_", DEVSHIM_BACKEND="jax",
+                       XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert " passed" in result.stdout and "skipped" not in result.stdout, result.stdout

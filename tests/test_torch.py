@@ -309,6 +309,21 @@ def test_compiled_nest_copies_compile_once_and_match_eager():
     assert len(graphs) == 1
 
 
+def test_the_public_functions_themselves_compile_with_fullgraph():
+    """ds.to_device and ds.copy_if_needed compiled as they are, with a spec string, keywords and a nest."""
+    torch = pytest.importorskip("torch")
+    x = torch.zeros([1], dtype=torch.bfloat16)
+    batch = {"x": x, "ids": [torch.arange(2)], "skip": x, "n": 1}
+    ds.to_device(x, "cpu")  # devshim has met the types: the compiled call is lookups only
+    for fn in (ds.to_device, ds.copy_if_needed):
+        compiled = torch.compile(fn, fullgraph=True, backend="eager")
+        got = compiled(x, "cpu")
+        assert got.dtype == torch.bfloat16 and got.device == ds.device_of(fn(x, "cpu"))
+        assert torch.equal(got, x)
+        moved = compiled(batch, "cpu", non_blocking=True, skip_keys="skip")
+        assert moved["skip"] is x and moved["n"] == 1 and torch.equal(moved["ids"][0], torch.arange(2))
+
+
 _COMPILE_COLD = """
 import json, torch, devshim as ds
 {first}

@@ -85,3 +85,23 @@ def test_device_of_and_neutral_device_refuse_non_tensors(harness, value):
     for function in (ds.device_of, ds.neutral_device):
         with pytest.raises(ds.NotATensorError, match=function.__name__):
             function(value)
+
+
+def test_to_device_onto_each_device_lands_where_device_of_then_says(harness):
+    x = harness.tensor([1.0, 2.0, 3.0])  # on the framework's default device
+    for place in _places():
+        y = ds.to_device(x, place)
+        assert y is not x and ds.device_of(y) == place, f"to_device(x, {place!r})"
+        assert harness.values(y).tolist() == [1.0, 2.0, 3.0]
+        z = ds.to_device(y, ds.device_of(y))  # to its own device: an equal array, still a copy
+        assert z is not y and ds.device_of(z) == ds.device_of(y) and harness.values(z).tolist() == [1.0, 2.0, 3.0]
+
+
+def test_to_device_cpu_brings_the_values_home_from_every_device(harness):
+    expected = [1, 2, 3]
+    for place in _places():
+        x = harness.tensor(expected, device=place, dtype="int32")
+        for spec in ("cpu", ds.cpu()):
+            home = ds.to_device(x, spec)
+            assert ds.device_of(home) == ds.cpu() and ds.neutral_device(home) == "cpu:0"
+            assert harness.values(home).tolist() == expected and harness.dtype_name(home) == "int32"

@@ -110,3 +110,64 @@ def test_namedtuples_and_tuples_keep_their_type(harness):
     x = harness.tensor([1.0])
     out = ds.to_device(Pair(x, (x, 2)), _target())
     assert type(out) is Pair and type(out.b) is tuple and out.b[1] == 2
+
+
+def _each_container(t):
+    """The containers a training loop hands over, each with tensors, a nested list and plain leaves."""
+    plain = object()
+    return {
+        "tuple": (t, [t, t], 1, plain),
+        "dict": {"a": t, "b": [t, t], "c": 1, "d": plain},
+        "namedtuple": Pair(a=t, b=[t, t, 1, plain]),
+        "UserDict": UserDict({"a": t, "b": [t, t], "c": 1, "d": plain}),
+    }
+
+
+@pytest.mark.parametrize("kind", ["tuple", "dict", "namedtuple", "UserDict"])
+@pytest.mark.parametrize("move", [ds.to_device, ds.copy_if_needed])
+def test_each_container_kind_moves_with_its_type_and_keeps_other_leaves_as_they_are(harness, move, kind):
+    t = harness.tensor([1.0, 2.0])
+    target = _target()
+    nest = _each_container(t)[kind]
+    out = move(nest, target)
+    assert type(out) is type(nest)
+    pairs = list(zip(nest.values(), out.values())) if kind in ("dict", "UserDict") else list(zip(nest, out))
+    for before, after in pairs:
+        if type(before) is list:
+            assert type(after) is list and len(after) == len(before)
+        for b, a in zip(before, after) if type(before) is list else [(before, after)]:
+            if b is t:
+                assert ds.neutral_device(a) == ds.neutral_device(harness.tensor([0.0], device=target))
+                assert harness.values(a).tolist() == [1.0, 2.0]
+                if move is ds.to_device:
+                    assert a is not t
+                else:  # kept where it already is, copied otherwise
+                    assert (a is t) == (ds.neutral_device(t) == ds.neutral_device(a))
+            else:
+                assert a is b  # ints and other objects come back themselves
+
+
+class MovableNoNonBlocking:
+    """A .to(device) without a non_blocking keyword (older or third-party batch objects)."""
+
+    def __init__(self, where=None):
+        self.where = where
+
+    def to(self, device):
+        return MovableNoNonBlocking(device)
+
+
+def test_to_methods_without_non_blocking_are_called_without_it(harness):
+    target = _target()
+    for move in (ds.to_device, ds.copy_if_needed):
+        out = move({"obj": MovableNoNonBlocking(), "t": harness.tensor([1.0])}, target, non_blocking=True)
+        assert isinstance(out["obj"], MovableNoNonBlocking) and out["obj"].where == target
+    ds.synchronize()
+
+
+def test_skip_keys_may_be_any_collection_of_keys(harness):
+    x = harness.tensor([1.0])
+    nest = {"a": x, "b": x, "c": [{"a": x}]}
+    for keys in (("a", "b"), {"a", "b"}, frozenset({"a", "b"})):
+        out = ds.to_device(nest, _target(), skip_keys=keys)
+        assert out["a"] is x and out["b"] is x and out["c"][0]["a"] is x

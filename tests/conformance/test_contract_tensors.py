@@ -148,6 +148,16 @@ def test_ensure_same_device_returns_the_common_device(harness):
     assert isinstance(ds.ensure_same_device(x), ds.Device)
 
 
+def test_ensure_same_device_finds_a_nests_device_past_its_other_leaves(harness):
+    for place in ds.devices():
+        t = harness.tensor([1.0, 2.0, 3.0], device=place)
+        for nest in ([1, "a", t], {"a": 1, "b": t}, (None, {"deep": [t, t]})):
+            found = ds.ensure_same_device(nest)
+            assert found == ds.neutral_device(t) and ds.device(found) == ds.device_of(t)
+            assert ds.same_device(nest)
+    assert ds.same_device([1, "a"])  # no tensor: nothing apart, and nothing to find
+
+
 def test_ensure_same_device_without_tensors_raises(harness):
     with pytest.raises(ds.NotATensorError, match="no tensor"):
         ds.ensure_same_device([], {"a": 1})

@@ -10,9 +10,18 @@ several devices, and tracers (the values ``jax.jit``, ``jax.grad`` and ``vmap``
 trace). What devshim answers for each:
 
 - a single-device array lives on its device (``x.sharding``'s one device);
-- an array spread over several devices has no one device: ``device_of`` raises
-  ``MultiDeviceValueError`` naming them; ``to_device`` gathers it onto the target;
-- a tracer has no device until the traced function runs: ``device_of`` and
+- an array spread over several devices (sharded or replicated) has no one device:
+  ``device_of`` returns its ``Sharding`` (what ``x.device`` and array-api-compat's
+  ``device(x)`` answer, and what ``jax.device_put`` and ``jnp``'s ``device=`` take),
+  ``neutral_device`` raises ``MultiDeviceValueError`` naming the devices. A
+  ``Sharding`` is a target too: ``to_device(x, sharding)`` is
+  ``jax.device_put(x, sharding)`` in new storage, and ``copy_if_needed`` keeps an
+  array already placed as the sharding says; ``to_device(x, device)`` gathers a
+  spread array onto one device;
+- a tracer has no device until the traced function runs: ``device_of`` answers
+  None (as array-api-compat's ``device(x)``), which ``to_device`` and
+  ``copy_if_needed`` take there as ``jax.device_put(t, None)`` does (and refuse
+  for a concrete array); ``neutral_device`` and
   ``to_numpy`` raise ``UnplacedTensorError``; ``to_device`` and ``copy_if_needed``
   record a ``jax.device_put`` in the trace, so gradients flow through them. Under
   ``grad`` alone it runs eagerly and moves the value; inside ``jit`` the compiled
@@ -73,7 +82,7 @@ class JaxBackend(Backend):
         self._virtual = 0  # virtual GPUs presented now (host devices 1..N)
         self._described = DeviceTable("sharding")  # a single-device sharding -> Device
         self._by_device: dict = {}  # jax.Device -> Device
-        self._single: dict = {}  # jax.Device -> its SingleDeviceSharding, for same_place
+        self._single: dict = {}  # jax.Device -> its SingleDeviceSharding (a Sharding -> itself), for same_place
         self._cpus = None  # this process's CPU devices; JAX fixes them when it initialises
         self._accelerators = None
         self._platform = _UNKNOWN
@@ -220,22 +229,48 @@ class JaxBackend(Backend):
         # Inside jax.jit (grad, vmap) an array is a tracer, placed only when the function runs:
         # None, which array-api-compat's device(x) answers too and every jax.numpy device= takes
         # (the default device, or where the trace puts it).
-        if _is_tracer(x):
+        try:
+            sharding = x.sharding
+        except AttributeError:
             return None
+        if len(sharding.device_set) != 1:
+            # Spread over several devices: the Sharding is where it lives, as x.device and
+            # array-api-compat's device(x) say, and it goes back into device= and device_put.
+            return sharding
         return self.tensor_device(x).native
+
+    def device(self, spec):
+        # A Sharding (what device_of answers for an array spread over several devices) is a
+        # target as it is, as for jax.device_put; the devices of this process must exist.
+        if self.is_loaded() and isinstance(spec, self.fw.sharding.Sharding):
+            for native in spec.addressable_devices:
+                self._check_native(native)
+            return spec
+        return super().device(spec)
+
+    def target(self, spec):
+        # None is what device_of answers inside jax.jit: there it goes back into to_device and
+        # copy_if_needed as into jax.device_put (copy_to refuses it for a concrete array).
+        if spec is None:
+            return None
+        return super().target(spec)
 
     def same_place(self, x, native) -> bool:
         try:
             sharding = x.sharding
         except AttributeError:
             return False  # a tracer: place it where asked, the trace records that
+        if native is None:
+            return False  # copy_to says why None names no place outside jax.jit
         target = self._single_sharding(native)
         return sharding == target or _equivalent(sharding, target, x.ndim)
 
     def _single_sharding(self, native):
         found = self._single.get(native)
         if found is None:
-            found = self._single[native] = self.fw.sharding.SingleDeviceSharding(native)
+            sharding = self.fw.sharding
+            found = native if isinstance(native, sharding.Sharding) else sharding.SingleDeviceSharding(native)
+            self._single[native] = found
         return found
 
     # ------------------------------------------------------------ copies
@@ -244,6 +279,8 @@ class JaxBackend(Backend):
         put = self._copy_put
         if put is None:
             put = self._copy_put = self._make_copy_put()
+        if native is None and not _is_tracer(x):
+            raise self._no_device_named()
         try:
             if marker.watchers:  # a devshim guard sets JAX's own: this copy is explicit (jax issue 40285)
                 with self.fw.transfer_guard("allow"):
@@ -253,6 +290,14 @@ class JaxBackend(Backend):
             if _is_deleted(x):
                 raise self._deleted(x, f"copy to {native}") from None
             raise
+
+    def _no_device_named(self) -> InvalidDeviceError:
+        return InvalidDeviceError(
+            "None names no device here: it is what ds.device_of answers inside jax.jit (a tracer is "
+            "placed only when the function runs), and there ds.to_device(t, None) is "
+            "jax.device_put(t, None). Outside a transformation, name the device: "
+            "ds.to_device(x, ds.device_of(y)), ds.try_gpu(), 'cpu'."
+        )
 
     def _deleted(self, x, what: str) -> DatalessTensorError:
         return DatalessTensorError(
@@ -282,7 +327,7 @@ class JaxBackend(Backend):
         if put is None:
             put = self._copy_put = self._make_copy_put()
         copy_to = self.copy_to
-        if marker.watchers:
+        if marker.watchers or native is None:
             return lambda x: copy_to(x, native, non_blocking)
 
         def copy(x):
@@ -325,8 +370,9 @@ class JaxBackend(Backend):
         names = ", ".join(sorted(_name(self, d) for d in devices))
         return MultiDeviceValueError(
             f"This JAX array is spread over {len(devices)} devices ({names}; {x.sharding}), so it "
-            f"has no one device. Ask about its parts (x.addressable_shards), or gather it onto one "
-            f"device first: ds.to_device(x, device)."
+            f"has no one ds.Device. ds.device_of(x) returns its Sharding, which jax.device_put, "
+            f"ds.to_device and jnp's device= take; ask about its parts (x.addressable_shards), or "
+            f"gather it onto one device first: ds.to_device(x, device)."
         )
 
     def array_namespace(self, x):
@@ -430,8 +476,13 @@ def _restore_environment(name: str, value) -> None:
 
 def _equivalent(sharding, target, ndim: int) -> bool:
     """Whether a sharding of another kind (a NamedSharding over one device, say) places an
-    array exactly as the single-device ``target`` does: same device, same memory."""
-    return len(sharding.device_set) == 1 and sharding.is_equivalent_to(target, ndim)
+    array of ``ndim`` dimensions exactly as ``target`` does: same devices, same shards, same memory."""
+    if len(sharding.device_set) != len(target.device_set):
+        return False
+    try:
+        return sharding.is_equivalent_to(target, ndim)
+    except Exception:  # noqa: BLE001 - a spec that does not fit ndim (JAX raises IndexError) places nothing alike
+        return False
 
 
 def _platform_name(native) -> str:
