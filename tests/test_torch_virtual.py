@@ -114,6 +114,76 @@ def test_views_and_in_place_updates_share_memory_as_on_cuda(vgpu):
     assert out.shape == (3,) and out.tolist() == [2.0, 2.0, 2.0]
 
 
+# Operations that change a tensor's sizes, strides or storage offset in place. A virtual tensor
+# keeps its own metadata (torch reads it in C++), so each must leave it as the CPU's.
+RESHAPING_IN_PLACE = {
+    "t_": lambda t, other: t.t_(),
+    "transpose_": lambda t, other: t.transpose_(0, 1),
+    "swapdims_": lambda t, other: t.swapdims_(0, 1),
+    "squeeze_": lambda t, other: t[:1].clone().squeeze_(0),
+    "unsqueeze_": lambda t, other: t.unsqueeze_(1),
+    "as_strided_": lambda t, other: t.as_strided_((2, 2), (1, 2), 1),
+    "detach_": lambda t, other: t.detach_(),
+    "resize_ (grow)": lambda t, other: t.resize_(4, 5).fill_(1.5),  # new memory, set
+    "resize_ (shrink)": lambda t, other: t.resize_(2),
+    "resize_as_": lambda t, other: t.resize_as_(other),
+    "set_ (a tensor)": lambda t, other: t.set_(other),
+    "set_ (a tensor's storage, offset, size, stride)": lambda t, other: t.set_(
+        other.untyped_storage(), 1, (2, 2), (1, 2)),
+    "out= resizes": lambda t, other: torch.add(other, 1, out=t),
+    "out= of cat resizes": lambda t, other: torch.cat([other, other], out=t),
+    "out= of max (two outputs)": lambda t, other: torch.max(
+        other, 0, out=(t.resize_(0), torch.empty(0, dtype=torch.long, device=t.device)))[0],
+}
+
+
+@pytest.mark.parametrize("name", list(RESHAPING_IN_PLACE))
+def test_operations_that_reshape_in_place_leave_the_shape_the_cpu_leaves(vgpu, name):
+    change = RESHAPING_IN_PLACE[name]
+    results = {}
+    for device in ("cpu", "vgpu:1"):
+        t = torch.arange(12.0, device=device).reshape(3, 4).clone()
+        other = torch.arange(20.0, 26.0, device=device).reshape(3, 2)
+        t = change(t, other)  # the tensor changed in place
+        # Metadata torch reads in C++, and operations that rely on it, after the change.
+        results[device] = (tuple(t.shape), t.stride(), t.storage_offset(), t.is_contiguous(),
+                           t.numel(), t.dim(), (t * 2).cpu().tolist() if t.numel() else None,
+                           t.contiguous().view(-1).cpu().tolist())
+    assert results["vgpu:1"] == results["cpu"]
+
+
+def test_an_in_place_view_change_is_seen_by_autograd_as_on_the_cpu(vgpu):
+    grads = {}
+    for device in ("cpu", "vgpu:1"):
+        x = torch.arange(6.0, device=device).reshape(2, 3).requires_grad_()
+        y = x * 2
+        y.t_()  # autograd records y's new shape (3, 2)
+        (y * torch.arange(6.0, device=device).reshape(3, 2)).sum().backward()
+        grads[device] = x.grad.cpu().tolist()
+    assert grads["vgpu:1"] == grads["cpu"]
+
+
+def test_assigning_data_of_another_shape_then_changing_that_tensor_in_place(vgpu):
+    t = torch.zeros(2, 3, device="vgpu:1")
+    value = torch.arange(4.0, device="vgpu:1").reshape(2, 2)
+    t.data = value
+    assert t.shape == (2, 2) and t.tolist() == [[0.0, 1.0], [2.0, 3.0]]
+    value.t_()  # as on CUDA: the values are shared, the shape is each tensor's own
+    assert t.shape == (2, 2) and t.tolist() == [[0.0, 1.0], [2.0, 3.0]]
+    assert value.tolist() == [[0.0, 2.0], [1.0, 3.0]]
+    value.add_(1)
+    assert t.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+
+
+def test_a_lazy_module_materialises_with_its_shape_on_a_virtual_gpu(vgpu):
+    net = nn.LazyLinear(4).to("vgpu:1")
+    out = net(torch.ones(5, 3, device="vgpu:1"))
+    assert net.weight.shape == (4, 3) and net.weight.stride() == (3, 1) and net.bias.shape == (4,)
+    assert out.shape == (5, 4) and net.weight.device == torch.device("vgpu", 1)
+    out.sum().backward()
+    assert net.weight.grad.shape == (4, 3) and net.weight.grad.tolist() == [[5.0] * 3] * 4
+
+
 def test_mixing_two_virtual_gpus_raises_what_cuda_raises(vgpu):
     x, y = torch.ones(2, 3, device="vgpu:0"), torch.ones(2, 3, device="vgpu:1")
     for mix in (lambda: x + y, lambda: x @ y.t(), lambda: torch.cat([x, y]),

@@ -22,8 +22,10 @@ What a tensor on one is
     optimizers and ``nn.Module`` code run unchanged and compute the same numbers
     as on the CPU. Factory calls that name a virtual GPU reach torch's
     privateuse1 dispatch key, where a fallback kernel runs them on the CPU and
-    wraps the result. Sizes and strides are read from the host tensor
-    (``dispatch_sizes_strides_policy="sizes"``), so in-place resizes stay right.
+    wraps the result. The wrapper carries its host tensor's sizes, strides and
+    storage offset itself, so torch reads them in C++ with no call into Python;
+    the operations that change them in place (``t_()``, ``resize_()``, ``set_()``,
+    an ``out=`` that resizes, ...) make it follow its host (``dispatch.follow_host``).
 
 What CUDA rules are simulated
     - tensors of two devices in one operation raise the RuntimeError CUDA raises

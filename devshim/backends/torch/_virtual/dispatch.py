@@ -18,7 +18,7 @@ from devshim.backends.torch._virtual.count import target as _target
 from devshim.backends.torch._virtual.rnn import HOST_KERNELS as _HOST_KERNELS
 from devshim.errors import DeviceMismatchError, UnsupportedValueError
 
-__all__ = ["run", "torch_dispatch", "backend_kernel", "single_threaded_autograd", "new"]
+__all__ = ["run", "torch_dispatch", "backend_kernel", "single_threaded_autograd", "new", "follow_host"]
 
 _aten = torch.ops.aten
 _CPU = torch.device("cpu")
@@ -29,9 +29,10 @@ _make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
 
 def new(cls, host, device):
     """A ``cls`` (virtual tensor) on virtual GPU ``device`` (a torch.device) holding CPU tensor
-    ``host``: its sizes and strides are read from ``host`` (policy "sizes"), its device is also
-    kept as the plain attribute ``_device``, which the hot path reads without going through
-    ``__torch_function__``."""
+    ``host``. The wrapper carries ``host``'s sizes, strides and storage offset itself, so torch
+    reads them in C++ without calling back into Python; the operations that change them in
+    place make the wrapper follow (``follow_host``). Its device is also kept as the plain
+    attribute ``_device``, which the hot path reads without going through torch."""
     if host.layout != _STRIDED:
         raise UnsupportedValueError(
             f"devshim's virtual GPUs hold dense (strided) tensors only, not {host.layout}. "
@@ -40,11 +41,32 @@ def new(cls, host, device):
     # layout (strided) and requires_grad (False) are the defaults: fewer keywords to parse.
     self = _make_wrapper_subclass(
         cls, host.size(), strides=host.stride(), storage_offset=host.storage_offset(),
-        dtype=host.dtype, device=device, dispatch_sizes_strides_policy="sizes",
+        dtype=host.dtype, device=device,
     )
     self._host = host
     self._device = device
     return self
+
+
+def follow_host(tensor) -> None:
+    """Give virtual tensor ``tensor`` the sizes, strides and storage offset its host tensor has
+    now, after an operation changed the host's in place (``t_()``, ``resize_()``, ``set_()``,
+    an ``out=`` that resized, ...). torch's ``set_data`` (what ``t.data = v`` runs) copies the
+    metadata of a fresh wrapper into it, keeping the tensor's identity, autograd history and
+    version counter; torch function handling is off meanwhile, so no mode sees the step."""
+    host = tensor._host
+    fresh = _make_wrapper_subclass(
+        type(tensor), host.size(), strides=host.stride(), storage_offset=host.storage_offset(),
+        dtype=host.dtype, device=tensor._device,
+    )
+    fresh._host = host  # set_data asks both (an ATen query) whether they are of one kind
+    fresh._device = tensor._device
+    with _DisableTorchFunction():
+        _set_data(tensor, fresh)
+
+
+_DisableTorchFunction = torch._C.DisableTorchFunction
+_set_data = torch._C.TensorBase.data.__set__
 
 def single_threaded_autograd() -> None:
     # See the package docstring: torch's engine has one queue for the single device the
@@ -60,17 +82,12 @@ _multithreading_enabled = torch._C._is_multithreading_enabled
 _set_multithreading_enabled = torch._C._set_multithreading_enabled
 
 
-# Metadata queries (dispatch_sizes_strides_policy="sizes"): answered from the host tensor.
-_METADATA = {
-    _aten.dim.default: lambda h: h.dim(),
-    _aten.sym_size.default: lambda h: h.size(),
-    _aten.sym_stride.default: lambda h: h.stride(),
-    _aten.sym_storage_offset.default: lambda h: h.storage_offset(),
-    _aten.sym_numel.default: lambda h: h.numel(),
-    _aten.is_contiguous.default: lambda h: h.is_contiguous(),
-    _aten.is_contiguous.memory_format: lambda h, mf: h.is_contiguous(memory_format=mf),
-    _aten.is_strides_like_format.default: lambda h, mf: _aten.is_strides_like_format.default(h, mf),
-    _aten.is_non_overlapping_and_dense.default: lambda h: _aten.is_non_overlapping_and_dense.default(h),
+# Operations that change their tensor arguments' sizes, strides or storage offset in place,
+# beyond those torch tags ``inplace_view`` (t_, transpose_, squeeze_, unsqueeze_, as_strided_,
+# ...) and the out= arguments an operation may resize: name -> the arguments to follow.
+_RESHAPING = {
+    **dict.fromkeys(("resize_", "resize_as_", "set_", "_resize_output_"), None),  # their a! arguments
+    "_copy_from_and_resize": (1, "dst"),
 }
 
 # Operations that take tensors of any devices: copies, and a comparison of shapes.
@@ -149,12 +166,11 @@ class _Plan:
     """What ``run`` needs to know about one operator, worked out on its first call, so a
     call costs one lookup (by ``id``: an OpOverload hashes in Python) rather than several."""
 
-    __slots__ = ("func", "metadata", "foreach", "host_positions", "host_names", "any_device",
-                 "kernel", "aliases")
+    __slots__ = ("func", "foreach", "host_positions", "host_names", "any_device", "kernel",
+                 "aliases", "reshapes", "views")
 
     def __init__(self, func) -> None:
         self.func = func
-        self.metadata = _METADATA.get(func)
         self.foreach = func.__name__.startswith("_foreach_")
         found = _host_argument_positions(func)
         self.host_positions, self.host_names = found if found is not None else (None, None)
@@ -165,9 +181,13 @@ class _Plan:
             kernel = func._op if type(func) is _OpOverload else func
         self.kernel = kernel
         self.aliases = _write_aliases(func)
+        self.reshapes = _reshaped_arguments(func)
+        self.views = any(ret.alias_info is not None and not ret.alias_info.is_write
+                         for ret in func._schema.returns)
 
 
 _OpOverload = torch._ops.OpOverload
+_alias = _aten.alias.default._op
 _plans: dict = {}   # id(func) -> _Plan
 
 
@@ -191,10 +211,6 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
     plan = _plans.get(id(func))
     if plan is None or plan.func is not func:
         plan = _plan_for(func)
-    metadata = plan.metadata
-    if metadata is not None:
-        return metadata(args[0]._host, *args[1:])
-
     if kwargs is None:
         kwargs = {}
     if plan.foreach:
@@ -239,11 +255,18 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
                 break
 
     result = plan.kernel(*host_args, **host_kwargs)
+    if plan.reshapes is not None:
+        _follow_hosts(cls, plan.reshapes, args, kwargs)
     if out is None:
         return result
     aliases = plan.aliases
     if aliases is None:
         if isinstance(result, _Tensor):
+            if plan.views:
+                for host in host_args:
+                    if result is host:  # lift_fresh gives its argument itself: a wrapper
+                        result = _alias(host)  # gets its own host, whose shape is its own
+                        break
             return new(cls, result, out)
         return _wrap(cls, result, out)
     # In-place and out= operations return their (already updated) argument itself.
@@ -291,6 +314,37 @@ def _wrap(cls, value, device):
     if type(value) is list or type(value) is tuple:
         return type(value)([_wrap(cls, item, device) for item in value])
     return value
+
+
+def _reshaped_arguments(func):
+    """``(position, name)`` of each argument whose metadata ``func`` may change in place (see
+    ``_RESHAPING``), or None for the (many) operations that change none."""
+    schema = func._schema
+    name = func.__name__.split(".")[0]
+    written = [(position, arg.name) for position, arg in enumerate(schema.arguments)
+               if arg.alias_info is not None and arg.alias_info.is_write]
+    if name in _RESHAPING:
+        found = _RESHAPING[name]
+        return (found,) if found is not None else (tuple(written) or None)
+    if _INPLACE_VIEW is not None and _INPLACE_VIEW in func.tags:
+        return tuple(written) or None
+    outs = tuple((position, arg_name) for position, arg_name in written
+                 if schema.arguments[position].kwarg_only)  # out= (resized when its size differs)
+    return outs or None
+
+
+_INPLACE_VIEW = getattr(torch.Tag, "inplace_view", None)
+
+
+def _follow_hosts(cls, where, args, kwargs) -> None:
+    for position, name in where:
+        value = args[position] if position < len(args) else kwargs.get(name)
+        if isinstance(value, cls):
+            follow_host(value)
+        elif type(value) is list or type(value) is tuple:  # out= lists of tensors
+            for item in value:
+                if isinstance(item, cls):
+                    follow_host(item)
 
 
 _ALIASES: dict = {}

@@ -46,7 +46,6 @@ def _make(cls, requires_grad, device, dtype):
     self = _T._make_wrapper_subclass(
         cls, host.size(), strides=host.stride(), storage_offset=0, dtype=host.dtype,
         layout=host.layout, device=device, requires_grad=requires_grad,
-        dispatch_sizes_strides_policy="sizes",
     )
     self._host = host
     self._device = device

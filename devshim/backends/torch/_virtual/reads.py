@@ -90,7 +90,9 @@ def _set_data(self, value):
         )
     with _DisableTorchFunctionSubclass():
         torch.Tensor.data.__set__(self, value)
-    self._host = value._host
+    # Its own host tensor over the same memory: an in-place change of ``value``'s shape
+    # (value.t_()) must not reach ``self``, whose sizes torch now keeps apart (as on CUDA).
+    self._host = value._host.detach()
     self._device = value._device
 
 
