@@ -54,13 +54,7 @@ def follow_host(tensor) -> None:
     an ``out=`` that resized, ...). torch's ``set_data`` (what ``t.data = v`` runs) copies the
     metadata of a fresh wrapper into it, keeping the tensor's identity, autograd history and
     version counter; torch function handling is off meanwhile, so no mode sees the step."""
-    host = tensor._host
-    fresh = _make_wrapper_subclass(
-        type(tensor), host.size(), strides=host.stride(), storage_offset=host.storage_offset(),
-        dtype=host.dtype, device=tensor._device,
-    )
-    fresh._host = host  # set_data asks both (an ATen query) whether they are of one kind
-    fresh._device = tensor._device
+    fresh = new(type(tensor), tensor._host, tensor._device)  # shares the host: set_data asks both its kind
     with _DisableTorchFunction():
         _set_data(tensor, fresh)
 

@@ -32,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 
@@ -244,8 +245,7 @@ def _checked_init(init):
             f"DistributedDataParallel (one process per device: ds.init_distributed())."
         )
 
-    __init__._devshim_original = init
-    return __init__
+    return functools.update_wrapper(__init__, init)
 
 
 def install() -> None:
