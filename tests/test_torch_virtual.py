@@ -286,6 +286,77 @@ def test_a_torch_function_mode_sees_host_reads_and_mixed_operations(vgpu):
         assert func in seen, func
 
 
+def test_under_a_torch_function_mode_the_virtual_answers_stay_devshims(vgpu):
+    """The class has no __torch_function__ of its own (torch then runs no Python per call);
+    its special methods hand themselves to an active mode under torch's names, and what the
+    mode's call of torch's method answers is still the virtual GPU's."""
+    from devshim.backends.torch._virtual.tensor import VirtualTensor
+
+    disabled = torch._C._disabled_torch_function_impl
+    assert VirtualTensor.__torch_function__ is disabled
+    seen = []
+
+    class Record(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    x = torch.arange(6.0, device="vgpu:1").reshape(2, 3)
+    replacement = torch.full((3,), 7.0, device="vgpu:1")
+    for mode in (Record(), torch.device("vgpu:0")):  # a user's mode, and torch's device context
+        seen.clear()
+        with mode:
+            assert repr(x[0]) == "tensor([0., 1., 2.], device='vgpu:1')"
+            assert f"{x.sum():.1f}" == "15.0" and x.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+            with pytest.raises(ds.NotOnHostError):
+                np.asarray(x)
+            assert x.new_tensor([1.0]).device == torch.device("vgpu", 1)
+            assert x.untyped_storage().nbytes() == 24 and x.data_ptr() == x._host.data_ptr() != 0
+            target = torch.zeros(3, device="vgpu:1")
+            target.data = replacement
+            replacement.t_()  # its own host view: replacement's in-place change stays its own
+            assert target.tolist() == [7.0] * 3
+        if isinstance(mode, Record):
+            for func in (torch.Tensor.__repr__, torch.Tensor.__format__, torch.Tensor.tolist,
+                         torch.Tensor.__array__, torch.Tensor.new_tensor, torch.Tensor.untyped_storage,
+                         torch.Tensor.data_ptr):
+                assert func in seen, func
+            assert torch.Tensor.data.__set__ in seen
+        assert VirtualTensor.__torch_function__ is disabled  # the short path is back
+
+
+def test_special_methods_under_modes_in_many_threads_at_once(vgpu):
+    from devshim.backends.torch._virtual.tensor import VirtualTensor
+
+    x = torch.arange(4.0, device="vgpu:0")
+    errors, start = [], threading.Barrier(4)
+
+    class Passing(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    def work():
+        try:
+            start.wait()
+            for _ in range(200):
+                with Passing():
+                    assert x.tolist() == [0.0, 1.0, 2.0, 3.0]
+                    assert repr(x) == "tensor([0., 1., 2., 3.], device='vgpu:0')"
+                    with pytest.raises(ds.NotOnHostError):
+                        x.numpy()
+                assert (x * 2).tolist() == [0.0, 2.0, 4.0, 6.0]
+        except BaseException as err:  # reported below
+            errors.append(err)
+
+    workers = [threading.Thread(target=work) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert not errors, errors[:1]
+    assert VirtualTensor.__torch_function__ is torch._C._disabled_torch_function_impl
+
+
 # ------------------------------------------------------------ training gives the CPU's numbers
 
 

@@ -40,8 +40,10 @@ Host reads and mixed-device operations pass through torch's function layer
 under their usual names (``torch.Tensor.tolist``, ``torch.Tensor.numpy``,
 ``torch.Tensor.__float__``, ``torch.add``, ...), so a ``TorchFunctionMode``
 such as devshim's transfer guard sees them on virtual tensors exactly as on
-CUDA ones: the class handles its special cases in ``__torch_function__``,
-after any mode.
+CUDA ones. The class itself has no ``__torch_function__`` (no Python runs at
+torch's function layer, which costs nothing then): its special cases are
+methods of its own, which hand themselves to an active mode under torch's
+names (``tensor._present``).
 
 Autograd: torch's engine keeps one worker queue per device *index* and its
 Python-registered device guard reports a single device, so backward passes run

@@ -161,7 +161,7 @@ class _Plan:
     call costs one lookup (by ``id``: an OpOverload hashes in Python) rather than several."""
 
     __slots__ = ("func", "foreach", "host_positions", "host_names", "any_device", "kernel",
-                 "aliases", "reshapes", "views")
+                 "aliases", "reshapes", "views", "tensor_positions")
 
     def __init__(self, func) -> None:
         self.func = func
@@ -178,6 +178,23 @@ class _Plan:
         self.reshapes = _reshaped_arguments(func)
         self.views = any(ret.alias_info is not None and not ret.alias_info.is_write
                          for ret in func._schema.returns)
+        self.tensor_positions = _single_tensor_positions(func) if (
+            not self.foreach and self.host_positions is None and not self.any_device) else None
+
+
+def _single_tensor_positions(func):
+    """Positions of ``func``'s ``Tensor`` and ``Tensor?`` arguments, when those are the only
+    arguments that can hold a tensor (no tensor lists) and none is keyword-only: then a call
+    with positional arguments only can take ``torch_dispatch``'s short path. Else None."""
+    positions = []
+    for position, arg in enumerate(func._schema.arguments):
+        kind = str(arg.type)
+        if "Tensor" not in kind:
+            continue
+        if kind not in ("Tensor", "Optional[Tensor]") or arg.kwarg_only:
+            return None
+        positions.append(position)
+    return tuple(positions)
 
 
 _OpOverload = torch._ops.OpOverload
@@ -205,6 +222,36 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
     plan = _plans.get(id(func))
     if plan is None or plan.func is not func:
         plan = _plan_for(func)
+    positions = plan.tensor_positions
+    if positions is not None and not kwargs:
+        # The short path, taken by most operations: positional arguments only, tensors only
+        # where the schema has a lone Tensor, each a virtual tensor (or None), all on one
+        # device. Anything else (a CPU tensor, a mismatch) goes the general way below,
+        # which decides it, raises the mismatch, or wraps the results alike.
+        out = None
+        host_args = list(args)
+        count = len(args)
+        for position in positions:
+            if position >= count:
+                break
+            arg = args[position]
+            if isinstance(arg, cls):
+                device = arg._device
+                if out is None:
+                    out = device
+                elif device is not out and device != out:
+                    break
+                host_args[position] = arg._host
+            elif arg is not None:
+                break
+        else:
+            if out is not None:
+                result = plan.kernel(*host_args)
+                if plan.reshapes is not None:
+                    _follow_hosts(cls, plan.reshapes, args, {})
+                if plan.aliases is None and not plan.views and isinstance(result, _Tensor):
+                    return new(cls, result, out)  # _finish's commonest case, inlined
+                return _finish(cls, plan, result, host_args, out, args, {})
     if kwargs is None:
         kwargs = {}
     if plan.foreach:
@@ -253,6 +300,12 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
         _follow_hosts(cls, plan.reshapes, args, kwargs)
     if out is None:
         return result
+    return _finish(cls, plan, result, host_args, out, args, kwargs)
+
+
+def _finish(cls, plan, result, host_args, out, args, kwargs):
+    """The host kernel's ``result`` as ``torch_dispatch`` returns it: tensors wrapped on virtual
+    GPU ``out``, mutated arguments (in-place and out= operations) as themselves."""
     aliases = plan.aliases
     if aliases is None:
         if isinstance(result, _Tensor):

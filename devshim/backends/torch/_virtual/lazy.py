@@ -27,7 +27,7 @@ from torch.nn.parameter import UninitializedBuffer, UninitializedParameter, Unin
 from devshim.backends.torch._names import VIRTUAL_TYPE
 from devshim.backends.torch._virtual import dispatch
 from devshim.backends.torch._virtual.count import target
-from devshim.backends.torch._virtual.tensor import VirtualTensor
+from devshim.backends.torch._virtual.tensor import VirtualTensor, route_torch_function
 
 __all__ = ["VirtualUninitializedParameter", "VirtualUninitializedBuffer", "install"]
 
@@ -107,7 +107,7 @@ class _VirtualLazy:
             with _DisableTorchFunctionSubclass():
                 return func(*args, **kwargs)
         if func in UninitializedTensorMixin._allowed_methods or func.__class__.__name__ == "method-wrapper":
-            return VirtualTensor.__torch_function__.__func__(cls, func, types, args, kwargs)
+            return route_torch_function(cls, func, types, args, kwargs)
         return UninitializedTensorMixin.__torch_function__.__func__(cls, func, types, args, kwargs)
 
     @classmethod

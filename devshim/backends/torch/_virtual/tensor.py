@@ -1,12 +1,15 @@
 """The tensor on a virtual GPU: ``VirtualTensor``, a ``torch.Tensor`` wrapper subclass
 whose device is ``vgpu:i`` and whose values live in an ordinary CPU tensor (``_host``).
 
-Its ``__torch_dispatch__`` hands every ATen operation to ``dispatch.py``; its
-``__torch_function__`` and a few methods torch implements in C for plain tensors only
-answer host reads through ``reads.py``.
+Its ``__torch_dispatch__`` hands every ATen operation to ``dispatch.py``. It has no
+``__torch_function__`` of its own (torch's "disabled" marker), so torch calls no Python at
+its function layer; the few methods that need devshim's behaviour (host reads, ``.data =``,
+``new_tensor``) are defined on the class and answered through ``reads.py``.
 """
 
 from __future__ import annotations
+
+import threading
 
 import torch
 
@@ -17,9 +20,10 @@ from devshim.guard.hooks import original_of
 __all__ = ["VirtualTensor"]
 
 _DisableTorchFunctionSubclass = torch._C.DisableTorchFunctionSubclass
-# Calls func(*args, **kwargs) with __torch_function__ off for subclasses, as
-# ``with DisableTorchFunctionSubclass(): func(...)`` does, in one C call.
-_call_below = torch._C._disabled_torch_function_impl
+# One C function, two roles: as a class's ``__torch_function__`` it is torch's marker for
+# "none"; called, it runs func(*args, **kwargs) with __torch_function__ off for subclasses,
+# as ``with DisableTorchFunctionSubclass(): func(...)`` does, in one C call.
+_disabled_torch_function = _call_below = torch._C._disabled_torch_function_impl
 _multithreading_enabled = torch._C._is_multithreading_enabled
 _set_multithreading_enabled = torch._C._set_multithreading_enabled
 _new = dispatch.new
@@ -72,63 +76,124 @@ class VirtualTensor(torch.Tensor):
     def __tensor_unflatten__(inner, device, outer_size, outer_stride):
         return VirtualTensor(inner["_host"], device)
 
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        if _multithreading_enabled():  # dispatch.single_threaded_autograd(), inlined
-            _set_multithreading_enabled(False)
-        special = _SPECIAL.get(_unguarded(func))
-        if special is not None:
-            return special(*args, **(kwargs or {}))
-        if kwargs:
-            return _call_below(func, types, args, kwargs)
-        return _call_below(func, types, args)
+    # torch's marker for "no __torch_function__": torch then calls no Python at its function
+    # layer, which was about a quarter of a virtual GPU's overhead (a LeNet training step
+    # made 73 such calls: ``.grad``, ``.shape``, every method). ``_present`` switches
+    # ``route_torch_function`` on while a TorchFunctionMode handles one of the methods below.
+    __torch_function__ = _disabled_torch_function
 
     # Every ATen operation: dispatch.torch_dispatch itself (no forwarding call in between).
     __torch_dispatch__ = classmethod(dispatch.torch_dispatch)
 
-    # Methods torch implements in C for plain tensors only. Defined here as well, so
-    # they work inside torch code that runs with __torch_function__ switched off; each
-    # still shows itself to an active TorchFunctionMode under torch's own name.
+    # What a virtual tensor answers differently from torch's own methods (reads.SPECIAL).
+    # Under an active TorchFunctionMode (devshim's transfer guard, ``with torch.device(...)``)
+    # each shows itself to the mode under torch's own name, as on CUDA.
     def tolist(self):
         if _has_torch_function(self):
-            return _handle(torch.Tensor.tolist, (self,), self)
+            return _present(torch.Tensor.tolist, self)
         return _tolist(self)
 
     def numpy(self, *, force: bool = False):
         if _has_torch_function(self):
-            return _handle(torch.Tensor.numpy, (self,), self, force=force)
+            return _present(torch.Tensor.numpy, self, force=force)
         return _numpy(self, force=force)
 
     def __array__(self, dtype=None, copy=None):
         if _has_torch_function(self):
-            return _handle(torch.Tensor.__array__, (self,), self, dtype)
+            return _present(torch.Tensor.__array__, self, dtype)
         return _array(self, dtype)
 
     def __format__(self, spec):
         if _has_torch_function(self):
-            return _handle(torch.Tensor.__format__, (self,), self, spec)
+            return _present(torch.Tensor.__format__, self, spec)
         return _format(self, spec)
 
     def __repr__(self, *, tensor_contents=None):
         if _has_torch_function(self):
-            return _handle(torch.Tensor.__repr__, (self,), self)
+            return _present(torch.Tensor.__repr__, self)
         return _repr(self)
 
     def untyped_storage(self):
         if _has_torch_function(self):
-            return _handle(torch.Tensor.untyped_storage, (self,), self)
+            return _present(torch.Tensor.untyped_storage, self)
         return _storage(self)
 
     def data_ptr(self):
         if _has_torch_function(self):
-            return _handle(torch.Tensor.data_ptr, (self,), self)
+            return _present(torch.Tensor.data_ptr, self)
         return _data_ptr(self)
+
+    def new_tensor(self, data, *args, **kwargs):
+        if _has_torch_function(self):
+            return _present(torch.Tensor.new_tensor, self, data, *args, **kwargs)
+        return _new_tensor(self, data, *args, **kwargs)
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        # See dispatch.single_threaded_autograd: a backward pass may start in a thread that
+        # has run no operation on a virtual tensor yet.
+        if _multithreading_enabled():
+            _set_multithreading_enabled(False)
+        return _backward(self, gradient, retain_graph, create_graph, inputs)
+
+    def _set_data_checked(self, value):
+        if _has_torch_function(self):
+            return _present(_data_setter(), self, value)
+        return _set_data(self, value)
+
+    # ``t.data`` as torch reads it; ``t.data = v`` through reads.py (its own host view).
+    data = property(torch._C.TensorBase.data.__get__, _set_data_checked, doc=torch.Tensor.data.__doc__)
+    del _set_data_checked
 
     def __reduce_ex__(self, proto):
         return _reduce(self, proto)
 
 
+def route_torch_function(cls, func, types, args=(), kwargs=None):
+    """``VirtualTensor.__torch_function__`` while a TorchFunctionMode handles one of its special
+    methods (``_present``): torch's method, called by the mode, comes back here and is
+    answered by devshim's (reads.SPECIAL); anything else runs as torch's."""
+    if _multithreading_enabled():  # dispatch.single_threaded_autograd(), inlined
+        _set_multithreading_enabled(False)
+    special = _SPECIAL.get(_unguarded(func))
+    if special is not None:
+        return special(*args, **(kwargs or {}))
+    if kwargs:
+        return _call_below(func, types, args, kwargs)
+    return _call_below(func, types, args)
+
+
+_routed = classmethod(route_torch_function)
+_presenting = 0
+_presenting_lock = threading.Lock()
+
+
+def _present(method, self, *args, **kwargs):
+    """Hand a call of a special method to the active TorchFunctionModes as a call of torch's
+    ``method`` (what they see on a CUDA tensor). The mode then calls torch's method, which
+    reaches devshim's answer only through the class's ``__torch_function__``: so that is
+    ``route_torch_function`` for as long as some thread is presenting. Any other thread's
+    calls meanwhile take that route too, which answers them the same, only slower."""
+    global _presenting
+    with _presenting_lock:
+        _presenting += 1
+        VirtualTensor.__torch_function__ = _routed
+    try:
+        return _handle(method, (self,), self, *args, **kwargs)
+    finally:
+        with _presenting_lock:
+            _presenting -= 1
+            if not _presenting:
+                VirtualTensor.__torch_function__ = _disabled_torch_function
+
+
+def _data_setter():
+    # torch hands a mode ``torch.Tensor.data.__set__``: a new method-wrapper at each access,
+    # equal (not identical) to the one reads.SPECIAL holds.
+    return torch.Tensor.data.__set__
+
+
 _has_torch_function = torch.overrides.has_torch_function_unary
+_backward = torch.Tensor.backward
 _handle = torch.overrides.handle_torch_function
 _tolist = _SPECIAL[torch.Tensor.tolist]
 _numpy = _SPECIAL[torch.Tensor.numpy]
@@ -138,3 +203,5 @@ _repr = _SPECIAL[torch.Tensor.__repr__]
 _storage = _SPECIAL[torch.Tensor.untyped_storage]
 _data_ptr = _SPECIAL[torch.Tensor.data_ptr]
 _reduce = _SPECIAL[torch.Tensor.__reduce_ex__]
+_new_tensor = _SPECIAL[torch.Tensor.new_tensor]
+_set_data = _SPECIAL[torch.Tensor.data.__set__]
