@@ -207,6 +207,24 @@ def test_a_virtual_gpu_and_a_cpu_tensor_do_not_mix_but_cpu_scalars_do(vgpu):
     assert torch.where(x > 0, torch.tensor(2.0), x).device == torch.device("vgpu", 1)
 
 
+def test_numbers_cpu_scalars_and_missing_optionals_compute_the_cpus_numbers(vgpu):
+    """What most operations look like on their way in (torch hands over a wrapped Python number
+    as the number itself, and an absent optional tensor as None)."""
+    cpu = torch.arange(24.0).reshape(1, 2, 3, 4)
+    weight = torch.ones(3, 2, 1, 1)
+
+    def compute(x, w):
+        doubled = x.mul_(2.0)
+        assert doubled is x  # an in-place operation returns its tensor itself
+        return [doubled, 3.0 * x / 4, torch.tensor(0.5) * x, x - torch.tensor(1.0), torch.tensor(2.0) ** x[0, 0, 0],
+                F.conv2d(x, w), F.conv2d(x, w, None, 1, 0), torch.clamp(x, min=1.0, max=5.0)]
+
+    on_cpu = compute(cpu.clone(), weight)
+    on_gpu = compute(cpu.clone().to("vgpu:1"), weight.to("vgpu:1"))
+    same_numbers(on_cpu, on_gpu)
+    assert {t.device for t in on_gpu} == {torch.device("vgpu", 1)}
+
+
 def test_indexing_takes_cpu_indices_as_on_cuda(vgpu):
     x = torch.arange(6.0, device="vgpu:0")
     assert x[torch.tensor([4, 1])].tolist() == [4.0, 1.0]

@@ -161,7 +161,7 @@ class _Plan:
     call costs one lookup (by ``id``: an OpOverload hashes in Python) rather than several."""
 
     __slots__ = ("func", "foreach", "host_positions", "host_names", "any_device", "kernel",
-                 "aliases", "reshapes", "views", "tensor_positions")
+                 "aliases", "reshapes", "views", "tensor_positions", "returns_first")
 
     def __init__(self, func) -> None:
         self.func = func
@@ -178,6 +178,9 @@ class _Plan:
         self.reshapes = _reshaped_arguments(func)
         self.views = any(ret.alias_info is not None and not ret.alias_info.is_write
                          for ret in func._schema.returns)
+        # In-place operations (add_, zero_, ...) return their first argument itself.
+        self.returns_first = self.aliases is not None and len(self.aliases) == 1 \
+            and self.aliases[0] is not None and self.aliases[0][0] == 0
         self.tensor_positions = _single_tensor_positions(func) if (
             not self.foreach and self.host_positions is None and not self.any_device) else None
 
@@ -225,9 +228,10 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
     positions = plan.tensor_positions
     if positions is not None and not kwargs:
         # The short path, taken by most operations: positional arguments only, tensors only
-        # where the schema has a lone Tensor, each a virtual tensor (or None), all on one
-        # device. Anything else (a CPU tensor, a mismatch) goes the general way below,
-        # which decides it, raises the mismatch, or wraps the results alike.
+        # where the schema has a lone Tensor, each a virtual tensor (all on one device), a
+        # number (torch hands a wrapped one over as a Python number), a 0-dim CPU tensor or
+        # None. Anything else (a CPU tensor with dimensions, a mismatch) goes the general
+        # way below, which decides it, raises the mismatch, or wraps the results alike.
         out = None
         host_args = list(args)
         count = len(args)
@@ -242,15 +246,19 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
                 elif device is not out and device != out:
                     break
                 host_args[position] = arg._host
-            elif arg is not None:
+            elif isinstance(arg, _Tensor) and not (arg.is_cpu and arg.dim() == 0):
                 break
+            # else None, a Python number, or a 0-dim CPU tensor (a number to CUDA): as it is
         else:
             if out is not None:
                 result = plan.kernel(*host_args)
                 if plan.reshapes is not None:
                     _follow_hosts(cls, plan.reshapes, args, {})
+                # _finish's commonest cases, inlined
                 if plan.aliases is None and not plan.views and isinstance(result, _Tensor):
-                    return new(cls, result, out)  # _finish's commonest case, inlined
+                    return new(cls, result, out)
+                if plan.returns_first:
+                    return args[0]
                 return _finish(cls, plan, result, host_args, out, args, {})
     if kwargs is None:
         kwargs = {}
