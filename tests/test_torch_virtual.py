@@ -578,6 +578,12 @@ def test_backward_from_another_thread(vgpu):
     gradient = torch.ones(3, device="vgpu:1")
     in_a_new_thread(lambda: b.backward(gradient))
     assert a.grad.tolist() == [3.0, 3.0, 3.0]
+    # torch.autograd's own entry points, as the first thing a thread does with a virtual tensor
+    doubled, quadrupled, found = a * 2, (a * 4).sum(), []
+    in_a_new_thread(lambda: torch.autograd.backward([doubled], [gradient]))
+    assert a.grad.tolist() == [5.0, 5.0, 5.0]
+    in_a_new_thread(lambda: found.extend(torch.autograd.grad(quadrupled, a)))
+    assert found[0].device == torch.device("vgpu", 1) and found[0].tolist() == [4.0, 4.0, 4.0]
 
     # A loss copied to the CPU, whose backward pass first touches a virtual GPU deep in the graph.
     net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)).to("vgpu:1")

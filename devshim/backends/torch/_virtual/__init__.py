@@ -49,7 +49,9 @@ Autograd: torch's engine keeps one worker queue per device *index* and its
 Python-registered device guard reports a single device, so backward passes run
 on the calling thread, as they do for CPU tensors: every operation on a virtual
 tensor switches autograd's multithreading off for the thread it runs in
-(``torch.autograd.set_multithreading_enabled(False)``). Values are unchanged.
+(``torch.autograd.set_multithreading_enabled(False)``), and so does the device
+guard, which the engine asks in the thread that starts a backward pass before
+it picks a queue. Values are unchanged.
 
 The package, by concern (each module imports only those listed before it):
 

@@ -133,9 +133,18 @@ def _register() -> None:
         def is_built(self) -> bool:
             return True
 
+    private_use_1 = torch._C._autograd.DeviceType.PrivateUse1
+    multithreading_enabled = torch._C._is_multithreading_enabled
+    set_multithreading_enabled = torch._C._set_multithreading_enabled
+
     class Guard(acc.DeviceGuard):
         def type_(self):
-            return torch._C._autograd.DeviceType.PrivateUse1
+            # torch's autograd engine asks this in the thread that starts a backward pass,
+            # before it picks a worker queue: torch.autograd.backward/grad may be the first
+            # thing a thread does with a virtual tensor (see dispatch.single_threaded_autograd).
+            if multithreading_enabled():  # single_threaded_autograd(), inlined: a hot path
+                set_multithreading_enabled(False)
+            return private_use_1
 
     hooks, guard = Hooks(), Guard()
     torch.utils.rename_privateuse1_backend(VIRTUAL_TYPE)

@@ -128,13 +128,6 @@ class VirtualTensor(torch.Tensor):
             return _present(torch.Tensor.new_tensor, self, data, *args, **kwargs)
         return _new_tensor(self, data, *args, **kwargs)
 
-    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-        # See dispatch.single_threaded_autograd: a backward pass may start in a thread that
-        # has run no operation on a virtual tensor yet.
-        if _multithreading_enabled():
-            _set_multithreading_enabled(False)
-        return _backward(self, gradient, retain_graph, create_graph, inputs)
-
     def _set_data_checked(self, value):
         if _has_torch_function(self):
             # A new method-wrapper at each access, equal to the one reads.SPECIAL holds.
@@ -188,7 +181,6 @@ def _present(method, self, *args, **kwargs):
 
 
 _has_torch_function = torch.overrides.has_torch_function_unary
-_backward = torch.Tensor.backward
 _handle = torch.overrides.handle_torch_function
 _tolist = _SPECIAL[torch.Tensor.tolist]
 _numpy = _SPECIAL[torch.Tensor.numpy]
