@@ -237,7 +237,7 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
         count = len(args)
         for position in positions:
             if position >= count:
-                break
+                continue  # a trailing optional left out: nothing to unwrap (and no later ones)
             arg = args[position]
             if isinstance(arg, cls):
                 device = arg._device
