@@ -98,6 +98,7 @@ def address(name, x):
     import mxnet as mx
 
     found = ctypes.c_void_p()
+    x.wait_to_read()  # see data_span in harnesses/mxnet_harness.py
     mx.base.check_call(mx.base._LIB.MXNDArrayGetData(x.handle, ctypes.byref(found)))
     return found.value
 

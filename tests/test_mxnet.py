@@ -143,6 +143,28 @@ def test_the_harness_alias_check_sees_real_views():
     assert size == 3 * 4 and start == data_span(x)[0] + 3 * 4
 
 
+def test_reading_a_pending_copys_address_keeps_its_values():
+    """MXNDArrayGetData on an array the engine is still writing used to lose the write.
+
+    It allocates the array's storage on the calling thread while the engine allocates it
+    for the copy; unwaited, about 1 read in 150 gave back uninitialised memory (CI saw it
+    in the hostile-nest property test). devshim's interop pointer and the harness wait.
+    """
+    from devshim.conversion import interop_for
+
+    mxnet = ds.get_backend("mxnet")
+    pointer = interop_for(mxnet).pointer
+    expected = np.array([0.0, 1.5, 0.0], dtype=np.float32)
+    readers = {"devshim's interop pointer": lambda y: pointer(mxnet, y), "the harness's data_span": data_span}
+    lost = dict.fromkeys(readers, 0)
+    for _ in range(1500):
+        for name, read_address in readers.items():
+            y = ds.to_device(mx.np.array(expected), ds.cpu())
+            read_address(y)
+            lost[name] += not np.array_equal(y.asnumpy(), expected)
+    assert lost == dict.fromkeys(readers, 0)
+
+
 @pytest.mark.parametrize("front", sorted(FRONT_ENDS))
 def test_to_numpy_is_asnumpy_a_host_copy(front, virtual):
     x = FRONT_ENDS[front]([1.0, 2.0], ds.gpu(1))

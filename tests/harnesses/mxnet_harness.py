@@ -21,6 +21,7 @@ npx.set_np()
 def data_span(x) -> tuple:
     """(first byte address, byte count) of ``x``'s values, read from MXNet itself."""
     address = ctypes.c_void_p()
+    x.wait_to_read()  # reading the address of a pending array races with the engine's write
     mx.base.check_call(mx.base._LIB.MXNDArrayGetData(x.handle, ctypes.byref(address)))
     return address.value or 0, x.size * np.dtype(x.dtype).itemsize
 

@@ -89,6 +89,10 @@ class MXNetInterop(Interop):
             True
         """
         found = ctypes.c_void_p()
+        # MXNDArrayGetData allocates a pending array's storage on this thread while the
+        # engine may be allocating it for the write: the write lands in memory the array
+        # then drops. Waiting first is what MXNet's DLPack export does too.
+        x.wait_to_read()
         try:
             mx.base.check_call(mx.base._LIB.MXNDArrayGetData(x.handle, ctypes.byref(found)))
         except (AttributeError, mx.base.MXNetError):
