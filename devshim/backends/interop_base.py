@@ -72,15 +72,20 @@ class CapsuleProducer:
         tensor([1., 2.])
     """
 
-    __slots__ = ("capsule", "device")
+    __slots__ = ("capsule", "device", "_handed_out")
 
     def __init__(self, capsule, device) -> None:
-        self.capsule, self.device = capsule, device
+        self.capsule, self.device, self._handed_out = capsule, device, None
 
     def __dlpack__(self, *args, **kwargs):
         capsule, self.capsule = self.capsule, None
         if capsule is None:
             raise BufferError("this DLPack capsule was consumed already")
+        # Kept until the producer goes: an importer that refuses the capsule (NumPy 1.23
+        # and MXNet's bool) drops it while its own error is set, and MXNet's deleter, a
+        # ctypes callback, cannot run then, which leaked the array's memory. An importer
+        # that takes the capsule renames it, and the deleter then leaves it alone.
+        self._handed_out = capsule
         return capsule
 
     def __dlpack_device__(self):
