@@ -251,8 +251,10 @@ def _verdict(document: dict) -> str:
     names = [s["name"] for s in document["backends"]]
     total = summary["passed"] + summary["failed"] + summary["skipped"]
     if not names:
+        from devshim.backends import specs
+
         return ("NOTHING CHECKED: no backend was installed or asked for; install one "
-                '(pip install "devshim[torch]") or name one with --backend.')
+                f"({specs()['torch'].install_hint()}) or name one with --backend.")
     if summary["failed"]:
         failed = [f"{s['name']} {r['check']}" + (f" on {r['where']}" if r["where"] else "")
                   for s in document["backends"] for r in s["results"] if r["status"] == "failed"]
