@@ -199,6 +199,14 @@ def test_rows_whose_warm_up_did_not_settle_get_their_own_mark_and_footnote():
     assert lines[5].startswith("* runs disagree") and lines[6].startswith("+ warm-up did not settle")
 
 
+def test_rows_measured_on_a_busy_machine_are_marked_and_explained():
+    rows = [{"backend": "torch", "device": "cpu:0", "n": 64, "seconds": 0.032, "seconds_iqr": 3e-4,
+             "noisy": False, "settled": True, "busy": True}]
+    lines = format_table(experiments()["matmul"], rows).splitlines()
+    assert lines[2].startswith("| ! torch") and "32 ms ±0.5%" in lines[2]
+    assert lines[3].startswith("! the machine was busy: its load average was above its CPU count")
+
+
 @pytest.mark.parametrize("share", [0.0, 0.02, 0.0999, 0.1, 0.1001, 0.104, 0.11, 0.12, 0.14, 0.19, 0.2, 0.5])
 def test_the_spread_shown_exceeds_the_footnotes_threshold_exactly_when_the_row_is_flagged(share):
     """The footnote says flagged rows spread over more than ±5%: no flagged row may show ±5% or less,

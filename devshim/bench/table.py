@@ -8,10 +8,12 @@ from typing import Any
 from devshim.timing import format_seconds
 from devshim.timing.settle import NOISE_SHARE, SETTLE_BLOCKS, SETTLE_RATIO
 
-__all__ = ["format_table", "format_value", "format_spread", "footnotes", "NOISY_MARK", "UNSETTLED_MARK"]
+__all__ = ["format_table", "format_value", "format_spread", "footnotes", "NOISY_MARK", "UNSETTLED_MARK",
+           "BUSY_MARK"]
 
-#: Marks before a row whose runs disagree, and before one whose warm-up never settled.
-NOISY_MARK, UNSETTLED_MARK = "*", "+"
+#: Marks before a row whose runs disagree, one whose warm-up never settled, and one measured on
+#: a machine with more threads wanting to run than CPUs.
+NOISY_MARK, UNSETTLED_MARK, BUSY_MARK = "*", "+", "!"
 
 
 def format_spread(iqr: float, median: float) -> str:
@@ -58,7 +60,8 @@ def _iqr_key(key: str) -> str:
 
 def _marks(row: dict) -> str:
     return ((NOISY_MARK if row.get("noisy") else "")
-            + (UNSETTLED_MARK if row.get("settled") is False else ""))
+            + (UNSETTLED_MARK if row.get("settled") is False else "")
+            + (BUSY_MARK if row.get("busy") else ""))
 
 
 def footnotes(rows: list) -> list:
@@ -81,6 +84,11 @@ def footnotes(rows: list) -> list:
             f"{UNSETTLED_MARK} warm-up did not settle: {SETTLE_BLOCKS} blocks of calls in a row never "
             f"agreed within {SETTLE_RATIO:g}x before the warm-up time ran out, so these rows may "
             f"still hold warm-up (a first compilation, a cold cache) or a busy machine.")
+    if any(row.get("busy") for row in rows):
+        lines.append(
+            f"{BUSY_MARK} the machine was busy: its load average was above its CPU count while "
+            f"measuring, so threads (a framework's worker threads too) waited for a CPU; these rows "
+            f"may be far slower than on an idle machine even where their runs agree.")
     return lines
 
 
@@ -89,8 +97,8 @@ def format_table(experiment: Any, rows: list) -> str:
 
     Times read "median ±half the IQR as a share of the median". Rows whose
     runs disagree even after re-measuring are marked ``*``, rows whose
-    warm-up never settled ``+``; the lines under the table say what each
-    mark means.
+    warm-up never settled ``+``, rows measured on a busy machine ``!``; the
+    lines under the table say what each mark means.
 
     Example:
         >>> print(format_table(EXPERIMENT, rows))

@@ -54,6 +54,8 @@ def _doubt(*rows: dict) -> str:
         said.append("runs disagree")
     if any(row.get("settled") is False for row in rows):
         said.append("warm-up did not settle")
+    if any(row.get("busy") for row in rows):
+        said.append("the machine was busy")
     return f" ({' and '.join(said)}: measure again before trusting it)" if said else ""
 
 

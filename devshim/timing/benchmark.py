@@ -13,6 +13,7 @@ from devshim.backends import backend_for_tensor, describe_native_device, get_bac
 from devshim._device import Device
 from devshim.errors import DevshimError, TimingError
 from devshim.timing.measurement import Measurement
+from devshim.timing import settle
 from devshim.timing.settle import SETTLE_BLOCKS, agree
 from devshim.timing.sync import Waiter
 
@@ -98,7 +99,9 @@ def benchmark(
        themselves. A device runs its queue in order, so waiting after the
        last call covers the block. Garbage collection is paused, as timeit does.
     3. The Measurement summarises the runs; ``noisy`` says whether they
-       disagree (IQR above 10% of the median), and printing it says so in words.
+       disagree (IQR above 10% of the median), ``busy`` whether the machine
+       had more threads wanting to run than CPUs (its load average), and
+       printing it says so in words.
 
     ``clock`` (default ``time.perf_counter``) is there for tests.
 
@@ -134,8 +137,9 @@ def benchmark(
     finally:
         if gc_was_enabled:
             gc.enable()
+    load, cpus = settle.machine_load() or (None, None)
     return Measurement(times, warm.number, label=name, device=where, warmup=warm.calls, overhead=overhead,
-                       settled=warm.settled, warmup_seconds=warm.seconds)
+                       settled=warm.settled, warmup_seconds=warm.seconds, load=load, cpus=cpus)
 
 
 def _run_block(fn, args, wait, clock, number: int) -> float:

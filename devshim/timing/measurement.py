@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import statistics
-from typing import Sequence
+from typing import Optional, Sequence
 
 from devshim.errors import TimingError
-from devshim.timing.settle import disagreement, disagrees, spread_share, unsettled
+from devshim.timing.settle import busy, disagreement, disagrees, spread_share, unsettled
 
 __all__ = ["Measurement", "format_seconds"]
 
@@ -32,8 +32,10 @@ class Measurement:
     summarise them. ``overhead`` is what one clock reading plus the wait
     after a block cost, in seconds. ``warmup`` calls (``warmup_seconds``)
     were made first and not measured; ``settled`` says whether the warm-up
-    reached steady times, ``noisy`` whether the runs disagree, and
-    ``warnings`` says both in words (printing the Measurement shows them).
+    reached steady times, ``noisy`` whether the runs disagree, ``busy``
+    whether the load average (``load``) was above the CPU count (``cpus``)
+    when measured, and ``warnings`` says each in words (printing the
+    Measurement shows them).
 
     Example:
         >>> m = ds.benchmark(torch.matmul, a, b)
@@ -53,6 +55,8 @@ class Measurement:
         overhead: float = 0.0,
         settled: bool = True,
         warmup_seconds: float = 0.0,
+        load: Optional[float] = None,
+        cpus: Optional[int] = None,
     ) -> None:
         if not times:
             raise TimingError("A Measurement needs at least one time; benchmark() made none.")
@@ -64,6 +68,7 @@ class Measurement:
         self.overhead = overhead
         self.settled = settled
         self.warmup_seconds = warmup_seconds
+        self.load, self.cpus = load, cpus
 
     @property
     def runs(self) -> int:
@@ -159,6 +164,17 @@ class Measurement:
         return disagrees(self.spread)
 
     @property
+    def busy(self) -> bool:
+        """Whether more threads wanted to run than there were CPUs while measuring (the
+        one-minute load average above the CPU count; False where the system does not tell).
+
+        Example:
+            >>> m.load, m.cpus, m.busy
+            (6.2, 2, True)
+        """
+        return busy(self.load, self.cpus) is not None
+
+    @property
     def warnings(self) -> list:
         """Why this figure may not be trusted, in words: runs that disagree, a warm-up that did
         not settle. Empty when neither.
@@ -170,9 +186,9 @@ class Measurement:
         found = []
         if not self.settled:
             found.append(unsettled(self.warmup, self.warmup_seconds))
-        said = disagreement(self.spread)
-        if said:
-            found.append(said)
+        for said in (disagreement(self.spread), busy(self.load, self.cpus)):
+            if said:
+                found.append(said)
         return found
 
     def to_dict(self) -> dict:
@@ -198,6 +214,9 @@ class Measurement:
             "warmup_seconds": self.warmup_seconds,
             "settled": self.settled,
             "noisy": self.noisy,
+            "load": self.load,
+            "cpus": self.cpus,
+            "busy": self.busy,
             "overhead": self.overhead,
             "times": list(self.times),
         }

@@ -11,12 +11,13 @@ figure is printed (``Measurement``, ``Timer``, the tables of ``devshim bench`` a
 
 from __future__ import annotations
 
+import os
 import statistics
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 __all__ = [
     "SETTLE_RATIO", "SETTLE_BLOCKS", "NOISE_SHARE", "agree", "spread_share", "cold_prefix",
-    "disagrees", "disagreement", "unsettled",
+    "disagrees", "disagreement", "unsettled", "machine_load", "busy",
 ]
 
 #: Consecutive warm-up blocks whose per-call times must agree before measuring starts.
@@ -114,3 +115,37 @@ def unsettled(calls: int, seconds: float) -> str:
     return (f"warm-up did not settle: per-call times still changed after {calls} warm-up calls "
             f"({seconds:.2g} s); the figure may still hold warm-up (a first compilation, a cold "
             f"cache) or a busy machine: measure again before trusting it")
+
+
+def machine_load() -> Optional[Tuple[float, int]]:
+    """(the one-minute load average, the CPUs this process may use), or None where the system
+    does not tell (Windows).
+
+    Example:
+        >>> machine_load()
+        (0.42, 8)
+    """
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return load, cpus
+
+
+def busy(load: Optional[float], cpus: Optional[int]) -> Optional[str]:
+    """The plain-words warning for a measurement made while more threads wanted to run than
+    there were CPUs (the load average above the CPU count), or None.
+
+    Example:
+        >>> busy(6.2, 2)
+        'the machine was busy: load 6.2 on 2 CPUs while measuring; ...'
+    """
+    if load is None or not cpus or load <= cpus:
+        return None
+    return (f"the machine was busy: load {load:.1f} on {cpus} CPU{'s' if cpus != 1 else ''} while measuring; "
+            f"threads waited for a CPU (a framework's worker threads too), so this figure may be far "
+            f"slower than on an idle machine, even when its runs agree")

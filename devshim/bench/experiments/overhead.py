@@ -103,6 +103,7 @@ def _comparison(native, ours) -> dict:
         row[f"{who}_iqr"] = m.iqr if m else None
     row["noisy"] = ours.noisy or bool(native and native.noisy)
     row["settled"] = ours.settled and bool(native is None or native.settled)
+    row["busy"] = ours.busy or bool(native and native.busy)
     if native is None:
         row.update(ratio=None, ratio_low=None, ratio_high=None)
     else:
