@@ -207,6 +207,11 @@ def test_rows_measured_on_a_busy_machine_are_marked_and_explained():
     assert lines[3].startswith("! the machine was busy: its load average was above its CPU count")
 
 
+def test_a_time_from_a_single_run_shows_no_spread():
+    rows = [{"backend": "torch", "device": "cpu:0", "n": 64, "seconds": 0.439, "seconds_iqr": 0.0, "runs": 1}]
+    assert "439 ms (1 run)" in format_table(experiments()["matmul"], rows)
+
+
 @pytest.mark.parametrize("share", [0.0, 0.02, 0.0999, 0.1, 0.1001, 0.104, 0.11, 0.12, 0.14, 0.19, 0.2, 0.5])
 def test_the_spread_shown_exceeds_the_footnotes_threshold_exactly_when_the_row_is_flagged(share):
     """The footnote says flagged rows spread over more than ±5%: no flagged row may show ±5% or less,

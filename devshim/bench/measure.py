@@ -51,10 +51,10 @@ def spread_fields(m: Measurement, key: str = "seconds") -> dict:
 
     Example:
         >>> spread_fields(m)
-        {'seconds': 0.0012, 'seconds_iqr': 4e-05, ..., 'noisy': False, 'settled': True, 'busy': False, 'tries': 1}
+        {'seconds': 0.0012, 'seconds_iqr': 4e-05, ..., 'noisy': False, 'settled': True, 'busy': False, 'tries': 1, 'runs': 40}
     """
     q1, q3 = m.quartiles()
     return {
         key: m.median, f"{key}_iqr": m.iqr, f"{key}_q1": q1, f"{key}_q3": q3,
-        "noisy": m.noisy, "settled": m.settled, "busy": m.busy, "tries": m.tries,
+        "noisy": m.noisy, "settled": m.settled, "busy": m.busy, "tries": m.tries, "runs": m.runs,
     }

@@ -43,7 +43,9 @@ def format_value(column: Any, row: dict) -> str:
     if column.form == "seconds":
         text = format_seconds(value)
         iqr = row.get(_iqr_key(column.key))
-        if iqr is not None and value > 0:
+        if row.get("runs") == 1:
+            text += " (1 run)"  # one run has no spread to show: ±0% would claim one
+        elif iqr is not None and value > 0:
             text += " " + format_spread(iqr, value)
         return text
     if column.form == "ratio":
