@@ -215,7 +215,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``devshim`` argument parser, with its ``info``, ``bench`` and ``selftest`` commands."""
-    parser = argparse.ArgumentParser(prog="devshim", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="devshim", description=(__doc__ or "devshim").splitlines()[0])
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     info = commands.add_parser("info", help="backends, their capabilities, and the devices devshim sees")

@@ -3,6 +3,7 @@ docs site's link check (tools/check_site_links.py; `tox -e docs` runs it on the 
 
 from __future__ import annotations
 
+import ast
 import configparser
 import importlib.util
 import re
@@ -109,3 +110,14 @@ def test_the_link_check_command_exits_1_on_a_broken_link(tmp_path, capsys):
     site = _site(tmp_path, {"index.html": '<a href="gone.html">x</a>'})
     assert _link_checker().main([str(site)]) == 1
     assert "index.html: gone.html: no such file in the site" in capsys.readouterr().out
+
+
+def test_type_checkers_see_every_public_name_that_devshim_loads_lazily():
+    """devshim/__init__.py loads its names on first use; its TYPE_CHECKING imports and its literal
+    __all__ are what type checkers and editors read (pyright types ds.x as a module otherwise)."""
+    tree = ast.parse((ROOT / "devshim" / "__init__.py").read_text(encoding="utf-8"))
+    guarded = next(node for node in tree.body if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING")
+    seen = {alias.asname or alias.name for node in ast.walk(guarded) if isinstance(node, ast.ImportFrom)
+            for alias in node.names}
+    assert seen == set(devshim._EXPORTS) | {"backends", "settings", "testing"}
+    assert devshim.__all__ == list(devshim._EXPORTS) + ["testing", "settings", "backends"]

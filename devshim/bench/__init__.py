@@ -35,7 +35,7 @@ def register(commands) -> None:
     found = experiments()
     parser = commands.add_parser(
         "bench", help=f"time the D2L GPU experiments ({', '.join(found)})",
-        description=__doc__.split("\n\n")[0],
+        description=(__doc__ or "").split("\n\n")[0],
     )
     sub = parser.add_subparsers(dest="experiment", metavar="EXPERIMENT")
     sub.required = True

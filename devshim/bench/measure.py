@@ -31,13 +31,13 @@ def measure(fn: Callable[..., Any], *args: Any, min_run_time: float, **options: 
         >>> m = measure(torch.matmul, a, b, min_run_time=0.2, warmup=1)
         >>> m.median, m.iqr, m.tries, m.noisy, m.settled
     """
-    best = None
-    for attempt in range(1, TRIES + 1):  # noqa: B007 (read after the loop)
+    best = benchmark(fn, *args, min_run_time=min_run_time, **options)
+    attempt = 1
+    while attempt < TRIES and not (best.settled and not best.noisy):
+        attempt += 1
         m = benchmark(fn, *args, min_run_time=min_run_time, **options)
-        if best is None or _unsteadiness(m) < _unsteadiness(best):
+        if _unsteadiness(m) < _unsteadiness(best):
             best = m
-        if best.settled and not best.noisy:
-            break
     best.tries = attempt
     return best
 

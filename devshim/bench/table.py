@@ -111,8 +111,8 @@ def format_table(experiment: Any, rows: list) -> str:
     width = max(len(m) for m in marks) if marks else 0
     headings = [c.heading for c in columns]
     if width and columns:
-        for line, mark in zip(cells, marks):
-            line[0] = mark.ljust(width) + " " + line[0]
+        for cell_row, mark in zip(cells, marks):
+            cell_row[0] = mark.ljust(width) + " " + cell_row[0]
         headings[0] = " " * (width + 1) + headings[0]
     widths = [max([len(h)] + [len(line[i]) for line in cells]) for i, h in enumerate(headings)]
     numeric = [c.form != "text" for c in columns]

@@ -43,7 +43,7 @@ def register(commands) -> None:
     """Add the ``selftest`` command to the ``devshim`` parser."""
     parser = commands.add_parser(
         "selftest", help="check devshim on this machine's frameworks and GPUs; a report for bug reports",
-        description=__doc__.split("\n\n")[0] + " Runs devshim's checks and a short benchmark on every "
+        description=(__doc__ or "").split("\n\n")[0] + " Runs devshim's checks and a short benchmark on every "
         "installed backend and every device it sees; exits 1 if a check failed.",
     )
     parser.add_argument("--backend", action="append", metavar="B",

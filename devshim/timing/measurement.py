@@ -69,6 +69,8 @@ class Measurement:
         self.settled = settled
         self.warmup_seconds = warmup_seconds
         self.load, self.cpus = load, cpus
+        #: How many benchmark() runs this figure took: 1; ``devshim bench`` re-measures noisy ones.
+        self.tries = 1
 
     @property
     def runs(self) -> int:
