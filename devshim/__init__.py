@@ -11,7 +11,36 @@ either: each public name is loaded the first time it is used, and each
 framework the first time a function needs it.
 """
 
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name loads on first use
+    from devshim import backends, settings, testing
+    from devshim._device import Device
+    from devshim.api import (
+        copy_if_needed, cpu, device, device_of, devices, ensure_same_device, gpu, neutral_device, num_gpus,
+        same_device, to_device, to_numpy, try_all_gpus, try_gpu,
+    )
+    from devshim.backends import available_backends, get_backend, set_backend, use_backend
+    from devshim.conversion import convert
+    from devshim.distributed import ProcessInfo, init_distributed, process_info
+    from devshim.errors import (
+        BackendError, BatchSplitError, BenchUsageError, CopyRequiredError, CrossDeviceConversionError,
+        DatalessTensorError, DeviceMismatchError, DeviceUnavailableError, DevshimError, DevshimWarning,
+        ExperimentError, FirstCallInTraceError, GuardBlockInUseError, ImplicitTransferError,
+        ImplicitTransferWarning, InvalidDeviceError, InvalidGuardLevelError, LauncherEnvironmentError,
+        MixedArrayModulesError, MixedFrameworksError, MultiDeviceValueError, NestCycleError, NotAModelError,
+        NotATensorError, NotOnHostError, PlotUnavailableError, ReduceMismatchError, SharedDeviceWarning,
+        TimingError, UnbuiltModelError, UnknownSubmoduleError, UnplacedTensorError, UnsupportedDtypeError,
+        UnsupportedPlacementError, UnsupportedValueError, VirtualDataParallelError, VirtualDeviceCountError,
+    )
+    from devshim.generic import array_module, get_array_module
+    from devshim.guard import TransferReport, transfer_guard
+    from devshim.placement import (
+        allreduce, model_device, model_devices, place_model, replicate, split_batch, unplace,
+    )
+    from devshim.timing import Measurement, Timer, benchmark, synchronize
 
 # public name -> the module that defines it; loaded on first attribute access (PEP 562).
 _EXPORTS = {
@@ -52,10 +81,25 @@ _SUBMODULES = ("api", "backends", "bench", "conversion", "distributed", "errors"
                "settings",
                "testing", "timing", "transfer")
 
-__all__ = list(_EXPORTS) + ["testing", "settings", "backends"]
+# Spelt out (not built from _EXPORTS) so type checkers read it; tests/test_packaging.py checks both agree.
+__all__ = ["cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "devices", "device", "device_of",
+    "neutral_device", "to_device", "copy_if_needed", "same_device", "ensure_same_device", "to_numpy",
+    "available_backends", "get_backend", "set_backend", "use_backend", "Device", "convert", "array_module",
+    "get_array_module", "synchronize", "Timer", "benchmark", "Measurement", "transfer_guard",
+    "TransferReport", "place_model", "model_device", "model_devices", "unplace", "split_batch", "replicate",
+    "allreduce", "process_info", "init_distributed", "ProcessInfo", "DevshimError", "BackendError",
+    "InvalidDeviceError", "DeviceUnavailableError", "DeviceMismatchError", "ImplicitTransferError",
+    "CrossDeviceConversionError", "CopyRequiredError", "InvalidGuardLevelError", "NotATensorError",
+    "NestCycleError", "NotAModelError", "UnbuiltModelError", "UnsupportedPlacementError", "BatchSplitError",
+    "ReduceMismatchError", "MixedFrameworksError", "UnknownSubmoduleError", "GuardBlockInUseError",
+    "UnsupportedDtypeError", "UnsupportedValueError", "DatalessTensorError", "NotOnHostError",
+    "UnplacedTensorError", "FirstCallInTraceError", "MultiDeviceValueError", "MixedArrayModulesError",
+    "TimingError", "ExperimentError", "BenchUsageError", "PlotUnavailableError", "LauncherEnvironmentError",
+    "VirtualDeviceCountError", "VirtualDataParallelError", "DevshimWarning", "ImplicitTransferWarning",
+    "SharedDeviceWarning", "testing", "settings", "backends"]
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     import importlib
 
     module = _EXPORTS.get(name)
@@ -69,5 +113,5 @@ def __getattr__(name):
     return value
 
 
-def __dir__():
+def __dir__() -> list:
     return sorted(set(globals()) | set(__all__) | set(_SUBMODULES))

@@ -91,7 +91,7 @@ class ParsedSpec(tuple):
         return tuple.__new__(cls, (kind, index, platform))
 
     kind = property(lambda self: self[0])
-    index = property(lambda self: self[1])
+    index = property(lambda self: self[1])  # type: ignore[assignment]  # tuple.index, shadowed on purpose
     platform = property(lambda self: self[2])
 
     def __repr__(self) -> str:

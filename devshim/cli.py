@@ -17,14 +17,75 @@ import sys
 
 import devshim
 from devshim import settings
-from devshim.backends import get_backend, load_backend, selection_reason, specs
-from devshim.errors import DevshimError
+from typing import Any, Callable, Optional, TextIO
 
-__all__ = ["main", "collect_info", "print_info", "build_parser"]
+from devshim.backends import canonical_name, get_backend, load_backend, selection_reason, specs
+from devshim.errors import BackendError, DevshimError
+
+__all__ = ["main", "collect_info", "print_info", "build_parser", "setting_problems"]
+
+#: The variables ``devshim info`` shows and checks.
+ENVIRONMENT_VARS = (settings.BACKEND_VAR, settings.DEVICE_VAR, settings.VIRTUAL_DEVICES_VAR,
+                    settings.TRANSFER_GUARD_VAR)
+
+
+def _check_backend() -> None:
+    """An unknown name in DEVSHIM_BACKEND, or a framework there that is not installed."""
+    name = settings.requested_backend()
+    if name is not None:
+        spec = specs()[canonical_name(name)]
+        if not spec.is_installed():
+            raise BackendError(f"{settings.BACKEND_VAR}={name!r} asks for {spec.title}, which is not "
+                               f"installed here. Install it ({spec.install_hint()}), or unset it.")
+
+
+#: (what is checked, how): each read raises DevshimError on a value devshim cannot use.
+_SETTING_CHECKS: tuple = (
+    (settings.BACKEND_VAR, _check_backend),
+    (settings.DEVICE_VAR, settings.accelerators_hidden),
+    (settings.VIRTUAL_DEVICES_VAR, settings.virtual_device_count),
+    (settings.TRANSFER_GUARD_VAR, settings.default_guard_level),
+    ("launcher variables", settings.launcher),
+)
+
+
+def setting_problems() -> list:
+    """One ``{"setting": ..., "error": ...}`` per ``DEVSHIM_*`` (or launcher) variable whose
+    value devshim cannot use; empty when every setting is fine. ``devshim info`` exits with
+    status 2 when there is any.
+
+    Example:
+        >>> os.environ["DEVSHIM_BACKEND"] = "pytroch"; ds.settings.reload()
+        >>> setting_problems()
+        [{'setting': 'DEVSHIM_BACKEND', 'error': "Unknown backend 'pytroch'. Valid names: ..."}]
+    """
+    problems = []
+    for setting, check in _SETTING_CHECKS:
+        try:
+            check()
+        except DevshimError as err:
+            problems.append({"setting": setting, "error": str(err)})
+    return problems
+
+
+def _framework_entry(name: str, spec: Any) -> dict:
+    entry: dict = {"name": name, "title": spec.title, "version": spec.version(),
+                   "capabilities": spec.capabilities()}
+    if not spec.is_installed():
+        entry["status"] = f"not installed ({spec.install_hint()})"
+        return entry
+    try:
+        adapter = load_backend(name)
+        entry["devices"] = adapter.device_details()
+        entry["status"] = "ok"
+    except Exception as err:  # report any framework failure, keep listing the rest
+        entry["status"] = f"error: {type(err).__name__}: {err}"
+    return entry
 
 
 def collect_info() -> dict:
-    """Everything ``devshim info`` reports, as plain data.
+    """Everything ``devshim info`` reports, as plain data; ``problems`` lists the settings
+    devshim cannot use (``setting_problems()``).
 
     Example:
         >>> collect_info()["backend"]
@@ -33,36 +94,20 @@ def collect_info() -> dict:
     info: dict = {
         "devshim": devshim.__version__,
         "python": sys.version.split()[0],
-        "environment": {
-            var: os.environ.get(var)
-            for var in (settings.BACKEND_VAR, settings.DEVICE_VAR, settings.VIRTUAL_DEVICES_VAR)
-        },
+        "environment": {var: os.environ.get(var) for var in ENVIRONMENT_VARS},
+        "problems": setting_problems(),
     }
     try:
         info["backend"] = get_backend().name
         info["reason"] = selection_reason()
     except DevshimError as err:
         info["backend"], info["reason"] = None, f"error: {err}"
-    frameworks: list = []
-    for name, spec in specs().items():
-        entry: dict = {"name": name, "title": spec.title, "version": spec.version(),
-                       "capabilities": spec.capabilities()}
-        if not spec.is_installed():
-            entry["status"] = f"not installed ({spec.install_hint()})"
-        else:
-            try:
-                adapter = load_backend(name)
-                entry["devices"] = adapter.device_details()
-                entry["status"] = "ok"
-            except Exception as err:  # report any framework failure, keep listing the rest
-                entry["status"] = f"error: {type(err).__name__}: {err}"
-        frameworks.append(entry)
-    info["frameworks"] = frameworks
+    info["frameworks"] = [_framework_entry(name, spec) for name, spec in specs().items()]
     info["process"] = _process()
     return info
 
 
-def _process():
+def _process() -> Optional[dict]:
     """``ds.process_info()`` as plain data under a launcher; None without one."""
     try:
         if settings.launcher() is None:
@@ -74,49 +119,77 @@ def _process():
         return {"error": f"{type(err).__name__}: {err}"}
 
 
-def _format_memory(num_bytes) -> str:
+def _format_memory(num_bytes: Optional[int]) -> str:
     return f"{num_bytes / 2**30:.1f} GiB" if num_bytes else ""
 
 
-def print_info(info: dict, out=None) -> None:
-    """Print ``collect_info()``'s data as the text ``devshim info`` shows."""
-    out = out or sys.stdout
+def print_info(info: dict, out: Optional[TextIO] = None) -> None:
+    """Print ``collect_info()``'s data as the text ``devshim info`` shows.
+
+    Example:
+        >>> print_info(collect_info())
+        devshim 0.1.0 on Python 3.11.7
+        backend: torch  (auto: torch is the first installed of torch, tensorflow, jax, mxnet, cupy, numpy)
+    """
+    target = out or sys.stdout
 
     def write(line: str = "") -> None:
-        print(line, file=out)
+        print(line, file=target)
 
     write(f"devshim {info['devshim']} on Python {info['python']}")
     write(f"backend: {info['backend']}  ({info['reason']})")
     for var, value in info["environment"].items():
         write(f"  {var}={value if value is not None else '(unset)'}")
+    _print_problems(info.get("problems", []), write)
     write()
     write("frameworks:")
     for fw in info["frameworks"]:
         write(f"  {fw['name']:<11} {fw['version'] or '-':<14} {fw['status']}")
+    _print_capabilities(info["frameworks"], write)
+    _print_process(info.get("process"), write)
+    _print_devices(info["frameworks"], write)
+
+
+def _print_problems(problems: list, write: Callable[..., None]) -> None:
+    if problems:
+        write()
+        write("settings devshim cannot use (devshim info exits with status 2):")
+        for problem in problems:
+            write(f"  {problem['setting']}: {problem['error']}")
+
+
+def _print_capabilities(frameworks: list, write: Callable[..., None]) -> None:
     write()
-    capabilities = list(info["frameworks"][0]["capabilities"]) if info["frameworks"] else []
+    capabilities = list(frameworks[0]["capabilities"]) if frameworks else []
     write("capabilities:")
     write("  " + " " * 11 + " ".join(f"{c:<8}" if len(c) <= 8 else c for c in capabilities))
-    for fw in info["frameworks"]:
+    for fw in frameworks:
         marks = ["yes" if fw["capabilities"][c] else "-" for c in capabilities]
         write(f"  {fw['name']:<11}" + " ".join(f"{m:<{max(8, len(c))}}" for m, c in zip(marks, capabilities)).rstrip())
-    process = info.get("process")
-    if process is not None:
-        write()
-        write("process:")
-        if "error" in process:
-            write(f"  error: {process['error']}")
-        else:
-            def known(value):
-                return "?" if value is None else value
 
-            write(f"  launcher: {process['launcher']}  rank {known(process['rank'])} of "
-                  f"{known(process['world_size'])}, local rank {process['local_rank']} of "
-                  f"{known(process['local_world_size'])}")
-            write(f"  device:   {process['device']} ({process['backend']})")
+
+def _print_process(process: Optional[dict], write: Callable[..., None]) -> None:
+    if process is None:
+        return
+    write()
+    write("process:")
+    if "error" in process:
+        write(f"  error: {process['error']}")
+        return
+
+    def known(value: object) -> object:
+        return "?" if value is None else value
+
+    write(f"  launcher: {process['launcher']}  rank {known(process['rank'])} of "
+          f"{known(process['world_size'])}, local rank {process['local_rank']} of "
+          f"{known(process['local_world_size'])}")
+    write(f"  device:   {process['device']} ({process['backend']})")
+
+
+def _print_devices(frameworks: list, write: Callable[..., None]) -> None:
     write()
     write("devices:")
-    for fw in info["frameworks"]:
+    for fw in frameworks:
         for dev in fw.get("devices", []):
             extra = "  (virtual)" if dev.get("virtual") else ""
             memory = _format_memory(dev.get("memory_bytes"))
@@ -130,12 +203,19 @@ def _cmd_info(args: argparse.Namespace) -> int:
         print()
     else:
         print_info(info)
-    return 0
+    problems = info["problems"]
+    if problems and args.json:  # stdout is the JSON document: the reasons go to stderr
+        for problem in problems:
+            print(f"devshim: error: {problem['setting']}: {problem['error']}", file=sys.stderr)
+    elif problems:
+        print(f"devshim: error: {', '.join(p['setting'] for p in problems)}: a value devshim cannot "
+              f"use (see 'settings devshim cannot use' above)", file=sys.stderr)
+    return 2 if problems else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``devshim`` argument parser, with its ``info``, ``bench`` and ``selftest`` commands."""
-    parser = argparse.ArgumentParser(prog="devshim", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="devshim", description=(__doc__ or "devshim").splitlines()[0])
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     info = commands.add_parser("info", help="backends, their capabilities, and the devices devshim sees")
@@ -148,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[list] = None) -> int:
     """Run the ``devshim`` command; returns the exit status.
 
     Example:

@@ -74,7 +74,7 @@ class ProcessInfo:
             return NotImplemented
         return all(getattr(self, name) == getattr(other, name) for name in self.__slots__)
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as __eq__ compares fields
 
     def __repr__(self) -> str:
         return "ProcessInfo(" + ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__) + ")"

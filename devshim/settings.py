@@ -29,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import os
+from typing import Any, Optional
 from contextvars import ContextVar
 
 from devshim.errors import (
@@ -176,7 +177,7 @@ class Launch:
             return NotImplemented
         return all(getattr(self, a) == getattr(other, a) for a in self.__slots__)
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as __eq__ compares fields
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{a}={getattr(self, a)!r}" for a in self.__slots__)
@@ -249,7 +250,7 @@ _PARSERS = {"backend": _parse_backend, "device": _parse_device, "virtual": _pars
             "guard": _parse_guard, "launcher": _parse_launcher}
 
 
-def _get(name: str):
+def _get(name: str) -> Any:
     try:
         value = _parsed[name]
     except KeyError:
@@ -303,7 +304,7 @@ def default_guard_level() -> str:
     return _get("guard")
 
 
-def launcher():
+def launcher() -> Optional["Launch"]:
     """What the launcher that started this process says about it (a ``Launch``), or None.
 
     Read once, like every setting: torchrun's ``LOCAL_RANK``, Open MPI's

@@ -11,7 +11,8 @@ import pytest
 import devshim as ds
 from devshim import bench, cli
 from devshim.bench.experiments import experiments
-from devshim.bench.table import format_table
+from devshim.bench.table import format_spread, format_table
+from devshim.timing.settle import NOISE_SHARE
 from helpers import run_python
 
 TINY = {
@@ -92,8 +93,8 @@ def test_plot_without_matplotlib_is_a_one_line_error(tmp_path, capsys, monkeypat
     captured = capsys.readouterr()
     assert code == 2
     assert captured.err.strip().splitlines() == [
-        'devshim: error: --plot needs matplotlib, which is not installed. Install it with '
-        'pip install "devshim[plot]", or leave out --plot.'
+        'devshim: error: --plot needs matplotlib, which is not installed. Install it with pip install '
+        'matplotlib (or pip install "devshim[plot]" where devshim is installed), or leave out --plot.'
     ]
     assert captured.out == "" and not data.exists()  # it failed before measuring anything
 
@@ -124,7 +125,7 @@ def test_plot_without_matplotlib_in_a_real_process_has_no_traceback(tmp_path):
     )
     result = run_python(code, DEVSHIM_BACKEND="numpy", timeout=120)
     assert result.returncode == 2
-    assert "Traceback" not in result.stderr and 'pip install "devshim[plot]"' in result.stderr
+    assert "Traceback" not in result.stderr and 'pip install matplotlib' in result.stderr
 
 
 def test_python_dash_m_devshim_bench_runs(tmp_path):
@@ -175,9 +176,46 @@ def test_table_aligns_numbers_right_marks_missing_values_and_noisy_rows():
     ]
     lines = format_table(experiments()["overhead"], rows).splitlines()
     assert lines[:4] == [
-        "|   backend | device | operation       |     native |    devshim | devshim/native |",
-        "|-----------|--------|-----------------|-----------:|-----------:|---------------:|",
-        "|   numpy   | cpu:0  | device_of       |          - | 250 ns ±2% |              - |",
-        "| * numpy   | cpu:0  | to_device 1 MiB | 30 us ±10% |  33 us ±0% |          1.10x |",
+        "|   backend | device | operation       |     native |      devshim | devshim/native |",
+        "|-----------|--------|-----------------|-----------:|-------------:|---------------:|",
+        "|   numpy   | cpu:0  | device_of       |          - | 250 ns ±2.0% |              - |",
+        "| * numpy   | cpu:0  | to_device 1 MiB | 30 us ±10% |  33 us ±0.0% |          1.10x |",
     ]
-    assert lines[4].startswith("* spread above 10% of the median")
+    assert lines[4].startswith("* runs disagree: the middle half of the runs spread over more than ±5% of the median")
+    assert len(lines) == 5
+
+
+def test_rows_whose_warm_up_did_not_settle_get_their_own_mark_and_footnote():
+    rows = [
+        {"backend": "numpy", "device": "cpu:0", "n": 64, "seconds": 1e-3, "seconds_iqr": 1e-5,
+         "noisy": False, "settled": False},
+        {"backend": "numpy", "device": "cpu:0", "n": 128, "seconds": 2e-3, "seconds_iqr": 8e-4,
+         "noisy": True, "settled": False},
+        {"backend": "numpy", "device": "cpu:0", "n": 256, "seconds": 4e-3, "seconds_iqr": 1e-5,
+         "noisy": False, "settled": True},
+    ]
+    lines = format_table(experiments()["matmul"], rows).splitlines()
+    assert [line[:5] for line in lines[2:5]] == ["| +  ", "| *+ ", "|    "]
+    assert lines[5].startswith("* runs disagree") and lines[6].startswith("+ warm-up did not settle")
+
+
+def test_rows_measured_on_a_busy_machine_are_marked_and_explained():
+    rows = [{"backend": "torch", "device": "cpu:0", "n": 64, "seconds": 0.032, "seconds_iqr": 3e-4,
+             "noisy": False, "settled": True, "busy": True}]
+    lines = format_table(experiments()["matmul"], rows).splitlines()
+    assert lines[2].startswith("| ! torch") and "32 ms ±0.5%" in lines[2]
+    assert lines[3].startswith("! the machine was busy: its load average was above its CPU count")
+
+
+def test_a_time_from_a_single_run_shows_no_spread():
+    rows = [{"backend": "torch", "device": "cpu:0", "n": 64, "seconds": 0.439, "seconds_iqr": 0.0, "runs": 1}]
+    assert "439 ms (1 run)" in format_table(experiments()["matmul"], rows)
+
+
+@pytest.mark.parametrize("share", [0.0, 0.02, 0.0999, 0.1, 0.1001, 0.104, 0.11, 0.12, 0.14, 0.19, 0.2, 0.5])
+def test_the_spread_shown_exceeds_the_footnotes_threshold_exactly_when_the_row_is_flagged(share):
+    """The footnote says flagged rows spread over more than ±5%: no flagged row may show ±5% or less,
+    and no row showing more may go unflagged (rounding used to show a flagged 10.4% as ±5%)."""
+    shown = float(format_spread(share * 2.0, 2.0).strip("±%"))
+    flagged = ds.Measurement([2.0 - 2 * share, 2.0, 2.0 + 2 * share], number_per_run=1).noisy  # IQR 2 * share
+    assert (shown > NOISE_SHARE * 50) == flagged == (share > NOISE_SHARE)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy
+import pytest
 
 import devshim as ds
 from devshim import cli
@@ -43,13 +45,64 @@ def test_info_json_is_machine_readable(capsys):
     assert names == list(specs())
     numpy_entry = next(fw for fw in data["frameworks"] if fw["name"] == "numpy")
     assert numpy_entry["status"] == "ok" and numpy_entry["devices"][0]["device"] == "cpu:0"
-    assert set(data["environment"]) == {"DEVSHIM_BACKEND", "DEVSHIM_DEVICE", "DEVSHIM_VIRTUAL_DEVICES"}
+    assert set(data["environment"]) == {"DEVSHIM_BACKEND", "DEVSHIM_DEVICE", "DEVSHIM_VIRTUAL_DEVICES",
+                                        "DEVSHIM_TRANSFER_GUARD"}
+    assert data["problems"] == []
 
 
-def test_python_dash_m_devshim_info_runs_and_explains_a_bad_backend():
-    result = run_python("", "-m", "devshim", "info", DEVSHIM_BACKEND="caffe", timeout=180)
-    assert result.returncode == 0, result.stderr
-    assert "Unknown backend 'caffe'" in result.stdout
+def test_python_dash_m_devshim_info_fails_on_a_misspelt_backend_and_says_which():
+    result = run_python("", "-m", "devshim", "info", DEVSHIM_BACKEND="pytroch", timeout=180)
+    assert result.returncode == 2, result.stderr
+    assert "DEVSHIM_BACKEND: Unknown backend 'pytroch'" in result.stdout
+    assert "devshim: error: DEVSHIM_BACKEND" in result.stderr
+    assert "frameworks:" in result.stdout  # the rest is still reported
+
+
+def set_even_if_refused(setenv, variable: str, value: str) -> None:
+    """Set a variable; once a backend's guard is running, reloading a bad guard level raises at
+    once (a fresh `devshim info` process reads it first in collect_info)."""
+    with contextlib.suppress(ds.InvalidGuardLevelError):
+        setenv(variable, value)
+
+
+@pytest.mark.parametrize("variable, value, says", [
+    ("DEVSHIM_BACKEND", "pytroch", "Unknown backend 'pytroch'"),
+    ("DEVSHIM_VIRTUAL_DEVICES", "two", "must be a non-negative whole number"),
+    ("DEVSHIM_VIRTUAL_DEVICES", "-1", "must be a non-negative whole number"),
+    ("DEVSHIM_TRANSFER_GUARD", "strict", "is not a transfer-guard level"),
+    ("DEVSHIM_DEVICE", "tpu", "is not understood"),
+    ("LOCAL_RANK", "first", "is not a whole number"),
+])
+def test_info_exits_2_on_a_setting_devshim_cannot_use_and_names_only_that_one(setenv, capsys, variable, value,
+                                                                              says):
+    set_even_if_refused(setenv, variable, value)
+    assert cli.main(["info"]) == 2
+    captured = capsys.readouterr()
+    named = "launcher variables" if variable == "LOCAL_RANK" else variable
+    problems = captured.out.split("settings devshim cannot use")[1].split("\n\n")[0].splitlines()[1:]
+    assert len(problems) == 1 and problems[0].startswith(f"  {named}: ") and says in problems[0]
+    assert captured.err.startswith(f"devshim: error: {named}: ")
+
+
+def test_info_json_lists_each_problem_and_says_them_on_stderr(setenv, capsys):
+    set_even_if_refused(setenv, "DEVSHIM_TRANSFER_GUARD", "strict")
+    set_even_if_refused(setenv, "DEVSHIM_VIRTUAL_DEVICES", "two")
+    assert cli.main(["info", "--json"]) == 2
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert [p["setting"] for p in data["problems"]] == ["DEVSHIM_VIRTUAL_DEVICES", "DEVSHIM_TRANSFER_GUARD"]
+    assert captured.err.count("devshim: error:") == 2
+
+
+def test_info_fails_when_the_backend_asked_for_is_not_installed(setenv, capsys):
+    missing = next((s for s in specs().values() if not s.is_installed()), None)
+    if missing is None:
+        pytest.skip("every framework is installed here")
+    setenv("DEVSHIM_BACKEND", missing.name)
+    assert cli.main(["info"]) == 2
+    out = capsys.readouterr().out
+    assert f"DEVSHIM_BACKEND='{missing.name}' asks for {missing.title}, which is not installed" in out
+    assert f"pip install {missing.distributions[0]}" in out
 
 
 def test_no_command_prints_usage_and_fails():

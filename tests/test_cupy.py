@@ -139,7 +139,7 @@ def test_without_a_partner_numpy_says_how_to_get_one(monkeypatch, setenv):
     setenv(ds.settings.VIRTUAL_DEVICES_VAR, None)
     real = backends.specs().get("cupy")
     monkeypatch.setattr(real, "host_partner", None)
-    with pytest.raises(ds.DeviceUnavailableError, match=r"install CuPy \(pip install \"devshim\[cupy\]\"\)"):
+    with pytest.raises(ds.DeviceUnavailableError, match=r"install CuPy \(pip install cupy-cuda12x, or pip install \"devshim\[cupy\]\" where devshim is installed\)"):
         ds.to_device(np.ones(1), "gpu:0")
     with pytest.raises(ds.DeviceUnavailableError):
         ds.copy_if_needed({"x": np.ones(1)}, "gpu")
@@ -155,7 +155,7 @@ def test_devshim_info_says_when_cupy_is_missing_or_sees_no_gpu():
     assert entry["capabilities"]["devices"] and entry["capabilities"]["ops"]
     assert entry["capabilities"]["virtual devices"] is False
     if not backends.specs()["cupy"].is_installed():
-        assert entry["status"] == 'not installed (pip install "devshim[cupy]")'
+        assert entry["status"] == 'not installed (pip install cupy-cuda12x, or pip install "devshim[cupy]" where devshim is installed)'
     elif entry["status"] == "ok" and len(entry["devices"]) == 1:
         assert "CuPy sees no GPU" in entry["devices"][0]["name"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ from devshim import backends
 from devshim._device import Device
 from devshim.backends.spec import BackendSpec
 from devshim.errors import TimingError
+from devshim.timing import settle
 
 
 class FakeClock:
@@ -263,6 +265,34 @@ def test_timer_synchronizes_before_reading_the_clock_at_start_and_stop(harness, 
     assert all(ds.Device("cpu") == adapter.describe(e[1]) for e in events if e != "clock")
 
 
+def test_timer_leaves_cold_first_intervals_out_of_its_median_and_says_so():
+    clock = FakeClock()
+    timer = ds.Timer(clock=clock)
+    for seconds in (0.044, 0.003, 15e-6, 16e-6, 15e-6, 15e-6):
+        with timer:
+            clock.advance(seconds)
+    assert timer.cold() == 2 and timer.warm_times() == pytest.approx([15e-6, 16e-6, 15e-6, 15e-6])
+    assert timer.median() == pytest.approx(15e-6)
+    assert timer.avg() == pytest.approx(sum(timer.times) / 6)  # d2l's mean counts every interval
+    assert str(timer) == ("Timer: 6 times: median 15 us (the first 2, 44 ms, 3 ms, were cold, over 1.5x "
+                          "the rest: left out); mean of all 7.84 ms")
+
+
+def test_timer_keeps_every_interval_when_none_is_cold_and_warns_when_they_disagree():
+    clock = FakeClock()
+    timer = ds.Timer(clock=clock)
+    for seconds in (0.010, 0.0101, 0.010, 0.0102):
+        with timer:
+            clock.advance(seconds)
+    assert timer.cold() == 0 and "Warning" not in str(timer)
+    for seconds in (0.030, 0.005, 0.030, 0.005):
+        with timer:
+            clock.advance(seconds)
+    assert "Warning: runs disagree" in str(timer)
+    with pytest.raises(ds.TimingError, match="no recorded time"):
+        ds.Timer(clock=clock).median()
+
+
 def test_timer_counts_queued_work_inside_the_interval(fake_queues):
     clock = FakeClock()
     device = FakeQueue(clock)
@@ -277,6 +307,12 @@ def test_timer_counts_queued_work_inside_the_interval(fake_queues):
 MS = 2.0**-10  # about a millisecond, exact in binary so sums of it are too
 
 
+@pytest.fixture
+def idle_machine(monkeypatch):
+    """The load average benchmark reads, as on an idle machine (the test machine may be busy)."""
+    monkeypatch.setattr(settle, "machine_load", lambda: (0.1, 4))
+
+
 def test_warmup_calls_are_not_measured():
     clock = FakeClock()
     calls = []
@@ -286,17 +322,109 @@ def test_warmup_calls_are_not_measured():
         clock.advance(5.0 if len(calls) <= 3 else MS)  # the first calls pay for initialisation
 
     m = ds.benchmark(fn, warmup=3, min_run_time=10 * MS, clock=clock)
-    assert m.warmup == 3 and m.number_per_run == 1
+    # the first call, then blocks of one call (no clock cost, so one is enough) until three agree:
+    # 5 s, 5 s, then MS three times
+    assert m.warmup == 6 and m.settled and m.number_per_run == 1
     assert m.times == [MS] * 10  # ten runs reach min_run_time; none holds a warm-up call
-    # warm-up, thrown-away calibration blocks, then the measured runs
-    assert len(calls) > 3 + m.runs
+    assert len(calls) == m.warmup + m.runs
+
+
+def steps(durations: list, then: float, clock: FakeClock):
+    """A function that advances ``clock`` by each of ``durations`` in turn, then by ``then``."""
+    remaining = iter(durations)
+
+    def fn():
+        clock.advance(next(remaining, then))
+
+    return fn
+
+
+def test_a_cold_first_call_never_stands_for_the_figure(idle_machine):
+    """The issue's case: a 64x64 matmul whose first calls took 44, 30, 20 ms, and 15 us after
+    that. A fixed count of warm-up calls (one, then one calibration block) measured 20 ms."""
+    clock = FakeClock()
+    m = ds.benchmark(steps([0.044, 0.030, 0.020], 15e-6, clock), warmup=1, min_run_time=0.01, clock=clock)
+    assert m.median == pytest.approx(15e-6) and m.max == pytest.approx(15e-6)
+    assert m.settled and m.warmup == 6 and m.warnings == []
+
+
+def test_back_to_back_benchmarks_of_one_function_agree():
+    clock = FakeClock()
+    fn = steps([0.044, 0.030, 0.020], 15e-6, clock)  # cold only in its first calls in this process
+    first = ds.benchmark(fn, min_run_time=0.01, clock=clock)
+    second = ds.benchmark(fn, min_run_time=0.01, clock=clock)
+    assert first.median == pytest.approx(second.median) == pytest.approx(15e-6)
+
+
+def test_warm_up_goes_on_while_calls_keep_getting_faster():
+    clock = FakeClock()
+    slowing_down = [0.064, 0.032, 0.016, 0.008, 0.004, 0.002]  # each call half the one before
+    m = ds.benchmark(steps(slowing_down, 0.001, clock), warmup=1, min_run_time=0.05, clock=clock)
+    assert m.warmup == len(slowing_down) + 3  # then three calls at 1 ms agree
+    assert m.median == pytest.approx(0.001) and m.max == pytest.approx(0.001) and m.settled
+
+
+def test_warm_up_that_never_settles_stops_after_its_time_and_says_so():
+    clock = FakeClock()
+    period = itertools.cycle([0.001, 0.003])  # two kinds of call, 3x apart, forever
+
+    def fn():
+        clock.advance(next(period))
+
+    m = ds.benchmark(fn, min_run_time=0.01, max_warmup_time=0.05, clock=clock)
+    assert not m.settled
+    assert 0.05 <= m.warmup_seconds < 0.05 + 0.003 + 0.003  # stopped after the block that crossed it
+    assert m.to_dict()["settled"] is False
+    assert "Warning: warm-up did not settle" in str(m)
+
+
+def test_warmup_sets_a_minimum_of_calls():
+    clock = FakeClock()
+    m = ds.benchmark(steps([], MS, clock), warmup=20, min_run_time=10 * MS, clock=clock)
+    assert m.warmup >= 20 and m.settled
+
+
+def test_blocks_grow_during_warm_up_and_only_blocks_of_the_final_size_settle_it():
+    clock = FakeClock(tick=1e-6)  # every clock reading costs a microsecond
+    calls = []
+
+    def fn():
+        calls.append(1)
+        clock.advance(0.01 if len(calls) == 1 else 2e-6)
+
+    m = ds.benchmark(fn, warmup=1, min_run_time=0.01, clock=clock)
+    assert m.number_per_run > 1 and m.settled
+    assert m.max < 3e-6  # the cold call (10 ms) is in no measured run
+    assert len(calls) == m.warmup + m.runs * m.number_per_run
+
+
+def test_runs_that_disagree_are_flagged_in_words(idle_machine):
+    clock = FakeClock()
+    steady = ds.benchmark(steps([], MS, clock), min_run_time=10 * MS, clock=clock)
+    assert not steady.noisy and "Warning" not in str(steady)
+    jumpy = ds.Measurement([1.0, 1.0, 2.0, 2.0], number_per_run=1)
+    assert jumpy.noisy and jumpy.spread == pytest.approx(1.0 / 1.5)
+    assert "Warning: runs disagree: the middle half of them spans 67% of the median (over 10%)" in str(jumpy)
+    assert jumpy.to_dict()["noisy"] is True
+
+
+def test_a_figure_measured_on_a_busy_machine_says_so_even_when_its_runs_agree(monkeypatch):
+    """The issue's 32 ms ±1% for a 64x64 torch matmul: on a machine with more threads wanting to
+    run than CPUs, each call waited for torch's worker thread to get a CPU, every time alike."""
+    monkeypatch.setattr(settle, "machine_load", lambda: (6.2, 2))
+    clock = FakeClock()
+    m = ds.benchmark(steps([], 0.032, clock), min_run_time=0.2, clock=clock)
+    assert not m.noisy and m.busy and (m.load, m.cpus) == (6.2, 2)
+    assert "Warning: the machine was busy: load 6.2 on 2 CPUs while measuring" in str(m)
+    assert m.to_dict()["busy"] is True
+    monkeypatch.setattr(settle, "machine_load", lambda: None)  # a system without a load average
+    assert not ds.benchmark(steps([], 0.032, clock), min_run_time=0.2, clock=clock).busy
 
 
 def test_statistics_on_a_fake_clock():
     clock = FakeClock()
-    # Warm-up and the calibration block take 0.5 s each: a calibration block that
-    # long is looked at once, so the measured runs get exactly the five after it.
-    durations = iter([0.5, 0.5] + [0.0004, 0.0001, 0.0003, 0.0002, 0.0005])
+    # A cold first call; three warm-up blocks that agree (0.3 ms); then the five measured runs.
+    durations = iter([0.5] + [0.0003] * 3 + [0.0004, 0.0001, 0.0003, 0.0002, 0.0005])
 
     def fn():
         clock.advance(next(durations))
@@ -309,7 +437,8 @@ def test_statistics_on_a_fake_clock():
     text = str(m)
     assert text.splitlines()[0].startswith("<devshim.Measurement> fake")
     assert "Median: 300 us" in text and "IQR:    200 us (200 us to 400 us)" in text
-    assert "5 runs, 1 call per run, 1 warm-up call not counted" in text
+    assert "5 runs, 1 call per run, 4 warm-up calls not counted" in text
+    assert "Warning: runs disagree" in text  # an IQR of 67% of the median
     data = json.loads(json.dumps(m.to_dict()))
     assert data["median"] == pytest.approx(0.0003) and data["q1"] == pytest.approx(0.0002)
     assert data["times"] == pytest.approx(m.times) and data["runs"] == 5

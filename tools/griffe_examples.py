@@ -23,3 +23,15 @@ class ExampleSections(Extension):
         docstring = obj.docstring
         if docstring is not None and "Example:" in docstring.value:
             docstring.value = _SINGULAR.sub(r"\1Examples:", docstring.value)
+
+
+_GUIDE = re.compile(r"(?<![\w/])(?<!\]\()docs/([\w-]+\.md)")
+
+
+class GuideLinks(Extension):
+    """Turn a docstring's mention of a guide page, ``docs/distributed.md``, into a link to it."""
+
+    def on_object(self, *, obj, **kwargs) -> None:
+        docstring = obj.docstring
+        if docstring is not None and "docs/" in docstring.value:
+            docstring.value = _GUIDE.sub(r"[docs/\1](../\1)", docstring.value)

@@ -46,7 +46,7 @@ def select_default() -> tuple:
             return instance(spec.name), f"auto: {spec.name} is the first installed of {names}"
     raise BackendError(
         f"No backend is installed (devshim looks for {names}). Install one, e.g. "
-        f'pip install "devshim[torch]".'
+        f'pip install torch, or pip install "devshim[torch]" where devshim is installed.'
     )
 
 

@@ -32,7 +32,8 @@ class BackendSpec:
     ``import_name``    the framework's top-level module ("torch"); dispatch only asks
                        a backend about a value once this module is in ``sys.modules``.
     ``distributions``  pip packages that may provide the framework (for versions).
-    ``extra``          the devshim extra that installs it (``pip install "devshim[torch]"``).
+    ``extra``          the devshim extra that installs it with the versions devshim is tested
+                       with (``pip install "devshim[torch]"``, once devshim is installed).
     ``auto_rank``      order of automatic selection (lower first); None: never auto-selected.
     ``virtual_devices`` whether ``DEVSHIM_VIRTUAL_DEVICES`` can work on it.
     ``host_partner``   the backend whose arrays are this one's host arrays ("numpy" for
@@ -150,8 +151,18 @@ class BackendSpec:
         return importlib.import_module(f"{self.package}.{module}")
 
     def install_hint(self) -> str:
-        """How to install the framework, for error messages."""
-        return f'pip install "devshim[{self.extra}]"' if self.extra else f"pip install {self.distributions[0]}"
+        """How to install the framework, for error messages: its own package first, which works
+        however devshim came (a checkout, a wheel, an index), then devshim's extra, which works
+        where devshim is installed (pip finds the installed devshim and adds the extra's packages).
+
+        Example:
+            >>> SPEC.install_hint()
+            'pip install torch, or pip install "devshim[torch]" where devshim is installed'
+        """
+        own = f"pip install {self.distributions[0]}"
+        if not self.extra:
+            return own
+        return f'{own}, or pip install "devshim[{self.extra}]" where devshim is installed'
 
     def __repr__(self) -> str:
         return f"BackendSpec({self.name!r}, import_name={self.import_name!r})"

@@ -8,7 +8,7 @@ EXPERIMENT --help`` shows each one's options) live one per module in
 ``devshim/bench/experiments/``. A progress bar goes to stderr (tqdm when
 installed, plain lines otherwise), the table to stdout. Every time carries
 its spread; a measurement too noisy to trust is measured again, and flagged
-if it stays noisy. Plots need matplotlib: ``pip install "devshim[plot]"``.
+if it stays noisy. Plots need matplotlib: ``pip install matplotlib`` (or the ``plot`` extra).
 
 This package is an application on top of devshim's public API and the
 backends' ``ops`` modules.
@@ -35,7 +35,7 @@ def register(commands) -> None:
     found = experiments()
     parser = commands.add_parser(
         "bench", help=f"time the D2L GPU experiments ({', '.join(found)})",
-        description=__doc__.split("\n\n")[0],
+        description=(__doc__ or "").split("\n\n")[0],
     )
     sub = parser.add_subparsers(dest="experiment", metavar="EXPERIMENT")
     sub.required = True
@@ -48,7 +48,7 @@ def register(commands) -> None:
         one.add_argument("--min-run-time", metavar="S", type=float,
                          help="seconds each measurement runs for at least")
         one.add_argument("--json", metavar="FILE", help="write the rows and the setup as JSON")
-        one.add_argument("--plot", metavar="FILE.png", help='draw a plot (needs pip install "devshim[plot]")')
+        one.add_argument("--plot", metavar="FILE.png", help="draw a plot (needs matplotlib: pip install matplotlib)")
         one.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
         for option in experiment.options:
             option.add_to(one)

@@ -11,8 +11,11 @@ Experiments use only devshim's public API and the backends' ``ops`` modules.
 
 from __future__ import annotations
 
+from typing import Any
+
 import devshim as ds
-from devshim.backends import get_backend
+
+from devshim.backends import get_backend, specs
 from devshim.errors import ExperimentError
 
 __all__ = [
@@ -123,13 +126,14 @@ def ops_for(backend):
         >>> ops.matmul(ops.rand((4, 4), ds.cpu()), ops.rand((4, 4), ds.cpu()))
     """
     adapter = get_backend(backend)
-    if not adapter.spec.has_module("ops"):
+    spec = specs()[adapter.name]
+    if not spec.has_module("ops"):
         raise ExperimentError(
             f"The {adapter.name} backend has no ops module, so the experiments cannot run on it; "
             f"run them with --backend set to one of: "
-            f"{', '.join(n for n in ds.available_backends() if get_backend(n).spec.has_module('ops'))}."
+            f"{', '.join(n for n in ds.available_backends() if specs()[n].has_module('ops'))}."
         )
-    return adapter.spec.module("ops")
+    return spec.module("ops")
 
 
 def native_device(device, backend: str):
@@ -172,7 +176,7 @@ class HostReads:
     def __init__(self) -> None:
         self.count = 0
 
-    def read(self, x):
+    def read(self, x: Any) -> Any:
         self.count += 1
         return ds.to_numpy(x)
 

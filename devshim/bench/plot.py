@@ -15,8 +15,8 @@ def require_matplotlib() -> None:
         from matplotlib.figure import Figure  # noqa: F401
     except ImportError:
         raise PlotUnavailableError(
-            '--plot needs matplotlib, which is not installed. Install it with '
-            'pip install "devshim[plot]", or leave out --plot.'
+            '--plot needs matplotlib, which is not installed. Install it with pip install matplotlib '
+            '(or pip install "devshim[plot]" where devshim is installed), or leave out --plot.'
         ) from None
 
 

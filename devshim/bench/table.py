@@ -2,18 +2,40 @@
 
 from __future__ import annotations
 
-from devshim.bench.measure import NOISE_SHARE
+import math
+from typing import Any
+
 from devshim.timing import format_seconds
+from devshim.timing.settle import NOISE_SHARE, SETTLE_BLOCKS, SETTLE_RATIO
 
-__all__ = ["format_table", "format_value"]
+__all__ = ["format_table", "format_value", "format_spread", "footnotes", "NOISY_MARK", "UNSETTLED_MARK",
+           "BUSY_MARK"]
+
+#: Marks before a row whose runs disagree, one whose warm-up never settled, and one measured on
+#: a machine with more threads wanting to run than CPUs.
+NOISY_MARK, UNSETTLED_MARK, BUSY_MARK = "*", "+", "!"
 
 
-def format_value(column, row: dict) -> str:
-    """One cell: seconds with their spread ("1.2 ms ±3%"), ratios as "1.23x", numbers to 3 digits.
+def format_spread(iqr: float, median: float) -> str:
+    """Half the IQR as a share of the median, "±x%", rounded up (one decimal below 10%), so a
+    row shown at "±5.0%" or less never has runs that disagree (above ±5%).
+
+    Example:
+        >>> format_spread(3.6e-05, 0.0012)
+        '±1.5%'
+    """
+    half = 100 * iqr / median / 2
+    if half < 10:
+        return f"±{math.ceil(round(half * 10, 6)) / 10:.1f}%"
+    return f"±{math.ceil(round(half, 6)):.0f}%"
+
+
+def format_value(column: Any, row: dict) -> str:
+    """One cell: seconds with their spread ("1.2 ms ±1.5%"), ratios as "1.23x", numbers to 3 digits.
 
     Example:
         >>> format_value(Column("seconds", "time", form="seconds"), {"seconds": 0.0012, "seconds_iqr": 3.6e-05})
-        '1.2 ms ±3%'
+        '1.2 ms ±1.5%'
     """
     value = row.get(column.key)
     if value is None or value == "":
@@ -21,8 +43,10 @@ def format_value(column, row: dict) -> str:
     if column.form == "seconds":
         text = format_seconds(value)
         iqr = row.get(_iqr_key(column.key))
-        if iqr is not None and value > 0:
-            text += f" ±{100 * iqr / value / 2:.0f}%"
+        if row.get("runs") == 1:
+            text += " (1 run)"  # one run has no spread to show: ±0% would claim one
+        elif iqr is not None and value > 0:
+            text += " " + format_spread(iqr, value)
         return text
     if column.form == "ratio":
         return f"{value:.2f}x"
@@ -36,25 +60,60 @@ def _iqr_key(key: str) -> str:
     return f"{key[:-len('_seconds')]}_iqr" if key.endswith("_seconds") else f"{key}_iqr"
 
 
-def format_table(experiment, rows: list) -> str:
+def _marks(row: dict) -> str:
+    return ((NOISY_MARK if row.get("noisy") else "")
+            + (UNSETTLED_MARK if row.get("settled") is False else "")
+            + (BUSY_MARK if row.get("busy") else ""))
+
+
+def footnotes(rows: list) -> list:
+    """The lines under a table that explain its marks, each readable on its own; none when no
+    row is marked.
+
+    Example:
+        >>> footnotes([{"noisy": True}])
+        ['* runs disagree: the middle half of the runs spread over more than ±5% of the median ...']
+    """
+    lines = []
+    if any(row.get("noisy") for row in rows):
+        lines.append(
+            f"{NOISY_MARK} runs disagree: the middle half of the runs spread over more than "
+            f"±{NOISE_SHARE * 50:g}% of the median (the ± after each time is that spread), even "
+            f"after measuring again. The machine was busy or the work varies: measure again "
+            f"before trusting these rows.")
+    if any(row.get("settled") is False for row in rows):
+        lines.append(
+            f"{UNSETTLED_MARK} warm-up did not settle: {SETTLE_BLOCKS} blocks of calls in a row never "
+            f"agreed within {SETTLE_RATIO:g}x before the warm-up time ran out, so these rows may "
+            f"still hold warm-up (a first compilation, a cold cache) or a busy machine.")
+    if any(row.get("busy") for row in rows):
+        lines.append(
+            f"{BUSY_MARK} the machine was busy: its load average was above its CPU count while "
+            f"measuring, so threads (a framework's worker threads too) waited for a CPU; these rows "
+            f"may be far slower than on an idle machine even where their runs agree.")
+    return lines
+
+
+def format_table(experiment: Any, rows: list) -> str:
     """The rows of ``experiment`` as a table; columns with no value in any row are left out.
 
     Times read "median ±half the IQR as a share of the median". Rows whose
-    spread stayed above the noise threshold after re-measuring are marked
-    with ``*`` and explained under the table.
+    runs disagree even after re-measuring are marked ``*``, rows whose
+    warm-up never settled ``+``, rows measured on a busy machine ``!``; the
+    lines under the table say what each mark means.
 
     Example:
         >>> print(format_table(EXPERIMENT, rows))
     """
     columns = [c for c in experiment.columns if any(r.get(c.key) not in (None, "") for r in rows)]
     cells = [[format_value(c, r) for c in columns] for r in rows]
-    noisy = [bool(r.get("noisy")) for r in rows]
-    if any(noisy) and columns:
-        for line, flagged in zip(cells, noisy):
-            line[0] = ("* " if flagged else "  ") + line[0]
+    marks = [_marks(r) for r in rows]
+    width = max(len(m) for m in marks) if marks else 0
     headings = [c.heading for c in columns]
-    if any(noisy) and columns:
-        headings[0] = "  " + headings[0]
+    if width and columns:
+        for cell_row, mark in zip(cells, marks):
+            cell_row[0] = mark.ljust(width) + " " + cell_row[0]
+        headings[0] = " " * (width + 1) + headings[0]
     widths = [max([len(h)] + [len(line[i]) for line in cells]) for i, h in enumerate(headings)]
     numeric = [c.form != "text" for c in columns]
 
@@ -65,8 +124,4 @@ def format_table(experiment, rows: list) -> str:
 
     rule = "|" + "|".join(("-" * (w + 1) + ":") if num else ("-" * (w + 2))
                           for w, num in zip(widths, numeric)) + "|"
-    text = [line(headings), rule] + [line(c) for c in cells]
-    if any(noisy):
-        text.append(f"* spread above {NOISE_SHARE:.0%} of the median (IQR; shown as ±{NOISE_SHARE / 2:.0%}) "
-                    f"even after re-measuring: the machine was busy; measure again before trusting it.")
-    return "\n".join(text)
+    return "\n".join([line(headings), rule] + [line(c) for c in cells] + footnotes(rows))

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Optional
 
 import devshim
 
@@ -42,7 +43,7 @@ def register(commands) -> None:
     """Add the ``selftest`` command to the ``devshim`` parser."""
     parser = commands.add_parser(
         "selftest", help="check devshim on this machine's frameworks and GPUs; a report for bug reports",
-        description=__doc__.split("\n\n")[0] + " Runs devshim's checks and a short benchmark on every "
+        description=(__doc__ or "").split("\n\n")[0] + " Runs devshim's checks and a short benchmark on every "
         "installed backend and every device it sees; exits 1 if a check failed.",
     )
     parser.add_argument("--backend", action="append", metavar="B",
@@ -150,23 +151,11 @@ def _read_events(path: str) -> list:
 
 def _run_one(backend: str, *, measure: bool, timeout: float) -> dict:
     """Run one backend's checks in a fresh process; its section of the report."""
+    started = time.perf_counter()
     env, notes = _environment_for(backend)
     handle, path = tempfile.mkstemp(prefix=f"devshim-selftest-{backend}-", suffix=".jsonl")
     os.close(handle)
-    home = os.path.dirname(os.path.dirname(os.path.abspath(devshim.__file__)))
-    command = [sys.executable, "-c", _RUNNER, home, backend, path]
-    if not measure:
-        command.append("--no-measure")
-    started = time.perf_counter()
-    problem = None
-    try:
-        done = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              timeout=timeout, text=True, errors="replace")
-        if done.returncode != 0:
-            tail = " | ".join(line for line in done.stderr.strip().splitlines()[-3:])
-            problem = f"the {backend} process ended with exit status {done.returncode}" + (f": {tail}" if tail else "")
-    except subprocess.TimeoutExpired:
-        problem = f"the {backend} process was stopped after {timeout:g} s (--timeout)"
+    problem = _run_process(backend, path, env, measure=measure, timeout=timeout)
     events = _read_events(path)
     try:
         os.unlink(path)
@@ -174,6 +163,32 @@ def _run_one(backend: str, *, measure: bool, timeout: float) -> dict:
         pass
     section: dict = {"name": backend, "notes": notes, "results": [], "measurements": {},
                      "seconds": round(time.perf_counter() - started, 2)}
+    running = _fold_events(section, events, finished_cleanly=problem is None)
+    if not section.get("complete"):
+        section["results"].append(_stopped_result(backend, problem, running))
+    return section
+
+
+def _run_process(backend: str, path: str, env: dict, *, measure: bool, timeout: float) -> Optional[str]:
+    """Run the backend's checks in a fresh interpreter writing events to ``path``; what went
+    wrong with the process (None when it ended well)."""
+    home = os.path.dirname(os.path.dirname(os.path.abspath(devshim.__file__)))
+    command = [sys.executable, "-c", _RUNNER, home, backend, path]
+    if not measure:
+        command.append("--no-measure")
+    try:
+        done = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              timeout=timeout, text=True, errors="replace")
+    except subprocess.TimeoutExpired:
+        return f"the {backend} process was stopped after {timeout:g} s (--timeout)"
+    if done.returncode == 0:
+        return None
+    tail = " | ".join(line for line in done.stderr.strip().splitlines()[-3:])
+    return f"the {backend} process ended with exit status {done.returncode}" + (f": {tail}" if tail else "")
+
+
+def _fold_events(section: dict, events: list, *, finished_cleanly: bool) -> Optional[dict]:
+    """Fill ``section`` from the process's events; the check that was running when they stop."""
     running = None
     for event in events:
         kind = event.pop("event")
@@ -189,18 +204,21 @@ def _run_one(backend: str, *, measure: bool, timeout: float) -> dict:
             section["measurements"].setdefault(event["experiment"], []).extend(event["rows"])
         elif kind == "done":
             running = None
-            if problem is None:
+            if finished_cleanly:
                 section["complete"] = True
-    if not section.get("complete"):
-        problem = problem or f"the {backend} process stopped before finishing"
-        what = (f"while running {running['check']}" + (f" on {running['where']}" if running.get("where") else "")
-                if running else "")
-        section["results"].append({
-            "group": running["group"] if running else "load", "check": running["check"] if running else f"load {backend}",
-            "where": running.get("where", "") if running else "", "status": "failed",
-            "detail": f"{problem} {what}".strip() + "; the checks after it did not run", "seconds": 0.0,
-        })
-    return section
+    return running
+
+
+def _stopped_result(backend: str, problem: Optional[str], running: Optional[dict]) -> dict:
+    """The failed result that stands for a process that stopped before finishing."""
+    problem = problem or f"the {backend} process stopped before finishing"
+    what = (f"while running {running['check']}" + (f" on {running['where']}" if running.get("where") else "")
+            if running else "")
+    return {
+        "group": running["group"] if running else "load", "check": running["check"] if running else f"load {backend}",
+        "where": running.get("where", "") if running else "", "status": "failed",
+        "detail": f"{problem} {what}".strip() + "; the checks after it did not run", "seconds": 0.0,
+    }
 
 
 def _count(sections: list) -> dict:
@@ -251,8 +269,10 @@ def _verdict(document: dict) -> str:
     names = [s["name"] for s in document["backends"]]
     total = summary["passed"] + summary["failed"] + summary["skipped"]
     if not names:
+        from devshim.backends import specs
+
         return ("NOTHING CHECKED: no backend was installed or asked for; install one "
-                '(pip install "devshim[torch]") or name one with --backend.')
+                f"({specs()['torch'].install_hint()}) or name one with --backend.")
     if summary["failed"]:
         failed = [f"{s['name']} {r['check']}" + (f" on {r['where']}" if r["where"] else "")
                   for s in document["backends"] for r in s["results"] if r["status"] == "failed"]

@@ -38,11 +38,25 @@ def _highlights(section: dict) -> list:
                 continue
             virtual = " (computed on the CPU: says nothing about GPUs)" if "virtual" in row["device"] else ""
             lines.append(f"{row['device']}: {row['gflops']:.0f} GFLOP/s at n={largest}, "
-                         f"{row['cpu_over_device']:.1f}x the CPU's {cpu['gflops']:.0f}{virtual}")
+                         f"{row['cpu_over_device']:.1f}x the CPU's {cpu['gflops']:.0f}{virtual}"
+                         f"{_doubt(row, cpu)}")
     for row in section["measurements"].get("transfer", []):
         if row["direction"] == "host->device":
-            lines.append(f"host -> {row['device']}: {row['gb_per_s']:.1f} GB/s ({row['megabytes']:g} MiB)")
+            lines.append(f"host -> {row['device']}: {row['gb_per_s']:.1f} GB/s ({row['megabytes']:g} MiB)"
+                         f"{_doubt(row)}")
     return lines
+
+
+def _doubt(*rows: dict) -> str:
+    """Plain words after a highlight whose figures are not to be trusted (see the table's marks)."""
+    said = []
+    if any(row.get("noisy") for row in rows):
+        said.append("runs disagree")
+    if any(row.get("settled") is False for row in rows):
+        said.append("warm-up did not settle")
+    if any(row.get("busy") for row in rows):
+        said.append("the machine was busy")
+    return f" ({' and '.join(said)}: measure again before trusting it)" if said else ""
 
 
 def _merged(results: list) -> list:

@@ -66,10 +66,10 @@ def _outcome(fn, *args):
 
 
 def _backend_event(name: str) -> dict:
-    from devshim.backends import get_backend
+    from devshim.backends import get_backend, specs
 
     adapter = get_backend(name)
-    spec = adapter.spec
+    spec = specs()[adapter.name]
     event = {"event": "backend", "backend": name, "title": spec.title, "version": spec.version(),
              "capabilities": spec.capabilities()}
     try:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import statistics
+from typing import Optional, Sequence
 
 from devshim.errors import TimingError
+from devshim.timing.settle import busy, disagreement, disagrees, spread_share, unsettled
 
 __all__ = ["Measurement", "format_seconds"]
 
@@ -28,7 +30,12 @@ class Measurement:
     ``times`` holds one entry per run (a block of ``number_per_run`` calls,
     divided by that number); ``median``, ``mean``, ``iqr``, ``min``, ``max``
     summarise them. ``overhead`` is what one clock reading plus the wait
-    after a block cost, in seconds.
+    after a block cost, in seconds. ``warmup`` calls (``warmup_seconds``)
+    were made first and not measured; ``settled`` says whether the warm-up
+    reached steady times, ``noisy`` whether the runs disagree, ``busy``
+    whether the load average (``load``) was above the CPU count (``cpus``)
+    when measured, and ``warnings`` says each in words (printing the
+    Measurement shows them).
 
     Example:
         >>> m = ds.benchmark(torch.matmul, a, b)
@@ -39,13 +46,17 @@ class Measurement:
 
     def __init__(
         self,
-        times: list,
+        times: Sequence[float],
         number_per_run: int,
         *,
         label: str = "",
         device: str = "",
         warmup: int = 0,
         overhead: float = 0.0,
+        settled: bool = True,
+        warmup_seconds: float = 0.0,
+        load: Optional[float] = None,
+        cpus: Optional[int] = None,
     ) -> None:
         if not times:
             raise TimingError("A Measurement needs at least one time; benchmark() made none.")
@@ -55,6 +66,11 @@ class Measurement:
         self.device = device
         self.warmup = warmup
         self.overhead = overhead
+        self.settled = settled
+        self.warmup_seconds = warmup_seconds
+        self.load, self.cpus = load, cpus
+        #: How many benchmark() runs this figure took: 1; ``devshim bench`` re-measures noisy ones.
+        self.tries = 1
 
     @property
     def runs(self) -> int:
@@ -129,6 +145,54 @@ class Measurement:
         q1, q3 = self.quartiles()
         return q3 - q1
 
+    @property
+    def spread(self) -> float:
+        """The IQR as a share of the median: 0.05 is 5%.
+
+        Example:
+            >>> f"{m.spread:.1%}"
+            '3.2%'
+        """
+        return spread_share(self.times)
+
+    @property
+    def noisy(self) -> bool:
+        """Whether the runs disagree: their IQR is above 10% of the median (``NOISE_SHARE``).
+
+        Example:
+            >>> m.noisy
+            False
+        """
+        return disagrees(self.spread)
+
+    @property
+    def busy(self) -> bool:
+        """Whether more threads wanted to run than there were CPUs while measuring (the
+        one-minute load average above the CPU count; False where the system does not tell).
+
+        Example:
+            >>> m.load, m.cpus, m.busy
+            (6.2, 2, True)
+        """
+        return busy(self.load, self.cpus) is not None
+
+    @property
+    def warnings(self) -> list:
+        """Why this figure may not be trusted, in words: runs that disagree, a warm-up that did
+        not settle. Empty when neither.
+
+        Example:
+            >>> m.warnings
+            []
+        """
+        found = []
+        if not self.settled:
+            found.append(unsettled(self.warmup, self.warmup_seconds))
+        for said in (disagreement(self.spread), busy(self.load, self.cpus)):
+            if said:
+                found.append(said)
+        return found
+
     def to_dict(self) -> dict:
         """Plain, JSON-ready data.
 
@@ -149,6 +213,12 @@ class Measurement:
             "runs": self.runs,
             "number_per_run": self.number_per_run,
             "warmup": self.warmup,
+            "warmup_seconds": self.warmup_seconds,
+            "settled": self.settled,
+            "noisy": self.noisy,
+            "load": self.load,
+            "cpus": self.cpus,
+            "busy": self.busy,
             "overhead": self.overhead,
             "times": list(self.times),
         }
@@ -164,7 +234,7 @@ class Measurement:
             f"max {format_seconds(self.max)})",
             f"  {self.runs} runs, {self.number_per_run} call{'s' if self.number_per_run != 1 else ''}"
             f" per run, {self.warmup} warm-up call{'s' if self.warmup != 1 else ''} not counted",
-        ])
+        ] + [f"  Warning: {text}." for text in self.warnings])
 
     def __repr__(self) -> str:
         return (f"Measurement(label={self.label!r}, median={self.median!r}, runs={self.runs}, "

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import statistics
 import time
+from typing import Any, Callable, Optional
 
 from devshim.errors import TimingError
+from devshim.timing.measurement import format_seconds
+from devshim.timing.settle import SETTLE_RATIO, cold_prefix, disagreement, spread_share
 from devshim.timing.sync import synchronize
 
 __all__ = ["Timer"]
@@ -24,15 +28,22 @@ class Timer:
     another records both intervals, the inner one first; ``start``/``stop``
     work as in d2l and do not disturb open blocks.
 
+    The first intervals of a loop are often cold (a compilation, a cuBLAS
+    handle, a thread pool starting): ``avg()`` and ``sum()`` count them, as
+    d2l's do, while ``warm_times()`` and ``median()`` leave them out, and
+    ``print(timer)`` says which were cold and whether the rest agree.
+
     Example:
         >>> timer = ds.Timer(ds.try_gpu())
         >>> for X in batches:
         ...     with timer:
         ...         Y = net(X)
         >>> print(f"{timer.avg():.4f} s/batch, {timer.sum():.2f} s in all")
+        >>> print(timer)   # the median of the warm intervals, and which were cold
     """
 
-    def __init__(self, device=None, *, backend=None, clock=None) -> None:
+    def __init__(self, device: Any = None, *, backend: Optional[str] = None,
+                 clock: Optional[Callable[[], float]] = None) -> None:
         self.device = device
         self.backend = backend
         self.clock = clock or time.perf_counter
@@ -100,12 +111,70 @@ class Timer:
             totals.append(running)
         return totals
 
+    def cold(self) -> int:
+        """How many of the first recorded times were cold: each more than 1.5 times the median
+        of the times after it (three later times are needed to tell).
+
+        Example:
+            >>> timer.times
+            [0.044, 1.5e-05, 1.6e-05, 1.5e-05]
+            >>> timer.cold()
+            1
+        """
+        return cold_prefix(self.times)
+
+    def warm_times(self) -> list:
+        """The recorded times without the cold ones at the start.
+
+        Example:
+            >>> timer.warm_times()
+            [1.5e-05, 1.6e-05, 1.5e-05]
+        """
+        return self.times[self.cold():]
+
+    def median(self) -> float:
+        """Median of the warm times: the figure to quote for one interval; TimingError when
+        nothing was recorded.
+
+        Example:
+            >>> timer.median()
+            1.5e-05
+        """
+        if not self.times:
+            raise TimingError("Timer.median() has no recorded time yet. Time a block with `with timer:` "
+                              "(or timer.start() and timer.stop()) first.")
+        return statistics.median(self.warm_times())
+
+    def summary(self) -> str:
+        """The recorded times in words: how many, the median of the warm ones, the cold ones left
+        out, and a warning when the warm ones disagree.
+
+        Example:
+            >>> print(timer.summary())
+            4 times: median 15 us (the first, 44 ms, was cold: left out); mean of all 11 ms
+        """
+        if not self.times:
+            return "no time recorded yet"
+        count, cold = len(self.times), self.cold()
+        text = f"{count} time{'s' if count != 1 else ''}: median {format_seconds(self.median())}"
+        if cold:
+            shown = ", ".join(format_seconds(t) for t in self.times[:cold])
+            which = "the first" if cold == 1 else f"the first {cold}"
+            text += (f" ({which}, {shown}, {'was' if cold == 1 else 'were'} cold, over {SETTLE_RATIO:g}x "
+                     f"the rest: left out)")
+        text += f"; mean of all {format_seconds(self.avg())}"
+        warning = disagreement(spread_share(self.warm_times()))
+        return text + (f"\nWarning: {warning}." if warning else "")
+
+    def __str__(self) -> str:
+        return f"Timer: {self.summary()}"
+
     def __enter__(self) -> "Timer":
         self._sync()
         self._open.append(self.clock())
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
         began = self._open.pop()
         # A block that raised did not finish its work: record nothing for it.
         if exc_type is None:

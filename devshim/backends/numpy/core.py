@@ -119,7 +119,8 @@ class NumpyBackend(Backend):
             if partner is None:
                 raise DeviceUnavailableError(
                     f"{refused} NumPy has no GPU of its own; to send NumPy arrays to one, install "
-                    f"CuPy (pip install \"devshim[cupy]\"): ds.to_device(x, \"gpu\") then gives a "
+                    f"CuPy (pip install cupy-cuda12x, or pip install \"devshim[cupy]\" where devshim is installed): "
+                    f"ds.to_device(x, \"gpu\") then gives a "
                     f"CuPy array. Or convert with your framework, e.g. torch.as_tensor(x, device=...)."
                 ) from None
             native = partner.target(spec)
@@ -139,7 +140,7 @@ class NumpyBackend(Backend):
         if partner is None or not (partner.is_loaded() and partner.is_native_device(native)):
             raise DeviceUnavailableError(
                 f"NumPy arrays live on the host only, and {native!r} is not a device of NumPy's "
-                f"accelerator partner. Use ds.cpu(), or a CuPy device (pip install \"devshim[cupy]\")."
+                f"accelerator partner. Use ds.cpu(), or a CuPy device (pip install cupy-cuda12x)."
             )
         return partner
 

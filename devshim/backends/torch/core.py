@@ -364,7 +364,8 @@ class TorchBackend(Backend):
             import ml_dtypes
         except ImportError:
             raise UnsupportedDtypeError(
-                f"NumPy has no {name} type. Install ml_dtypes (pip install \"devshim[torch]\") "
+                f"NumPy has no {name} type. Install ml_dtypes (pip install ml_dtypes, or pip install "
+                f"\"devshim[torch]\" where devshim is installed) "
                 f"to get an exact copy, or convert first, e.g. ds.to_numpy(x.float())."
             ) from None
         return t.view(getattr(self.fw, bits)).numpy().view(getattr(ml_dtypes, stand_in))
@@ -395,8 +396,8 @@ class TorchBackend(Backend):
         except ImportError:
             raise BackendError(
                 "ds.array_module for torch tensors needs array-api-compat, whose array_api_compat.torch "
-                "is the array-API namespace of torch. Install it: pip install \"devshim[torch]\" "
-                "(or pip install array-api-compat)."
+                "is the array-API namespace of torch. Install it: pip install array-api-compat, "
+                "or pip install \"devshim[torch]\" where devshim is installed."
             ) from None
         return namespace
 

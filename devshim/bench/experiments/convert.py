@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import devshim as ds
-from devshim.backends import available_backends, get_backend
+from devshim.backends import available_backends, get_backend, specs
 from devshim.bench.experiment import BarPlot, Column, Experiment, Option, Steps, check_sizes, device_name, ops_for
 from devshim.bench.measure import measure, spread_fields
 from devshim.conversion import interop_for, target_backend
@@ -76,7 +76,7 @@ def run(to=None, *, backend=None, min_run_time: float = 0.2, progress=None, size
 
 def _default_target(source):
     for name in available_backends():
-        if name != source.name and name != "cupy" and get_backend(name).spec.has_module("interop"):
+        if name != source.name and name != "cupy" and specs()[name].has_module("interop"):
             return get_backend(name)
     return None
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import devshim as ds
-from devshim.backends import get_backend
+from devshim.backends import get_backend, specs
 from devshim.bench.experiment import (
     BarPlot, Column, Experiment, Option, Steps, check_sizes, device_name, native_device, ops_for,
 )
@@ -43,7 +43,7 @@ def run(size: int = 8, *, backend=None, device=None, min_run_time: float = 0.1, 
     size = int(check_sizes([size], "guard size")[0])
     adapter = get_backend(backend)
     name = adapter.name
-    if not adapter.spec.has_module("guard"):
+    if not specs()[adapter.name].has_module("guard"):
         return [{"backend": name, "operation": "-", "condition": "-", "note": f"{name} has no transfer guard"}]
     ops = ops_for(name)
     target = adapter.try_gpu() if device is None else native_device(device, name)

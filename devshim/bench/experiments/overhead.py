@@ -67,19 +67,8 @@ def run(*, backend=None, device=None, min_run_time: float = 0.05, rounds: int = 
                 m = measure(fn, warmup=1, min_run_time=min_run_time, device=target)
                 if who not in best or m.median < best[who].median:
                     best[who] = m
-        row = {"backend": name, "device": device_name(target, name), "operation": operation}
-        for who in ("native", "devshim"):
-            m = best.get(who)
-            row[f"{who}_seconds"] = m.median if m else None
-            row[f"{who}_iqr"] = m.iqr if m else None
-        native, ours = best.get("native"), best["devshim"]
-        row["noisy"] = ours.noisy or bool(native and native.noisy)
-        if native is None:
-            row.update(ratio=None, ratio_low=None, ratio_high=None)
-        else:
-            (n1, n3), (d1, d3) = native.quartiles(), ours.quartiles()
-            row.update(ratio=ours.median / native.median, ratio_low=d1 / n3, ratio_high=d3 / n1)
-        rows.append(row)
+        rows.append({"backend": name, "device": device_name(target, name), "operation": operation,
+                     **_comparison(best.get("native"), best["devshim"])})
 
     for operation, native_fn, devshim_fn in cases:
         plan.add(f"{name} {operation}", lambda o=operation, n=native_fn, d=devshim_fn: one(o, n, d))
@@ -104,3 +93,20 @@ EXPERIMENT = Experiment(
     plot=BarPlot(label="operation", value="ratio", reference=1.0,
                  xlabel="devshim time / native time (1 = no overhead; IQR bars)"),
 )
+
+
+def _comparison(native, ours) -> dict:
+    """The row fields comparing devshim's measurement with the native one (None: no native call)."""
+    row: dict = {}
+    for who, m in (("native", native), ("devshim", ours)):
+        row[f"{who}_seconds"] = m.median if m else None
+        row[f"{who}_iqr"] = m.iqr if m else None
+    row["noisy"] = ours.noisy or bool(native and native.noisy)
+    row["settled"] = ours.settled and bool(native is None or native.settled)
+    row["busy"] = ours.busy or bool(native and native.busy)
+    if native is None:
+        row.update(ratio=None, ratio_low=None, ratio_high=None)
+    else:
+        (n1, n3), (d1, d3) = native.quartiles(), ours.quartiles()
+        row.update(ratio=ours.median / native.median, ratio_low=d1 / n3, ratio_high=d3 / n1)
+    return row

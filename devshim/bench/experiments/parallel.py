@@ -34,14 +34,7 @@ def run(size: int = 512, repeats: int = 10, *, backend=None, devices=None, min_r
     check_count(repeats, "repeats")
     adapter = get_backend(backend)
     name, ops = adapter.name, ops_for(adapter.name)
-    if devices is not None:
-        if not 1 <= len(devices) <= 2:
-            raise ExperimentError(f"parallel runs on one or two devices, not {len(devices)}.")
-        chosen = [native_device(d, name) for d in devices]
-    else:
-        gpus = adapter.devices()[1:]
-        chosen = gpus[:2] if gpus else [adapter.cpu()]
-    first, second = chosen[0], chosen[-1]
+    first, second = _two_devices(adapter, devices)
     one_device = device_name(first, name) == device_name(second, name)
     inputs = [(ops.rand((size, size), d), ops.rand((size, size), d)) for d in (first, second)]
     on_first = [inputs[0], tuple(ds.to_device(x, first) for x in inputs[1])]
@@ -86,6 +79,19 @@ def run(size: int = 512, repeats: int = 10, *, backend=None, devices=None, min_r
     for row in rows:
         row["speedup"] = rows[0]["seconds"] / row["seconds"]
     return rows
+
+
+def _two_devices(adapter, devices) -> tuple:
+    """(first, second) native devices for the streams: the two given, or the first two GPUs;
+    the same device twice when there is one only."""
+    if devices is not None:
+        if not 1 <= len(devices) <= 2:
+            raise ExperimentError(f"parallel runs on one or two devices, not {len(devices)}.")
+        chosen = [native_device(d, adapter.name) for d in devices]
+    else:
+        gpus = adapter.devices()[1:]
+        chosen = gpus[:2] if gpus else [adapter.cpu()]
+    return chosen[0], chosen[-1]
 
 
 EXPERIMENT = Experiment(

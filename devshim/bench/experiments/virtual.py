@@ -109,7 +109,7 @@ def _measure(ops, examples, batch_size, rounds, threads, clock, min_run_time, pr
     for who, device in places.items():
         m = best[who]
         q1, q3 = m.quartiles()
-        last = float(adapter.tensor_to_numpy(ops.lenet_epoch(batches, device)))
+        last = float(adapter.tensor_to_numpy(ops.lenet_epoch(batches, device)))  # type: ignore[arg-type]
         rows.append({"backend": "torch", "device": device_name(device, "torch"), "examples": examples,
                      "batch_size": batch_size, "threads": threads, "clock": clock, **spread_fields(m),
                      "vs_cpu": m.median / cpu, "vs_cpu_low": q1 / c3, "vs_cpu_high": q3 / c1,

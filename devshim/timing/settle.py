@@ -1,0 +1,151 @@
+"""When timings can be trusted: warm-up that settles, and runs that agree.
+
+A first call pays for what later calls reuse (a cuBLAS handle, an XLA compilation, a thread
+pool, allocator growth), so ``benchmark`` keeps warming up until the per-call times of
+``SETTLE_BLOCKS`` consecutive blocks agree within ``SETTLE_RATIO``. Once measured, runs whose
+interquartile range is above ``NOISE_SHARE`` of their median disagree: something else was
+running, or the work itself varies. Both verdicts are written out in plain words wherever a
+figure is printed (``Measurement``, ``Timer``, the tables of ``devshim bench`` and
+``devshim selftest``).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from typing import Optional, Sequence, Tuple
+
+__all__ = [
+    "SETTLE_RATIO", "SETTLE_BLOCKS", "NOISE_SHARE", "agree", "spread_share", "cold_prefix",
+    "disagrees", "disagreement", "unsettled", "machine_load", "busy",
+]
+
+#: Consecutive warm-up blocks whose per-call times must agree before measuring starts.
+SETTLE_BLOCKS = 3
+#: "Agree": the slowest of those blocks is at most this many times the fastest.
+SETTLE_RATIO = 1.5
+#: Runs disagree when their interquartile range is above this share of their median.
+NOISE_SHARE = 0.10
+
+
+def agree(per_call: Sequence[float]) -> bool:
+    """Whether the last ``SETTLE_BLOCKS`` per-call times agree within ``SETTLE_RATIO``.
+
+    Example:
+        >>> agree([0.044, 15e-6, 16e-6, 15e-6])   # a cold first call, then steady
+        True
+        >>> agree([0.044, 15e-6, 16e-6])           # the cold call is still among the last three
+        False
+    """
+    last = list(per_call[-SETTLE_BLOCKS:])
+    if len(last) < SETTLE_BLOCKS:
+        return False
+    fastest = min(last)
+    return max(last) <= SETTLE_RATIO * fastest if fastest > 0 else max(last) == 0
+
+
+def spread_share(times: Sequence[float]) -> float:
+    """Interquartile range over median of ``times`` (0.0 for fewer than two, or a zero median).
+
+    Example:
+        >>> round(spread_share([1.0, 1.0, 1.2, 1.4]), 2)
+        0.25
+    """
+    if len(times) < 2:
+        return 0.0
+    median = statistics.median(times)
+    if median <= 0:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive")
+    return (q3 - q1) / median
+
+
+def cold_prefix(times: Sequence[float]) -> int:
+    """How many leading ``times`` are cold: each more than ``SETTLE_RATIO`` times the median of
+    the times after it. Needs three times after a cold one to tell.
+
+    Example:
+        >>> cold_prefix([0.044, 0.003, 15e-6, 16e-6, 15e-6])
+        2
+        >>> cold_prefix([15e-6, 16e-6, 15e-6, 15e-6])
+        0
+    """
+    cold = 0
+    while len(times) - cold > SETTLE_BLOCKS:
+        rest = statistics.median(times[cold + 1:])
+        if not times[cold] > SETTLE_RATIO * rest:
+            break
+        cold += 1
+    return cold
+
+
+def disagrees(share: float) -> bool:
+    """Whether runs whose IQR is ``share`` of their median disagree (above ``NOISE_SHARE``; the
+    comparison ignores float rounding far below what a table shows).
+
+    Example:
+        >>> disagrees(0.23), disagrees(0.1)
+        (True, False)
+    """
+    return round(share, 9) > NOISE_SHARE
+
+
+def disagreement(share: float) -> Optional[str]:
+    """The plain-words warning for runs whose spread is ``share`` of their median, or None when
+    they agree (``share`` at most ``NOISE_SHARE``).
+
+    Example:
+        >>> disagreement(0.23)
+        'runs disagree: the middle half of them spans 23% of the median (over 10%); ...'
+    """
+    if not disagrees(share):
+        return None
+    return (f"runs disagree: the middle half of them spans {share:.0%} of the median (over "
+            f"{NOISE_SHARE:.0%}); the machine was busy or the work varies: measure again before "
+            f"trusting this figure")
+
+
+def unsettled(calls: int, seconds: float) -> str:
+    """The plain-words warning for a warm-up that ran out of time before settling.
+
+    Example:
+        >>> unsettled(40, 0.5)
+        'warm-up did not settle: per-call times still changed after 40 warm-up calls (0.5 s); ...'
+    """
+    return (f"warm-up did not settle: per-call times still changed after {calls} warm-up calls "
+            f"({seconds:.2g} s); the figure may still hold warm-up (a first compilation, a cold "
+            f"cache) or a busy machine: measure again before trusting it")
+
+
+def machine_load() -> Optional[Tuple[float, int]]:
+    """(the one-minute load average, the CPUs this process may use), or None where the system
+    does not tell (Windows).
+
+    Example:
+        >>> machine_load()
+        (0.42, 8)
+    """
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return load, cpus
+
+
+def busy(load: Optional[float], cpus: Optional[int]) -> Optional[str]:
+    """The plain-words warning for a measurement made while more threads wanted to run than
+    there were CPUs (the load average above the CPU count), or None.
+
+    Example:
+        >>> busy(6.2, 2)
+        'the machine was busy: load 6.2 on 2 CPUs while measuring; ...'
+    """
+    if load is None or not cpus or load <= cpus:
+        return None
+    return (f"the machine was busy: load {load:.1f} on {cpus} CPU{'s' if cpus != 1 else ''} while measuring; "
+            f"threads waited for a CPU (a framework's worker threads too), so this figure may be far "
+            f"slower than on an idle machine, even when its runs agree")
