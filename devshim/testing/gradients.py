@@ -111,18 +111,23 @@ def _upload(item: _Input, host_array):
 
 
 def _read_outputs(outputs, grad_outputs: list) -> list:
-    """Every output leaf read to the host, checked against ``grad_outputs``."""
-    found = [_values.read(leaf, "numerical_grad").host for _, leaf in _values.leaves(outputs)]
+    """Every output leaf read to the host, in the order of ``grad_outputs`` (``(path, array or
+    None)`` pairs): matched by path where both name the same leaves (a dict's keys, in
+    whatever order a framework rebuilt it), else by position; checked against them."""
+    found = [(path, _values.read(leaf, "numerical_grad").host) for path, leaf in _values.leaves(outputs)]
     if len(found) != len(grad_outputs):
         raise GradientCheckUsageError(
             f"f returned {len(found)} output{'s' if len(found) != 1 else ''}, but grad_outputs has "
             f"{len(grad_outputs)}: give one gradient (or None) per output, in the order of f's outputs.")
-    for position, (y, gy) in enumerate(zip(found, grad_outputs)):
+    by_path = dict(found)
+    if len(by_path) == len(found) and set(by_path) == {path for path, _ in grad_outputs}:
+        found = [(path, by_path[path]) for path, _ in grad_outputs]
+    for position, ((path, y), (_, gy)) in enumerate(zip(found, grad_outputs)):
         if gy is not None and tuple(y.shape) != tuple(gy.shape):
             raise GradientCheckUsageError(
-                f"grad_outputs {position} has shape {tuple(gy.shape)}, but output {position} of f has shape "
-                f"{tuple(y.shape)}: each gradient has its output's shape.")
-    return found
+                f"grad_outputs {path or position} has shape {tuple(gy.shape)}, but output {path or position} of f "
+                f"has shape {tuple(y.shape)}: each gradient has its output's shape.")
+    return [y for _, y in found]
 
 
 class _Differences:
@@ -156,7 +161,8 @@ class _Differences:
         finally:
             if self.in_place:
                 _set_element(item, index, value)
-        return host.directional_sum(outputs_plus, outputs_minus, self.grad_outputs) / step
+        gys = [gy for _, gy in self.grad_outputs]
+        return host.directional_sum(outputs_plus, outputs_minus, gys) / step
 
     def evaluate(self, position: int, index: tuple, value: float) -> list:
         item, first = self.items[position], self.items[0]
@@ -174,10 +180,10 @@ class _Differences:
 
 def _host_grad_outputs(grad_outputs) -> list:
     """``grad_outputs`` (one tensor, or a nest with one per output; None for an output to
-    leave out) as float64 host arrays."""
+    leave out) as ``(path, float64 host array or None)`` pairs."""
     found = []
-    for _, leaf in _values.leaves(grad_outputs):
-        found.append(None if leaf is None else host.float64_copy(_values.read(leaf, "numerical_grad").host))
+    for path, leaf in _values.leaves(grad_outputs):
+        found.append((path, None if leaf is None else host.float64_copy(_values.read(leaf, "numerical_grad").host)))
     return found
 
 
@@ -238,21 +244,25 @@ def _autodiff_of(items: list):
 
 
 def _grad_outputs_for(outputs, grad_outputs, seed: int) -> list:
-    """One float64 host array per output: ``grad_outputs``' values, or random ones (uniform in
-    [-1, 1), drawn with ``seed`` in each output's dtype)."""
-    read = [_values.read(leaf, "check_backward").host for _, leaf in _values.leaves(outputs)]
+    """``(path, float64 host array)`` for each output of ``f`` (as autodiff returned them):
+    ``grad_outputs``' values, or random ones (uniform in [-1, 1), drawn with ``seed`` in each
+    output's dtype)."""
+    read = [(path, _values.read(leaf, "check_backward").host) for path, leaf in _values.leaves(outputs)]
     if grad_outputs is None:
-        return [host.float64_copy(host.uniform(tuple(y.shape), y.dtype, seed + position))
-                for position, y in enumerate(read)]
+        return [(path, host.float64_copy(host.uniform(tuple(y.shape), y.dtype, seed + position)))
+                for position, (path, y) in enumerate(read)]
     given = _host_grad_outputs(grad_outputs)
     _read_outputs(outputs, given)  # the same count and shapes
-    return [host.zeros(tuple(y.shape)) if gy is None else gy for y, gy in zip(read, given)]
+    by_path = dict(given)
+    if len(by_path) == len(given) and set(by_path) == {path for path, _ in read}:
+        given = [(path, by_path[path]) for path, _ in read]  # a dict's keys, in the outputs' order
+    return [(path, host.zeros(tuple(y.shape)) if gy is None else gy) for (path, y), (_, gy) in zip(read, given)]
 
 
 def _framework_grad_outputs(outputs, grad_outputs: list):
     """``grad_outputs`` as tensors in the nest structure of ``outputs``, each of its output's
     framework, dtype and device."""
-    pending = iter(grad_outputs)
+    pending = iter(gy for _, gy in grad_outputs)
 
     def like(y):
         gy = next(pending)

@@ -136,7 +136,7 @@ def _wide(array, complex_: bool):
 def mismatch(actual, desired, rtol: float, atol: float, equal_nan: bool):
     """A ``Mismatch`` where ``|actual - desired| > atol + rtol * |desired|`` anywhere (NumPy's
     rule, in float64 or complex128; equal infinities match, NaN matches NaN with
-    ``equal_nan``; integers and booleans compared exactly), else None. The shapes are equal,
+    ``equal_nan``; integers and booleans without a tolerance compared exactly), else None. The shapes are equal,
     or one side is 0-d.
 
     Example:
@@ -145,12 +145,13 @@ def mismatch(actual, desired, rtol: float, atol: float, equal_nan: bool):
     """
     actual, desired = np.broadcast_arrays(actual, desired)
     complex_ = actual.dtype.kind == "c" or desired.dtype.kind == "c"
-    if actual.dtype.kind in "biu" and desired.dtype.kind in "biu":
-        bad = actual != desired
+    if actual.dtype.kind in "biu" and desired.dtype.kind in "biu" and rtol == 0 and atol == 0:
+        bad = actual != desired  # exactly, without a detour through float64 (int64 has more digits)
     else:
         a, d = _wide(actual, complex_), _wide(desired, complex_)
         with np.errstate(invalid="ignore", over="ignore"):
-            close = (a == d) | (np.abs(a - d) <= atol + rtol * np.abs(d))
+            # An infinity matches only itself: inf - (-inf) is within an infinite tolerance.
+            close = (a == d) | (np.isfinite(a) & np.isfinite(d) & (np.abs(a - d) <= atol + rtol * np.abs(d)))
         if equal_nan:
             close |= np.isnan(a) & np.isnan(d)
         bad = ~close
