@@ -153,7 +153,6 @@ def test_the_plugin_project_runs_its_tests_on_every_installed_backend(virtual):
     """examples/plugin_project, run as its user would: pytest in its folder, through devshim's
     pytest plugin, on every installed backend, then on two virtual GPUs."""
     import devshim as ds
-    from devshim.backends import specs
 
     args = ["-m", "pytest", str(EXAMPLES / "plugin_project"), "-v", "-p", "no:cacheprovider",
             "--devshim-backend", "all"]
