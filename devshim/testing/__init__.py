@@ -20,8 +20,26 @@ Example:
 
 from __future__ import annotations
 
-from devshim.testing.allclose import assert_allclose
-from devshim.testing.gradients import check_backward, numerical_grad
 from devshim.testing.virtual import virtual_devices
 
 __all__ = ["virtual_devices", "assert_allclose", "numerical_grad", "check_backward"]
+
+# name -> the module that defines it, loaded on first use (PEP 562): virtual_devices, which
+# runs before any framework starts, stays as light as it was (the checks import NumPy).
+_LAZY = {"assert_allclose": "devshim.testing.allclose", "numerical_grad": "devshim.testing.gradients",
+         "check_backward": "devshim.testing.gradients"}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'devshim.testing' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
