@@ -257,3 +257,18 @@ def test_jax_functions_with_several_outputs_in_a_dict():
     ds.testing.assert_allclose(grads, (2 * x,), rtol=1e-3)
     ds.testing.check_backward(lambda x: {"square": x * x, "sine": jnp.sin(x)}, (x,),
                               {"sine": np.ones(2), "square": np.full(2, -1.0)})
+
+
+@pytest.mark.skipif(not installed["jax"], reason="jax is not installed in this environment")
+def test_a_jax_array_spread_over_devices_is_compared_and_described():
+    import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    gpus = ds.try_all_gpus(backend="jax")
+    if len(gpus) < 2:
+        pytest.skip("needs two JAX devices: run with DEVSHIM_VIRTUAL_DEVICES=2 or more")
+    mesh = Mesh(np.array(gpus[:2]), ("batch",))
+    x = jax.device_put(np.arange(4.0, dtype=np.float32), NamedSharding(mesh, PartitionSpec("batch")))
+    ds.testing.assert_allclose(x, np.arange(4.0))
+    with pytest.raises(ds.NotCloseError, match=r" actual: jax float32 \(4,\) on several devices \(NamedSharding"):
+        ds.testing.assert_allclose(x, np.zeros(4))

@@ -14,7 +14,7 @@ import re
 from devshim import _tree, transfer
 from devshim.backends.dispatch import backend_for_tensor
 from devshim.backends.numpy import _testing as host
-from devshim.errors import NotATensorError
+from devshim.errors import MultiDeviceValueError, NotATensorError
 
 __all__ = ["Value", "read", "number_group", "leaves"]
 
@@ -68,8 +68,11 @@ def read(value, function: str = "assert_allclose") -> Value:
             raise NotATensorError.for_value(value, function)
         return Value(host.host_array(value), f"Python {type(value).__name__}", None, "the host", True)
     array = transfer.to_host(adapter, value)
-    place = adapter.tensor_device(value)
-    device = f"{place} (virtual)" if place.virtual else str(place)
+    try:
+        place = adapter.tensor_device(value)
+        device = f"{place} (virtual)" if place.virtual else str(place)
+    except MultiDeviceValueError:  # a JAX array spread over devices
+        device = f"several devices ({adapter.native_device_of(value)})"
     if host.is_scalar(value):
         return Value(host.host_array(array), "NumPy scalar", host.dtype_name(array), device, True)
     return Value(array, adapter.name, host.dtype_name(array), device, False)
