@@ -73,7 +73,9 @@ _EXPORTS = {
          "MultiDeviceValueError", "MixedArrayModulesError", "TimingError", "ExperimentError",
          "BenchUsageError", "PlotUnavailableError", "LauncherEnvironmentError", "VirtualDeviceCountError",
          "VirtualDataParallelError", "DevshimWarning",
-         "ImplicitTransferWarning", "SharedDeviceWarning"),
+         "ImplicitTransferWarning", "SharedDeviceWarning",
+         "NotCloseError", "GradientMismatchError", "NoAutodiffError", "ImmutableInputError",
+         "GradientCheckUsageError"),
         "devshim.errors",
     ),
 }

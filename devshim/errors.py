@@ -507,3 +507,73 @@ class SharedDeviceWarning(DevshimWarning):
         SharedDeviceWarning: 4 processes on this machine share 2 GPUs ...
         device(type='cuda', index=0)
     """
+
+
+# ------------------------------------------------------------------ ds.testing (issue 30)
+
+
+class NotCloseError(DevshimError, AssertionError):
+    """``ds.testing.assert_allclose`` found values that differ by more than the tolerance, or
+    shapes or nests that differ. An ``AssertionError``, so pytest reports it as a failed
+    test; the message gives the number of mismatched elements, the greatest absolute and
+    relative difference with their index, and each side's framework, dtype, shape and device.
+
+    Example:
+        >>> ds.testing.assert_allclose(torch.ones(3), np.zeros(3))
+        Traceback (most recent call last):
+        devshim.errors.NotCloseError: Not equal to tolerance rtol=1e-05, atol=1e-06 ...
+    """
+
+
+class GradientMismatchError(NotCloseError):
+    """``ds.testing.check_backward`` found a gradient from the framework's autodiff that
+    differs from the numerical one: the message names the input and says how they differ.
+
+    Example:
+        >>> ds.testing.check_backward(exp_with_a_wrong_backward, (x,))
+        Traceback (most recent call last):
+        devshim.errors.GradientMismatchError: The gradient of input 0 (of 1) differs ...
+    """
+
+
+class NoAutodiffError(DevshimError, TypeError):
+    """``ds.testing.check_backward`` got arrays of a framework without automatic
+    differentiation (NumPy, CuPy): there is no backward to check. The message says what to
+    use instead (``numerical_grad`` and ``assert_allclose``, or a framework with autodiff).
+
+    Example:
+        >>> ds.testing.check_backward(np.exp, (np.ones(3),))
+        Traceback (most recent call last):
+        devshim.errors.NoAutodiffError: NumPy has no automatic differentiation ...
+    """
+
+
+class ImmutableInputError(DevshimError, TypeError):
+    """``ds.testing.numerical_grad`` with a function that takes no arguments (it reads the
+    arrays it closes over, which are changed in place) was given arrays that cannot be
+    changed in place: JAX arrays, TensorFlow tensors that are not ``tf.Variable``\\ s,
+    read-only NumPy arrays. The message shows the form that works: a function taking the
+    inputs as arguments.
+
+    Example:
+        >>> ds.testing.numerical_grad(lambda: jnp.exp(x), (x,), (gy,))
+        Traceback (most recent call last):
+        devshim.errors.ImmutableInputError: numerical_grad changes the inputs in place ...
+    """
+
+
+class GradientCheckUsageError(DevshimError, ValueError):
+    """``ds.testing.numerical_grad`` or ``check_backward`` was called in a way that cannot
+    work: an input that is not a floating-point array, ``grad_outputs`` that do not match
+    the function's outputs, an ``eps`` too small to change an input of its dtype, a function
+    that takes neither the inputs nor no arguments. The message names the input or output.
+
+    Example:
+        >>> ds.testing.numerical_grad(f, (torch.arange(3),), (gy,))
+        Traceback (most recent call last):
+        devshim.errors.GradientCheckUsageError: input 0 is a torch int64 array ...
+    """
+
+
+__all__ += ["NotCloseError", "GradientMismatchError", "NoAutodiffError", "ImmutableInputError",
+            "GradientCheckUsageError"]

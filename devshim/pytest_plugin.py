@@ -18,6 +18,10 @@ Markers: ``gpus(n)`` skips, saying why, where fewer than ``n`` GPUs (real or vir
 are there; ``backends("torch", "jax")`` limits the backends a test runs on;
 ``transfer_guard("disallow")`` runs the test under ``ds.transfer_guard``.
 
+Under virtual devices a backend that has none (NumPy, CuPy) runs its tests on its CPU, as
+on a machine with real GPUs: virtual devices are off in this process while such a test
+runs, and only its tests that need GPUs (``gpus(n)``) skip, saying why.
+
 The guide is docs/testing-your-code.md. Nothing in devshim imports this module.
 
 Example:
@@ -30,6 +34,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -224,6 +229,17 @@ def _describe_devices(name: str) -> str:
     return ", ".join(f"{d} (virtual)" if d.virtual else str(d) for d in described)
 
 
+def _describe_cpu(name: str) -> str:
+    from devshim.backends import get_backend
+    from devshim.errors import DevshimError
+
+    try:
+        adapter = get_backend(name)
+        return str(adapter.describe(adapter.cpu()))
+    except DevshimError as err:
+        return f"unavailable: {err}"
+
+
 def pytest_report_header(config) -> list:
     plan = _plan(config)
     from devshim.backends import specs
@@ -238,7 +254,7 @@ def pytest_report_header(config) -> list:
     # when the framework is running already; never in a project that merely has devshim.
     for name in names:
         if plan.virtual_count() and not specs()[name].virtual_devices:
-            lines.append(f"devshim {name} devices: no virtual ones (its ds_backend tests are skipped)")
+            lines.append(f"devshim {name} devices: {_describe_cpu(name)} (no virtual GPUs: its tests run on its CPU)")
         elif plan.explicit or specs()[name].is_loaded():
             lines.append(f"devshim {name} devices: {_describe_devices(name)}")
     return lines
@@ -308,8 +324,9 @@ def ds_backend(request) -> str:
     (``test_step[torch]``). While the test runs the backend is selected
     (``ds.use_backend``); in a fixture of wider scope select it yourself with
     ``with ds.use_backend(ds_backend):`` or pass ``backend=ds_backend``. Under virtual
-    devices a backend that has none is skipped, and one that cannot present them any
-    more (its framework started first) fails, saying so.
+    devices a backend that has none (NumPy) runs the test on its CPU, with virtual devices
+    off in this process while the test runs, as on a machine with real GPUs; one that
+    cannot present them any more (its framework started first) fails, saying so.
 
     Example:
         >>> def test_ones(ds_backend):
@@ -322,7 +339,7 @@ def ds_backend(request) -> str:
         from devshim.backends import specs
 
         if not specs()[name].virtual_devices:
-            pytest.skip(f"{name} has no virtual devices, and this run asks for {plan.virtual_text()}")
+            return name  # runs on its CPU: _devshim_test turns virtual devices off around the test
         got = _gpu_count(name, plan)
         if got != count:  # never run on other devices than the ones asked for
             _cannot(name, plan, f"it has {got} GPUs, not {count}")
@@ -378,26 +395,55 @@ def _devshim_test(request):
         if name not in allowed:
             pytest.skip(f"runs on {', '.join(allowed)} only (@pytest.mark.backends); the "
                         f"selected backend is {name}")
+    on_its_cpu = _without_virtual_devices(name, plan)
     if gpus is not None:
-        _check_gpus(gpus, name, plan)
+        _check_gpus(gpus, name, plan, on_its_cpu)
     if guard is not None:
         from devshim.guard import transfer_guard
 
         # Made here, so that a bad level errors at set-up; entered around the call only.
         item.stash[_GUARD] = transfer_guard(*guard.args, **guard.kwargs)
-    if uses_backend:
-        with use_backend(name):
-            yield
-    else:
+    with contextlib.ExitStack() as stack:
+        if on_its_cpu:
+            stack.enter_context(_on_its_cpu(plan))
+        if uses_backend:
+            stack.enter_context(use_backend(name))
         yield
 
 
-def _check_gpus(marker, name: str, plan: _Plan) -> None:
+def _without_virtual_devices(name: str, plan: _Plan) -> bool:
+    """Whether this run asks for virtual devices and backend ``name`` has none (NumPy, CuPy)."""
+    if not plan.virtual_count():
+        return False
+    from devshim.backends import specs
+
+    return not specs()[name].virtual_devices
+
+
+@contextlib.contextmanager
+def _on_its_cpu(plan: _Plan):
+    """No virtual devices in this process while a test of a backend that has none runs, so it
+    sees its own devices (the CPU), as on a machine with real GPUs. The test's fixtures are set
+    up inside (``ds_device`` is the CPU); the run's count comes back after it."""
+    before = plan.virtual_count()
+    settings.set_virtual_devices(0)
+    try:
+        yield
+    finally:
+        settings.set_virtual_devices(plan.virtual)  # None: DEVSHIM_VIRTUAL_DEVICES's count again
+        if settings.virtual_device_count() != before:  # a count set in code (ds.testing.virtual_devices)
+            settings.set_virtual_devices(before)
+
+
+def _check_gpus(marker, name: str, plan: _Plan, on_its_cpu: bool = False) -> None:
     if len(marker.args) != 1 or not isinstance(marker.args[0], int) or isinstance(marker.args[0], bool) \
             or marker.args[0] < 1:
         pytest.fail(f"@pytest.mark.gpus takes one whole number of GPUs (1 or more), e.g. "
                     f"@pytest.mark.gpus(2); got {marker.args!r}.", pytrace=False)
     needed = marker.args[0]
+    if on_its_cpu:
+        pytest.skip(f"needs {needed} GPU{'s' if needed > 1 else ''}: {name} has no virtual devices; its tests "
+                    f"run on its CPU in this run ({plan.virtual_text()})")
     have = _gpu_count(name, plan)
     if have >= needed:
         return

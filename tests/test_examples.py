@@ -16,7 +16,7 @@ VIRTUAL = {"torch": "2", "tensorflow": "2", "mxnet": "2"}
 D2L = ("torch", "tensorflow", "mxnet", "jax")
 # Every example and the tests that run it: a new example without a test fails here.
 TESTED = {"use_gpu.py", "check_gpu.py", "logging_on_gpu.py", "generic_softplus.py", "model_parallel.py",
-          "data_parallel.py"}
+          "data_parallel.py", "custom_function.py"}
 #: Examples run by another test file, which must name them.
 TESTED_ELSEWHERE = {"ddp.py": "test_distributed.py"}
 #: Example projects (folders): a user's package with its own tests, which a test here runs.
@@ -111,6 +111,28 @@ def test_data_parallel_example_under_a_disallowing_guard(backend):
         assert "shards of [5, 4] on ['gpu:0', 'gpu:1']" in out
 
 
+@pytest.mark.parametrize("backend", ["numpy", *D2L])
+@pytest.mark.parametrize("virtual", ["2", "0"], ids=["two-virtual-gpus", "as-is"])
+def test_custom_function_checks_the_tutorials_functions_on_every_device(backend, virtual):
+    """Chainer's ExpAdd and MulAdd, forward and backward written once with xp, as each framework's
+    custom-gradient function: check_backward passes them and catches a wrong backward, on the CPU
+    and on each virtual GPU, under a disallowing transfer guard."""
+    if backend == "numpy" and virtual == "2":
+        pytest.skip("NumPy has no virtual devices")
+    out = run_example("custom_function.py", backend, DEVSHIM_VIRTUAL_DEVICES=virtual)
+    if backend == "numpy":
+        assert out.splitlines() == ["numpy: ExpAdd's backward on cpu:0 equals numerical_grad's",
+                                    "numpy: check_backward refuses: NumPy has no automatic differentiation"]
+        return
+    places = ["cpu:0"] + (["gpu:0 (virtual)", "gpu:1 (virtual)"] if virtual == "2" else [])
+    for where in places:
+        assert f"{backend}: ExpAdd and MulAdd on {where}: check_backward passed" in out
+        assert f"{backend}: ExpAdd(x, y) on {where} equals NumPy's exp(x) + exp(y)" in out
+        assert (f"{backend}: a wrong ExpAdd backward on {where} is caught: The gradient of input 0 (of 2: {backend} "
+                f"float32 (3, 2) on {where}) differs from the numerical gradient") in out
+    assert len(out.splitlines()) == 3 * len(places)
+
+
 @pytest.mark.parametrize("hide_gpus", [False, True], ids=["as-is", "DEVSHIM_DEVICE=cpu"])
 def test_generic_softplus_example_runs_on_every_installed_framework(hide_gpus):
     import devshim as ds
@@ -131,7 +153,6 @@ def test_the_plugin_project_runs_its_tests_on_every_installed_backend(virtual):
     """examples/plugin_project, run as its user would: pytest in its folder, through devshim's
     pytest plugin, on every installed backend, then on two virtual GPUs."""
     import devshim as ds
-    from devshim.backends import specs
 
     args = ["-m", "pytest", str(EXAMPLES / "plugin_project"), "-v", "-p", "no:cacheprovider",
             "--devshim-backend", "all"]
@@ -144,9 +165,9 @@ def test_the_plugin_project_runs_its_tests_on_every_installed_backend(virtual):
     expected = {}
     for name in ds.available_backends():
         devices = next(line for line in result.stdout.splitlines() if line.startswith(f"devshim {name} devices:"))
-        runs = not (virtual and not specs()[name].virtual_devices)
-        two = runs and devices.count("gpu:") >= 2
-        expected[f"test_rowstats.py::test_on_one_device[{name}]"] = "PASSED" if runs else "SKIPPED"
+        # A backend without virtual devices (NumPy) runs on its CPU in the virtual run, as on a GPU machine.
+        two = devices.count("gpu:") >= 2
+        expected[f"test_rowstats.py::test_on_one_device[{name}]"] = "PASSED"
         expected[f"test_rowstats.py::test_split_over_two_gpus[{name}]"] = "PASSED" if two else "SKIPPED"
     if "torch" in ds.available_backends():
         expected["test_rowstats.py::test_gradients_flow_back_across_the_split[torch]"] = "PASSED"

@@ -360,6 +360,7 @@ def test_virtual_devices_on_every_backend_and_an_implicit_copy_fails_the_guarded
         import pytest
         import devshim as ds
 
+        @pytest.mark.gpus(2)
         def test_devices(ds_backend, ds_device, ds_devices, scalar):
             assert ds.num_gpus() == 2 and len(ds_devices) == 2 and ds_device == ds_devices[0]
             described = [ds.neutral_device(scalar(ds_backend, device)) for device in ds_devices]
@@ -384,6 +385,12 @@ def test_virtual_devices_on_every_backend_and_an_implicit_copy_fails_the_guarded
 
         def test_unguarded_read(ds_backend, ds_device, scalar):
             assert float(scalar(ds_backend, ds_device)) == 2.0
+
+        def test_where_it_runs(ds_backend, ds_device, scalar):
+            if ds_backend == "numpy":   # no virtual devices: its CPU, as on a machine with real GPUs
+                assert ds.num_gpus() == 0 and str(ds.neutral_device(scalar(ds_backend, ds_device))) == "cpu:0"
+            else:
+                assert ds.num_gpus() == 2
     """)
     result = fresh("--devshim-backend", "all", "--devshim-virtual-devices", "2", "-rfs", "-p", "no:cacheprovider")
     virtual = [name for name in ds.available_backends() if specs()[name].virtual_devices]
@@ -392,7 +399,7 @@ def test_virtual_devices_on_every_backend_and_an_implicit_copy_fails_the_guarded
                                  "2 virtual GPUs (--devshim-virtual-devices 2)"])
     result.stdout.fnmatch_lines_random(
         [f"devshim {name} devices: cpu:0, gpu:0 (virtual), gpu:1 (virtual)" for name in virtual]
-        + [f"devshim {name} devices: no virtual ones (its ds_backend tests are skipped)" for name in flat])
+        + [f"devshim {name} devices: cpu:0 (no virtual GPUs: its tests run on its CPU)" for name in flat])
     result.stdout.fnmatch_lines_random([f"FAILED *::test_implicit_read[[]{name}[]]*" for name in virtual])
     refused = [line for line in result.stdout.lines if line.startswith("E   ") and "ImplicitTransferError: " in line]
     assert len(refused) == len(virtual) and all(
@@ -402,9 +409,11 @@ def test_virtual_devices_on_every_backend_and_an_implicit_copy_fails_the_guarded
     assert sorted(skipped) == sorted(
         [f"needs 3 GPUs: {name} has 2 here (2 virtual GPUs (--devshim-virtual-devices 2)); "
          f"run with --devshim-virtual-devices 3" for name in virtual]
-        + [f"{name} has no virtual devices, and this run asks for 2 virtual GPUs (--devshim-virtual-devices 2)"
-           for name in flat for _ in range(6)])
-    result.assert_outcomes(passed=4 * len(virtual), failed=len(virtual), skipped=len(virtual) + 6 * len(flat))
+        + [f"needs {n} GPUs: {name} has no virtual devices; its tests run on its CPU in this run (2 virtual GPUs "
+           f"(--devshim-virtual-devices 2))" for name in flat for n in (2, 2, 3)])
+    # A backend without virtual devices runs the rest on its CPU: its reads are host reads, never refused.
+    result.assert_outcomes(passed=5 * len(virtual) + 4 * len(flat), failed=len(virtual),
+                           skipped=len(virtual) + 3 * len(flat))
 
 
 def test_the_virtual_device_count_from_the_ini_file_with_the_selected_backend(pytester, fresh):
@@ -424,8 +433,9 @@ def test_the_virtual_device_count_from_the_ini_file_with_the_selected_backend(py
         result.stdout.fnmatch_lines([f"devshim {name} devices: cpu:0, gpu:0 (virtual)"])
         result.assert_outcomes(passed=1)
     else:
-        result.stdout.fnmatch_lines([f"SKIPPED [[]1[]] *: {name} has no virtual devices, and this run asks for "
-                                     f"1 virtual GPU (devshim_virtual_devices in tox.ini)"])
+        result.stdout.fnmatch_lines([f"devshim {name} devices: cpu:0 (no virtual GPUs: its tests run on its CPU)",
+                                     f"SKIPPED [[]1[]] *: needs 1 GPU: {name} has no virtual devices; its tests run on "
+                                     f"its CPU in this run (1 virtual GPU (devshim_virtual_devices in tox.ini))"])
         result.assert_outcomes(skipped=1)
 
 

@@ -8,6 +8,7 @@ here, lowest first:
 ``base``       ``Backend``, the device contract every backend's ``core.py`` implements;
 ``model_base`` ``ModelPlacement``, the contract of a backend's ``model.py``;
 ``interop_base`` ``Interop``, the contract of a backend's ``interop.py`` (``ds.convert``);
+``autodiff_base`` ``Autodiff``, the contract of a backend's ``autodiff.py`` (``ds.testing``);
 ``registry``   the table built from the rows, and one adapter per backend;
 ``dispatch``   which backend owns a tensor, and its fast paths;
 ``selection``  which backend functions without a tensor use.
@@ -33,6 +34,7 @@ from devshim.backends.registry import (
     guard_hooks, interop, load_backend, model_placement, native_for, register_backend, specs, unregister_backend,
     virtual_capable_backends,
 )
+from devshim.backends.registry import autodiff
 from devshim.backends.selection import (
     get_backend, reset_backend, selection_reason, set_backend, use_backend,
 )
@@ -44,6 +46,6 @@ __all__ = [
     "available_backends", "get_backend", "load_backend", "set_backend", "use_backend",
     "reset_backend", "selection_reason",
     "backend_for_tensor", "describe_native_device", "native_for", "virtual_capable_backends",
-    "accelerator_partner", "guard_hooks", "model_placement", "interop",
+    "accelerator_partner", "guard_hooks", "model_placement", "interop", "autodiff",
     "DEVICE_TABLE", "DEVICE_BY_ATTRIBUTE", "DEVICE_OF", "COPY", "COPY_IF_NEEDED", "learn_type", "forget_types",
 ]

@@ -413,3 +413,19 @@ def native_for(device):
         device(type='cpu')
     """
     return load_backend(device.backend).native_for(device)
+
+
+def autodiff(name: str):
+    """The ``Autodiff`` of backend ``name`` (from its ``autodiff.py``, made once), or None
+    without one (NumPy, CuPy: no automatic differentiation).
+
+    Example:
+        >>> ds.backends.autodiff("jax").can_change_in_place(jnp.ones(2))
+        False
+    """
+    from devshim.backends.autodiff_base import Autodiff
+
+    return _contract_instance(name, "autodiff", Autodiff, "its autodiff, for ds.testing.check_backward")
+
+
+__all__ += ["autodiff"]

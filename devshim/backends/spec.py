@@ -4,7 +4,7 @@ A backend is one folder, ``devshim/backends/<name>/``, whose ``__init__.py``
 holds one ``BackendSpec`` called ``SPEC`` and imports no framework. The
 registry is built from those rows alone. What the backend can do beyond the
 device contract is read from which modules its folder has (``ops.py``,
-``guard.py``, ``model.py``, ``interop.py``): a missing module means the capability is absent.
+``guard.py``, ``model.py``, ``interop.py``, ``autodiff.py``): a missing module means the capability is absent.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ CAPABILITY_MODULES = {
     "guard": "guard",
     "model": "model",
     "interop": "interop",
+    "autodiff": "autodiff",
 }
 
 
@@ -136,7 +137,7 @@ class BackendSpec:
 
         Example:
             >>> SPEC.capabilities()
-            {'devices': True, 'ops': True, 'guard': False, 'model': False, 'interop': True, 'virtual devices': False}
+            {'devices': True, 'ops': True, 'guard': False, 'model': False, 'interop': True, 'autodiff': False, 'virtual devices': False}
         """
         found = {name: self.has_module(module) for name, module in CAPABILITY_MODULES.items()}
         found["virtual devices"] = self.virtual_devices

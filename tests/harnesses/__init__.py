@@ -127,6 +127,11 @@ class Harness:
     def add(self, a: Any, b: Any) -> Any:
         return a + b
 
+    def custom_gradient(self, forward: Callable[..., Any], backward: Callable[..., Any]) -> Optional[Callable[..., Any]]:
+        """``forward`` (inputs -> one output) with ``backward`` ((*inputs, grad) -> one gradient
+        per input) as the framework's own custom-gradient function; None without autodiff."""
+        return None
+
 
 def backends_with_harness() -> List[str]:
     """Every registered backend that has a harness module here, in registry order."""

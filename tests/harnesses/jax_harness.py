@@ -104,5 +104,11 @@ class JaxHarness(Harness):
             x = jax.device_put(x, device)
         return np.asarray(jax.grad(lambda t: jnp.sum(fn(t)))(x))
 
+    def custom_gradient(self, forward, backward):
+        function = jax.custom_vjp(forward)
+        function.defvjp(lambda *inputs: (forward(*inputs), inputs),
+                        lambda inputs, grad: tuple(backward(*inputs, grad)))
+        return function
+
 
 HARNESS = JaxHarness()

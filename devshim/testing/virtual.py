@@ -1,4 +1,4 @@
-"""Helpers for testing multi-device code on a machine without several GPUs."""
+"""``ds.testing.virtual_devices``: testing multi-device code on a machine without several GPUs."""
 
 from __future__ import annotations
 

@@ -1,0 +1,45 @@
+"""Testing code on every framework and device: virtual GPUs, and the gradient checks of
+Chainer's "define your own function" loop for every framework.
+
+``virtual_devices(n)``           ``n`` virtual GPUs backed by host memory
+                                 (like ``DEVSHIM_VIRTUAL_DEVICES=n``).
+``assert_allclose(a, b)``        tensors of any framework on any device, mixed in one
+                                 call, Python and NumPy scalars, nests of them.
+``numerical_grad(f, xs, gys)``   central differences of ``sum(f(*xs) * gys)``, one
+                                 gradient per input in its framework, device and dtype.
+``check_backward(f, xs)``        the framework's own autodiff against ``numerical_grad``.
+
+Every read of a tensor here is an explicit copy through devshim's transfer door, so
+these work inside ``ds.transfer_guard("disallow")``; the code under test is guarded as usual.
+The guide is docs/testing-your-code.md.
+
+Example:
+    >>> ds.testing.assert_allclose(torch.ones(3, device=ds.try_gpu()), np.ones(3))
+    >>> ds.testing.check_backward(lambda x, y: x * y + 1, (x, y))
+"""
+
+from __future__ import annotations
+
+from devshim.testing.virtual import virtual_devices
+
+__all__ = ["virtual_devices", "assert_allclose", "numerical_grad", "check_backward"]
+
+# name -> the module that defines it, loaded on first use (PEP 562): virtual_devices, which
+# runs before any framework starts, stays as light as it was (the checks import NumPy).
+_LAZY = {"assert_allclose": "devshim.testing.allclose", "numerical_grad": "devshim.testing.gradients",
+         "check_backward": "devshim.testing.gradients"}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'devshim.testing' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
