@@ -198,7 +198,8 @@ def to_device(x: Any, device: Any, *, non_blocking: bool = False, skip_keys: Any
         paths = fast_paths(x)
         if paths is None:
             return copy_nest(x, device, non_blocking, "to_device", skip_keys)
-    return paths.copy(x, device, non_blocking)
+    copy = paths.copy  # (an attribute, then a call: `paths.copy(...)` is a slower method lookup)
+    return copy(x, device, non_blocking)
 
 
 def copy_if_needed(x: Any, device: Any, *, non_blocking: bool = False, skip_keys: Any = None) -> Any:
@@ -229,7 +230,8 @@ def copy_if_needed(x: Any, device: Any, *, non_blocking: bool = False, skip_keys
             pass
     if non_blocking:
         return _copy_if_needed_async(paths.adapter, x, device)
-    return paths.copy_if_needed(x, device)
+    copy = paths.copy_if_needed
+    return copy(x, device)
 
 
 def _copy_if_needed_async(adapter, x, device):
