@@ -11,9 +11,8 @@ Two things live here, below every other devshim module:
 - ``LOCK``: the one lock under which devshim learns things on first use (the backend table,
   adapters, each tensor type's fast paths, the guard hooks, the selected backend). One lock
   rather than one per module: a thread holding one and waiting for another cannot meet a
-  thread doing the opposite. Nothing is imported by a module's body while it is held
-  elsewhere, and no module's body takes it, so it never waits on an import lock held by a
-  thread that waits on it.
+  thread doing the opposite. A thread holding it may import modules; no module's body takes
+  it, so a thread busy importing a module never waits for it, and the import finishes.
 
 Example:
     >>> __getattr__, __dir__ = lazy_names(globals(), {"transfer_guard": "devshim.guard.block"})
