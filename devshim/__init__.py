@@ -56,7 +56,8 @@ _EXPORTS = {
     "convert": "devshim.conversion",
     **dict.fromkeys(("array_module", "get_array_module"), "devshim.generic"),
     **dict.fromkeys(("synchronize", "Timer", "benchmark", "Measurement"), "devshim.timing"),
-    **dict.fromkeys(("transfer_guard", "TransferReport"), "devshim.guard"),
+    "transfer_guard": "devshim.guard.block",
+    "TransferReport": "devshim.guard.report",
     **dict.fromkeys(
         ("place_model", "model_device", "model_devices", "unplace", "split_batch", "replicate",
          "allreduce"),
@@ -102,17 +103,11 @@ __all__ = ["cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "devices", "devi
 
 
 def __getattr__(name: str) -> Any:
-    import importlib
+    # The one loader of lazy names is devshim._lazy (imported here, on first use, so that
+    # `import devshim` loads none of devshim's modules).
+    from devshim._lazy import load
 
-    module = _EXPORTS.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(module), name)
-    elif name in _SUBMODULES:
-        value = importlib.import_module(f"devshim.{name}")
-    else:
-        raise AttributeError(f"module 'devshim' has no attribute {name!r}")
-    globals()[name] = value
-    return value
+    return load(globals(), _EXPORTS, _SUBMODULES, name)
 
 
 def __dir__() -> list:

@@ -139,8 +139,7 @@ def map_nest(x, leaf_for, keep_unchanged: bool = False, skip_keys=None):
         >>> map_nest((1, "a"), lambda v: (lambda leaf: -leaf) if isinstance(v, int) else None)
         (-1, 'a')
     """
-    ops: dict = {}
-    ops_get = ops.get
+    ops: dict = {}  # leaf type -> its leaf function (None: kept as it is), asked once per walk
     open_path: list = []  # the containers being walked: one met again is a loop
 
     def walk(value):
@@ -162,43 +161,9 @@ def map_nest(x, leaf_for, keep_unchanged: bool = False, skip_keys=None):
                 raise _cycle(None)
         open_path.append(value)
         try:
-            return into(value, shape)
+            return _MAPPERS[shape](value, walk, ops, keep_unchanged, skip_keys)
         finally:
             open_path.pop()
-
-    def into(value, shape):
-        if shape == DICT and skip_keys is None:
-            # Leaves of a type seen before skip the recursive call: flat dicts of
-            # tensors (a state dict, a batch) are the common nest.
-            out = {}
-            if not keep_unchanged:
-                for key, item in value.items():
-                    op = ops_get(type(item))
-                    out[key] = op(item) if op is not None and op is not _MISSING else walk(item)
-                return out
-            changed = False
-            for key, item in value.items():
-                op = ops_get(type(item))
-                new = op(item) if op is not None and op is not _MISSING else walk(item)
-                out[key] = new
-                changed = changed or new is not item
-            return out if changed else value
-        if shape == DICT:
-            out = {key: (item if key in skip_keys else walk(item)) for key, item in value.items()}
-            if keep_unchanged and all(new is value[key] for key, new in out.items()):
-                return value
-            return out
-        if shape == LIST:
-            out = [walk(item) for item in value]
-            if keep_unchanged and _same(out, value):
-                return value
-            return out
-        if shape == TUPLE:
-            out = tuple([walk(item) for item in value])
-            if keep_unchanged and _same(out, value):
-                return value
-            return out
-        return _rebuild(value, shape, walk, keep_unchanged, skip_keys)
 
     try:
         return walk(x)
@@ -210,6 +175,154 @@ def map_nest(x, leaf_for, keep_unchanged: bool = False, skip_keys=None):
         raise
 
 
+# One function per container kind: ``(value, walk, ops, keep_unchanged, skip_keys) -> new``, where
+# ``walk`` maps one item and ``ops`` is the walk's leaf type -> leaf function (None: kept).
+
+
+def _map_dict(value, walk, ops, keep_unchanged, skip_keys):
+    if skip_keys is not None:
+        out = {key: (item if key in skip_keys else walk(item)) for key, item in value.items()}
+        return value if keep_unchanged and _same_values(out, value) else out
+    # Leaves of a type seen before skip the recursive call: flat dicts of tensors (a state
+    # dict, a batch) are the common nest.
+    ops_get = ops.get
+    out = {}
+    if not keep_unchanged:
+        for key, item in value.items():
+            op = ops_get(type(item))
+            out[key] = op(item) if op is not None else walk(item)
+        return out
+    changed = False
+    for key, item in value.items():
+        op = ops_get(type(item))
+        new = out[key] = op(item) if op is not None else walk(item)
+        changed = changed or new is not item
+    return out if changed else value
+
+
+def _map_list(value, walk, ops, keep_unchanged, skip_keys):
+    out = [walk(item) for item in value]
+    return value if keep_unchanged and _same(out, value) else out
+
+
+def _map_tuple(value, walk, ops, keep_unchanged, skip_keys):
+    out = tuple([walk(item) for item in value])
+    return value if keep_unchanged and _same(out, value) else out
+
+
+def _map_pairs(value, walk, keep_unchanged, skip_keys):
+    """(key, new value) of a mapping, or None when ``keep_unchanged`` and nothing changed."""
+    pairs = [(key, item if skip_keys is not None and key in skip_keys else walk(item))
+             for key, item in value.items()]
+    if keep_unchanged and all(new is value[key] for key, new in pairs):
+        return None
+    return pairs
+
+
+def _map_dict_subclass(value, walk, ops, keep_unchanged, skip_keys):
+    pairs = _map_pairs(value, walk, keep_unchanged, skip_keys)
+    if pairs is None:
+        return value
+    rebuilt = _copy().copy(value)  # keeps the type, its attributes, a defaultdict's factory
+    for key, new in pairs:
+        rebuilt[key] = new  # existing keys: the order stays
+    return rebuilt
+
+
+def _map_mapping(value, walk, ops, keep_unchanged, skip_keys):
+    pairs = _map_pairs(value, walk, keep_unchanged, skip_keys)
+    return value if pairs is None else _rebuild_mapping(value, pairs)
+
+
+def _map_dataclass(value, walk, ops, keep_unchanged, skip_keys):
+    moved = {}
+    changed = False
+    for name in _dataclass_fields(value):
+        try:
+            item = getattr(value, name)
+        except AttributeError:  # an init=False field no one has set
+            continue
+        new = moved[name] = walk(item)
+        changed = changed or new is not item
+    if keep_unchanged and not changed:
+        return value
+    rebuilt = _copy().copy(value)  # no __init__, no __post_init__: a copy of the state
+    for name, new in moved.items():
+        object.__setattr__(rebuilt, name, new)  # frozen dataclasses too
+    return rebuilt
+
+
+def _map_set(value, walk, ops, keep_unchanged, skip_keys):
+    items = _mapped_items(value, walk, keep_unchanged)
+    if items is None:
+        return value
+    try:
+        return _rebuild_set(value, items)
+    except TypeError as err:
+        raise UnsupportedValueError(
+            f"This {type(value).__name__} cannot be rebuilt with its values moved ({err}), and "
+            f"devshim never hands a set back with its tensors left where they were. Pass a list "
+            f"or tuple of the tensors instead."
+        ) from None
+
+
+def _mapped_items(value, walk, keep_unchanged):
+    """The items of a sequence, each walked; None when ``keep_unchanged`` and none changed."""
+    items = [walk(item) for item in value]
+    return None if keep_unchanged and _same(items, value) else items
+
+
+def _map_namedtuple(value, walk, ops, keep_unchanged, skip_keys):
+    items = _mapped_items(value, walk, keep_unchanged)
+    return value if items is None else type(value)._make(items)
+
+
+def _map_tuple_subclass(value, walk, ops, keep_unchanged, skip_keys):
+    items = _mapped_items(value, walk, keep_unchanged)
+    if items is None:
+        return value
+    try:
+        rebuilt = tuple.__new__(type(value), items)
+    except TypeError:  # C-level sequences such as struct sequences
+        rebuilt = type(value)(items)
+    state = getattr(value, "__dict__", None)
+    if state:
+        rebuilt.__dict__.update(state)
+    return rebuilt
+
+
+def _map_list_subclass(value, walk, ops, keep_unchanged, skip_keys):
+    items = _mapped_items(value, walk, keep_unchanged)
+    if items is None:
+        return value
+    rebuilt = _copy().copy(value)  # the type and its attributes stay
+    rebuilt[:] = items
+    return rebuilt
+
+
+def _map_deque(value, walk, ops, keep_unchanged, skip_keys):
+    items = _mapped_items(value, walk, keep_unchanged)
+    if items is None:
+        return value
+    rebuilt = _copy().copy(value)  # the type, maxlen and attributes stay
+    rebuilt.clear()
+    rebuilt.extend(items)
+    return rebuilt
+
+
+_MAPPERS = {
+    DICT: _map_dict, LIST: _map_list, TUPLE: _map_tuple, DICT_SUB: _map_dict_subclass,
+    MAPPING: _map_mapping, DATACLASS: _map_dataclass, SET: _map_set, LIST_SUB: _map_list_subclass,
+    TUPLE_SUB: _map_tuple_subclass, NAMEDTUPLE: _map_namedtuple, DEQUE: _map_deque,
+}
+
+
+def _copy():
+    import copy  # only nests with subclasses or dataclasses need it
+
+    return copy
+
+
 def _same(new, old) -> bool:
     for a, b in zip(new, old):
         if a is not b:
@@ -217,72 +330,8 @@ def _same(new, old) -> bool:
     return True
 
 
-def _rebuild(value, shape: int, walk, keep_unchanged: bool, skip_keys=None):
-    import copy as _copy  # only nests with subclasses or dataclasses need it
-    if shape == SET:
-        items = [walk(item) for item in value]
-        if keep_unchanged and all(new is old for new, old in zip(items, value)):
-            return value
-        try:
-            return _rebuild_set(value, items)
-        except TypeError as err:
-            raise UnsupportedValueError(
-                f"This {type(value).__name__} cannot be rebuilt with its values moved ({err}), and "
-                f"devshim never hands a set back with its tensors left where they were. Pass a list "
-                f"or tuple of the tensors instead."
-            ) from None
-    if shape == MAPPING:
-        pairs = [(key, item if skip_keys is not None and key in skip_keys else walk(item))
-                 for key, item in value.items()]
-        if keep_unchanged and all(new is value[key] for key, new in pairs):
-            return value
-        return _rebuild_mapping(value, pairs, _copy)
-    if shape == DATACLASS:
-        moved = {}
-        changed = False
-        for name in _dataclass_fields(value):
-            try:
-                item = getattr(value, name)
-            except AttributeError:  # an init=False field no one has set
-                continue
-            new = moved[name] = walk(item)
-            changed = changed or new is not item
-        if keep_unchanged and not changed:
-            return value
-        rebuilt = _copy.copy(value)  # no __init__, no __post_init__: a copy of the state
-        for name, new in moved.items():
-            object.__setattr__(rebuilt, name, new)  # frozen dataclasses too
-        return rebuilt
-    if shape == DICT_SUB:
-        pairs = [(key, item if skip_keys is not None and key in skip_keys else walk(item))
-                 for key, item in value.items()]
-        if keep_unchanged and all(new is value[key] for key, new in pairs):
-            return value
-        rebuilt = _copy.copy(value)  # keeps the type, its attributes, a defaultdict's factory
-        for key, new in pairs:
-            rebuilt[key] = new  # existing keys: the order stays
-        return rebuilt
-    items = [walk(item) for item in value]
-    if keep_unchanged and _same(items, value):
-        return value
-    if shape == NAMEDTUPLE:
-        return type(value)._make(items)
-    if shape == TUPLE_SUB:
-        try:
-            rebuilt = tuple.__new__(type(value), items)
-        except TypeError:  # C-level sequences such as struct sequences
-            rebuilt = type(value)(items)
-        state = getattr(value, "__dict__", None)
-        if state:
-            rebuilt.__dict__.update(state)
-        return rebuilt
-    rebuilt = _copy.copy(value)  # LIST_SUB, DEQUE: the type, maxlen and attributes stay
-    if shape == DEQUE:
-        rebuilt.clear()
-        rebuilt.extend(items)
-    else:
-        rebuilt[:] = items
-    return rebuilt
+def _same_values(new: dict, old) -> bool:
+    return all(item is old[key] for key, item in new.items())
 
 
 def _rebuild_set(value, items):
@@ -296,11 +345,11 @@ def _rebuild_set(value, items):
     return rebuilt
 
 
-def _rebuild_mapping(value, pairs, _copy):
+def _rebuild_mapping(value, pairs):
     from collections.abc import MutableMapping
 
     if isinstance(value, MutableMapping):
-        rebuilt = _copy.copy(value)  # UserDict: a new .data, the type and its attributes kept
+        rebuilt = _copy().copy(value)  # UserDict: a new .data, the type and its attributes kept
         for key, new in pairs:
             rebuilt[key] = new
         return rebuilt

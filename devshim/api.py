@@ -5,19 +5,19 @@ backend is selected; functions without a tensor use the selected backend, or
 the one named by ``backend=``.
 
 ``device_of``, ``to_device`` and ``copy_if_needed`` are the hot paths. For a
-single tensor each is one dict lookup on the tensor's type, then the owning
-backend's fast path (``Backend.device_of_fn`` and friends), which keeps the
-resolved target device of each spec until settings change. Every data
-movement goes through ``devshim.transfer``.
+single tensor each is one dict lookup on the tensor's type, which finds its
+``FastPaths`` record (``devshim.backends.dispatch``), then that record's fast
+path, which keeps the resolved target device of each spec until settings
+change. Nests go down to ``devshim.backends.nests``. Every data movement goes
+through ``devshim.transfer``.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from devshim import _tree, transfer
-from devshim.backends.dispatch import (
-    COPY_IF_NEEDED, DEVICE_BY_ATTRIBUTE, DEVICE_OF, DEVICE_TABLE, EXACT_DEVICE_TABLE, FAST_PATHS,
-    DEVICE_ATTRIBUTE_IS_NATIVE, NATIVE_BY_ATTRIBUTE, NATIVE_OF, COPY, backend_for_tensor, learn_class, learn_type,
-)
+from devshim.backends.dispatch import FAST_PATHS, fast_paths
 from devshim.backends.nests import copy_nest, copy_nest_if_needed, nest_to_numpy
 from devshim.backends.selection import get_backend
 from devshim._device import Device
@@ -32,7 +32,7 @@ __all__ = [
 # ------------------------------------------------------------------ devices
 
 
-def cpu(*, backend=None):
+def cpu(*, backend: str | None = None) -> Any:
     """The CPU as the backend's native device.
 
     Example:
@@ -42,7 +42,7 @@ def cpu(*, backend=None):
     return get_backend(backend).cpu()
 
 
-def gpu(i=None, *, backend=None):
+def gpu(i: int | None = None, *, backend: str | None = None) -> Any:
     """GPU ``i`` as the backend's native device; DeviceUnavailableError if absent.
 
     Without ``i``: this process's GPU, which is GPU 0 except under a launcher
@@ -58,7 +58,7 @@ def gpu(i=None, *, backend=None):
     return get_backend(backend).gpu(i)
 
 
-def num_gpus(*, backend=None) -> int:
+def num_gpus(*, backend: str | None = None) -> int:
     """How many GPUs the backend sees (0 under ``DEVSHIM_DEVICE=cpu``), under a launcher too.
 
     Example:
@@ -68,7 +68,7 @@ def num_gpus(*, backend=None) -> int:
     return get_backend(backend).num_gpus()
 
 
-def try_gpu(i=None, *, backend=None):
+def try_gpu(i: int | None = None, *, backend: str | None = None) -> Any:
     """GPU ``i`` if it exists, else the CPU.
 
     Without ``i``: this process's GPU if there is one, else the CPU. That is GPU 0,
@@ -82,7 +82,7 @@ def try_gpu(i=None, *, backend=None):
     return get_backend(backend).try_gpu(i)
 
 
-def try_all_gpus(*, backend=None) -> list:
+def try_all_gpus(*, backend: str | None = None) -> list:
     """Every GPU, or ``[cpu()]`` when there is none (never an empty list).
 
     Under a launcher that started several processes: ``[try_gpu()]``, this
@@ -95,7 +95,7 @@ def try_all_gpus(*, backend=None) -> list:
     return get_backend(backend).try_all_gpus()
 
 
-def devices(*, backend=None) -> list:
+def devices(*, backend: str | None = None) -> list:
     """The CPU followed by every GPU, as native devices.
 
     Example:
@@ -105,7 +105,7 @@ def devices(*, backend=None) -> list:
     return get_backend(backend).devices()
 
 
-def device(spec, *, backend=None):
+def device(spec: Any, *, backend: str | None = None) -> Any:
     """The backend's native device for a spec: ``"cpu"``, ``"gpu:1"``, ``"cuda:1"``,
     ``"mps"``, ``"meta"``, a native device object, or a ``ds.Device``.
 
@@ -119,19 +119,7 @@ def device(spec, *, backend=None):
 # ------------------------------------------------------------------ tensors
 
 
-# Bound once: the hot paths look up one global, not a global and an attribute.
-_device_table_for = DEVICE_TABLE.get
-_device_of_for = DEVICE_OF.get
-_by_device_attribute = DEVICE_BY_ATTRIBUTE
-_copy_fns = COPY
-_copy_if_needed_fns = COPY_IF_NEEDED
-_exact_table_for = EXACT_DEVICE_TABLE.get
-_native_by_attribute = NATIVE_BY_ATTRIBUTE
-_attribute_is_native = DEVICE_ATTRIBUTE_IS_NATIVE
-_native_of_for = NATIVE_OF.get
-
-
-def device_of(x):
+def device_of(x: Any) -> Any:
     """The device tensor ``x`` lives on, as its framework's own device object.
 
     What comes back goes straight into the framework's ``device=`` (and into the
@@ -147,27 +135,24 @@ def device_of(x):
         >>> torch.zeros(3, device=ds.device_of(X)).device == X.device
         True
     """
-    # torch's and NumPy's `x.device` is the answer itself; most other frameworks' tensors say
-    # where they are in `x.device` too: two subscripts, no call.
-    if type(x) in _attribute_is_native:
-        return x.device
     try:
-        return _native_by_attribute[type(x)][x.device]
-    except (KeyError, AttributeError, TypeError):  # a type or device not seen yet, and the like
-        pass
-    table = _device_table_for(type(x))
+        paths = FAST_PATHS[type(x)]
+    except KeyError:  # a type not seen yet, or no tensor
+        paths = fast_paths(x, "device_of")
+    # torch's and NumPy's `x.device` is the answer itself; most other frameworks' tensors say
+    # where they are in an attribute: one subscript more, no call.
+    if paths.native_is_attribute:
+        return x.device
+    table = paths.table
     if table is not None:
         try:
             return table.natives[getattr(x, table.attr)]
         except (KeyError, TypeError, AttributeError):  # a device not met yet, and the like
             pass
-    fn = _native_of_for(type(x))
-    if fn is None:
-        fn = _fast_paths(x, "device_of")[1]
-    return fn(x)
+    return paths.device_of(x)
 
 
-def neutral_device(x):
+def neutral_device(x: Any) -> Device:
     """The framework-neutral ``ds.Device`` tensor ``x`` lives on.
 
     ``kind``, ``index``, ``virtual`` and ``platform`` say the same for every
@@ -179,25 +164,20 @@ def neutral_device(x):
         >>> str(d), d == ds.neutral_device(np.ones(2)), d == ds.device_of(torch.ones(2))
         ('cpu:0', True, True)
     """
-    # Most frameworks' tensors say where they are in `x.device`: two subscripts, no call.
     try:
-        return _by_device_attribute[type(x)][x.device]
-    except (KeyError, AttributeError, TypeError):  # a type or device not seen yet, and the like
-        pass
-    # One lookup when the tensor's backend keeps a DeviceTable: no call into the backend.
-    table = _device_table_for(type(x))
-    if table is not None:
+        paths = FAST_PATHS[type(x)]
+    except KeyError:  # a type not seen yet, or no tensor
+        paths = fast_paths(x, "neutral_device")
+    table = paths.table
+    if table is not None:  # one lookup, no call into the backend
         try:
             return table[getattr(x, table.attr)]
         except (KeyError, TypeError, AttributeError):  # a device not described yet, and the like
             pass
-    fn = _device_of_for(type(x))
-    if fn is None:
-        fn = _fast_paths(x, "neutral_device")[0]
-    return fn(x)
+    return paths.neutral_device(x)
 
 
-def to_device(x, device, *, non_blocking: bool = False, skip_keys=None):
+def to_device(x: Any, device: Any, *, non_blocking: bool = False, skip_keys: Any = None) -> Any:
     """Copy ``x`` (a tensor or a nest of them) to ``device``: always new storage.
 
     Even when ``x`` already lives on ``device`` the result is a copy, so
@@ -213,18 +193,16 @@ def to_device(x, device, *, non_blocking: bool = False, skip_keys=None):
         >>> batch = ds.to_device({"x": X, "y": Y, "ids": I}, "gpu", skip_keys="ids")
     """
     try:
-        fn = _copy_fns[type(x)]
+        paths = FAST_PATHS[type(x)]
     except KeyError:  # a nest, or a type not seen yet
-        fn = None
-    if fn is not None:
-        return fn(x, device, non_blocking)
-    paths = _fast_paths(x)
-    if paths:
-        return paths[2](x, device, non_blocking)
-    return copy_nest(x, device, non_blocking, "to_device", skip_keys)
+        paths = fast_paths(x)
+        if paths is None:
+            return copy_nest(x, device, non_blocking, "to_device", skip_keys)
+    copy = paths.copy  # (an attribute, then a call: `paths.copy(...)` is a slower method lookup)
+    return copy(x, device, non_blocking)
 
 
-def copy_if_needed(x, device, *, non_blocking: bool = False, skip_keys=None):
+def copy_if_needed(x: Any, device: Any, *, non_blocking: bool = False, skip_keys: Any = None) -> Any:
     """``x`` itself when it already lives on ``device``, else ``to_device(x, device)``.
 
     For nests, only the tensors that are elsewhere are copied, and a container
@@ -236,48 +214,32 @@ def copy_if_needed(x, device, *, non_blocking: bool = False, skip_keys=None):
         >>> Z2 is Z   # Z was already there
         True
     """
+    try:
+        paths = FAST_PATHS[type(x)]
+    except KeyError:  # a nest, or a type not seen yet
+        paths = fast_paths(x)
+        if paths is None:
+            return copy_nest_if_needed(x, device, "copy_if_needed", skip_keys, non_blocking)
     # Where a tensor's Device says it all (torch, NumPy): "already there" is two lookups and an `is`.
-    table = _exact_table_for(type(x))
-    if table is not None:
+    exact = paths.exact
+    if exact is not None:
         try:
-            if (table.home or table[x.device]) is table.targets[device]:
+            if (exact.home or exact[x.device]) is exact.targets[device]:
                 return x
         except (KeyError, TypeError):  # a spec or a device not resolved yet: the backend decides
             pass
-    try:
-        fn = _copy_if_needed_fns[type(x)]
-    except KeyError:  # a nest, or a type not seen yet
-        fn = None
-    if fn is not None and not non_blocking:
-        return fn(x, device)
-    if fn is None:
-        paths = _fast_paths(x)
-        fn = paths[3] if paths else None
-    if fn is not None:
-        if not non_blocking:
-            return fn(x, device)
-        return copy_nest_if_needed([x], device, "copy_if_needed", None, True)[0]
-    return copy_nest_if_needed(x, device, "copy_if_needed", skip_keys, non_blocking)
+    if non_blocking:
+        return _copy_if_needed_async(paths.adapter, x, device)
+    copy = paths.copy_if_needed
+    return copy(x, device)
 
 
-def _fast_paths(x, function=None) -> tuple:
-    """The fast paths of ``type(x)`` (``dispatch.FAST_PATHS``), learned on first sight; ``()`` for
-    a value that is no tensor, or NotATensorError when ``function`` (a name) needs a tensor.
-
-    The class is learned by ``learn_class``, which torch.compile runs outside its trace: a
-    compiled function meeting a tensor type for the first time still traces lookups only.
-    """
-    learned = learn_class(type(x))
-    if learned is None:  # the class alone does not say (a TensorFlow or CuPy value): ask about x
-        learned = learn_type(x) is not None
-    if learned:
-        return FAST_PATHS[type(x)]
-    if function is not None:
-        raise NotATensorError.for_value(x, function)
-    return ()
+def _copy_if_needed_async(adapter, x, device):
+    native = adapter.target(device)
+    return x if adapter.same_place(x, native) else transfer.copy(adapter, x, native, True)
 
 
-def to_numpy(x):
+def to_numpy(x: Any) -> Any:
     """Copy ``x`` (or every tensor in a nest) to a host NumPy array.
 
     The result never shares memory with ``x``.
@@ -286,9 +248,9 @@ def to_numpy(x):
         >>> ds.to_numpy(torch.ones(2, device=ds.try_gpu()))
         array([1., 1.], dtype=float32)
     """
-    adapter = backend_for_tensor(x)
-    if adapter is not None:
-        return transfer.to_host(adapter, x)
+    paths = fast_paths(x)
+    if paths is not None:
+        return transfer.to_host(paths.adapter, x)
     return nest_to_numpy(x, "to_numpy")
 
 
@@ -296,17 +258,17 @@ def _tensor_devices(xs: tuple) -> list:
     found = []
     for position, x in enumerate(xs):
         for path, leaf in _tree.iter_leaves(x):
-            paths = _fast_paths(leaf)
-            if paths:
+            paths = fast_paths(leaf)
+            if paths is not None:
                 try:
-                    place = paths[0](leaf)
+                    place = paths.neutral_device(leaf)
                 except MultiDeviceValueError:  # a JAX array spread over devices: its Sharding
-                    place = paths[1](leaf)
+                    place = paths.device_of(leaf)
                 found.append((f"argument {position}{path}", place))
     return found
 
 
-def same_device(*xs) -> bool:
+def same_device(*xs: Any) -> bool:
     """Whether every tensor in ``xs`` (nests walked) lives on one device.
 
     Non-tensor leaves are ignored; with no tensors at all the answer is True.
@@ -321,7 +283,7 @@ def same_device(*xs) -> bool:
     return all(dev == placed[0][1] for _, dev in placed[1:])
 
 
-def ensure_same_device(*xs):
+def ensure_same_device(*xs: Any) -> Any:
     """The one Device all tensors in ``xs`` share; DeviceMismatchError otherwise.
 
     For JAX arrays spread alike over several devices: their ``Sharding``.

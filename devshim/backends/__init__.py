@@ -10,42 +10,38 @@ here, lowest first:
 ``interop_base`` ``Interop``, the contract of a backend's ``interop.py`` (``ds.convert``);
 ``autodiff_base`` ``Autodiff``, the contract of a backend's ``autodiff.py`` (``ds.testing``);
 ``registry``   the table built from the rows, and one adapter per backend;
-``dispatch``   which backend owns a tensor, and its fast paths;
-``selection``  which backend functions without a tensor use.
+``dispatch``   which backend owns a tensor: one ``FastPaths`` record per tensor class;
+``selection``  which backend functions without a tensor use;
+``nests``      the leaf functions that copy nests (``devshim._tree`` walks them).
 
 (A backend's ``guard.py`` implements ``devshim.guard.hooks.GuardHooks``, which
 lives with the rest of the guard, below this package.)
 
-This package's namespace gathers their public names.
+This package's namespace gathers their public names, each loaded on first use: the package
+imports none of its modules itself (importing one of them never makes it import the rest).
 
 Example:
     >>> ds.backends.get_backend().name
     'torch'
 """
 
-from __future__ import annotations
+from devshim._lazy import lazy_names
 
-from devshim.backends.base import Backend
-from devshim.backends.dispatch import (
-    COPY, COPY_IF_NEEDED, DEVICE_BY_ATTRIBUTE, DEVICE_OF, DEVICE_TABLE, backend_for_tensor, forget_types, learn_type,
-)
-from devshim.backends.registry import (
-    accelerator_partner, available_backends, backend_names, canonical_name, describe_native_device,
-    guard_hooks, interop, load_backend, model_placement, native_for, register_backend, specs, unregister_backend,
-    virtual_capable_backends,
-)
-from devshim.backends.registry import autodiff
-from devshim.backends.selection import (
-    get_backend, reset_backend, selection_reason, set_backend, use_backend,
-)
-from devshim.backends.spec import BackendSpec
+_EXPORTS = {
+    "Backend": "devshim.backends.base",
+    "BackendSpec": "devshim.backends.spec",
+    **dict.fromkeys(
+        ("specs", "backend_names", "canonical_name", "register_backend", "unregister_backend", "load_backend",
+         "available_backends", "describe_native_device", "native_for", "virtual_capable_backends",
+         "accelerator_partner", "guard_hooks", "model_placement", "interop", "autodiff"),
+        "devshim.backends.registry",
+    ),
+    **dict.fromkeys(
+        ("get_backend", "set_backend", "use_backend", "reset_backend", "selection_reason"), "devshim.backends.selection"
+    ),
+    **dict.fromkeys(("backend_for_tensor", "learn_type", "forget_types"), "devshim.backends.dispatch"),
+}
+_SUBMODULES = ("spec", "virtual", "base", "model_base", "interop_base", "autodiff_base", "registry", "dispatch", "selection", "nests")
 
-__all__ = [
-    "Backend", "BackendSpec",
-    "specs", "backend_names", "canonical_name", "register_backend", "unregister_backend",
-    "available_backends", "get_backend", "load_backend", "set_backend", "use_backend",
-    "reset_backend", "selection_reason",
-    "backend_for_tensor", "describe_native_device", "native_for", "virtual_capable_backends",
-    "accelerator_partner", "guard_hooks", "model_placement", "interop", "autodiff",
-    "DEVICE_TABLE", "DEVICE_BY_ATTRIBUTE", "DEVICE_OF", "COPY", "COPY_IF_NEEDED", "learn_type", "forget_types",
-]
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = lazy_names(globals(), _EXPORTS, _SUBMODULES)

@@ -509,14 +509,15 @@ class Backend(ABC):
             f"Use ds.cpu() or ds.try_gpu()."
         )
 
-    # -------------------------------------------------- fast paths for devshim/api.py
+    # -------------------------------------------------- fast paths (dispatch.FastPaths holds them)
 
     def device_table(self):
         """The backend's ``DeviceTable``, or None when its tensors have no such attribute."""
         return None
 
-    def device_of_fn(self):
-        """``x -> Device`` for this backend's tensors: what ``ds.neutral_device`` calls."""
+    def neutral_device_fn(self):
+        """``x -> Device`` for this backend's tensors: what ``ds.neutral_device`` calls when its
+        table has no entry."""
         return self.tensor_device
 
     def native_device_of(self, x):
@@ -545,49 +546,39 @@ class Backend(ABC):
         return device_of
 
     def copy_fn(self):
-        """``(x, spec, non_blocking) -> copy``: what ``ds.to_device`` calls for one tensor.
-
-        With no transfer guard watching there is nothing to mark, so the copy
-        calls the adapter straight away (the door's own shortcut, taken here to
-        save a call); otherwise it goes through ``devshim.transfer.copy``, which
-        marks it as asked for.
-        """
-        targets, resolve, copy_to, adapter = self._targets, self.target, self.copy_to, self
-        copy = transfer.copy
-
-        def to_device(x, device, non_blocking):
-            try:
-                native = targets[device]
-            except (KeyError, TypeError):  # resolved outside the handler: no chained traceback
-                native = None
-            if native is None:
-                native = resolve(device)
-            if marker.watchers:
-                return copy(adapter, x, native, non_blocking)
-            return copy_to(x, native, non_blocking)
-
-        return to_device
+        """``(x, spec, non_blocking) -> copy``: what ``ds.to_device`` calls for one tensor."""
+        return self._one_tensor(if_needed=False)
 
     def copy_if_needed_fn(self):
         """``(x, spec) -> x or a copy``: what ``ds.copy_if_needed`` calls for one tensor."""
+        return self._one_tensor(if_needed=True)
+
+    def _one_tensor(self, if_needed: bool):
+        """The one-tensor path of ``copy_fn`` and ``copy_if_needed_fn``: the spec's native device
+        from the targets resolved before, then (``if_needed``) "already there?", then the copy.
+
+        With no transfer guard watching there is nothing to mark, so the copy calls the adapter
+        straight away (the door's own shortcut, taken here to save a call); otherwise it goes
+        through ``devshim.transfer.copy``, which marks it as asked for.
+        """
         targets, resolve, same_place, copy_to, adapter = (
             self._targets, self.target, self.same_place, self.copy_to, self)
         copy = transfer.copy
 
-        def copy_if_needed(x, device):
+        def one_tensor(x, device, non_blocking=False):
             try:
                 native = targets[device]
             except (KeyError, TypeError):  # resolved outside the handler: no chained traceback
                 native = None
             if native is None:
                 native = resolve(device)
-            if same_place(x, native):
+            if if_needed and same_place(x, native):
                 return x
             if marker.watchers:
-                return copy(adapter, x, native, False)
-            return copy_to(x, native, False)
+                return copy(adapter, x, native, non_blocking)
+            return copy_to(x, native, non_blocking)
 
-        return copy_if_needed
+        return one_tensor
 
     def __repr__(self) -> str:
         return f"<devshim {self.name} backend>"

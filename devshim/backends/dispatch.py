@@ -1,14 +1,15 @@
 """Dispatch on a tensor's type: which backend owns it, and that backend's fast paths.
 
-Functions that take a tensor dispatch on its type. Only backends whose
-framework is already in ``sys.modules`` are asked, so dispatch never imports a
-framework, and the answer is remembered per type. ``learn_type`` also fills
-the tables the public hot paths read (``devshim/api.py``): one dict lookup on
-``type(x)`` finds the owning backend's ready-made function.
+``FAST_PATHS`` maps each tensor class devshim has met to one ``FastPaths`` record: the
+backend that owns its tensors and the function each public hot path calls for them
+(``devshim/api.py`` reads nothing else). Only backends whose framework is already in
+``sys.modules`` are asked who owns a value, so dispatch never imports a framework. A record
+is learned once per class, under devshim's loading lock, and published whole: another
+thread sees a class's record complete, or not at all.
 
 Example:
     >>> from devshim.backends import dispatch
-    >>> dispatch.backend_for_tensor(torch.ones(1)).name
+    >>> dispatch.fast_paths(torch.ones(1)).adapter.name
     'torch'
 """
 
@@ -16,42 +17,80 @@ from __future__ import annotations
 
 import sys
 
+from devshim import _lazy
 from devshim.backends import registry
 from devshim.backends.base import trace_constant
-from devshim.errors import FirstCallInTraceError
+from devshim.errors import FirstCallInTraceError, NotATensorError
 
 __all__ = [
-    "backend_for_tensor", "learn_type", "learn_class", "learn_types", "forget_types", "FAST_PATHS",
-    "DEVICE_TABLE", "DEVICE_BY_ATTRIBUTE", "EXACT_DEVICE_TABLE", "DEVICE_OF", "COPY", "COPY_IF_NEEDED",
-    "NATIVE_BY_ATTRIBUTE", "DEVICE_ATTRIBUTE_IS_NATIVE", "NATIVE_OF",
+    "FastPaths", "FAST_PATHS", "fast_paths", "backend_for_tensor", "learn_type", "learn_class", "learn_types",
+    "forget_types",
 ]
 
-# Concrete type -> owning adapter, or None for "not a tensor". A framework's tensor
-# types only exist once it is imported, so even a negative answer never goes stale.
-_type_owner: dict = {}
 
-#: Per tensor type, the owning adapter's fast paths, filled by ``learn_type``:
-#: ``DEVICE_TABLE[t]`` (a DeviceTable, for backends that have one), ``DEVICE_OF[t](x)``,
-#: ``COPY[t](x, spec, non_blocking)``, ``COPY_IF_NEEDED[t](x, spec)``.
-DEVICE_TABLE: dict = {}
-#: The DeviceTables keyed by ``x.device`` itself (torch, TensorFlow, JAX, CuPy, NumPy 2): ``device_of``
-#: reads them with two subscripts and no call.
-DEVICE_BY_ATTRIBUTE: dict = {}
-#: The DeviceTables that are ``exact`` (torch, NumPy): ``copy_if_needed`` finds "already there" in them.
-EXACT_DEVICE_TABLE: dict = {}
-DEVICE_OF: dict = {}
-#: ``NATIVE_BY_ATTRIBUTE[t][x.device]``: the native device object ``ds.device_of`` returns (the
-#: DeviceTable's ``natives``, for tables keyed by ``x.device``); ``NATIVE_OF[t](x)`` otherwise.
-NATIVE_BY_ATTRIBUTE: dict = {}
-#: The types whose ``x.device`` is already the framework's own device object (torch, NumPy 2):
-#: ``ds.device_of`` returns it as it is. (A dict, used as a set, so that torch.compile traces it.)
-DEVICE_ATTRIBUTE_IS_NATIVE: dict = {}
-NATIVE_OF: dict = {}
-COPY: dict = {}
-COPY_IF_NEEDED: dict = {}
-#: ``FAST_PATHS[t]``: ``(DEVICE_OF[t], NATIVE_OF[t], COPY[t], COPY_IF_NEEDED[t])``, what ``learn_class``
-#: hands back.
+class FastPaths:
+    """What devshim knows about one tensor class: its backend, and a fast path per public function.
+
+    ``device_of(x)``: the framework's own device object (``ds.device_of``); ``neutral_device(x)``:
+    the ``ds.Device`` (``ds.neutral_device``); ``copy(x, spec, non_blocking)``: a copy
+    (``ds.to_device``); ``copy_if_needed(x, spec)``: ``x`` or a copy (``ds.copy_if_needed``).
+    The lookups that come before a call, where the backend keeps a ``DeviceTable`` (``table``):
+    ``native_is_attribute``, ``x.device`` is the answer of ``ds.device_of`` itself (torch, NumPy 2);
+    ``table[getattr(x, table.attr)]`` is the ``ds.Device``, ``table.natives[...]`` the native
+    device; ``exact`` is the table when "already there" is an identity test in it (torch, NumPy),
+    else None.
+
+    Example:
+        >>> paths = dispatch.fast_paths(torch.ones(1))
+        >>> paths.adapter.name, paths.native_is_attribute
+        ('torch', True)
+    """
+
+    __slots__ = ("adapter", "table", "exact", "native_is_attribute", "device_of", "neutral_device", "copy",
+                 "copy_if_needed")
+
+    def __init__(self, adapter) -> None:
+        table = adapter.device_table()
+        self.adapter = adapter
+        self.table = table
+        self.exact = table if table is not None and table.exact else None
+        self.native_is_attribute = table is not None and table.attribute_is_native
+        self.device_of = adapter.native_device_of_fn()
+        self.neutral_device = adapter.neutral_device_fn()
+        self.copy = adapter.copy_fn()
+        self.copy_if_needed = adapter.copy_if_needed_fn()
+
+    def __repr__(self) -> str:
+        return f"<FastPaths of the {self.adapter.name} backend>"
+
+
+#: Tensor class -> its ``FastPaths``: the one table the public hot paths read.
 FAST_PATHS: dict = {}
+# Class -> None for classes known to hold no tensor (asked of the loaded backends once: a
+# framework's tensor classes only exist once it is imported, so a negative answer never goes
+# stale); class -> adapter for a class learned from one of its values (``learn_type``).
+_owners: dict = {}
+
+
+def fast_paths(x, function=None):
+    """The ``FastPaths`` of ``type(x)``, learned on first sight; None for a value that is no
+    tensor, or ``NotATensorError`` when ``function`` (a public function's name) needs one.
+
+    The class is learned by ``learn_class``, which torch.compile runs outside its trace: a
+    compiled function meeting a tensor class for the first time still traces lookups only.
+
+    Example:
+        >>> dispatch.fast_paths(torch.ones(1)).device_of(torch.ones(1))
+        device(type='cpu')
+    """
+    learned = learn_class(type(x))
+    if learned is None:  # the class alone does not say (a TensorFlow or CuPy value): ask about x
+        learned = learn_type(x) is not None
+    if learned:
+        return FAST_PATHS[type(x)]
+    if function is not None:
+        raise NotATensorError.for_value(x, function)
+    return None
 
 
 def backend_for_tensor(x):
@@ -62,8 +101,11 @@ def backend_for_tensor(x):
         'torch'
     """
     kind = type(x)
+    paths = FAST_PATHS.get(kind)
+    if paths is not None:
+        return paths.adapter
     try:
-        return _type_owner[kind]
+        return _owners[kind]
     except KeyError:
         pass
     owner = None
@@ -71,14 +113,12 @@ def backend_for_tensor(x):
         if adapter.is_tensor(x):
             owner = adapter
             break
-    if not _type_owner:
-        registry.on_table_change(forget_types)
-    _type_owner[kind] = owner
+    _remember(kind, owner)
     return owner
 
 
 def learn_type(x):
-    """Fill the fast-path tables for ``type(x)``; returns its adapter, or None for non-tensors.
+    """Learn the fast paths of ``type(x)``; returns its adapter, or None for non-tensors.
 
     Example:
         >>> ds.backends.learn_type(torch.ones(1)).name
@@ -92,50 +132,79 @@ def learn_type(x):
 
 @trace_constant
 def learn_class(kind: type):
-    """Fill the fast-path tables for tensors of class ``kind`` (``FAST_PATHS[kind]`` and the
-    rest), learned from the class alone: True for a tensor class, False for a class that is no
-    tensor, None when the loaded backends cannot tell from the class (ask ``learn_type`` then).
+    """Learn the fast paths of tensors of class ``kind`` (``FAST_PATHS[kind]``) from the class
+    alone: True for a tensor class, False for a class that is no tensor, None when the loaded
+    backends cannot tell from the class (ask ``learn_type`` then).
 
     torch.compile runs this outside its trace (``trace_constant``): the registry is built,
-    adapters made and tables filled (locks and imports) in plain Python. When that happens
-    inside a trace, the trace has already read the tables empty, so the torch adapter starts
-    it over (``restart_trace``) and the second pass traces lookups only: a function whose
-    devshim call is the process's first still compiles with ``fullgraph=True``.
+    adapters made and records learned (locks and imports) in plain Python. When that happens
+    inside a trace, the trace has already read ``FAST_PATHS`` without the class, so the torch
+    adapter starts it over (``restart_trace``) and the second pass traces lookups only: a
+    function whose devshim call is the process's first still compiles with ``fullgraph=True``.
 
     Example:
-        >>> dispatch.learn_class(torch.Tensor), dispatch.FAST_PATHS[torch.Tensor][1](torch.ones(1))
-        (True, device(type='cpu'))
+        >>> dispatch.learn_class(torch.Tensor), dispatch.FAST_PATHS[torch.Tensor].adapter.name
+        (True, 'torch')
     """
     if kind in FAST_PATHS:
         return True
-    if kind in _type_owner and _type_owner[kind] is None:
+    if kind in _owners and _owners[kind] is None:
         return False
     unsure = False
     for adapter in list(registry.loaded_adapters()):  # made here, not in a trace
         owns = adapter.is_tensor_type(kind)
         if owns:
-            if kind not in FAST_PATHS:  # (the torch adapter fills its own when it is made)
-                if not _type_owner:
-                    registry.on_table_change(forget_types)
-                _type_owner[kind] = adapter
-                _learn(kind, adapter)
+            _learn(kind, adapter)  # (the torch adapter learns its own classes when it is made)
             if _tracing():
-                for tracer in registry.loaded_adapters():
-                    tracer.restart_trace()  # torch's Dynamo starts over and reads the tables filled
-                raise FirstCallInTraceError(
-                    f"devshim met {kind.__module__}.{kind.__qualname__} for the first time inside "
-                    f"torch.compile, whose trace cannot follow the tables devshim fills then. Call any "
-                    f"devshim function once before compiling (ds.try_gpu(), or ds.device_of(x) on such "
-                    f"a tensor); its tables are filled now, so calling the compiled function again works."
-                )
+                _restart_trace(kind)
             return True
         unsure = unsure or owns is None
     if unsure:
         return None
-    if not _type_owner:
-        registry.on_table_change(forget_types)
-    _type_owner[kind] = None
+    _remember(kind, None)
     return False
+
+
+def learn_types(adapter, kinds) -> None:
+    """Learn the fast paths of the tensor classes ``kinds``, owned by ``adapter``, before any
+    tensor is met (the torch adapter does, for ``torch.Tensor`` and ``torch.nn.Parameter``, when
+    it is made): torch.compile then traces devshim's hot paths as lookups only, also on the first
+    call.
+
+    Example:
+        >>> dispatch.learn_types(ds.get_backend("torch"), (torch.Tensor, torch.nn.Parameter))
+    """
+    for kind in kinds:
+        _learn(kind, adapter)
+
+
+def forget_types() -> None:
+    """Forget every class's owner and fast paths (after backends are registered or removed).
+
+    Example:
+        >>> dispatch.forget_types()
+    """
+    with _lazy.LOCK:
+        FAST_PATHS.clear()
+        _owners.clear()
+
+
+def _learn(kind: type, adapter) -> None:
+    """Make ``kind``'s record, once, and publish it whole."""
+    if kind in FAST_PATHS:
+        return
+    with _lazy.LOCK:
+        if kind not in FAST_PATHS:
+            registry.on_table_change(forget_types)  # (kept once)
+            paths = FastPaths(adapter)
+            _owners[kind] = adapter
+            FAST_PATHS[kind] = paths
+
+
+def _remember(kind: type, owner) -> None:
+    with _lazy.LOCK:
+        registry.on_table_change(forget_types)  # (kept once)
+        _owners.setdefault(kind, owner)
 
 
 def _tracing() -> bool:
@@ -145,51 +214,12 @@ def _tracing() -> bool:
     return compiler is not None and compiler.is_compiling()
 
 
-def learn_types(adapter, kinds) -> None:
-    """Fill the fast-path tables for the tensor classes ``kinds``, owned by ``adapter``, before any
-    tensor is met (the torch adapter does, for ``torch.Tensor`` and ``torch.nn.Parameter``, when it
-    is made): torch.compile then traces devshim's hot paths as lookups only, also on the first call.
-
-    Example:
-        >>> dispatch.learn_types(ds.get_backend("torch"), (torch.Tensor, torch.nn.Parameter))
-    """
-    for kind in kinds:
-        if not _type_owner:
-            registry.on_table_change(forget_types)
-        _type_owner[kind] = adapter
-        _learn(kind, adapter)
-
-
-def _learn(kind: type, adapter) -> None:
-    table = adapter.device_table()
-    if table is not None:
-        DEVICE_TABLE[kind] = table
-        if table.attr == "device":
-            DEVICE_BY_ATTRIBUTE[kind] = table
-            NATIVE_BY_ATTRIBUTE[kind] = table.natives
-            if table.attribute_is_native:
-                DEVICE_ATTRIBUTE_IS_NATIVE[kind] = True
-            if table.exact:
-                EXACT_DEVICE_TABLE[kind] = table
-    paths = (adapter.device_of_fn(), adapter.native_device_of_fn(), adapter.copy_fn(), adapter.copy_if_needed_fn())
-    DEVICE_OF[kind], NATIVE_OF[kind], COPY[kind], COPY_IF_NEEDED[kind] = paths
-    FAST_PATHS[kind] = paths
-
-
-def forget_types() -> None:
-    """Forget every type's owner and fast paths (after backends are registered or removed).
-
-    Example:
-        >>> dispatch.forget_types()
-    """
-    _type_owner.clear()
-    DEVICE_TABLE.clear()
-    DEVICE_BY_ATTRIBUTE.clear()
-    EXACT_DEVICE_TABLE.clear()
-    DEVICE_OF.clear()
-    NATIVE_BY_ATTRIBUTE.clear()
-    DEVICE_ATTRIBUTE_IS_NATIVE.clear()
-    NATIVE_OF.clear()
-    COPY.clear()
-    COPY_IF_NEEDED.clear()
-    FAST_PATHS.clear()
+def _restart_trace(kind: type):
+    for tracer in registry.loaded_adapters():
+        tracer.restart_trace()  # torch's Dynamo starts over and reads the records learned
+    raise FirstCallInTraceError(
+        f"devshim met {kind.__module__}.{kind.__qualname__} for the first time inside "
+        f"torch.compile, whose trace cannot follow the tables devshim fills then. Call any "
+        f"devshim function once before compiling (ds.try_gpu(), or ds.device_of(x) on such "
+        f"a tensor); its tables are filled now, so calling the compiled function again works."
+    )

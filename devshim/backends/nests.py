@@ -1,10 +1,11 @@
 """Copying nests of tensors: what ``to_device``, ``copy_if_needed`` and ``to_numpy`` do
-with dicts, lists, tuples, dataclasses and the rest (``devshim._tree`` walks them).
+with dicts, lists, tuples, dataclasses and the rest.
 
-Each leaf is copied by the backend that owns it, with the target device resolved
-once per backend met in the nest; the whole walk is one explicit transfer
-(``devshim.transfer.explicitly``). Backends' ``model.py`` modules place pytrees
-with these too.
+This module makes the leaf functions; ``devshim._tree.map_nest``, the one walker, is
+handed them and rebuilds the nest. Each leaf is copied by the backend that owns it (its
+class's ``FastPaths`` record), with the target device resolved once per backend met in
+the nest; the whole walk is one explicit transfer (``devshim.transfer.explicitly``).
+Backends' ``model.py`` modules place pytrees with these too.
 
 Example:
     >>> from devshim.backends.nests import copy_nest
@@ -14,7 +15,7 @@ Example:
 from __future__ import annotations
 
 from devshim import _tree, transfer
-from devshim.backends.dispatch import backend_for_tensor, learn_class
+from devshim.backends.dispatch import fast_paths
 from devshim.backends.selection import get_backend
 from devshim.errors import NotATensorError
 
@@ -59,8 +60,8 @@ def nest_to_numpy(x, function: str = "to_numpy"):
         raise NotATensorError.for_value(x, function)
 
     def leaf_for(value):
-        owner = backend_for_tensor(value)
-        return None if owner is None else owner.tensor_to_numpy
+        paths = fast_paths(value)
+        return None if paths is None else paths.adapter.tensor_to_numpy
 
     return transfer.explicitly(_tree.map_nest, x, leaf_for, False)
 
@@ -99,12 +100,12 @@ def _mover(targets, non_blocking: bool, value):
 
 
 def _owner(value):
-    """The adapter owning ``value``, or None for a leaf that is no tensor. The class is asked
-    first (``learn_class``, which torch.compile runs outside its trace), so in a compiled
-    function a leaf that is no tensor reads no registry state: Dynamo would guard on that,
-    down to ``len(sys.modules)``, and compile again on the next call."""
-    learned = learn_class(type(value))
-    return None if learned is False else backend_for_tensor(value)
+    """The adapter owning ``value``, or None for a leaf that is no tensor. ``fast_paths`` asks
+    the class first (``learn_class``, which torch.compile runs outside its trace), so in a
+    compiled function a leaf that is no tensor reads no registry state: Dynamo would guard on
+    that, down to ``len(sys.modules)``, and compile again on the next call."""
+    paths = fast_paths(value)
+    return None if paths is None else paths.adapter
 
 
 def _copier(device, non_blocking: bool):
@@ -136,7 +137,7 @@ def _copier_if_needed(device, non_blocking: bool = False):
 
 def _walk(x, device, function: str, leaf_for, keep_unchanged: bool, skip_keys=None):
     if not _tree.is_container(x):
-        if _tree.container_kind(type(x)) == _tree.LEAF and backend_for_tensor(x) is None:
+        if _tree.container_kind(type(x)) == _tree.LEAF and fast_paths(x) is None:
             move = leaf_for(x)  # a bare object with a .to method: moved by it
             if move is not None:
                 return transfer.explicitly(move, x)

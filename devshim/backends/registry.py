@@ -3,7 +3,7 @@
 Every folder ``devshim/backends/<name>/`` declares ``SPEC`` (a ``BackendSpec``)
 in its ``__init__.py``; the table is read from those rows the first time it is
 needed, and nothing else lists backends. Adapters (``core.py``) are made
-lazily, once per process, under a lock.
+lazily, once per process, under devshim's loading lock (``devshim._lazy.LOCK``).
 
 When the table is first built the registry wires itself into the two layers
 below it, which never import it: ``devshim._device`` gets a resolver (so a
@@ -21,9 +21,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from _thread import RLock  # threading's own lock, without its import cost
-
-from devshim import _device, settings
+from devshim import _device, _lazy, settings
 from devshim.backends.base import Backend
 from devshim.backends.interop_base import Interop
 from devshim.backends.model_base import ModelPlacement
@@ -39,7 +37,7 @@ __all__ = [
     "describe_native_device", "native_for", "backend_folders", "model_placement", "interop",
 ]
 
-_lock = RLock()
+_lock = _lazy.LOCK  # devshim's one loading lock (see devshim._lazy)
 _specs = None  # name -> BackendSpec, in auto-selection order; built on first use
 _aliases: dict = {}
 _extra_specs: dict = {}  # registered with register_backend(): name -> (spec, class or None)
@@ -68,7 +66,7 @@ def specs() -> dict:
 
 
 def _build() -> dict:
-    global _specs
+    global _specs, _aliases
     with _lock:
         if _specs is not None:
             return _specs
@@ -85,10 +83,7 @@ def _build() -> dict:
         for name, (spec, _) in _extra_specs.items():
             found[name] = spec
         ordered = dict(sorted(found.items(), key=lambda item: _rank(item[1])))
-        _aliases.clear()
-        for spec in ordered.values():
-            for alias in (spec.name,) + spec.aliases:
-                _aliases[alias.lower()] = spec.name
+        _aliases = {alias.lower(): spec.name for spec in ordered.values() for alias in (spec.name,) + spec.aliases}
         lifecycle.declare({spec.name: (spec.import_name, _hooks_loader(spec)) for spec in ordered.values()})
         _device.install_resolver(_Resolver())
         _specs = ordered
@@ -355,8 +350,7 @@ def _contract_instance(name: str, module: str, base: type, what: str):
     found = None
     if spec.has_module(module):
         found = _one_subclass(spec.module(module), base, spec, what)()
-    _contracts[key] = found
-    return found
+    return _contracts.setdefault(key, found)  # two threads asking at once: both get the first
 
 
 def _hooks_loader(spec: BackendSpec):

@@ -13,16 +13,14 @@ Example:
 
 from __future__ import annotations
 
-from _thread import RLock
-
-from devshim import settings
+from devshim import _lazy, settings
 from devshim.backends.base import Backend
 from devshim.backends.registry import instance, load_backend, specs
 from devshim.errors import BackendError
 
 __all__ = ["get_backend", "set_backend", "use_backend", "reset_backend", "selection_reason", "select_default"]
 
-_lock = RLock()
+_lock = _lazy.LOCK  # devshim's one loading lock (see devshim._lazy)
 _global = None
 _global_reason = ""
 _global_from_env = False

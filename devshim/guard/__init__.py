@@ -12,15 +12,21 @@ direction, what happens to implicit ones:
 ``"disallow"``  ``ImplicitTransferError`` (host reads) or ``DeviceMismatchError``
                 (op inputs on another device) is raised before the copy happens.
 
-The package, lowest module first:
+The package is in two parts, on either side of the backends:
 
-``levels``     the levels, directions and kinds of event;
+the core, below the backends (which report to it), lowest module first:
+
+``levels``     the levels, directions and kinds of event (``devshim.settings`` reads them);
 ``state``      the levels in force per thread or asyncio task (a ContextVar) and the process default;
 ``marker``     the explicit-transfer marker the transfer door sets;
-``hooks``      ``GuardHooks``, the contract each backend's ``guard.py`` implements;
+``hooks``      ``GuardHooks``, the contract each backend's ``guard.py`` implements, with the
+               save/patch/restore of the framework functions those hooks replace;
 ``lifecycle``  when those hooks go in and out (the registry declares backends to it);
 ``report``     ``implicit()``, what hooks call, and the ``TransferReport`` a block yields;
-``block``      ``transfer_guard``, above the backend registry.
+
+and the block, above the backends (it asks the registry to declare them):
+
+``block``      ``transfer_guard``, the ``with`` block users write.
 
 Importing this package imports none of them: each name below is loaded on first use.
 
@@ -32,32 +38,18 @@ Example:
     0
 """
 
+from devshim._lazy import lazy_names
+
 _EXPORTS = {
-    "transfer_guard": "block",
-    **dict.fromkeys(("TransferReport", "TransferEvent", "implicit", "crossing", "read_name", "direction_of"), "report"),
-    **dict.fromkeys(("GuardState", "current"), "state"),
-    **dict.fromkeys(("GuardHooks", "mark_wrapper", "original_of", "is_wrapper"), "hooks"),
+    "transfer_guard": "devshim.guard.block",
+    **dict.fromkeys(("TransferReport", "TransferEvent", "implicit", "crossing", "read_name", "direction_of"),
+                    "devshim.guard.report"),
+    **dict.fromkeys(("GuardState", "current"), "devshim.guard.state"),
+    **dict.fromkeys(("GuardHooks", "mark_wrapper", "original_of", "is_wrapper"), "devshim.guard.hooks"),
     **dict.fromkeys(("ALLOW", "LOG", "DISALLOW", "LEVELS", "DIRECTIONS", "KINDS", "READ", "OP_INPUT",
-                     "TO_DEVICE"), "levels"),
+                     "TO_DEVICE"), "devshim.guard.levels"),
 }
 _SUBMODULES = ("levels", "state", "marker", "hooks", "lifecycle", "report", "block")
 
 __all__ = list(_EXPORTS)
-
-
-def __getattr__(name):
-    import importlib
-
-    module = _EXPORTS.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(f"devshim.guard.{module}"), name)
-    elif name in _SUBMODULES:
-        value = importlib.import_module(f"devshim.guard.{name}")
-    else:
-        raise AttributeError(f"module 'devshim.guard' has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__) | set(_SUBMODULES))
+__getattr__, __dir__ = lazy_names(globals(), _EXPORTS, _SUBMODULES)

@@ -14,15 +14,19 @@ it, as it finds the ``Backend`` subclass in ``core.py``). The guard's lifecycle
 ``translate(error)``                 an exception leaving such a block: the framework guard's
                                     refusal, as devshim's error (or None to leave it as it is).
 
-Hooks report what they see with ``devshim.guard.report.implicit``, after checking
-``state.checking`` and ``marker.is_explicit()``. A hook that replaces a framework
-function marks its wrapper with ``mark_wrapper`` so others (the virtual torch
-device's own reading methods, tests) can tell a wrapper and reach the original.
+Hooks replace framework functions with ``self.patch(owner, name, wrapper)``, which
+remembers what ``owner`` had there; the base class's ``uninstall()`` puts every one back
+(``restore()``), so a backend's hooks write only what they wrap. A wrapper is marked with
+``mark_wrapper`` so others (the virtual torch device's own reading methods, tests) can tell
+a wrapper and reach the original. Hooks report what they see with
+``devshim.guard.report.implicit``, after checking ``state.checking`` and
+``marker.is_explicit()``.
 
 Example:
     >>> class Hooks(GuardHooks):
-    ...     def install(self): ...
-    ...     def uninstall(self): ...
+    ...     def install(self):
+    ...         if not self.patched():
+    ...             self.patch(Array, "__float__", mark_wrapper(guarded_float, Array.__float__))
 """
 
 from __future__ import annotations
@@ -32,23 +36,84 @@ from abc import ABC, abstractmethod
 __all__ = ["GuardHooks", "mark_wrapper", "original_of", "is_wrapper"]
 
 _ORIGINAL = "__devshim_guard_original__"
+_ABSENT = object()  # what an owner had where a patch went: nothing of its own
 
 
 class GuardHooks(ABC):
     """One backend's transfer-guard hooks (the class a backend's ``guard.py`` defines).
+
+    What ``patch`` replaced is kept per class, not per instance (so the patching methods are
+    class methods): the registry may make several instances of one backend's hooks, and the
+    framework has one set of functions.
 
     Example:
         >>> hooks = ds.backends.guard_hooks("torch")
         >>> hooks.install(); hooks.uninstall()
     """
 
+    #: (owner, name) -> what the owner itself had there before the patch (``_ABSENT``: nothing,
+    #: the attribute was inherited), in patch order. Each subclass has its own.
+    _saved: dict = {}
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._saved = {}
+
     @abstractmethod
     def install(self) -> None:
         """Put the process-wide hooks in (called once while any guard checks something)."""
 
-    @abstractmethod
     def uninstall(self) -> None:
-        """Take them out again, leaving the framework exactly as it was."""
+        """Take them out again, leaving the framework exactly as it was (``restore()``)."""
+        self.restore()
+
+    @classmethod
+    def patch(cls, owner, name: str, replacement) -> None:
+        """Put ``replacement`` at ``owner.name`` (a class or a module), remembering what
+        ``owner`` itself had there, to put back on ``restore()``.
+
+        Example:
+            >>> hooks.patch(torch.Tensor, "item", mark_wrapper(guarded_item, torch.Tensor.item))
+        """
+        cls._saved.setdefault((owner, name), vars(owner).get(name, _ABSENT))
+        setattr(owner, name, replacement)
+
+    @classmethod
+    def patched(cls, owner=None, name=None) -> bool:
+        """Whether anything is patched now (or, given ``owner`` and ``name``, that attribute).
+
+        Example:
+            >>> hooks.patched(torch.Tensor, "item")
+            False
+        """
+        return bool(cls._saved) if owner is None else (owner, name) in cls._saved
+
+    @classmethod
+    def original(cls, owner, name: str):
+        """What ``owner`` itself had at ``name`` before ``patch`` replaced it (None if nothing).
+
+        Example:
+            >>> hooks.original(ArrayImpl, "_value").fget
+            <function ArrayImpl._value at 0x...>
+        """
+        found = cls._saved.get((owner, name), _ABSENT)
+        return None if found is _ABSENT else found
+
+    @classmethod
+    def restore(cls) -> None:
+        """Put back everything ``patch`` replaced, the last patched first.
+
+        Example:
+            >>> hooks.restore(); hooks.patched()
+            False
+        """
+        saved = cls._saved
+        for (owner, name), own in reversed(list(saved.items())):
+            if own is _ABSENT:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, own)
+            del saved[owner, name]
 
     def enter_thread(self) -> None:
         """A checking block starts in this thread (per-thread hooks, such as torch's mode)."""

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
-from _thread import RLock
-
-from devshim import settings
+from devshim import _lazy, settings
 from devshim.errors import InvalidGuardLevelError
 from devshim.guard import marker, state
 
@@ -31,7 +29,7 @@ __all__ = [
     "enter_block", "exit_block", "translate", "installed", "framework_files",
 ]
 
-_lock = RLock()
+_lock = _lazy.LOCK  # devshim's one loading lock: the registry calls in here holding it
 _declared: dict = {}  # backend name -> (framework module name, loader returning GuardHooks or None)
 _made: set = set()  # backends whose adapter devshim made
 _hooks: dict = {}  # backend name -> its GuardHooks, once loaded (None: the backend has none)

@@ -93,8 +93,6 @@ _NUMPY_READERS = ("asarray", "array", "asanyarray")
 # ndarray operator (ndarray + x), which deferred to JAX's reflected operator before.
 _OPERATOR_CODES = {dis.opmap[name] for name in ("BINARY_OP", "COMPARE_OP") if name in dis.opmap}
 _ArrayImpl = _array.ArrayImpl
-_saved: dict = {}
-_MISSING = object()
 _local = threading.local()
 _fetched: dict = {}  # id(array) -> weakref, for virtual-GPU arrays read explicitly (held on host)
 
@@ -233,7 +231,7 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
         if place is not None:
             implicit("device_to_host", READ, what, place, Device("cpu"), state)
             break
-    getter = _saved["_value"].fget
+    getter = JaxGuardHooks.original(_ArrayImpl, "_value").fget
     with marker.explicit(), jax.transfer_guard_device_to_host(ALLOW):
         host = [_host_value(getter, a) for a in inputs]
     return getattr(ufunc, method)(*host, **kwargs)
@@ -313,7 +311,7 @@ def _follow_default() -> None:
     path exists and asking for its devices would start it before devshim sets up virtual GPUs:
     decided at JAX's first dispatch through the hooks instead."""
     try:
-        wanted = bool(_saved) and settings.default_guard_level() != ALLOW
+        wanted = JaxGuardHooks.patched() and settings.default_guard_level() != ALLOW
     except DevshimError:  # a misspelt level: the lifecycle reports it
         wanted = False
     _global_key["pending"] = False
@@ -391,55 +389,10 @@ class _CheckingKey:
         _CHECKING_KEY.set_local(self._previous)
 
 
-def _install() -> None:
-    """Wrap JAX's host-read property, item(), NumPy's readers, give arrays __array_ufunc__, and
-    hook JAX's Python path for host data going to devices."""
-    if _saved:
-        return
-    _saved["_value"] = _ArrayImpl.__dict__["_value"]
-    _ArrayImpl._value = _guarded_value(_saved["_value"])
-    _saved["item"] = _ArrayImpl.__dict__.get("item", _MISSING)
-    _ArrayImpl.item = _guarded_item(_ArrayImpl.item)
-    _saved["__array_ufunc__"] = _ArrayImpl.__dict__.get("__array_ufunc__", _MISSING)
-    _ArrayImpl.__array_ufunc__ = _array_ufunc
-    _saved["copy_to_host_async"] = _ArrayImpl.__dict__.get("copy_to_host_async", _MISSING)
-    _ArrayImpl.copy_to_host_async = _guarded_copy_to_host_async(_ArrayImpl.copy_to_host_async)
-    if _CHECKING_KEY is not None:
-        _saved["batched_device_put"] = _pxla.batched_device_put
-        _pxla.batched_device_put = _guarded_device_put(_saved["batched_device_put"])
-        _saved["_get_fastpath_data"] = _pjit._get_fastpath_data
-        _pjit._get_fastpath_data = _guarded_fastpath(_saved["_get_fastpath_data"])
-        _follow_default()
-        settings.on_change(_follow_default)
-    numpy_readers = {}
-    for name in _NUMPY_READERS:
-        numpy_readers[name] = getattr(np, name)
-        setattr(np, name, _guarded_numpy_reader(name, numpy_readers[name]))
-    _saved["numpy"] = numpy_readers
-
-
-def _restore(owner, name, value) -> None:
-    if value is _MISSING:
-        delattr(owner, name)
-    else:
-        setattr(owner, name, value)
-
-
-def _uninstall() -> None:
-    if not _saved:
-        return
-    _ArrayImpl._value = _saved.pop("_value")
-    _restore(_ArrayImpl, "item", _saved.pop("item"))
-    _restore(_ArrayImpl, "__array_ufunc__", _saved.pop("__array_ufunc__"))
-    _restore(_ArrayImpl, "copy_to_host_async", _saved.pop("copy_to_host_async"))
-    if "batched_device_put" in _saved:
-        _pxla.batched_device_put = _saved.pop("batched_device_put")
-        _pjit._get_fastpath_data = _saved.pop("_get_fastpath_data")
+def _clear_after_uninstall() -> None:
     _global_key["pending"] = False
     if _global_key.pop("set", False):
         _CHECKING_KEY.set_global(None)
-    for name, original in _saved.pop("numpy").items():
-        setattr(np, name, original)
     _fetched.clear()
 
 
@@ -539,10 +492,28 @@ class JaxGuardHooks(GuardHooks):
     """
 
     def install(self) -> None:
-        _install()
+        """Wrap JAX's host-read property, item(), NumPy's readers, give arrays __array_ufunc__,
+        and hook JAX's Python path for host data going to devices."""
+        if self.patched():
+            return
+        self.patch(_ArrayImpl, "_value", _guarded_value(_ArrayImpl.__dict__["_value"]))
+        self.patch(_ArrayImpl, "item", _guarded_item(_ArrayImpl.item))
+        self.patch(_ArrayImpl, "__array_ufunc__", _array_ufunc)
+        self.patch(_ArrayImpl, "copy_to_host_async", _guarded_copy_to_host_async(_ArrayImpl.copy_to_host_async))
+        if _CHECKING_KEY is not None:
+            self.patch(_pxla, "batched_device_put", _guarded_device_put(_pxla.batched_device_put))
+            self.patch(_pjit, "_get_fastpath_data", _guarded_fastpath(_pjit._get_fastpath_data))
+            _follow_default()
+            settings.on_change(_follow_default)
+        for name in _NUMPY_READERS:
+            self.patch(np, name, _guarded_numpy_reader(name, getattr(np, name)))
 
     def uninstall(self) -> None:
-        _uninstall()
+        """Put JAX's and NumPy's own functions back."""
+        patched = self.patched()
+        self.restore()
+        if patched:
+            _clear_after_uninstall()
 
     def enter_block(self, state) -> None:
         _enter_block(state)

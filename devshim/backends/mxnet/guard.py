@@ -48,7 +48,6 @@ _READERS = {
     "__array__": "np.asarray(a)",
 }
 _NDArray = mx.nd.NDArray
-_saved: dict = {}
 
 
 def _backend():
@@ -143,35 +142,6 @@ def _check(op_name: str, ndargs, state) -> None:
         implicit(direction, kind, f"mxnet op {op_name}", source, target, state)
 
 
-def _install() -> None:
-    """Wrap ``asnumpy`` and the function every imperative op calls."""
-    if _saved:
-        return
-    _saved["asnumpy"] = _NDArray.__dict__["asnumpy"]
-    _NDArray.asnumpy = _guarded_asnumpy(_saved["asnumpy"])
-    _saved["_imperative_invoke"] = _register._imperative_invoke
-    _register._imperative_invoke = _guarded_invoke(_saved["_imperative_invoke"])
-    _saved["_advanced_index_to_array"] = _NDArray.__dict__["_advanced_index_to_array"]
-    _NDArray._advanced_index_to_array = _guarded_index(_saved["_advanced_index_to_array"].__func__)
-    packed = {}
-    for name, fn in list(vars(_np_api).items()):
-        if not name.startswith("__") and callable(fn) and not isinstance(fn, type):
-            packed[name] = fn
-            setattr(_np_api, name, _guarded_packed(name, fn))
-    _saved["packed"] = packed
-
-
-def _uninstall() -> None:
-    """Put MXNet's own functions back."""
-    if not _saved:
-        return
-    _NDArray.asnumpy = _saved.pop("asnumpy")
-    _register._imperative_invoke = _saved.pop("_imperative_invoke")
-    _NDArray._advanced_index_to_array = _saved.pop("_advanced_index_to_array")
-    for name, fn in _saved.pop("packed").items():
-        setattr(_np_api, name, fn)
-
-
 class MXNetGuardHooks(GuardHooks):
     """MXNet's transfer-guard hooks (the contract: ``devshim.guard.hooks.GuardHooks``).
 
@@ -180,7 +150,14 @@ class MXNetGuardHooks(GuardHooks):
     """
 
     def install(self) -> None:
-        _install()
-
-    def uninstall(self) -> None:
-        _uninstall()
+        """Wrap ``asnumpy``, the function every imperative op calls, the index conversion and the
+        packed-function operators (``uninstall``: the base's restore)."""
+        if self.patched():
+            return
+        self.patch(_NDArray, "asnumpy", _guarded_asnumpy(_NDArray.__dict__["asnumpy"]))
+        self.patch(_register, "_imperative_invoke", _guarded_invoke(_register._imperative_invoke))
+        index = _NDArray.__dict__["_advanced_index_to_array"].__func__
+        self.patch(_NDArray, "_advanced_index_to_array", _guarded_index(index))
+        for name, fn in list(vars(_np_api).items()):
+            if not name.startswith("__") and callable(fn) and not isinstance(fn, type):
+                self.patch(_np_api, name, _guarded_packed(name, fn))

@@ -56,7 +56,6 @@ _FUNCTION_CALLS = {"PartitionedCall", "StatefulPartitionedCall"}
 _EagerTensorBase = _tf_ops._EagerTensorBase
 _EagerTensor = _tf_ops.EagerTensor  # (no tensor made here: that would start TensorFlow's runtime)
 _RESOURCE, _INT32, _INT64 = tf.resource, tf.int32, tf.int64
-_saved: dict = {}
 # Set by install(): where descriptions come from, and the name of TensorFlow's default device
 # for ops without a scope (GPU 0 when the machine has one, else the host). The name, not its
 # Device: the adapter's descriptions are made anew when its devices change (virtual GPUs
@@ -172,30 +171,6 @@ def _guarded_execute(original):
     return TFE_Py_Execute
 
 
-def _install() -> None:
-    """Wrap the reading method and the two op entry points."""
-    global _place, _default_name
-    backend = load_backend("tensorflow")  # may load the backend, which may install: check after
-    if _saved:
-        return
-    _place = backend._describe_name
-    _default_name = "/GPU:0" if backend.accelerator_count() else "/CPU:0"
-    _saved["_numpy"] = _EagerTensorBase.__dict__["_numpy"]
-    _EagerTensorBase._numpy = _guarded_numpy(_saved["_numpy"])
-    for name, wrap in (("TFE_Py_FastPathExecute", _guarded_fast_path), ("TFE_Py_Execute", _guarded_execute)):
-        _saved[name] = getattr(pywrap_tfe, name)
-        setattr(pywrap_tfe, name, wrap(_saved[name]))
-
-
-def _uninstall() -> None:
-    """Put TensorFlow's own functions back."""
-    if not _saved:
-        return
-    _EagerTensorBase._numpy = _saved.pop("_numpy")
-    for name in ("TFE_Py_FastPathExecute", "TFE_Py_Execute"):
-        setattr(pywrap_tfe, name, _saved.pop(name))
-
-
 class TensorFlowGuardHooks(GuardHooks):
     """TensorFlow's transfer-guard hooks (the contract: ``devshim.guard.hooks.GuardHooks``).
 
@@ -204,7 +179,13 @@ class TensorFlowGuardHooks(GuardHooks):
     """
 
     def install(self) -> None:
-        _install()
-
-    def uninstall(self) -> None:
-        _uninstall()
+        """Wrap the reading method and the two op entry points (``uninstall``: the base's restore)."""
+        global _place, _default_name
+        backend = load_backend("tensorflow")  # may load the backend, which may install: check after
+        if self.patched():
+            return
+        _place = backend._describe_name
+        _default_name = "/GPU:0" if backend.accelerator_count() else "/CPU:0"
+        self.patch(_EagerTensorBase, "_numpy", _guarded_numpy(_EagerTensorBase.__dict__["_numpy"]))
+        for name, wrap in (("TFE_Py_FastPathExecute", _guarded_fast_path), ("TFE_Py_Execute", _guarded_execute)):
+            self.patch(pywrap_tfe, name, wrap(getattr(pywrap_tfe, name)))

@@ -48,8 +48,6 @@ READS = {
     "__repr__": "print(t) / repr(t)",
     "__format__": "formatting t (f-string, str.format)",
 }
-_MISSING = object()
-_saved: dict = {}  # method name -> torch.Tensor's own attribute, or _MISSING when inherited
 
 
 def _reader(name: str, original, what: str):
@@ -78,31 +76,6 @@ def _classes() -> list:
     if virtual is not None:
         found.append(virtual.VirtualTensor)
     return found
-
-
-def _install() -> None:
-    """Put the guarded reading methods on torch.Tensor (and the virtual-GPU class's own ones)."""
-    for cls in _classes():
-        for name, what in READS.items():
-            own = cls.__dict__.get(name, _MISSING)
-            if (cls, name) in _saved or (cls is not torch.Tensor and own is _MISSING):
-                continue
-            _saved[cls, name] = own
-            reader = _reader(name, getattr(cls, name), what)
-            if cls is torch.Tensor:
-                _READERS[reader] = original_of(reader)
-            setattr(cls, name, reader)
-
-
-def _uninstall() -> None:
-    """Give the classes their own methods back."""
-    for (cls, name), own in list(_saved.items()):
-        _READERS.pop(cls.__dict__.get(name), None)
-        if own is _MISSING:
-            delattr(cls, name)
-        else:
-            setattr(cls, name, own)
-        del _saved[cls, name]
 
 
 # ------------------------------------------------------------------ op inputs
@@ -244,10 +217,20 @@ class TorchGuardHooks(GuardHooks):
     """
 
     def install(self) -> None:
-        _install()
+        """Put the guarded reading methods on torch.Tensor (and the virtual-GPU class's own ones)."""
+        for cls in _classes():
+            for name, what in READS.items():
+                if self.patched(cls, name) or (cls is not torch.Tensor and name not in cls.__dict__):
+                    continue
+                reader = _reader(name, getattr(cls, name), what)
+                if cls is torch.Tensor:
+                    _READERS[reader] = original_of(reader)
+                self.patch(cls, name, reader)
 
     def uninstall(self) -> None:
-        _uninstall()
+        """Give the classes their own methods back."""
+        _READERS.clear()
+        self.restore()
 
     def enter_thread(self) -> None:
         _enter_thread()
