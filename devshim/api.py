@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from devshim import _tree, transfer
-from devshim.backends.dispatch import FAST_PATHS, fast_paths
+from devshim.backends.dispatch import ANSWERED_BY_ATTRIBUTE, FAST_PATHS, fast_paths
 from devshim.backends.nests import copy_nest, copy_nest_if_needed, nest_to_numpy
 from devshim.backends.selection import get_backend
 from devshim._device import Device
@@ -135,13 +135,15 @@ def device_of(x: Any) -> Any:
         >>> torch.zeros(3, device=ds.device_of(X)).device == X.device
         True
     """
+    # torch's and NumPy's `x.device` is the answer itself; most other frameworks' tensors say
+    # where they are in an attribute: one subscript more, no call.
+    if type(x) in ANSWERED_BY_ATTRIBUTE:
+        return x.device
     try:
         paths = FAST_PATHS[type(x)]
     except KeyError:  # a type not seen yet, or no tensor
         paths = fast_paths(x, "device_of")
-    # torch's and NumPy's `x.device` is the answer itself; most other frameworks' tensors say
-    # where they are in an attribute: one subscript more, no call.
-    if paths.native_is_attribute:
+    if paths.native_is_attribute:  # learned just now
         return x.device
     table = paths.table
     if table is not None:
