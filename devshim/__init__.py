@@ -34,9 +34,11 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name load
         NotATensorError, NotOnHostError, PlotUnavailableError, ReduceMismatchError, SharedDeviceWarning,
         TimingError, UnbuiltModelError, UnknownSubmoduleError, UnplacedTensorError, UnsupportedDtypeError,
         UnsupportedPlacementError, UnsupportedValueError, VirtualDataParallelError, VirtualDeviceCountError,
+        NotCloseError, GradientMismatchError, NoAutodiffError, ImmutableInputError, GradientCheckUsageError,
     )
     from devshim.generic import array_module, get_array_module
-    from devshim.guard import TransferReport, transfer_guard
+    from devshim.guard import TransferReport
+    from devshim.guard_block import transfer_guard
     from devshim.placement import (
         allreduce, model_device, model_devices, place_model, replicate, split_batch, unplace,
     )
@@ -56,7 +58,7 @@ _EXPORTS = {
     "convert": "devshim.conversion",
     **dict.fromkeys(("array_module", "get_array_module"), "devshim.generic"),
     **dict.fromkeys(("synchronize", "Timer", "benchmark", "Measurement"), "devshim.timing"),
-    "transfer_guard": "devshim.guard.block",
+    "transfer_guard": "devshim.guard_block",
     "TransferReport": "devshim.guard.report",
     **dict.fromkeys(
         ("place_model", "model_device", "model_devices", "unplace", "split_batch", "replicate",
@@ -99,7 +101,8 @@ __all__ = ["cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "devices", "devi
     "UnplacedTensorError", "FirstCallInTraceError", "MultiDeviceValueError", "MixedArrayModulesError",
     "TimingError", "ExperimentError", "BenchUsageError", "PlotUnavailableError", "LauncherEnvironmentError",
     "VirtualDeviceCountError", "VirtualDataParallelError", "DevshimWarning", "ImplicitTransferWarning",
-    "SharedDeviceWarning", "testing", "settings", "backends"]
+    "SharedDeviceWarning", "NotCloseError", "GradientMismatchError", "NoAutodiffError", "ImmutableInputError",
+    "GradientCheckUsageError", "testing", "settings", "backends"]
 
 
 def __getattr__(name: str) -> Any:

@@ -15,7 +15,7 @@ Two things live here, below every other devshim module:
   it, so a thread busy importing a module never waits for it, and the import finishes.
 
 Example:
-    >>> __getattr__, __dir__ = lazy_names(globals(), {"transfer_guard": "devshim.guard.block"})
+    >>> __getattr__, __dir__ = lazy_names(globals(), {"transfer_guard": "devshim.guard_block"})
 """
 
 from __future__ import annotations

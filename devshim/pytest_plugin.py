@@ -399,7 +399,7 @@ def _devshim_test(request):
     if gpus is not None:
         _check_gpus(gpus, name, plan, on_its_cpu)
     if guard is not None:
-        from devshim.guard import transfer_guard
+        from devshim.guard_block import transfer_guard
 
         # Made here, so that a bad level errors at set-up; entered around the call only.
         item.stash[_GUARD] = transfer_guard(*guard.args, **guard.kwargs)

@@ -12,9 +12,8 @@ direction, what happens to implicit ones:
 ``"disallow"``  ``ImplicitTransferError`` (host reads) or ``DeviceMismatchError``
                 (op inputs on another device) is raised before the copy happens.
 
-The package is in two parts, on either side of the backends:
-
-the core, below the backends (which report to it), lowest module first:
+The guard is in two parts, on either side of the backends. This package is its core, below
+the backends (which report to it), lowest module first:
 
 ``levels``     the levels, directions and kinds of event (``devshim.settings`` reads them);
 ``state``      the levels in force per thread or asyncio task (a ContextVar) and the process default;
@@ -24,24 +23,20 @@ the core, below the backends (which report to it), lowest module first:
 ``lifecycle``  when those hooks go in and out (the registry declares backends to it);
 ``report``     ``implicit()``, what hooks call, and the ``TransferReport`` a block yields;
 
-and the block, above the backends (it asks the registry to declare them):
+The other part is the block users write, ``ds.transfer_guard``: ``devshim/guard_block.py``,
+above the backends (it asks the registry to declare them before the hooks go in).
 
-``block``      ``transfer_guard``, the ``with`` block users write.
-
-Importing this package imports none of them: each name below is loaded on first use.
+Importing this package imports none of its modules: each name below is loaded on first use.
 
 Example:
-    >>> from devshim.guard import transfer_guard
-    >>> with transfer_guard("log") as report:
-    ...     pass
-    >>> report.total
-    0
+    >>> from devshim.guard import levels
+    >>> levels.DISALLOW
+    'disallow'
 """
 
 from devshim._lazy import lazy_names
 
 _EXPORTS = {
-    "transfer_guard": "devshim.guard.block",
     **dict.fromkeys(("TransferReport", "TransferEvent", "implicit", "crossing", "read_name", "direction_of"),
                     "devshim.guard.report"),
     **dict.fromkeys(("GuardState", "current"), "devshim.guard.state"),
@@ -49,7 +44,7 @@ _EXPORTS = {
     **dict.fromkeys(("ALLOW", "LOG", "DISALLOW", "LEVELS", "DIRECTIONS", "KINDS", "READ", "OP_INPUT",
                      "TO_DEVICE"), "devshim.guard.levels"),
 }
-_SUBMODULES = ("levels", "state", "marker", "hooks", "lifecycle", "report", "block")
+_SUBMODULES = ("levels", "state", "marker", "hooks", "lifecycle", "report")
 
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_names(globals(), _EXPORTS, _SUBMODULES)

@@ -65,7 +65,7 @@ class Scope:
     task created inside the block, ``contextvars.copy_context()``); hooks read
     ``state`` and never keep the Scope. So while a Scope lives, some context that
     can still run code has its levels, and a block that checks something keeps
-    the hooks installed until its Scope is collected (``devshim.guard.block``).
+    the hooks installed until its Scope is collected (``devshim.guard_block``).
 
     Example:
         >>> Scope(GuardState("log", "allow", "allow"), None).state.checking

@@ -1,4 +1,6 @@
-"""``ds.transfer_guard``: the block users write.
+"""``ds.transfer_guard``: the block users write, the guard's part above the backends.
+
+(Its core, below the backends, is the ``devshim.guard`` package.)
 
 It sets the levels for its thread or asyncio task (``devshim.guard.state``),
 collects a ``TransferReport``, and has the lifecycle install the backends'
