@@ -32,7 +32,7 @@ from __future__ import annotations
 from _collections import deque
 
 from devshim._trace import trace_constant
-from devshim.errors import NestCycleError, UnsupportedValueError
+from devshim.errors import NestCycleError, NotATensorError, UnsupportedValueError
 
 __all__ = ["map_nest", "iter_leaves", "is_container", "container_kind", "skip_set"]
 
@@ -125,7 +125,7 @@ def _dataclass_fields(x) -> list:
     return [field.name for field in dataclasses.fields(x)]
 
 
-def map_nest(x, leaf_for, keep_unchanged: bool = False, skip_keys=None):
+def map_nest(x, leaf_for, keep_unchanged: bool = False, skip_keys=None, function=None):
     """Rebuild the nest ``x`` with each leaf ``v`` replaced by ``leaf_for(v)(v)``.
 
     ``leaf_for(v)`` is asked once per leaf type and returns a callable, or
@@ -133,12 +133,21 @@ def map_nest(x, leaf_for, keep_unchanged: bool = False, skip_keys=None):
     none of whose leaves changed comes back as itself (``copy_if_needed``);
     without, every container is new (``to_device``). ``skip_keys`` (a set, see
     ``skip_set``): mapping keys whose values are kept as they are, at any depth.
-    A nest that contains itself raises ``NestCycleError``.
+    A nest that contains itself raises ``NestCycleError``. ``x`` may be one leaf
+    (a single tensor): it is mapped alone; when ``leaf_for`` keeps it as it is and
+    ``function`` names the public function asking, that is ``NotATensorError``.
 
     Example:
         >>> map_nest((1, "a"), lambda v: (lambda leaf: -leaf) if isinstance(v, int) else None)
         (-1, 'a')
     """
+    if container_kind(type(x)) == LEAF:  # one value, not a nest
+        op = leaf_for(x)
+        if op is not None:
+            return op(x)
+        if function is not None:
+            raise NotATensorError.for_value(x, function)
+        return x
     ops: dict = {}  # leaf type -> its leaf function (None: kept as it is), asked once per walk
     open_path: list = []  # the containers being walked: one met again is a loop
 

@@ -142,7 +142,7 @@ def device_of(x: Any) -> Any:
     try:
         paths = FAST_PATHS[type(x)]
     except KeyError:  # a type not seen yet, or no tensor
-        paths = fast_paths(x, "device_of")
+        paths = _learned(x, "device_of")
     if paths.native_is_attribute:  # learned just now
         return x.device
     table = paths.table
@@ -169,7 +169,7 @@ def neutral_device(x: Any) -> Device:
     try:
         paths = FAST_PATHS[type(x)]
     except KeyError:  # a type not seen yet, or no tensor
-        paths = fast_paths(x, "neutral_device")
+        paths = _learned(x, "neutral_device")
     table = paths.table
     if table is not None:  # one lookup, no call into the backend
         try:
@@ -195,12 +195,9 @@ def to_device(x: Any, device: Any, *, non_blocking: bool = False, skip_keys: Any
         >>> batch = ds.to_device({"x": X, "y": Y, "ids": I}, "gpu", skip_keys="ids")
     """
     try:
-        paths = FAST_PATHS[type(x)]
-    except KeyError:  # a nest, or a type not seen yet
-        paths = fast_paths(x)
-        if paths is None:
-            return copy_nest(x, device, non_blocking, "to_device", skip_keys)
-    copy = paths.copy  # (an attribute, then a call: `paths.copy(...)` is a slower method lookup)
+        copy = FAST_PATHS[type(x)].copy  # (then a call: `paths.copy(...)` is a slower method lookup)
+    except KeyError:  # a nest, or a tensor class met for the first time: the nest layer learns it
+        return copy_nest(x, device, non_blocking, "to_device", skip_keys)
     return copy(x, device, non_blocking)
 
 
@@ -218,10 +215,8 @@ def copy_if_needed(x: Any, device: Any, *, non_blocking: bool = False, skip_keys
     """
     try:
         paths = FAST_PATHS[type(x)]
-    except KeyError:  # a nest, or a type not seen yet
-        paths = fast_paths(x)
-        if paths is None:
-            return copy_nest_if_needed(x, device, "copy_if_needed", skip_keys, non_blocking)
+    except KeyError:  # a nest, or a tensor class met for the first time: the nest layer learns it
+        return copy_nest_if_needed(x, device, "copy_if_needed", skip_keys, non_blocking)
     # Where a tensor's Device says it all (torch, NumPy): "already there" is two lookups and an `is`.
     exact = paths.exact
     if exact is not None:
@@ -234,6 +229,15 @@ def copy_if_needed(x: Any, device: Any, *, non_blocking: bool = False, skip_keys
         return _copy_if_needed_async(paths.adapter, x, device)
     copy = paths.copy_if_needed
     return copy(x, device)
+
+
+def _learned(x, function: str):
+    """The ``FastPaths`` of ``x``'s class, learned now; ``NotATensorError`` naming ``function``
+    for a value that is no tensor."""
+    paths = fast_paths(x)
+    if paths is None:
+        raise NotATensorError.for_value(x, function)
+    return paths
 
 
 def _copy_if_needed_async(adapter, x, device):
@@ -250,10 +254,11 @@ def to_numpy(x: Any) -> Any:
         >>> ds.to_numpy(torch.ones(2, device=ds.try_gpu()))
         array([1., 1.], dtype=float32)
     """
-    paths = fast_paths(x)
-    if paths is not None:
-        return transfer.to_host(paths.adapter, x)
-    return nest_to_numpy(x, "to_numpy")
+    try:
+        adapter = FAST_PATHS[type(x)].adapter
+    except KeyError:  # a nest, or a tensor class met for the first time: the nest layer learns it
+        return nest_to_numpy(x, "to_numpy")
+    return transfer.to_host(adapter, x)
 
 
 def _tensor_devices(xs: tuple) -> list:

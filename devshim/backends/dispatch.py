@@ -20,7 +20,7 @@ import sys
 from devshim import _lazy
 from devshim.backends import registry
 from devshim.backends.base import trace_constant
-from devshim.errors import FirstCallInTraceError, NotATensorError
+from devshim.errors import FirstCallInTraceError
 
 __all__ = [
     "FastPaths", "FAST_PATHS", "fast_paths", "backend_for_tensor", "learn_type", "learn_class", "learn_types",
@@ -76,9 +76,9 @@ ANSWERED_BY_ATTRIBUTE: dict = {}
 _owners: dict = {}
 
 
-def fast_paths(x, function=None):
+def fast_paths(x):
     """The ``FastPaths`` of ``type(x)``, learned on first sight; None for a value that is no
-    tensor, or ``NotATensorError`` when ``function`` (a public function's name) needs one.
+    tensor.
 
     The class is learned by ``learn_class``, which torch.compile runs outside its trace: a
     compiled function meeting a tensor class for the first time still traces lookups only.
@@ -92,8 +92,6 @@ def fast_paths(x, function=None):
         learned = learn_type(x) is not None
     if learned:
         return FAST_PATHS[type(x)]
-    if function is not None:
-        raise NotATensorError.for_value(x, function)
     return None
 
 

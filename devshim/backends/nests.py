@@ -17,7 +17,6 @@ from __future__ import annotations
 from devshim import _tree, transfer
 from devshim.backends.dispatch import fast_paths
 from devshim.backends.selection import get_backend
-from devshim.errors import NotATensorError
 
 __all__ = ["copy_nest", "copy_nest_if_needed", "nest_to_numpy"]
 
@@ -56,14 +55,12 @@ def nest_to_numpy(x, function: str = "to_numpy"):
         >>> nest_to_numpy({"x": X})
         {'x': array([1., 1.], dtype=float32)}
     """
-    if not _tree.is_container(x):
-        raise NotATensorError.for_value(x, function)
 
     def leaf_for(value):
         paths = fast_paths(value)
         return None if paths is None else paths.adapter.tensor_to_numpy
 
-    return transfer.explicitly(_tree.map_nest, x, leaf_for, False)
+    return transfer.explicitly(_tree.map_nest, x, leaf_for, False, None, function)
 
 
 class _Targets:
@@ -136,13 +133,9 @@ def _copier_if_needed(device, non_blocking: bool = False):
 
 
 def _walk(x, device, function: str, leaf_for, keep_unchanged: bool, skip_keys=None):
-    if not _tree.is_container(x):
-        if _tree.container_kind(type(x)) == _tree.LEAF and fast_paths(x) is None:
-            move = leaf_for(x)  # a bare object with a .to method: moved by it
-            if move is not None:
-                return transfer.explicitly(move, x)
-        raise NotATensorError.for_value(x, function)
-    result = transfer.explicitly(_tree.map_nest, x, leaf_for, keep_unchanged, _tree.skip_set(skip_keys))
+    # One tensor (met for the first time), a bare object with a .to method and a nest all go
+    # the same way: map_nest maps a lone leaf too, and refuses one it cannot map.
+    result = transfer.explicitly(_tree.map_nest, x, leaf_for, keep_unchanged, _tree.skip_set(skip_keys), function)
     if not leaf_for.targets.natives:
         get_backend().target(device)  # no tensor in the nest: the device is still checked
     return result
