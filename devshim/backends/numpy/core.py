@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from operator import methodcaller
 
-from devshim import transfer
+from devshim import settings, transfer
 from devshim.guard import marker
 from devshim.backends.base import Backend, DeviceTable
 from devshim.backends.numpy import SPEC
 from devshim._device import Device
-from devshim.errors import DeviceUnavailableError
+from devshim.errors import BackendError, DeviceUnavailableError
 
 HOST = "cpu"
 _CPU = Device("cpu", 0, native=HOST, backend="numpy")
@@ -112,22 +112,40 @@ class NumpyBackend(Backend):
             pass
         try:
             native = self.device(spec)
-        except DeviceUnavailableError as refused:
+        except (DeviceUnavailableError, BackendError):  # BackendError: virtual GPUs, which NumPy has not
             if not self._names_a_gpu(spec):
                 raise
             partner = self._accelerator_partner()
-            if partner is None:
-                raise DeviceUnavailableError(
-                    f"{refused} NumPy has no GPU of its own; to send NumPy arrays to one, install "
-                    f"CuPy (pip install \"devshim[cupy]\"): ds.to_device(x, \"gpu\") then gives a "
-                    f"CuPy array. Or convert with your framework, e.g. torch.as_tensor(x, device=...)."
-                ) from None
+            if partner is None or settings.virtual_device_count():
+                raise self._no_such_gpu(spec) from None
             native = partner.target(spec)
         if self._cacheable(spec):
             self._targets[spec] = native
             if native is HOST:
                 self.device_table().targets[spec] = _CPU
         return native
+
+    def _no_such_gpu(self, spec) -> DeviceUnavailableError:
+        """The error for a NumPy array sent to a GPU: the GPU is another framework's device,
+        and the array has to become that framework's tensor (``ds.convert``) to go there."""
+        from devshim._device import describe_native
+        from devshim.backends.selection import get_backend
+
+        described = spec if isinstance(spec, Device) else None if type(spec) is str else describe_native(spec)
+        owner = described.backend if described is not None and described.backend else get_backend().name
+        place = str(described) if described is not None else str(spec)
+        virtual = settings.virtual_device_count()
+        if owner == self.name:
+            why, remedy = "", (f"Make x a tensor of a framework with GPUs, on that device: "
+                               f"ds.convert(x, 'torch', device={place!r}), say")
+        else:
+            why = f", and {place} is a {'virtual ' if virtual else ''}GPU of {owner}"
+            remedy = f"Make x a {owner} tensor on that device: ds.convert(x, {owner!r}, device={place!r})"
+        partner = "" if virtual else '; or install CuPy (pip install "devshim[cupy]"), NumPy\'s GPU partner'
+        return DeviceUnavailableError(
+            f"x is a NumPy array, and NumPy has no GPU: its arrays live on the host only{why}. "
+            f"{remedy}{partner}; or keep it on the host with ds.cpu()."
+        )
 
     def _accelerator_partner(self):
         from devshim.backends.registry import accelerator_partner
