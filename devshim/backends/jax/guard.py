@@ -490,15 +490,47 @@ def _jax_device(pattern, message: str, fallback):
     found = pattern.search(message)
     if found is None:
         return fallback
-    index = int(found.group(1))
+    return _device_by_id(int(found.group(1)), fallback)
+
+
+def _device_by_id(index: int, fallback):
+    """devshim's Device for JAX's device id ``index`` (another process's: ``fallback``)."""
     for native in jax.devices():
         if native.id == index:
-            return load_backend("jax").describe(native)
+            try:
+                return load_backend("jax").describe(native)
+            except DevshimError:
+                return fallback
     return fallback
 
 
+# JAX's refusal to run one computation on arrays committed to different devices (a ValueError,
+# raised whatever the guard's level), and the device ids its message names.
+_INCOMPATIBLE = "Received incompatible devices for jitted computation"
+_DEVICE_IDS = re.compile(r"device ids \[([\d, ]+)\]")
+
+
+def _mixed_devices(error):
+    """devshim's ``DeviceMismatchError`` for JAX refusing arrays on different devices, with
+    JAX's message and the devices named as devshim names them (virtual GPUs included)."""
+    message = str(error)
+    if _INCOMPATIBLE not in message:
+        return None
+    ids = {int(i) for group in _DEVICE_IDS.findall(message) for i in group.split(",") if i.strip()}
+    places = sorted({str(_device_by_id(i, f"JAX device id {i}")) for i in ids})
+    return DeviceMismatchError(
+        f"{message} (JAX refuses to combine arrays committed to different devices"
+        f"{': ' + ', '.join(places) if places else ''}; inside ds.transfer_guard this is devshim's "
+        f"error. Put them on one device explicitly first: y = ds.copy_if_needed(y, ds.device_of(x)), "
+        f"or jax.device_put(y, device).)"
+    )
+
+
 def _translate(error):
-    """devshim's error for JAX's own guard refusing a transfer, recorded like devshim's own."""
+    """devshim's error for JAX's own guard refusing a transfer, recorded like devshim's own;
+    or for JAX refusing to mix devices (``DeviceMismatchError``, whatever the level)."""
+    if isinstance(error, ValueError) and not isinstance(error, DevshimError):
+        return _mixed_devices(error)
     if not isinstance(error, jax.errors.JaxRuntimeError):
         return None
     message = str(error)

@@ -22,6 +22,7 @@ replaced while a guard is active.
 
 from __future__ import annotations
 
+import re
 import sys
 
 import mxnet as mx
@@ -30,6 +31,7 @@ from mxnet.ndarray.numpy import _api_internal as _np_api
 
 from devshim._device import Device
 from devshim.backends.registry import load_backend
+from devshim.errors import DeviceMismatchError
 from devshim.guard import marker
 from devshim.guard.hooks import GuardHooks, mark_wrapper
 from devshim.guard.levels import READ
@@ -172,6 +174,25 @@ def _uninstall() -> None:
         setattr(_np_api, name, fn)
 
 
+# MXNet's refusal of inputs in different contexts (a hybridized block's CachedOp: "CachedOp
+# requires all inputs to live on the same context").
+_MIXED = re.compile(r"same context")
+
+
+def _translate(error):
+    """devshim's ``DeviceMismatchError`` for MXNet refusing tensors on different devices, with
+    MXNet's message; None for anything else."""
+    if not (isinstance(error, mx.base.MXNetError)):
+        return None
+    message = str(error)
+    if _MIXED.search(message) is None:
+        return None
+    return DeviceMismatchError(
+        f"{message} (MXNet refused tensors on different devices; inside ds.transfer_guard this is "
+        f"devshim's error. Put them on one device explicitly first: x = ds.copy_if_needed(x, ds.device_of(y)).)"
+    )
+
+
 class MXNetGuardHooks(GuardHooks):
     """MXNet's transfer-guard hooks (the contract: ``devshim.guard.hooks.GuardHooks``).
 
@@ -184,3 +205,10 @@ class MXNetGuardHooks(GuardHooks):
 
     def uninstall(self) -> None:
         _uninstall()
+
+    def enter_block(self, state) -> None:
+        """Nothing to set; following every block is what lets ``translate`` see the errors
+        leaving it."""
+
+    def translate(self, error):
+        return _translate(error)

@@ -22,12 +22,15 @@ runtime and are not seen one by one.
 
 from __future__ import annotations
 
+import re
+
 import tensorflow as tf
 from tensorflow.python import pywrap_tfe
 from tensorflow.python.framework import ops as _tf_ops
 
 from devshim._device import Device
 from devshim.backends.registry import load_backend
+from devshim.errors import DeviceMismatchError
 from devshim.guard import marker
 from devshim.guard.hooks import GuardHooks, mark_wrapper
 from devshim.guard.levels import READ
@@ -196,6 +199,26 @@ def _uninstall() -> None:
         setattr(pywrap_tfe, name, _saved.pop(name))
 
 
+# TensorFlow's refusals of inputs on other devices: an op's under the "explicit" device policy
+# (tf.config.experimental.set_device_policy), and a resource read from another device.
+_CONFLICTING = re.compile(r"Tensors on conflicting devices|located in device \S+ from device")
+
+
+def _translate(error):
+    """devshim's ``DeviceMismatchError`` for TensorFlow refusing inputs on different devices,
+    with TensorFlow's message; None for anything else."""
+    if not isinstance(error, tf.errors.OpError):
+        return None
+    message = str(error)
+    if _CONFLICTING.search(message) is None:
+        return None
+    return DeviceMismatchError(
+        f"{message} (TensorFlow refused inputs on different devices; inside ds.transfer_guard this "
+        f"is devshim's error. Put them on one device explicitly first: "
+        f"x = ds.copy_if_needed(x, ds.device_of(y)).)"
+    )
+
+
 class TensorFlowGuardHooks(GuardHooks):
     """TensorFlow's transfer-guard hooks (the contract: ``devshim.guard.hooks.GuardHooks``).
 
@@ -208,3 +231,10 @@ class TensorFlowGuardHooks(GuardHooks):
 
     def uninstall(self) -> None:
         _uninstall()
+
+    def enter_block(self, state) -> None:
+        """Nothing to set (TensorFlow's device policy is the user's); following every block
+        is what lets ``translate`` see the errors leaving it."""
+
+    def translate(self, error):
+        return _translate(error)

@@ -23,6 +23,7 @@ alone (no block) guards host reads only.
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 
@@ -30,6 +31,7 @@ import torch
 
 from devshim._device import Device
 from devshim.backends.registry import load_backend
+from devshim.errors import DeviceMismatchError, DevshimError
 from devshim.guard import marker
 from devshim.guard.hooks import GuardHooks, mark_wrapper, original_of
 from devshim.guard.levels import ALLOW, READ
@@ -236,6 +238,26 @@ def _exit_thread() -> None:
             _local.depth = 0
 
 
+# PyTorch's refusals of tensors on different devices ("Expected all tensors to be on the same
+# device", "Tensor on device meta is not on the expected device cpu!", an RNN's "Input and
+# parameter tensors are not at the same device").
+_MIXED = re.compile(r"same device|not on the expected device")
+
+
+def _translate(error):
+    """devshim's ``DeviceMismatchError`` for PyTorch refusing tensors on different devices, with
+    PyTorch's message; None for anything else."""
+    if not (isinstance(error, RuntimeError) and not isinstance(error, DevshimError)):
+        return None
+    message = str(error)
+    if _MIXED.search(message) is None:
+        return None
+    return DeviceMismatchError(
+        f"{message} (PyTorch refused tensors on different devices; inside ds.transfer_guard this is "
+        f"devshim's error. Put them on one device explicitly first: x = ds.copy_if_needed(x, ds.device_of(y)).)"
+    )
+
+
 class TorchGuardHooks(GuardHooks):
     """PyTorch's transfer-guard hooks (the contract: ``devshim.guard.hooks.GuardHooks``).
 
@@ -254,3 +276,10 @@ class TorchGuardHooks(GuardHooks):
 
     def exit_thread(self) -> None:
         _exit_thread()
+
+    def enter_block(self, state) -> None:
+        """Nothing to set; following every block is what lets ``translate`` see the errors
+        leaving it."""
+
+    def translate(self, error):
+        return _translate(error)
