@@ -35,8 +35,8 @@ def make_scalar(backend, device, value=2.0):
             return tf.constant(value)
     if backend == "jax":
         import jax
-        import jax.numpy as jnp
-        return jax.device_put(jnp.asarray(value), device)
+        import numpy as np
+        return jax.device_put(np.float32(value), device)  # jnp.asarray would go to JAX's default device first
     if backend == "mxnet":
         import mxnet as mx
         return mx.np.array(value, ctx=device)

@@ -333,7 +333,10 @@ def _guarded_device_put(original):
         if _global_key["pending"]:
             _settle_global_key()
         state = current()
-        if (state.host_to_device == ALLOW or not _CHECKING_KEY.value or marker.is_explicit()
+        if marker.is_explicit():  # devshim's own explicit call (split_batch's slicing): JAX's
+            with jax.transfer_guard_host_to_device(ALLOW):  # backstop guard must not refuse it
+                return original(aval, sharding, xs, devices, *args, **kwargs)
+        if (state.host_to_device == ALLOW or not _CHECKING_KEY.value
                 or _guard_lib.thread_local_state().explicit_device_put):
             return original(aval, sharding, xs, devices, *args, **kwargs)
         if any(isinstance(x, _ArrayImpl) for x in xs):  # JAX arrays: a copy between devices
