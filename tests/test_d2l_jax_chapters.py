@@ -95,7 +95,7 @@ def test_linear_regression_trains_on_a_virtual_gpu_under_disallow(gpus):
     params = ds.place_model({"w": jnp.zeros((2, 1)), "b": jnp.zeros((1,))}, device)
     losses = []
     with ds.transfer_guard("disallow") as report:
-        for epoch in range(30):
+        for _epoch in range(30):
             for start in range(0, len(X), 16):
                 Xb = jax.device_put(X[start:start + 16], device)
                 yb = jax.device_put(y[start:start + 16], device)

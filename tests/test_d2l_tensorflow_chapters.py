@@ -75,7 +75,7 @@ def test_linear_regression_trains_on_a_virtual_gpu_under_disallow(gpus):
         b = tf.Variable(tf.zeros((1,)))
     losses = []
     with ds.transfer_guard("disallow") as report:
-        for epoch in range(30):
+        for _epoch in range(30):
             for start in range(0, 64, 16):
                 X = ds.convert(features[start:start + 16], "tensorflow", device=device)  # explicit
                 y = ds.convert(labels[start:start + 16], "tensorflow", device=device)

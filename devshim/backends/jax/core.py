@@ -144,6 +144,25 @@ class JaxBackend(Backend):
         self._runtime()
         return len(self._accelerator_devices())
 
+    def launch(self):
+        """The launcher's variables, or else ``jax.distributed`` started with several processes:
+        rank ``jax.process_index()`` of ``jax.process_count()``. JAX does not say how many of them
+        share this machine, so the local rank is the process index too (right on one machine; on
+        several, each process's ``local_device_ids``, or a launcher, give it its device)."""
+        found = settings.launcher()
+        if found is not None or not self.is_loaded():
+            return found
+        jax = self.fw
+        is_initialized = getattr(jax.distributed, "is_initialized", None)
+        if is_initialized is None or not is_initialized():
+            return None
+        self._runtime()  # virtual GPUs asked for are set up before process_count starts JAX's backends
+        count = jax.process_count()
+        if count < 2:
+            return None
+        index = jax.process_index()
+        return settings.Launch("jax.distributed", index, index, count, None, "jax.process_index()")
+
     def visibility_narrowed(self) -> bool:
         # Once jax.distributed.initialize has run, JAX gave each process its devices (its
         # local_device_ids: one per process under Slurm and Open MPI), so sharing is JAX's choice.
