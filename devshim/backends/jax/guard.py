@@ -52,7 +52,7 @@ from devshim._device import Device
 from devshim.backends.registry import load_backend
 from devshim.errors import DeviceMismatchError, DevshimError, ImplicitTransferError
 from devshim.guard import marker
-from devshim.guard.hooks import GuardHooks, mark_wrapper
+from devshim.guard.hooks import GuardHooks, mark_wrapper, mixed_devices_refused
 from devshim.guard.levels import ALLOW, DISALLOW, OP_INPUT, READ, TO_DEVICE
 from devshim.guard.report import implicit
 from devshim.guard.state import current
@@ -510,6 +510,7 @@ def _device_by_id(index: int, fallback):
 # JAX's refusal to run one computation on arrays committed to different devices (a ValueError,
 # raised whatever the guard's level), and the device ids its message names.
 _INCOMPATIBLE = "Received incompatible devices for jitted computation"
+_INCOMPATIBLE_PATTERN = re.compile(re.escape(_INCOMPATIBLE))
 _DEVICE_IDS = re.compile(r"device ids \[([\d, ]+)\]")
 
 
@@ -521,12 +522,8 @@ def _mixed_devices(error):
         return None
     ids = {int(i) for group in _DEVICE_IDS.findall(message) for i in group.split(",") if i.strip()}
     places = sorted({str(_device_by_id(i, f"JAX device id {i}")) for i in ids})
-    return DeviceMismatchError(
-        f"{message} (JAX refuses to combine arrays committed to different devices"
-        f"{': ' + ', '.join(places) if places else ''}; inside ds.transfer_guard this is devshim's "
-        f"error. Put them on one device explicitly first: y = ds.copy_if_needed(y, ds.device_of(x)), "
-        f"or jax.device_put(y, device).)"
-    )
+    return mixed_devices_refused("JAX", error, ValueError, _INCOMPATIBLE_PATTERN,
+                                 f" ({', '.join(places)})" if places else "")
 
 
 def _translate(error):

@@ -31,9 +31,8 @@ from mxnet.ndarray.numpy import _api_internal as _np_api
 
 from devshim._device import Device
 from devshim.backends.registry import load_backend
-from devshim.errors import DeviceMismatchError
 from devshim.guard import marker
-from devshim.guard.hooks import GuardHooks, mark_wrapper
+from devshim.guard.hooks import GuardHooks, mark_wrapper, mixed_devices_refused
 from devshim.guard.levels import READ
 from devshim.guard.report import direction_of, implicit, read_name
 from devshim.guard.state import current
@@ -179,20 +178,6 @@ def _uninstall() -> None:
 _MIXED = re.compile(r"same context")
 
 
-def _translate(error):
-    """devshim's ``DeviceMismatchError`` for MXNet refusing tensors on different devices, with
-    MXNet's message; None for anything else."""
-    if not (isinstance(error, mx.base.MXNetError)):
-        return None
-    message = str(error)
-    if _MIXED.search(message) is None:
-        return None
-    return DeviceMismatchError(
-        f"{message} (MXNet refused tensors on different devices; inside ds.transfer_guard this is "
-        f"devshim's error. Put them on one device explicitly first: x = ds.copy_if_needed(x, ds.device_of(y)).)"
-    )
-
-
 class MXNetGuardHooks(GuardHooks):
     """MXNet's transfer-guard hooks (the contract: ``devshim.guard.hooks.GuardHooks``).
 
@@ -211,4 +196,4 @@ class MXNetGuardHooks(GuardHooks):
         leaving it."""
 
     def translate(self, error):
-        return _translate(error)
+        return mixed_devices_refused("MXNet", error, mx.base.MXNetError, _MIXED)

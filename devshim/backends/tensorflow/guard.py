@@ -30,9 +30,8 @@ from tensorflow.python.framework import ops as _tf_ops
 
 from devshim._device import Device
 from devshim.backends.registry import load_backend
-from devshim.errors import DeviceMismatchError
 from devshim.guard import marker
-from devshim.guard.hooks import GuardHooks, mark_wrapper
+from devshim.guard.hooks import GuardHooks, mark_wrapper, mixed_devices_refused
 from devshim.guard.levels import READ
 from devshim.guard.report import direction_of, implicit, read_name
 from devshim.guard.state import current
@@ -201,22 +200,7 @@ def _uninstall() -> None:
 
 # TensorFlow's refusals of inputs on other devices: an op's under the "explicit" device policy
 # (tf.config.experimental.set_device_policy), and a resource read from another device.
-_CONFLICTING = re.compile(r"Tensors on conflicting devices|located in device \S+ from device")
-
-
-def _translate(error):
-    """devshim's ``DeviceMismatchError`` for TensorFlow refusing inputs on different devices,
-    with TensorFlow's message; None for anything else."""
-    if not isinstance(error, tf.errors.OpError):
-        return None
-    message = str(error)
-    if _CONFLICTING.search(message) is None:
-        return None
-    return DeviceMismatchError(
-        f"{message} (TensorFlow refused inputs on different devices; inside ds.transfer_guard this "
-        f"is devshim's error. Put them on one device explicitly first: "
-        f"x = ds.copy_if_needed(x, ds.device_of(y)).)"
-    )
+_MIXED = re.compile(r"Tensors on conflicting devices|located in device \S+ from device")
 
 
 class TensorFlowGuardHooks(GuardHooks):
@@ -237,4 +221,4 @@ class TensorFlowGuardHooks(GuardHooks):
         is what lets ``translate`` see the errors leaving it."""
 
     def translate(self, error):
-        return _translate(error)
+        return mixed_devices_refused("TensorFlow", error, tf.errors.OpError, _MIXED)

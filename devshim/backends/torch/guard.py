@@ -31,9 +31,8 @@ import torch
 
 from devshim._device import Device
 from devshim.backends.registry import load_backend
-from devshim.errors import DeviceMismatchError, DevshimError
 from devshim.guard import marker
-from devshim.guard.hooks import GuardHooks, mark_wrapper, original_of
+from devshim.guard.hooks import GuardHooks, mark_wrapper, mixed_devices_refused, original_of
 from devshim.guard.levels import ALLOW, READ
 from devshim.guard.report import direction_of, implicit, read_name
 from devshim.guard.state import current
@@ -244,20 +243,6 @@ def _exit_thread() -> None:
 _MIXED = re.compile(r"same device|not on the expected device")
 
 
-def _translate(error):
-    """devshim's ``DeviceMismatchError`` for PyTorch refusing tensors on different devices, with
-    PyTorch's message; None for anything else."""
-    if not (isinstance(error, RuntimeError) and not isinstance(error, DevshimError)):
-        return None
-    message = str(error)
-    if _MIXED.search(message) is None:
-        return None
-    return DeviceMismatchError(
-        f"{message} (PyTorch refused tensors on different devices; inside ds.transfer_guard this is "
-        f"devshim's error. Put them on one device explicitly first: x = ds.copy_if_needed(x, ds.device_of(y)).)"
-    )
-
-
 class TorchGuardHooks(GuardHooks):
     """PyTorch's transfer-guard hooks (the contract: ``devshim.guard.hooks.GuardHooks``).
 
@@ -282,4 +267,4 @@ class TorchGuardHooks(GuardHooks):
         leaving it."""
 
     def translate(self, error):
-        return _translate(error)
+        return mixed_devices_refused("PyTorch", error, RuntimeError, _MIXED)
