@@ -42,7 +42,8 @@ from devshim.guard.levels import LEVELS as GUARD_LEVELS
 __all__ = [
     "BACKEND_VAR", "DEVICE_VAR", "VIRTUAL_DEVICES_VAR", "TRANSFER_GUARD_VAR", "GUARD_LEVELS",
     "LAUNCHERS", "LAUNCHER_VARIABLES", "VISIBILITY_VARIABLES", "TF_CONFIG_VAR", "Launch",
-    "requested_backend", "accelerators_hidden", "virtual_device_count", "default_guard_level",
+    "requested_backend", "accelerators_hidden", "virtual_device_count", "virtual_devices_from_environment",
+    "default_guard_level",
     "launcher", "set_virtual_devices", "reload", "on_change", "scoped_backend",
 ]
 
@@ -352,6 +353,17 @@ def virtual_device_count() -> int:
     if _virtual_override is not None:
         return _virtual_override
     return _get("virtual")
+
+
+def virtual_devices_from_environment() -> bool:
+    """Whether the virtual device count comes from ``DEVSHIM_VIRTUAL_DEVICES`` (set before
+    Python started, usually), not from ``ds.testing.virtual_devices`` (a call in the code).
+
+    Example:
+        >>> ds.settings.virtual_devices_from_environment()   # DEVSHIM_VIRTUAL_DEVICES=2
+        True
+    """
+    return _virtual_override is None
 
 
 def default_guard_level() -> str:

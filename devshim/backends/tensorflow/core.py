@@ -20,7 +20,6 @@ devices before TensorFlow initialises; ``/CPU:0`` stays the host and virtual
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 
@@ -466,7 +465,7 @@ def _too_late(count: int, configured: int) -> BackendError:
     """Virtual GPUs asked for after TensorFlow started its devices: the remedy is to ask devshim
     first (the variable, when it was set, was set in time); ``configured`` virtual GPUs were
     set up already (the number cannot change then)."""
-    from_environment = os.environ.get(settings.VIRTUAL_DEVICES_VAR, "").strip() == str(count)
+    from_environment = settings.virtual_devices_from_environment()
     asked = (f"{settings.VIRTUAL_DEVICES_VAR}={count} asks" if from_environment
              else f"ds.testing.virtual_devices({count}) asked")
     if configured:
