@@ -202,8 +202,18 @@ def _copy(x, source, target, native):
     """New storage on ``native``: ``x``'s exact values through the host."""
     if marker.watchers:
         with transfer.explicit():
-            return interop_for(target).from_host(target, source.tensor_to_numpy(x), native)
-    return interop_for(target).from_host(target, source.tensor_to_numpy(x), native)
+            return interop_for(target).from_host(target, _host_copy(source, x), native)
+    return interop_for(target).from_host(target, _host_copy(source, x), native)
+
+
+def _host_copy(source, x):
+    """``x``'s values as a fresh NumPy array in the machine's byte order: NumPy keeps a
+    big-endian array's order in its copies, and torch and JAX refuse to take one."""
+    array = source.tensor_to_numpy(x)
+    dtype = getattr(array, "dtype", None)
+    if dtype is not None and not dtype.isnative:
+        array = array.astype(dtype.newbyteorder("="))
+    return array
 
 
 def _nbytes(src, source, x) -> int:

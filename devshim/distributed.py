@@ -2,10 +2,11 @@
 
 A launcher (torchrun, Slurm's ``srun``, Open MPI's ``mpirun``, Horovod's ``horovodrun``)
 starts one process per device and tells each which one it is through environment
-variables, which ``devshim.settings`` reads once. The device functions use them
-(``ds.try_gpu()`` is this process's GPU); this module reports them
-(``ds.process_info()``) and starts ``torch.distributed`` from them
-(``ds.init_distributed()``). Training itself is the framework's engine (DDP,
+variables (TensorFlow's ``TF_CONFIG`` describes the job likewise), which
+``devshim.settings`` reads once; ``jax.distributed`` tells JAX's processes itself.
+The device functions use them (``ds.try_gpu()`` is this process's GPU); this
+module reports them (``ds.process_info()``) and starts ``torch.distributed`` from
+them (``ds.init_distributed()``). Training itself is the framework's engine (DDP,
 ``tf.distribute``, ``jax.distributed``): devshim only places things right inside it.
 
 Example:
@@ -18,8 +19,8 @@ from __future__ import annotations
 
 import sys
 
-from devshim import settings
 from devshim.backends import get_backend, load_backend
+from devshim.backends.registry import loaded_adapters
 
 __all__ = ["ProcessInfo", "process_info", "init_distributed"]
 
@@ -27,7 +28,8 @@ __all__ = ["ProcessInfo", "process_info", "init_distributed"]
 class ProcessInfo:
     """This process's place in a launched job, and its device (``ds.process_info()``).
 
-    ``launcher``          "torchrun", "openmpi", "horovod", "slurm", or None (no launcher).
+    ``launcher``          "torchrun", "openmpi", "horovod", "tf_config" (TensorFlow's ``TF_CONFIG``),
+                          "slurm", "jax.distributed" (started with several processes), or None.
     ``rank``              rank in the whole job (0 without a launcher).
     ``local_rank``        rank on this machine: what picks the device.
     ``world_size``        processes in the job (1 without a launcher).
@@ -83,10 +85,11 @@ class ProcessInfo:
 def process_info(*, backend=None) -> ProcessInfo:
     """Which process of a launched job this is, and its device.
 
-    From the launcher's variables (torchrun, Slurm, Open MPI, Horovod; see
-    docs/distributed.md), read once like every devshim setting. Without a launcher
-    this is rank 0 of 1, with ``launcher=None``. ``device`` is ``ds.try_gpu()`` of the
-    selected backend, or of ``backend=``.
+    From the launcher's variables (torchrun, Slurm, Open MPI, Horovod, TensorFlow's
+    ``TF_CONFIG``; see docs/distributed.md), read once like every devshim setting, or,
+    without them, from ``jax.distributed`` when JAX runs with several processes. Without
+    either this is rank 0 of 1, with ``launcher=None``. ``device`` is ``ds.try_gpu()`` of
+    the selected backend, or of ``backend=``.
 
     Example:
         >>> info = ds.process_info()      # under torchrun --nproc_per_node 2, second process
@@ -95,7 +98,11 @@ def process_info(*, backend=None) -> ProcessInfo:
     """
     adapter = get_backend(backend)
     device = adapter.try_gpu()
-    launch = settings.launcher()
+    launch = adapter.launch()
+    for other in loaded_adapters() if launch is None else ():
+        launch = other.launch()  # a job a framework knows of (jax.distributed), another backend selected
+        if launch is not None:
+            break
     if launch is None:
         values = [None, 0, 0, 1, 1]
     else:

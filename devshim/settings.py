@@ -10,9 +10,11 @@ Environment variables are parsed once, the first time a setting is needed
 
 A launcher's variables are environment too, read here once like the others
 (``launcher()``): torchrun's ``LOCAL_RANK``, Open MPI's ``OMPI_COMM_WORLD_*``,
-Horovod's ``HOROVOD_*`` and Slurm's ``SLURM_*`` say which process of a job this
-is, and the device-visibility variables (``CUDA_VISIBLE_DEVICES`` and kin) say
-whether the launcher gave it a device of its own.
+Horovod's ``HOROVOD_*``, TensorFlow's ``TF_CONFIG`` (the job as
+``MultiWorkerMirroredStrategy`` reads it) and Slurm's ``SLURM_*`` say which
+process of a job this is, and the device-visibility variables
+(``CUDA_VISIBLE_DEVICES`` and kin) say whether the launcher gave it a device of
+its own.
 
 The backend chosen by a ``use_backend`` block lives in a ContextVar here
 (``scoped_backend``), so a block in one thread or asyncio task never changes
@@ -28,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Optional
 from contextvars import ContextVar
@@ -39,8 +42,9 @@ from devshim.guard.levels import LEVELS as GUARD_LEVELS
 
 __all__ = [
     "BACKEND_VAR", "DEVICE_VAR", "VIRTUAL_DEVICES_VAR", "TRANSFER_GUARD_VAR", "GUARD_LEVELS",
-    "LAUNCHERS", "LAUNCHER_VARIABLES", "VISIBILITY_VARIABLES", "Launch",
-    "requested_backend", "accelerators_hidden", "virtual_device_count", "default_guard_level",
+    "LAUNCHERS", "LAUNCHER_VARIABLES", "VISIBILITY_VARIABLES", "TF_CONFIG_VAR", "Launch",
+    "requested_backend", "accelerators_hidden", "virtual_device_count", "virtual_devices_from_environment",
+    "default_guard_level",
     "launcher", "set_virtual_devices", "reload", "on_change", "scoped_backend",
 ]
 
@@ -120,8 +124,16 @@ LAUNCHERS = (
     ("slurm", "SLURM_LOCALID", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE"),
 )
 _SLURM_NODE_VAR = "SLURM_NODEID"
+#: TensorFlow's description of a multi-worker job (JSON: the cluster's tasks and this one), as
+#: ``tf.distribute.MultiWorkerMirroredStrategy`` reads it. It is read after Horovod's variables
+#: and before Slurm's: a job described by TF_CONFIG may run inside a Slurm allocation.
+TF_CONFIG_VAR = "TF_CONFIG"
 #: Every variable ``launcher()`` reads.
-LAUNCHER_VARIABLES = tuple(var for row in LAUNCHERS for var in row[1:]) + (_SLURM_NODE_VAR,)
+LAUNCHER_VARIABLES = tuple(var for row in LAUNCHERS for var in row[1:]) + (_SLURM_NODE_VAR, TF_CONFIG_VAR)
+#: TF_CONFIG's task types, in TensorFlow's order: the chief (when there is one) is worker 0 of
+#: MultiWorkerMirroredStrategy, then the workers; parameter servers and the evaluator train nothing.
+_TF_TASK_TYPES = ("chief", "worker", "ps", "evaluator")
+_TF_TRAINING = ("chief", "worker")
 #: Variables with which a launcher (or a user) chooses the accelerators a process sees:
 #: CUDA's, ROCm's (HIP and ROCr), and Intel's Level Zero.
 VISIBILITY_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
@@ -131,7 +143,8 @@ VISIBILITY_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VIS
 class Launch:
     """What the launcher that started this process says about it (``settings.launcher()``).
 
-    ``name``               "torchrun", "openmpi", "horovod" or "slurm".
+    ``name``               "torchrun", "openmpi", "horovod", "tf_config" or "slurm" (a framework that
+                           knows its job itself adds its own: "jax.distributed").
     ``local_rank``         this process's rank on its machine, from ``variable``.
     ``rank``               its rank in the whole job (None when the launcher does not say).
     ``world_size``         processes in the job (None when the launcher does not say).
@@ -226,8 +239,57 @@ def _given_one_device() -> bool:
     return False
 
 
+def _tf_config_error(problem: str) -> LauncherEnvironmentError:
+    return LauncherEnvironmentError(
+        f"{TF_CONFIG_VAR} {problem}, so devshim cannot tell which process of the job this is. "
+        f"TensorFlow expects JSON such as {{\"cluster\": {{\"worker\": [\"host1:12345\", \"host2:12345\"]}}, "
+        f"\"task\": {{\"type\": \"worker\", \"index\": 0}}}}; fix it, or unset it in a process that is not "
+        f"one of a multi-worker job."
+    )
+
+
+def _tf_tasks(cluster: dict) -> list:
+    """(type, index, host) of every task of a TF_CONFIG cluster, in TensorFlow's order."""
+    tasks = []
+    for kind in _TF_TASK_TYPES + tuple(sorted(set(cluster) - set(_TF_TASK_TYPES))):
+        addresses = cluster.get(kind) or []
+        if isinstance(addresses, dict):  # a sparse job: {"1": "host:port"}
+            entries = sorted((int(index), address) for index, address in addresses.items())
+        else:
+            entries = list(enumerate(addresses))
+        tasks.extend((kind, index, str(address).rsplit(":", 1)[0]) for index, address in entries)
+    return tasks
+
+
+def _parse_tf_config() -> object:
+    """TF_CONFIG's job as a ``Launch``: the rank among the training tasks (chief, then workers),
+    the local rank among the tasks on this task's host; None when TF_CONFIG is unset."""
+    raw = os.environ.get(TF_CONFIG_VAR, "").strip()
+    if not raw:
+        return None
+    try:
+        config = json.loads(raw)
+        task, cluster = config.get("task") or {}, config.get("cluster") or {}
+        me = (str(task["type"]), int(task.get("index", 0)))
+        tasks = _tf_tasks(cluster)
+    except (ValueError, TypeError, AttributeError, KeyError):
+        return _tf_config_error("is not the JSON TensorFlow expects, or its task has no type")
+    hosts = {(kind, index): host for kind, index, host in tasks}
+    if me not in hosts:
+        return _tf_config_error(f"names task {me[0]} {me[1]}, which is not in its cluster")
+    training = [(kind, index) for kind, index, _ in tasks if kind in _TF_TRAINING]
+    local = [(kind, index) for kind, index, host in tasks if host == hosts[me]]
+    rank = training.index(me) if me in training else None
+    return Launch("tf_config", local.index(me), rank, len(training), len(local), TF_CONFIG_VAR,
+                  _given_one_device())
+
+
 def _parse_launcher() -> object:
     for name, local_var, rank_var, size_var, local_size_var in LAUNCHERS:
+        if name == "slurm":  # TF_CONFIG describes this process more closely than the allocation
+            described = _parse_tf_config()
+            if described is not None:
+                return described
         if not os.environ.get(local_var, "").strip():
             continue
         try:
@@ -294,6 +356,17 @@ def virtual_device_count() -> int:
     return _get("virtual")
 
 
+def virtual_devices_from_environment() -> bool:
+    """Whether the virtual device count comes from ``DEVSHIM_VIRTUAL_DEVICES`` (set before
+    Python started, usually), not from ``ds.testing.virtual_devices`` (a call in the code).
+
+    Example:
+        >>> ds.settings.virtual_devices_from_environment()   # DEVSHIM_VIRTUAL_DEVICES=2
+        True
+    """
+    return _virtual_override is None
+
+
 def default_guard_level() -> str:
     """The process's transfer-guard level from ``DEVSHIM_TRANSFER_GUARD`` ("allow" when unset).
 
@@ -308,9 +381,13 @@ def launcher() -> Optional["Launch"]:
     """What the launcher that started this process says about it (a ``Launch``), or None.
 
     Read once, like every setting: torchrun's ``LOCAL_RANK``, Open MPI's
-    ``OMPI_COMM_WORLD_LOCAL_RANK``, Horovod's ``HOROVOD_LOCAL_RANK``, Slurm's
-    ``SLURM_LOCALID`` (the first one set, in the order of ``LAUNCHERS``), with the
-    same launcher's rank and sizes. A value that is not a whole number raises
+    ``OMPI_COMM_WORLD_LOCAL_RANK``, Horovod's ``HOROVOD_LOCAL_RANK``, TensorFlow's
+    ``TF_CONFIG``, Slurm's ``SLURM_LOCALID`` (the first one set, in that order), with
+    the same launcher's rank and sizes. Under ``TF_CONFIG`` the rank is the task's
+    among the chief and the workers (the chief first, as MultiWorkerMirroredStrategy
+    numbers them), the local rank its place among the tasks on its host (the host
+    part of each address, compared as written). A value that is not a whole number,
+    or a ``TF_CONFIG`` that is not TensorFlow's JSON, raises
     ``LauncherEnvironmentError`` from the functions that need it.
 
     Example:

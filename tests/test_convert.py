@@ -188,6 +188,51 @@ def test_a_read_only_numpy_array_is_copied_and_copy_false_refuses(dst):
     assert isinstance(info.value, BufferError)
 
 
+# NumPy layouts an importer may not take as they are: reversed views (negative strides: torch's
+# DLPack import aborted the interpreter on them), and a big-endian array (torch and JAX refuse
+# that byte order). Run in a fresh interpreter: a failure here used to be an abort, not an error.
+ODD_LAYOUTS = """
+import json, os
+import numpy as np
+import devshim as ds
+
+dst = os.environ["CONVERT_TO"]
+layouts = {
+    "reversed": np.arange(10, dtype=np.float32)[::-1],
+    "reversed columns": np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::-1],
+    "reversed rows of bool": (np.arange(12).reshape(3, 4) % 3 == 0)[::-1],
+    "big-endian": np.arange(6, dtype=">f4").reshape(2, 3),
+}
+seen = {}
+for name, x in layouts.items():
+    y = ds.convert(x, dst)
+    back = ds.to_numpy(y)
+    try:
+        ds.convert(x, dst, copy=False)
+        refused = None
+    except ds.CopyRequiredError as err:
+        refused = str(err)
+    seen[name] = {"equal": bool(np.array_equal(back, x)), "dtype": back.dtype.str.lstrip("<>="),
+                  "wanted": x.dtype.str.lstrip("<>="), "copy_false": refused}
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize("dst", [d for d in INSTALLED if d != "numpy"])
+def test_layouts_the_importer_cannot_take_are_copied_never_aborting_the_process(dst):
+    from helpers import last_json_lines, start_python
+
+    env = {"DEVSHIM_BACKEND": "numpy", "CONVERT_TO": dst}
+    if VIRTUAL:
+        env["DEVSHIM_VIRTUAL_DEVICES"] = "2"
+    (seen,) = last_json_lines([start_python(ODD_LAYOUTS, **env)])
+    for name, result in seen.items():
+        assert result["equal"] and result["dtype"] == result["wanted"], (name, result)
+    if dst == "torch":  # torch takes no negative stride: the result is a copy, and copy=False says why
+        assert "negative stride" in seen["reversed"]["copy_false"]
+        assert "negative stride" in seen["reversed rows of bool"]["copy_false"]
+
+
 @pytest.mark.skipif("jax" not in INSTALLED, reason="jax not installed here")
 def test_jax_shares_only_aligned_host_buffers_and_copies_the_others():
     x = aligned(VALUES, offset=16)
@@ -359,6 +404,22 @@ def test_virtual_gpu_i_is_gpu_i_of_every_framework_and_the_result_is_a_copy_ther
     assert report.total == 0 and report.explicit == []
     with pytest.raises(ds.CopyRequiredError, match="virtual gpu:0"):
         ds.convert(x, dst, copy=False)
+
+
+@needs_virtual
+@pytest.mark.parametrize("name", [s for s in INSTALLED if s in HAS_VIRTUAL])
+def test_a_numpy_array_sent_to_a_virtual_gpu_is_told_to_convert_to_the_gpus_framework(name):
+    with ds.use_backend(name):
+        for spec in (ds.try_gpu(), "gpu:1"):
+            with pytest.raises(ds.DeviceUnavailableError) as refused:
+                ds.to_device(VALUES, spec)
+            message = str(refused.value)
+            assert "x is a NumPy array, and NumPy has no GPU" in message
+            assert f"is a virtual GPU of {name}" in message and "DEVSHIM_BACKEND" not in message
+            where = "gpu:0" if spec != "gpu:1" else "gpu:1"
+            assert f"ds.convert(x, {name!r}, device={where!r})" in message
+            y = ds.convert(VALUES, name, device=where)  # the remedy it names works
+            assert owner(y) == name and str(ds.neutral_device(y)) == where and bits(y) == bits(VALUES)
 
 
 @needs_virtual

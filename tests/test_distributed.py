@@ -58,6 +58,33 @@ def torchrun(script: str, *args: str, **env: str):
     return completed
 
 
+def two_nodes(script: str, **env: str) -> str:
+    """Two torchrun agents on this machine as two nodes of two ranks each (one static rendezvous
+    on a free port); their output together. Retried once after gloo's abort at exit, as torchrun()."""
+    env = {**loopback_only(), "OMP_NUM_THREADS": "1", **env}
+    for _attempt in range(2):
+        port = str(free_port())
+        nodes = [start_python("", "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node),
+                              "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", port,
+                              "--max_restarts", "0", script, **env)
+                 for node in range(2)]
+        finished = []
+        try:
+            for node in nodes:
+                finished.append((node.communicate(timeout=240), node.returncode))
+        finally:
+            for node in nodes:
+                if node.poll() is None:
+                    node.kill()
+                    node.wait()
+        text = "".join(out + err for (out, err), _ in finished)
+        if all(code == 0 for _, code in finished):
+            return text
+        if _GLOO_EXIT_ABORT not in text:
+            break
+    raise AssertionError(text)
+
+
 def rank_results(folder: Path, **env: str) -> dict:
     """Run tests/torchrun_worker.py on RANKS ranks; rank -> what it wrote."""
     completed = torchrun(str(TESTS / "torchrun_worker.py"), str(folder), **env)
@@ -70,10 +97,8 @@ def rank_results(folder: Path, **env: str) -> dict:
 
 
 @pytest.mark.skipif(VIRTUAL, reason="the virtual-GPU pass runs the two ranks on virtual GPUs instead "
-                    "(test_two_torchrun_ranks_on_virtual_gpus_each_take_their_own_and_allreduce_across)")
+                    "(test_two_torchrun_ranks_on_virtual_gpus_each_take_their_own_allreduce_across_and_train_with_ddp)")
 def test_two_torchrun_ranks_on_the_cpu_place_allreduce_and_train_with_ddp(tmp_path):
-    from torchrun_worker import flat, problem, sgd_step
-
     results = rank_results(tmp_path)
     for rank, r in results.items():
         assert r["process"] == {"launcher": "torchrun", "rank": rank, "local_rank": rank, "world_size": RANKS,
@@ -85,19 +110,26 @@ def test_two_torchrun_ranks_on_the_cpu_place_allreduce_and_train_with_ddp(tmp_pa
         assert r["allreduce"] == [[6.0, 60.0], [6.0, 60.0]]
         assert r["allreduce_devices"] == ["cpu:0", "cpu:0"] and r["inputs_unchanged"]
 
-    # One DDP step: both ranks hold the same parameters, equal to one step on the whole batch
-    # in one process.
-    assert results[0]["ddp_parameters"] == results[1]["ddp_parameters"]
+    assert_one_ddp_step_on_the_whole_batch(results)
+
+
+def assert_one_ddp_step_on_the_whole_batch(results: dict) -> None:
+    """Every rank holds the same parameters after one DDP step, equal to one step on the whole
+    batch in one process."""
+    from torchrun_worker import flat, problem, sgd_step
+
+    first = results[0]["ddp_parameters"]
+    assert all(r["ddp_parameters"] == first for r in results.values())
     net, X, Y = problem()
     sgd_step(net, X, Y)
     reference = torch.tensor(flat(net))
-    assert torch.allclose(torch.tensor(results[0]["ddp_parameters"]), reference, rtol=1e-5, atol=1e-6)
+    assert torch.allclose(torch.tensor(first), reference, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(reference, torch.tensor(flat(problem()[0])))  # the step changed them
 
 
 @pytest.mark.skipif(not VIRTUAL, reason=f"runs in the pass with {settings.VIRTUAL_DEVICES_VAR} set "
                     "(the plain pass runs the ranks on the CPU)")
-def test_two_torchrun_ranks_on_virtual_gpus_each_take_their_own_and_allreduce_across(tmp_path):
+def test_two_torchrun_ranks_on_virtual_gpus_each_take_their_own_allreduce_across_and_train_with_ddp(tmp_path):
     results = rank_results(tmp_path, DEVSHIM_VIRTUAL_DEVICES="2")
     for rank, r in results.items():
         own = f"gpu:{rank}"
@@ -105,7 +137,20 @@ def test_two_torchrun_ranks_on_virtual_gpus_each_take_their_own_and_allreduce_ac
         assert r["try_gpu"] == own and r["try_all_gpus"] == [own] and r["num_gpus"] == 2
         assert r["allreduce"] == [[6.0, 60.0], [6.0, 60.0]]  # through the host, under "disallow"
         assert r["allreduce_devices"] == ["cpu:0", own] and r["inputs_unchanged"]
-        assert "ddp_parameters" not in r
+        assert r["ddp_device"] == own  # DDP's replica on the rank's virtual GPU, gloo underneath
+    assert_one_ddp_step_on_the_whole_batch(results)
+
+
+@pytest.mark.skipif(not VIRTUAL, reason=f"runs in the pass with {settings.VIRTUAL_DEVICES_VAR} set")
+def test_the_ddp_example_on_two_nodes_of_two_processes_on_virtual_gpus():
+    """Two torchrun "nodes" on this machine (--nnodes 2, one static rendezvous), two ranks each,
+    every rank on its node's virtual GPU of its local rank: each DDP step equals one step on the
+    whole batch, on every rank."""
+    text = two_nodes(str(TESTS.parent / "examples" / "ddp.py"), DEVSHIM_VIRTUAL_DEVICES="2")
+    for rank in range(4):
+        assert f"rank {rank} of 4 (torchrun) on gpu:{rank % 2}, process group gloo" in text
+        assert f"rank {rank}: the DDP step equals one step on the whole batch: True" in text
+        assert f"rank {rank}: every rank holds the same weights: True" in text
 
 
 def test_the_ddp_example_runs_under_torchrun_and_alone():

@@ -272,7 +272,8 @@ def test_the_d2l_flow_on_two_virtual_gpus():
         assert Z.unsafe_buffer_pointer() != X.unsafe_buffer_pointer()
         np.testing.assert_array_equal(np.asarray(Y + Z), np.full((2, 3), 3.0))
         assert ds.copy_if_needed(Z, ds.try_gpu(1)) is Z
-        assert str(ds.neutral_device(jnp.ones(1))) == "cpu:0"     # new arrays stay on the host
+        assert str(ds.neutral_device(jnp.ones(1))) == "gpu:0"     # the default device, as on a GPU machine
+        assert jax.config.jax_default_device is ds.try_gpu() and ds.try_gpu() is hosts[1]
         try:
             ds.device("cpu:1")
         except ds.DeviceUnavailableError:
@@ -283,6 +284,52 @@ def test_the_d2l_flow_on_two_virtual_gpus():
     """, DEVSHIM_VIRTUAL_DEVICES="2")
     assert result.returncode == 0, result.stderr
     assert "D2L OK" in result.stdout
+
+
+def test_with_virtual_gpus_jaxs_default_device_is_gpu_0_as_on_a_gpu_machine():
+    result = run_python("""
+        import jax, jax.numpy as jnp
+        import devshim as ds
+
+        def where(x):
+            return str(ds.neutral_device(x))
+
+        assert ds.num_gpus() == 2
+        assert jax.config.jax_default_device is ds.try_gpu() is jax.local_devices(backend="cpu")[1]
+        assert where(jnp.ones(3)) == "gpu:0" and where(jax.random.PRNGKey(0)) == "gpu:0"
+        with jax.default_device(ds.cpu()):  # a scope of JAX's own still wins
+            assert where(jnp.ones(3)) == "cpu:0"
+        ds.testing.virtual_devices(0)   # no virtual GPUs: JAX's own default, the CPU, again
+        assert jax.config.jax_default_device is None and where(jnp.ones(3)) == "cpu:0"
+        ds.testing.virtual_devices(2)
+        assert ds.num_gpus() == 2 and where(jnp.ones(3)) == "gpu:0"  # set up again at devshim's next call
+        print("DEFAULT OK")
+    """, DEVSHIM_VIRTUAL_DEVICES="2")
+    assert result.returncode == 0, result.stderr
+    assert "DEFAULT OK" in result.stdout
+
+
+def test_a_default_device_the_user_chose_stays_and_without_virtual_gpus_none_is_set():
+    chosen = run_python("""
+        import jax, jax.numpy as jnp
+        import devshim as ds
+
+        jax.config.update("jax_default_device", "cpu")   # the user's choice, before devshim
+        assert ds.num_gpus() == 2
+        assert jax.config.jax_default_device == "cpu" and str(ds.neutral_device(jnp.ones(1))) == "cpu:0"
+        print("CHOSEN OK")
+    """, DEVSHIM_VIRTUAL_DEVICES="2")
+    assert chosen.returncode == 0, chosen.stderr
+    plain = run_python("""
+        import jax, jax.numpy as jnp
+        import devshim as ds
+
+        assert ds.num_gpus() == 0 and jax.config.jax_default_device is None
+        assert str(ds.neutral_device(jnp.ones(1))) == "cpu:0"
+        print("PLAIN OK")
+    """, DEVSHIM_VIRTUAL_DEVICES="0")
+    assert plain.returncode == 0, plain.stderr
+    assert "CHOSEN OK" in chosen.stdout and "PLAIN OK" in plain.stdout
 
 
 def test_virtual_devices_asked_for_after_jax_started_raise_backend_error():
@@ -390,7 +437,8 @@ def test_inside_jit_device_of_answers_none_and_to_device_places_as_device_put_do
             assert ds.device_of(a) == ds.device_of(b)
             assert np.asarray(a).tolist() == np.asarray(b).tolist()
     assert seen and all(d is None for d in seen)
-    assert ds.device_of(x) == ds.cpu()  # outside, the array's own device
+    # Outside, the array's own device: JAX's default, GPU 0 (virtual gpu:0 in the second pass)
+    assert ds.device_of(x) == ds.try_gpu()
 
 
 _MADE_WHERE_X_IS = {

@@ -104,11 +104,12 @@ def test_an_ndarray_operator_with_a_jax_array_keeps_its_meaning(gpu):
 
 def test_the_hooks_are_gone_after_the_block():
     originals = np.asarray, np.array, np.asanyarray
+    array_type = type(jnp.ones(1))  # made outside: on a GPU default device, making it is a transfer
     with ds.transfer_guard("disallow"):
         assert np.asarray is not originals[0]
-        assert hasattr(type(jnp.ones(1)), "__array_ufunc__")
+        assert hasattr(array_type, "__array_ufunc__")
     assert (np.asarray, np.array, np.asanyarray) == originals
-    assert not hasattr(type(jnp.ones(1)), "__array_ufunc__")
+    assert not hasattr(array_type, "__array_ufunc__")
 
 
 # ------------------------------------------------------------ values already on the host
@@ -285,8 +286,11 @@ def test_a_block_sets_jaxs_guards_in_its_own_thread_only():
 
 def test_a_refusal_by_jaxs_own_guard_leaves_the_block_as_devshims_error(gpu):
     # An uncommitted array joining one committed to another device is moved there by JAX:
-    # a device-to-device copy that JAX's own guard, set by the block, refuses in C++.
-    loose, pinned = jnp.ones(3), fresh(gpu)
+    # a device-to-device copy that JAX's own guard, set by the block, refuses in C++. (JAX's
+    # default device is GPU 0, virtual or real: the loose array is made on the CPU instead.)
+    with jax.default_device(ds.cpu()):
+        loose = jnp.ones(3)
+    pinned = fresh(gpu)
     add = jax.jit(lambda a, b: a + b)
     with pytest.raises(ds.DeviceMismatchError, match="device-to-device") as info:
         with ds.transfer_guard("disallow") as report:
@@ -305,9 +309,10 @@ def test_a_refusal_by_jaxs_own_guard_leaves_the_block_as_devshims_error(gpu):
 
 
 def test_other_errors_leave_the_block_untouched(gpu):
+    x = jnp.ones(3)
     with pytest.raises(TypeError):
         with ds.transfer_guard("disallow"):
-            jnp.ones(3) + "text"
+            x + "text"
     with pytest.raises(KeyError):
         with ds.transfer_guard("disallow"):
             raise KeyError("mine")
@@ -392,6 +397,7 @@ def test_the_process_default_refuses_host_data_joining_a_gpu_array_on_every_call
     for _ in range(3):
         with pytest.raises(ds.ImplicitTransferError):
             bump(x, np.ones(3, np.float32))
-    assert float(jax.device_get(add_one(jnp.zeros(1))[0])) == 1.0  # host data onto the host CPU
+    on_host = jax.device_put(np.zeros(1, np.float32), ds.cpu())  # explicit: not refused
+    assert float(jax.device_get(add_one(on_host)[0])) == 1.0  # host data onto the host CPU
     setenv("DEVSHIM_TRANSFER_GUARD", None)
     assert jax.device_get(bump(x, np.ones(3, np.float32))).tolist() == [2.0, 3.0, 4.0]

@@ -218,10 +218,48 @@ def test_the_variables_are_read_once(machine, monkeypatch):
     assert ds.try_gpu() == FakeGpu(2)
 
 
+def tf_config(task_type: str, index: int, **cluster) -> str:
+    return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
+
+
+def test_tf_config_says_the_rank_among_the_workers_and_the_local_rank_on_its_host(machine):
+    # Two machines: the chief and two workers on a, one worker on b. The chief is worker 0.
+    cluster = dict(chief=["a:1000"], worker=["a:1001", "a:1002", "b:1000"])
+    machine(4, TF_CONFIG=tf_config("worker", 1, **cluster))
+    assert ds.try_gpu() == FakeGpu(2) and ds.try_all_gpus() == [FakeGpu(2)]
+    info = ds.process_info()
+    assert (info.launcher, info.rank, info.local_rank, info.world_size, info.local_world_size) == \
+        ("tf_config", 2, 2, 4, 3)
+    machine(4, TF_CONFIG=tf_config("worker", 2, **cluster))  # alone on b
+    assert ds.try_gpu() == FakeGpu(0) and ds.process_info().rank == 3
+    machine(4, TF_CONFIG=tf_config("ps", 0, ps=["a:2000"], **cluster))  # trains nothing: no rank
+    assert ds.process_info().rank is None and ds.try_gpu() == FakeGpu(3)
+    machine(4, TF_CONFIG=tf_config("worker", 0, worker=["a:1"]))  # a job of one keeps every GPU
+    assert ds.try_all_gpus() == [FakeGpu(i) for i in range(4)]
+
+
+def test_tf_config_comes_after_horovod_and_before_slurm(machine):
+    job = tf_config("worker", 1, worker=["a:1", "a:2"])
+    machine(4, TF_CONFIG=job, **SLURM)
+    assert ds.process_info().launcher == "tf_config"
+    machine(4, TF_CONFIG=job, **HOROVOD)
+    assert ds.process_info().launcher == "horovod"
+
+
+@pytest.mark.parametrize("value, says", [("{not json", "is not the JSON TensorFlow expects"),
+                                         ('{"cluster": {"worker": ["a:1"]}}', "its task has no type"),
+                                         (tf_config("worker", 3, worker=["a:1"]), "names task worker 3")])
+def test_a_tf_config_devshim_cannot_read_is_refused_saying_why(machine, value, says):
+    machine(2, TF_CONFIG=value)
+    with pytest.raises(ds.LauncherEnvironmentError, match=says):
+        ds.try_gpu()
+
+
 def test_every_launcher_variable_is_listed():
     listed = set(settings.LAUNCHER_VARIABLES)
     for variables in LAUNCHED.values():
         assert set(variables) - {"SLURM_NTASKS"} <= listed
+    assert settings.TF_CONFIG_VAR in listed
 
 
 # ------------------------------------------------------------------ the frameworks' own devices
@@ -309,6 +347,72 @@ def test_the_jax_distributed_recipe_on_two_processes_of_a_fake_launcher():
     outputs = last_json_lines(ranks)
     for rank, seen in enumerate(outputs):
         assert seen == {"own": f"gpu:{rank}", "all": [f"gpu:{rank}"], "process_index": rank, "process_count": 2}
+
+
+JAX_DISTRIBUTED = """
+import json, os
+import jax
+import devshim as ds
+
+# No launcher: the processes are told their place by jax.distributed alone.
+jax.distributed.initialize(coordinator_address=f"127.0.0.1:{os.environ['COORDINATOR_PORT']}",
+                           num_processes=2, process_id=int(os.environ["PROCESS_ID"]))
+info = ds.process_info()
+bk = ds.get_backend()
+print(json.dumps({"info": info.as_dict(), "all": [str(bk.describe(d)) for d in ds.try_all_gpus()],
+                  "launch": ds.settings.launcher() is not None}))
+"""
+
+
+@pytest.mark.parametrize("virtual", ["2", "0"], ids=["two-virtual-gpus", "no-gpu"])
+def test_jax_distributed_alone_says_each_process_its_rank_and_gives_it_its_own_gpu(virtual):
+    """Two interpreters meet through jax.distributed.initialize (a local coordinator, a free
+    port) with no launcher variables: each is rank process_index() of process_count(), and
+    takes the virtual GPU of its rank."""
+    if "jax" not in ds.available_backends():
+        pytest.skip("jax is not installed in this environment")
+    port = str(free_port())
+    ranks = [start_python(JAX_DISTRIBUTED, DEVSHIM_BACKEND="jax", DEVSHIM_VIRTUAL_DEVICES=virtual,
+                          COORDINATOR_PORT=port, PROCESS_ID=str(r), PYTHONWARNINGS="error::UserWarning")
+             for r in range(2)]
+    for rank, seen in enumerate(last_json_lines(ranks)):
+        own = f"gpu:{rank}" if virtual == "2" else "cpu:0"
+        assert seen["info"] == {"launcher": "jax.distributed", "rank": rank, "local_rank": rank, "world_size": 2,
+                                "local_world_size": None, "device": own, "backend": "jax", "process_group": None}
+        assert seen["all"] == [own] and not seen["launch"]
+
+
+TF_WORKER = """
+import json
+import tensorflow as tf
+import devshim as ds
+
+ds.num_gpus()  # devshim first: its virtual GPUs exist before the strategy starts TensorFlow
+strategy = tf.distribute.MultiWorkerMirroredStrategy()  # reads TF_CONFIG, meets the other worker
+info = ds.process_info()
+
+@tf.function
+def total():
+    return tf.distribute.get_replica_context().all_reduce("sum", tf.constant(float(info.rank + 1)))
+
+print(json.dumps({"info": info.as_dict(), "sum": float(strategy.run(total).numpy())}))
+"""
+
+
+def test_two_tensorflow_workers_from_tf_config_each_take_their_own_virtual_gpu():
+    """Two interpreters with TF_CONFIG describing two workers on localhost (free ports) meet in a
+    MultiWorkerMirroredStrategy; each says its rank and takes the virtual GPU of its local rank."""
+    if "tensorflow" not in ds.available_backends():
+        pytest.skip("tensorflow is not installed in this environment")
+    workers = [f"localhost:{free_port()}", f"localhost:{free_port()}"]
+    ranks = [start_python(TF_WORKER, DEVSHIM_BACKEND="tensorflow", DEVSHIM_VIRTUAL_DEVICES="2",
+                          TF_CONFIG=tf_config("worker", r, worker=workers))
+             for r in range(2)]
+    for rank, seen in enumerate(last_json_lines(ranks, timeout=240)):
+        assert seen["info"] == {"launcher": "tf_config", "rank": rank, "local_rank": rank, "world_size": 2,
+                                "local_world_size": 2, "device": f"gpu:{rank}", "backend": "tensorflow",
+                                "process_group": None}
+        assert seen["sum"] == 3.0  # 1 + 2: the two workers are one job
 
 
 def test_devshim_info_says_which_process_this_is_under_a_launcher():

@@ -405,7 +405,26 @@ def test_virtual_devices_cannot_change_count_once_initialised():
             print("RAISED:", err)
     """, DEVSHIM_VIRTUAL_DEVICES="2")
     assert result.returncode == 0, result.stderr
-    assert "RAISED: 3 virtual GPUs" in result.stdout and "too late" in result.stdout
+    assert "RAISED: ds.testing.virtual_devices(3) asked for 3 virtual GPUs" in result.stdout
+    assert "TensorFlow started its devices with 2, and the number cannot change" in result.stdout
+
+
+def test_virtual_devices_set_in_time_but_asked_for_after_a_strategy_say_ask_devshim_first():
+    """DEVSHIM_VIRTUAL_DEVICES was set before Python started; a tf.distribute strategy created
+    before devshim was asked for devices started TensorFlow's runtime first."""
+    result = run_python("""
+        import tensorflow as tf
+        import devshim as ds
+        tf.distribute.MirroredStrategy()
+        try:
+            ds.num_gpus()
+        except ds.BackendError as err:
+            print("RAISED:", err)
+    """, DEVSHIM_VIRTUAL_DEVICES="2")
+    assert result.returncode == 0, result.stderr
+    assert "RAISED: DEVSHIM_VIRTUAL_DEVICES=2 asks for 2 virtual GPUs" in result.stdout
+    assert "Ask devshim first: call ds.num_gpus()" in result.stdout and "strategy" in result.stdout
+    assert "before starting Python" not in result.stdout  # it was: that is not the remedy
 
 
 def test_entering_a_device_scope_applies_the_request_first():

@@ -65,18 +65,17 @@ def main() -> None:
     result["allreduce_devices"] = [str(ds.neutral_device(t)) for t in totals]
     result["inputs_unchanged"] = ds.to_numpy(a).tolist() == [rank + 1.0, 10.0 * (rank + 1)]
 
-    # One DDP step, each rank on its half of the batch (not on virtual GPUs: no collective
-    # library reduces their tensors; see docs/torch.md).
-    if device.type == "cpu":
-        from torch.nn.parallel import DistributedDataParallel
+    # One DDP step, each rank on its share of the batch, on the CPU or on its virtual GPU.
+    from torch.nn.parallel import DistributedDataParallel
 
-        net, X, Y = problem()
-        model = DistributedDataParallel(ds.place_model(net, device))
-        share = BATCH // info.world_size
-        rows = slice(rank * share, (rank + 1) * share)
-        sgd_step(model, ds.to_device(X[rows], device), ds.to_device(Y[rows], device))
-        result["ddp_parameters"] = flat(model.module)
-        del model  # DDP's reducer holds the process group: let it go before the group
+    net, X, Y = problem()
+    model = DistributedDataParallel(ds.place_model(net, device))
+    result["ddp_device"] = str(ds.neutral_device(next(model.module.parameters())))
+    share = BATCH // info.world_size
+    rows = slice(rank * share, (rank + 1) * share)
+    sgd_step(model, ds.to_device(X[rows], device), ds.to_device(Y[rows], device))
+    result["ddp_parameters"] = flat(model.module)
+    del model  # DDP's reducer holds the process group: let it go before the group
     with open(Path(sys.argv[1]) / f"rank{rank}.json", "w") as out:  # one file per rank: no interleaving
         json.dump(result, out)
     torch.distributed.barrier()  # no rank tears the group down while another still uses it

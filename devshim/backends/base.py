@@ -341,7 +341,7 @@ class Backend(ABC):
     def try_all_gpus(self) -> list:
         count = self.num_gpus()
         if count:
-            launch = settings.launcher()
+            launch = self.launch()
             if launch is not None and launch.one_device_per_process:
                 return [self.make_native_device("gpu", self._own_index(launch, count))]
         return [self.make_native_device("gpu", i) for i in range(count)] or [self.cpu()]
@@ -362,10 +362,21 @@ class Backend(ABC):
         count = self.num_gpus()
         if not count:
             return None
-        launch = settings.launcher()
+        launch = self.launch()
         if launch is None or not launch.one_device_per_process:
             return 0
         return self._own_index(launch, count)
+
+    def launch(self):
+        """Which process of a job this is (a ``settings.Launch``), or None: the launcher's
+        variables (``settings.launcher()``), or what the framework itself knows of the job
+        (JAX's ``jax.distributed``), for backends whose framework can say.
+
+        Example:
+            >>> ds.get_backend().launch()      # under torchrun --nproc_per_node 2
+            Launch(name='torchrun', local_rank=1, rank=1, world_size=2, local_world_size=2, ...)
+        """
+        return settings.launcher()
 
     def visibility_narrowed(self) -> bool:
         """Whether the framework was told to show this process fewer accelerators than the

@@ -33,7 +33,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-__all__ = ["GuardHooks", "mark_wrapper", "original_of", "is_wrapper"]
+from devshim.errors import DeviceMismatchError, DevshimError
+
+__all__ = ["GuardHooks", "mark_wrapper", "original_of", "is_wrapper", "mixed_devices_refused"]
 
 _ORIGINAL = "__devshim_guard_original__"
 _ABSENT = object()  # what an owner had where a patch went: nothing of its own
@@ -176,3 +178,26 @@ def is_wrapper(fn) -> bool:
         False
     """
     return hasattr(fn, _ORIGINAL)
+
+
+def mixed_devices_refused(framework: str, error: BaseException, kinds, pattern, devices: str = ""):
+    """devshim's ``DeviceMismatchError`` for ``error`` when it is ``framework`` refusing to
+    combine tensors on different devices (an instance of ``kinds`` whose message matches the
+    compiled ``pattern``), with the framework's message first; None for anything else. What a
+    backend's ``translate`` returns for those refusals; ``devices`` names them, where known.
+
+    Example:
+        >>> mixed_devices_refused("PyTorch", RuntimeError("Expected all tensors to be on the same device"),
+        ...                       RuntimeError, re.compile("same device"))
+        DeviceMismatchError('Expected all tensors to be on the same device (PyTorch refused ...)')
+    """
+    if not isinstance(error, kinds) or isinstance(error, DevshimError):
+        return None
+    message = str(error)
+    if pattern.search(message) is None:
+        return None
+    return DeviceMismatchError(
+        f"{message} ({framework} refused to combine tensors on different devices{devices}; inside "
+        f"ds.transfer_guard this is devshim's error. Put them on one device explicitly first: "
+        f"x = ds.copy_if_needed(x, ds.device_of(y)).)"
+    )

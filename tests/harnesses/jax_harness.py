@@ -16,6 +16,13 @@ import jax.numpy as jnp  # noqa: E402
 import ml_dtypes  # noqa: E402  (a JAX dependency: NumPy's stand-in for bfloat16)
 
 
+def on_the_host():
+    """Arrays made with no device go to the host CPU, uncommitted, as the suite expects of
+    ``tensor(values)``: JAX's own default device is GPU 0 on a GPU machine, and virtual gpu:0
+    with virtual GPUs (devshim makes it so, as on a GPU machine)."""
+    return jax.default_device(ds.cpu(backend="jax"))
+
+
 class JaxHarness(Harness):
     name = "jax"
 
@@ -42,12 +49,16 @@ class JaxHarness(Harness):
         return ml_dtypes.bfloat16 if name == "bfloat16" else (np.dtype(name) if name else None)
 
     def tensor(self, values, device=None, dtype=None):
-        x = jnp.array(values, dtype=self._np_dtype(dtype))
+        with on_the_host():
+            x = jnp.array(values, dtype=self._np_dtype(dtype))
         return x if device is None else jax.device_put(x, device)  # the JAX idiom
 
     def from_bits(self, raw, shape, dtype, device=None):
         host = np.frombuffer(raw, dtype=self._np_dtype(dtype)).reshape(shape)
-        return jax.device_put(host, device) if device is not None else jnp.asarray(host)
+        if device is not None:
+            return jax.device_put(host, device)
+        with on_the_host():
+            return jnp.asarray(host)
 
     def bits(self, x):
         return np.ascontiguousarray(jax.device_get(x)).tobytes()
@@ -75,9 +86,10 @@ class JaxHarness(Harness):
 
     def mlp(self, sizes=(4, 8, 3), seed=0):
         rng = np.random.default_rng(seed)
-        return [(jnp.array(rng.standard_normal((a, b)).astype(np.float32)),
-                 jnp.array(rng.standard_normal(b).astype(np.float32)))
-                for a, b in zip(sizes[:-1], sizes[1:])]
+        with on_the_host():
+            return [(jnp.array(rng.standard_normal((a, b)).astype(np.float32)),
+                     jnp.array(rng.standard_normal(b).astype(np.float32)))
+                    for a, b in zip(sizes[:-1], sizes[1:])]
 
     def forward(self, model, x):
         for i, (w, b) in enumerate(model):

@@ -87,6 +87,7 @@ class JaxBackend(Backend):
         self._accelerators = None
         self._platform = _UNKNOWN
         self._copy_put = None
+        self._default_set = None  # the default device devshim gave JAX (virtual gpu:0), if any
 
     def device_table(self):
         return self._described
@@ -96,6 +97,8 @@ class JaxBackend(Backend):
         self._described.clear()
         self._by_device.clear()
         self._virtual = 0  # re-read from settings at the next use (_runtime)
+        if self._default_set is not None:
+            self._follow_default_device()  # JAX's default device is the CPU again until then
 
     def _runtime(self):
         """The jax module, with requested virtual devices configured first.
@@ -140,6 +143,25 @@ class JaxBackend(Backend):
     def accelerator_count(self) -> int:
         self._runtime()
         return len(self._accelerator_devices())
+
+    def launch(self):
+        """The launcher's variables, or else ``jax.distributed`` started with several processes:
+        rank ``jax.process_index()`` of ``jax.process_count()``. JAX does not say how many of them
+        share this machine, so the local rank is the process index too (right on one machine; on
+        several, each process's ``local_device_ids``, or a launcher, give it its device)."""
+        found = settings.launcher()
+        if found is not None or not self.is_loaded():
+            return found
+        jax = self.fw
+        is_initialized = getattr(jax.distributed, "is_initialized", None)
+        if is_initialized is None or not is_initialized():
+            return None
+        self._runtime()  # virtual GPUs asked for are set up before process_count starts JAX's backends
+        count = jax.process_count()
+        if count < 2:
+            return None
+        index = jax.process_index()
+        return settings.Launch("jax.distributed", index, index, count, None, "jax.process_index()")
 
     def visibility_narrowed(self) -> bool:
         # Once jax.distributed.initialize has run, JAX gave each process its devices (its
@@ -378,6 +400,16 @@ class JaxBackend(Backend):
     def array_namespace(self, x):
         return self.fw.numpy  # jax.numpy is JAX's array-API namespace (x.__array_namespace__())
 
+    def narrow(self, x, start: int, stop: int):
+        # Slice where x is: an uncommitted array (made with no device) would otherwise be sliced
+        # on JAX's default device, GPU 0 on a GPU machine and with virtual GPUs: a copy there.
+        sharding = getattr(x, "sharding", None)
+        if sharding is not None and len(sharding.device_set) == 1:
+            (native,) = sharding.device_set
+            with self.fw.default_device(native):
+                return x[start:stop]
+        return x[start:stop]
+
     # ------------------------------------------------------------ waiting
 
     def wait(self, x) -> None:
@@ -437,6 +469,24 @@ class JaxBackend(Backend):
             self._by_device.clear()
             self._targets.clear()
             self._virtual = count
+            self._follow_default_device()
+
+    def _follow_default_device(self) -> None:
+        """With virtual GPUs on, JAX's default device is virtual gpu:0 (host device 1), as a GPU
+        machine's is GPU 0: ``jnp.ones(3)`` lands there, and so do the constants ``jax.grad``
+        makes. A default the user chose (``jax.config.update("jax_default_device", ...)``) stays;
+        with virtual GPUs off again, the default devshim set goes."""
+        config = self.fw.config
+        current = config.jax_default_device
+        ours = self._default_set
+        if self._virtual:
+            if current is None or (ours is not None and current is ours):
+                self._default_set = self._cpu_devices()[virtual.host_index(0)]
+                config.update("jax_default_device", self._default_set)
+        elif ours is not None:
+            self._default_set = None
+            if current is ours:
+                config.update("jax_default_device", None)
 
     def _ask_for_host_devices(self, needed: int) -> None:
         """Ask JAX for ``needed`` host devices; JAX honours it only before it initialises."""

@@ -52,7 +52,7 @@ from devshim._device import Device
 from devshim.backends.registry import load_backend
 from devshim.errors import DeviceMismatchError, DevshimError, ImplicitTransferError
 from devshim.guard import marker
-from devshim.guard.hooks import GuardHooks, mark_wrapper
+from devshim.guard.hooks import GuardHooks, mark_wrapper, mixed_devices_refused
 from devshim.guard.levels import ALLOW, DISALLOW, OP_INPUT, READ, TO_DEVICE
 from devshim.guard.report import implicit
 from devshim.guard.state import current
@@ -331,7 +331,10 @@ def _guarded_device_put(original):
         if _global_key["pending"]:
             _settle_global_key()
         state = current()
-        if (state.host_to_device == ALLOW or not _CHECKING_KEY.value or marker.is_explicit()
+        if marker.is_explicit():  # devshim's own explicit call (split_batch's slicing): JAX's
+            with jax.transfer_guard_host_to_device(ALLOW):  # backstop guard must not refuse it
+                return original(aval, sharding, xs, devices, *args, **kwargs)
+        if (state.host_to_device == ALLOW or not _CHECKING_KEY.value
                 or _guard_lib.thread_local_state().explicit_device_put):
             return original(aval, sharding, xs, devices, *args, **kwargs)
         if any(isinstance(x, _ArrayImpl) for x in xs):  # JAX arrays: a copy between devices
@@ -443,15 +446,44 @@ def _jax_device(pattern, message: str, fallback):
     found = pattern.search(message)
     if found is None:
         return fallback
-    index = int(found.group(1))
+    return _device_by_id(int(found.group(1)), fallback)
+
+
+def _device_by_id(index: int, fallback):
+    """devshim's Device for JAX's device id ``index`` (another process's: ``fallback``)."""
     for native in jax.devices():
         if native.id == index:
-            return load_backend("jax").describe(native)
+            try:
+                return load_backend("jax").describe(native)
+            except DevshimError:
+                return fallback
     return fallback
 
 
+# JAX's refusal to run one computation on arrays committed to different devices (a ValueError,
+# raised whatever the guard's level), and the device ids its message names.
+_INCOMPATIBLE = "Received incompatible devices for jitted computation"
+_INCOMPATIBLE_PATTERN = re.compile(re.escape(_INCOMPATIBLE))
+_DEVICE_IDS = re.compile(r"device ids \[([\d, ]+)\]")
+
+
+def _mixed_devices(error):
+    """devshim's ``DeviceMismatchError`` for JAX refusing arrays on different devices, with
+    JAX's message and the devices named as devshim names them (virtual GPUs included)."""
+    message = str(error)
+    if _INCOMPATIBLE not in message:
+        return None
+    ids = {int(i) for group in _DEVICE_IDS.findall(message) for i in group.split(",") if i.strip()}
+    places = sorted({str(_device_by_id(i, f"JAX device id {i}")) for i in ids})
+    return mixed_devices_refused("JAX", error, ValueError, _INCOMPATIBLE_PATTERN,
+                                 f" ({', '.join(places)})" if places else "")
+
+
 def _translate(error):
-    """devshim's error for JAX's own guard refusing a transfer, recorded like devshim's own."""
+    """devshim's error for JAX's own guard refusing a transfer, recorded like devshim's own;
+    or for JAX refusing to mix devices (``DeviceMismatchError``, whatever the level)."""
+    if isinstance(error, ValueError) and not isinstance(error, DevshimError):
+        return _mixed_devices(error)
     if not isinstance(error, jax.errors.JaxRuntimeError):
         return None
     message = str(error)

@@ -22,6 +22,7 @@ replaced while a guard is active.
 
 from __future__ import annotations
 
+import re
 import sys
 
 import mxnet as mx
@@ -31,7 +32,7 @@ from mxnet.ndarray.numpy import _api_internal as _np_api
 from devshim._device import Device
 from devshim.backends.registry import load_backend
 from devshim.guard import marker
-from devshim.guard.hooks import GuardHooks, mark_wrapper
+from devshim.guard.hooks import GuardHooks, mark_wrapper, mixed_devices_refused
 from devshim.guard.levels import READ
 from devshim.guard.report import direction_of, implicit, read_name
 from devshim.guard.state import current
@@ -142,6 +143,11 @@ def _check(op_name: str, ndargs, state) -> None:
         implicit(direction, kind, f"mxnet op {op_name}", source, target, state)
 
 
+# MXNet's refusal of inputs in different contexts (a hybridized block's CachedOp: "CachedOp
+# requires all inputs to live on the same context").
+_MIXED = re.compile(r"same context")
+
+
 class MXNetGuardHooks(GuardHooks):
     """MXNet's transfer-guard hooks (the contract: ``devshim.guard.hooks.GuardHooks``).
 
@@ -161,3 +167,10 @@ class MXNetGuardHooks(GuardHooks):
         for name, fn in list(vars(_np_api).items()):
             if not name.startswith("__") and callable(fn) and not isinstance(fn, type):
                 self.patch(_np_api, name, _guarded_packed(name, fn))
+
+    def enter_block(self, state) -> None:
+        """Nothing to set; following every block is what lets ``translate`` see the errors
+        leaving it."""
+
+    def translate(self, error):
+        return mixed_devices_refused("MXNet", error, mx.base.MXNetError, _MIXED)

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from operator import methodcaller
 
-from devshim import transfer
+from devshim import settings, transfer
 from devshim.guard import marker
 from devshim.backends.base import Backend, DeviceTable
 from devshim.backends.numpy import SPEC
 from devshim._device import Device
-from devshim.errors import DeviceUnavailableError
+from devshim.errors import BackendError, DeviceUnavailableError
 
 HOST = "cpu"
 _CPU = Device("cpu", 0, native=HOST, backend="numpy")
@@ -112,23 +112,56 @@ class NumpyBackend(Backend):
             pass
         try:
             native = self.device(spec)
-        except DeviceUnavailableError as refused:
+        except (DeviceUnavailableError, BackendError) as refused:  # BackendError: virtual GPUs
             if not self._names_a_gpu(spec):
                 raise
             partner = self._accelerator_partner()
-            if partner is None:
-                raise DeviceUnavailableError(
-                    f"{refused} NumPy has no GPU of its own; to send NumPy arrays to one, install "
-                    f"CuPy (pip install cupy-cuda12x, or pip install \"devshim[cupy]\" where devshim is installed): "
-                    f"ds.to_device(x, \"gpu\") then gives a "
-                    f"CuPy array. Or convert with your framework, e.g. torch.as_tensor(x, device=...)."
-                ) from None
+            if partner is None or settings.virtual_device_count():
+                raise self._no_such_gpu(spec, refused) from None
             native = partner.target(spec)
         if self._cacheable(spec):
             self._targets[spec] = native
             if native is HOST:
                 self.device_table().targets[spec] = _CPU
         return native
+
+    def _no_such_gpu(self, spec, refused) -> DeviceUnavailableError:
+        """The error for a NumPy array sent to a GPU: when the GPU is another framework's
+        device, the array has to become that framework's tensor (``ds.convert``) to go there."""
+        owner, place = self._gpu_owner(spec)
+        virtual = settings.virtual_device_count()
+        partner = "" if virtual else ('; or install CuPy (pip install cupy-cuda12x, or pip install '
+                                      '"devshim[cupy]" where devshim is installed), NumPy\'s GPU partner')
+        if owner is None:  # no framework here has that GPU: say what was refused
+            return DeviceUnavailableError(
+                f"{refused} NumPy has no GPU of its own: its arrays live on the host only. To put one "
+                f"on a framework's GPU, make it that framework's tensor there: ds.convert(x, 'torch', "
+                f"device={place!r}), say{partner}; or keep it on the host with ds.cpu()."
+            )
+        return DeviceUnavailableError(
+            f"x is a NumPy array, and NumPy has no GPU: its arrays live on the host only, and {place} is "
+            f"a {'virtual ' if virtual else ''}GPU of {owner}. Make x a {owner} tensor on that device: "
+            f"ds.convert(x, {owner!r}, device={place!r}){partner}; or keep it on the host with ds.cpu()."
+        )
+
+    def _gpu_owner(self, spec) -> tuple:
+        """(the backend whose GPU ``spec`` is, or None when none has it; the GPU's name): a
+        framework's own device object names its framework, a spec the selected backend."""
+        from devshim._device import describe_native
+        from devshim.backends.registry import load_backend
+        from devshim.backends.selection import get_backend
+        from devshim.errors import DevshimError
+
+        described = spec if isinstance(spec, Device) else None if type(spec) is str else describe_native(spec)
+        place = str(described) if described is not None else str(spec)
+        owner = described.backend if described is not None and described.backend else get_backend().name
+        if owner == self.name:
+            return None, place
+        try:
+            load_backend(owner).device(spec if described is None or described.backend else place)
+        except DevshimError:
+            return None, place
+        return owner, place
 
     def _accelerator_partner(self):
         from devshim.backends.registry import accelerator_partner

@@ -448,14 +448,7 @@ class TensorflowBackend(Backend):
                 try:
                     tf.config.set_logical_device_configuration(host, wanted)
                 except RuntimeError:
-                    raise BackendError(
-                        f"{count} virtual GPUs were asked for ({settings.VIRTUAL_DEVICES_VAR} or "
-                        f"ds.testing.virtual_devices({count})), but TensorFlow has already "
-                        f"initialised its devices, so it is too late to add them. Set "
-                        f"{settings.VIRTUAL_DEVICES_VAR}={count} before starting Python, or call "
-                        f"ds.testing.virtual_devices({count}) before TensorFlow creates any "
-                        f"tensor or runs any op."
-                    ) from None
+                    raise _too_late(count, len(current) - 1 if current else 0) from None
             self._described.clear()
             self._targets.clear()
             self._virtual = count
@@ -466,6 +459,31 @@ _DENSE_ADVICE = {
     "SparseTensor": "tf.sparse.to_dense(x)",
     "IndexedSlices": "tf.convert_to_tensor(x)",
 }
+
+
+def _too_late(count: int, configured: int) -> BackendError:
+    """Virtual GPUs asked for after TensorFlow started its devices: the remedy is to ask devshim
+    first (the variable, when it was set, was set in time); ``configured`` virtual GPUs were
+    set up already (the number cannot change then)."""
+    from_environment = settings.virtual_devices_from_environment()
+    asked = (f"{settings.VIRTUAL_DEVICES_VAR}={count} asks" if from_environment
+             else f"ds.testing.virtual_devices({count}) asked")
+    if configured:
+        return BackendError(
+            f"{asked} for {count} virtual GPUs, but TensorFlow started its devices with {configured}, "
+            f"and the number cannot change once it has. Ask for {count} before TensorFlow starts "
+            f"(before its first tensor, op or tf.distribute strategy), or keep {configured}."
+        )
+    then = ("" if from_environment else
+            f" (call ds.testing.virtual_devices({count}) before that too, or set "
+            f"{settings.VIRTUAL_DEVICES_VAR}={count} before starting Python)")
+    return BackendError(
+        f"{asked} for {count} virtual GPUs, but TensorFlow started its devices before devshim was "
+        f"first asked for them, so it is too late to add them: creating a tf.distribute strategy "
+        f"(MultiWorkerMirroredStrategy, MirroredStrategy), a tensor or an op starts them. Ask devshim "
+        f"first: call ds.num_gpus() (or ds.try_gpu()) right after importing TensorFlow, before the "
+        f"strategy or any tensor{then}."
+    )
 
 
 def _identity_gradient(op, grad):

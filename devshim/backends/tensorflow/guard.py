@@ -22,6 +22,8 @@ runtime and are not seen one by one.
 
 from __future__ import annotations
 
+import re
+
 import tensorflow as tf
 from tensorflow.python import pywrap_tfe
 from tensorflow.python.framework import ops as _tf_ops
@@ -29,7 +31,7 @@ from tensorflow.python.framework import ops as _tf_ops
 from devshim._device import Device
 from devshim.backends.registry import load_backend
 from devshim.guard import marker
-from devshim.guard.hooks import GuardHooks, mark_wrapper
+from devshim.guard.hooks import GuardHooks, mark_wrapper, mixed_devices_refused
 from devshim.guard.levels import READ
 from devshim.guard.report import direction_of, implicit, read_name
 from devshim.guard.state import current
@@ -171,6 +173,11 @@ def _guarded_execute(original):
     return TFE_Py_Execute
 
 
+# TensorFlow's refusals of inputs on other devices: an op's under the "explicit" device policy
+# (tf.config.experimental.set_device_policy), and a resource read from another device.
+_MIXED = re.compile(r"Tensors on conflicting devices|located in device \S+ from device")
+
+
 class TensorFlowGuardHooks(GuardHooks):
     """TensorFlow's transfer-guard hooks (the contract: ``devshim.guard.hooks.GuardHooks``).
 
@@ -189,3 +196,10 @@ class TensorFlowGuardHooks(GuardHooks):
         self.patch(_EagerTensorBase, "_numpy", _guarded_numpy(_EagerTensorBase.__dict__["_numpy"]))
         for name, wrap in (("TFE_Py_FastPathExecute", _guarded_fast_path), ("TFE_Py_Execute", _guarded_execute)):
             self.patch(pywrap_tfe, name, wrap(getattr(pywrap_tfe, name)))
+
+    def enter_block(self, state) -> None:
+        """Nothing to set (TensorFlow's device policy is the user's); following every block
+        is what lets ``translate`` see the errors leaving it."""
+
+    def translate(self, error):
+        return mixed_devices_refused("TensorFlow", error, tf.errors.OpError, _MIXED)

@@ -59,6 +59,7 @@ class TensorFlowInterop(Interop):
             >>> adopt(adapter, torch.ones(2), adapter.cpu(), False)
             <tf.Tensor: shape=(2,), dtype=float32, numpy=array([1., 1.], dtype=float32)>
         """
+        adapter.runtime()  # virtual GPUs asked for are set up before TensorFlow's first tensor
         try:
             return tf.experimental.dlpack.from_dlpack(obj.__dlpack__())
         except (BufferError, RuntimeError, TypeError, ValueError, tf.errors.OpError) as error:
@@ -72,6 +73,7 @@ class TensorFlowInterop(Interop):
             >>> from_host(adapter, np.ones(2), adapter.cpu())
             <tf.Tensor: shape=(2,), dtype=float64, numpy=array([1., 1.])>
         """
+        adapter.runtime()  # virtual GPUs asked for are set up before TensorFlow's first tensor
         try:
             host = tf.convert_to_tensor(array)
         except (TypeError, ValueError):

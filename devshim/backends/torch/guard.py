@@ -23,6 +23,7 @@ alone (no block) guards host reads only.
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 
@@ -31,7 +32,7 @@ import torch
 from devshim._device import Device
 from devshim.backends.registry import load_backend
 from devshim.guard import marker
-from devshim.guard.hooks import GuardHooks, mark_wrapper, original_of
+from devshim.guard.hooks import GuardHooks, mark_wrapper, mixed_devices_refused, original_of
 from devshim.guard.levels import ALLOW, READ
 from devshim.guard.report import direction_of, implicit, read_name
 from devshim.guard.state import current
@@ -209,6 +210,12 @@ def _exit_thread() -> None:
             _local.depth = 0
 
 
+# PyTorch's refusals of tensors on different devices ("Expected all tensors to be on the same
+# device", "Tensor on device meta is not on the expected device cpu!", an RNN's "Input and
+# parameter tensors are not at the same device").
+_MIXED = re.compile(r"same device|not on the expected device")
+
+
 class TorchGuardHooks(GuardHooks):
     """PyTorch's transfer-guard hooks (the contract: ``devshim.guard.hooks.GuardHooks``).
 
@@ -237,3 +244,10 @@ class TorchGuardHooks(GuardHooks):
 
     def exit_thread(self) -> None:
         _exit_thread()
+
+    def enter_block(self, state) -> None:
+        """Nothing to set; following every block is what lets ``translate`` see the errors
+        leaving it."""
+
+    def translate(self, error):
+        return mixed_devices_refused("PyTorch", error, RuntimeError, _MIXED)

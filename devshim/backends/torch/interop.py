@@ -2,7 +2,9 @@
 
 Tensors export through ``torch.Tensor.__dlpack__``, detached (autograd history does not
 cross frameworks); a tensor with the conjugate or negative bit set, a sparse or quantized
-one, or one on a virtual GPU is copied instead. Imports use ``torch.from_dlpack``. torch
+one, or one on a virtual GPU is copied instead. Imports use ``torch.from_dlpack``, except
+for a source with a negative stride (a reversed NumPy or CuPy view, ``a[::-1]``): torch
+cannot take one (torch 2.13 aborts the interpreter in C++ on it; 2.15 raises), so it is copied. torch
 tensors are writable: a tensor sharing a JAX or TensorFlow array's memory writes into
 that array, which those frameworks assume never changes (don't).
 
@@ -56,6 +58,11 @@ class TorchInterop(Interop):
             >>> adopt(adapter, np.ones(2), torch.device("cpu"), False)
             tensor([1., 1.], dtype=torch.float64)
         """
+        strides = getattr(obj, "strides", None)  # NumPy's and CuPy's, in bytes
+        if isinstance(strides, tuple) and any(stride < 0 for stride in strides):
+            # torch's DLPack import computes a negative storage size for these and throws in C++
+            # where nothing catches it: the interpreter aborts (torch 2.13; 2.15 raises RuntimeError).
+            raise CopyRequiredError(f"torch cannot import an array with a negative stride (strides {strides})")
         try:
             return torch.from_dlpack(obj)
         except (BufferError, RuntimeError, TypeError, ValueError) as error:
