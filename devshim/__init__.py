@@ -43,8 +43,8 @@ _EXPORTS = {
          "FirstCallInTraceError",
          "MultiDeviceValueError", "MixedArrayModulesError", "TimingError", "ExperimentError",
          "BenchUsageError", "PlotUnavailableError", "LauncherEnvironmentError", "VirtualDeviceCountError",
-         "VirtualDataParallelError", "DevshimWarning",
-         "ImplicitTransferWarning", "SharedDeviceWarning"),
+         "VirtualDataParallelError", "FrameworkReleaseError", "DevshimWarning",
+         "ImplicitTransferWarning", "SharedDeviceWarning", "FrameworkInternalWarning"),
         "devshim.errors",
     ),
 }

@@ -17,11 +17,16 @@ from helpers import run_python as run_fresh
 
 torch = pytest.importorskip("torch")
 # Real accelerators: devshim's virtual GPUs (torch device type "vgpu") do not count.
-_real = torch.accelerator.is_available() and torch.accelerator.current_accelerator().type != "vgpu"
+_accelerator = getattr(torch, "accelerator", None)
+# torch before 2.6 has no torch.accelerator: CUDA's own count stands in.
+_real = (_accelerator.is_available() and _accelerator.current_accelerator().type != "vgpu" if _accelerator
+         else torch.cuda.device_count() > 0)
 needs_accelerator = pytest.mark.skipif(not _real, reason="needs a GPU (or other accelerator) visible to torch")
 needs_two = pytest.mark.skipif(
-    not _real or torch.accelerator.device_count() < 2, reason="needs two accelerators visible to torch"
+    not _real or (_accelerator.device_count() if _accelerator else torch.cuda.device_count()) < 2,
+    reason="needs two accelerators visible to torch",
 )
+needs_torch_accelerator = pytest.mark.skipif(_accelerator is None, reason="torch.accelerator arrived in torch 2.6")
 
 
 @pytest.fixture
@@ -35,6 +40,8 @@ def bk():
 
 def fake_accelerator(monkeypatch, platform, count):
     """Make torch.accelerator report ``count`` devices of ``platform`` (None: no accelerator)."""
+    if _accelerator is None:
+        pytest.skip("torch.accelerator arrived in torch 2.6")
     found = torch.device(platform) if platform else None
     monkeypatch.setattr(torch.accelerator, "current_accelerator",
                         lambda check_available=False: found)
@@ -55,6 +62,7 @@ def test_the_accelerator_torch_reports_is_the_gpu(bk, monkeypatch, platform):
     assert bk.accelerator_platform() == platform
 
 
+@needs_torch_accelerator
 def test_an_out_of_tree_accelerator_is_the_gpu_under_its_own_name(bk, monkeypatch):
     """A privateuse1 backend renamed by its plug-in (Ascend's "npu", say) is found by torch.accelerator."""
     fake = type("FakeDevice", (), {"type": "npu"})()
@@ -90,6 +98,22 @@ def test_without_torch_accelerator_the_old_checks_are_used(bk, monkeypatch):
     settings.reload()
     assert bk.accelerator_platform() == "mps"
     assert ds.num_gpus() == 1 and ds.try_gpu() == torch.device("mps", 0)
+
+
+def test_without_torch_accelerator_a_negative_count_is_no_device(bk, monkeypatch):
+    """torch before 2.6 answers torch.mtia.device_count() == -1 on a machine without MTIA: that
+    is no accelerator, not an MTIA device (it was mtia:0, and copies to it failed)."""
+    if hasattr(torch, "accelerator"):
+        monkeypatch.delattr(torch, "accelerator")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    if hasattr(torch, "xpu"):
+        monkeypatch.setattr(torch.xpu, "device_count", lambda: 0)
+    monkeypatch.setattr(torch.mtia, "device_count", lambda: -1)
+    settings.reload()
+    assert bk.accelerator_platform() is None
+    assert ds.num_gpus() == 0 and ds.try_gpu() == torch.device("cpu")
+    assert ds.to_device(torch.ones(2), ds.try_gpu()).device == torch.device("cpu")
 
 
 def test_cuda_on_old_torch_counts_through_torch_cuda(bk, monkeypatch):
