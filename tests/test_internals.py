@@ -75,6 +75,13 @@ def test_backend_modules_name_no_private_framework_name_outside_their_internals(
     assert found == []
 
 
+def test_the_docs_list_every_internal_with_its_fallback():
+    page = (ROOT / "docs" / "supported-versions.md").read_text()
+    missing = [internal.name for backend in BACKENDS for internal in internals_of(backend)
+               if f"`{internal.name}`" not in page]
+    assert missing == []
+
+
 def test_every_backend_folder_has_its_internals_module():
     folders = sorted(p.name for p in (ROOT / "devshim" / "backends").iterdir() if (p / "__init__.py").exists())
     assert folders == sorted(BACKENDS)
