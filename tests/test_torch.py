@@ -27,7 +27,7 @@ needs_two = pytest.mark.skipif(
     reason="needs two accelerators visible to torch",
 )
 needs_torch_accelerator = pytest.mark.skipif(_accelerator is None, reason="torch.accelerator arrived in torch 2.6")
-# devshim inside torch.compile needs torch 2.13 or later: on 2.9.1 and 2.4.1 Dynamo fails while tracing
+# devshim inside torch.compile needs torch 2.13 or later: on 2.4.1 and 2.9.1 to 2.12 Dynamo fails while tracing
 # devshim's dispatch (docs/supported-versions.md).
 _release = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
 needs_compile_support = pytest.mark.skipif(
