@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name load
         TimingError, UnbuiltModelError, UnknownSubmoduleError, UnplacedTensorError, UnsupportedDtypeError,
         UnsupportedPlacementError, UnsupportedValueError, VirtualDataParallelError, VirtualDeviceCountError,
         NotCloseError, GradientMismatchError, NoAutodiffError, ImmutableInputError, GradientCheckUsageError,
+        FrameworkReleaseError, FrameworkInternalWarning,
     )
     from devshim.generic import array_module, get_array_module
     from devshim.guard import TransferReport
@@ -75,8 +76,8 @@ _EXPORTS = {
          "FirstCallInTraceError",
          "MultiDeviceValueError", "MixedArrayModulesError", "TimingError", "ExperimentError",
          "BenchUsageError", "PlotUnavailableError", "LauncherEnvironmentError", "VirtualDeviceCountError",
-         "VirtualDataParallelError", "DevshimWarning",
-         "ImplicitTransferWarning", "SharedDeviceWarning",
+         "VirtualDataParallelError", "FrameworkReleaseError", "DevshimWarning",
+         "ImplicitTransferWarning", "SharedDeviceWarning", "FrameworkInternalWarning",
          "NotCloseError", "GradientMismatchError", "NoAutodiffError", "ImmutableInputError",
          "GradientCheckUsageError"),
         "devshim.errors",
@@ -102,7 +103,8 @@ __all__ = ["cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "devices", "devi
     "TimingError", "ExperimentError", "BenchUsageError", "PlotUnavailableError", "LauncherEnvironmentError",
     "VirtualDeviceCountError", "VirtualDataParallelError", "DevshimWarning", "ImplicitTransferWarning",
     "SharedDeviceWarning", "NotCloseError", "GradientMismatchError", "NoAutodiffError", "ImmutableInputError",
-    "GradientCheckUsageError", "testing", "settings", "backends"]
+    "GradientCheckUsageError", "FrameworkReleaseError", "FrameworkInternalWarning", "testing", "settings",
+    "backends"]
 
 
 def __getattr__(name: str) -> Any:

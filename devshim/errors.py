@@ -48,9 +48,12 @@ __all__ = [
     "LauncherEnvironmentError",
     "VirtualDeviceCountError",
     "VirtualDataParallelError",
+    "FrameworkReleaseError",
     "DevshimWarning",
     "ImplicitTransferWarning",
     "SharedDeviceWarning",
+    "FrameworkInternalWarning",
+    "NotCloseError", "GradientMismatchError", "NoAutodiffError", "ImmutableInputError", "GradientCheckUsageError",
 ]
 
 
@@ -475,6 +478,18 @@ class LauncherEnvironmentError(DevshimError, ValueError):
     """
 
 
+class FrameworkReleaseError(DevshimError, RuntimeError):
+    """A devshim feature was asked for on a framework release older than the one it needs
+    (placing a Keras 2 model; docs/supported-versions.md lists each feature's range). The
+    message names the release it needs and what to do meanwhile.
+
+    Example:
+        >>> ds.place_model(tf_keras_model, ds.try_gpu())     # Keras 2 (TF 2.12-2.15, tf_keras)
+        Traceback (most recent call last):
+        devshim.errors.FrameworkReleaseError: devshim places Keras 3 models; this is a Keras 2 ...
+    """
+
+
 class DevshimWarning(UserWarning):
     """Base class of the warnings devshim issues.
 
@@ -575,5 +590,12 @@ class GradientCheckUsageError(DevshimError, ValueError):
     """
 
 
-__all__ += ["NotCloseError", "GradientMismatchError", "NoAutodiffError", "ImmutableInputError",
-            "GradientCheckUsageError"]
+class FrameworkInternalWarning(DevshimWarning):
+    """A framework release lacks a private name devshim uses (a release devshim is not tested
+    on moved it): the feature that needs it degrades, and the warning says how. Issued once per
+    internal and process. docs/supported-versions.md lists every internal and its fallback.
+
+    Example:
+        >>> ds.to_device(x, ds.try_gpu())     # on a torch that moved torch._dynamo.exc.RestartAnalysis
+        FrameworkInternalWarning: torch 2.16.0 has no torch._dynamo.exc.RestartAnalysis ...
+    """

@@ -235,6 +235,12 @@ def test_layouts_the_importer_cannot_take_are_copied_never_aborting_the_process(
 
 @pytest.mark.skipif("jax" not in INSTALLED, reason="jax not installed here")
 def test_jax_shares_only_aligned_host_buffers_and_copies_the_others():
+    import jax  # noqa: F401 - release() reads the imported module
+
+    from devshim.backends.probes import release
+
+    if release("jax") <= (0, 4, 31):
+        pytest.skip("JAX 0.4.31 imports unaligned host buffers in place (measured); later releases copy them")
     x = aligned(VALUES, offset=16)
     y = ds.convert(x, "jax")
     assert bits(y) == bits(x) and address("jax", y) != address("numpy", x)

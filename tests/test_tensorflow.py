@@ -603,3 +603,32 @@ def test_placing_an_unbuilt_model_again_moves_its_first_call(keras):
     assert weight_places(net) == {"cpu:0"}
     shaped = ds.place_model(keras.Sequential([keras.layers.Dense(2)]), target, input_shape=(None, 3))
     assert shaped.built and weight_places(shaped) == {name}  # with a shape: built at once
+
+
+# ------------------------------------------------------------ Keras 2
+
+
+class _Keras2Layer:
+    """A layer of a stand-in Keras 2 package (tf_keras 2.16.0), for the refusal on any release."""
+
+
+def test_a_keras_2_model_is_refused_by_name_saying_what_release_it_needs(monkeypatch):
+    fake = types.ModuleType("tf_keras")
+    fake.__version__ = "2.16.0"
+    fake.layers = types.SimpleNamespace(Layer=_Keras2Layer)
+    monkeypatch.setitem(__import__("sys").modules, "tf_keras", fake)
+    for call in (lambda: ds.place_model(_Keras2Layer(), ds.cpu()), lambda: ds.replicate(_Keras2Layer(), [ds.cpu()]),
+                 lambda: ds.model_device(_Keras2Layer())):
+        with pytest.raises(ds.FrameworkReleaseError, match=r"Keras 2 model \(tf_keras 2\.16\.0\); devshim places "
+                                                           r"Keras 3 models \(keras 3\.0 or later"):
+            call()
+
+
+def test_a_real_tf_keras_model_is_refused_and_its_tensors_still_move():
+    tf_keras = pytest.importorskip("tf_keras", reason="tf_keras (Keras 2) is installed in the tensorflow-floor env")
+    model = tf_keras.Sequential([tf_keras.layers.Dense(2)])
+    model.build((None, 3))
+    with pytest.raises(ds.FrameworkReleaseError, match="TF_USE_LEGACY_KERAS"):
+        ds.place_model(model, ds.cpu())
+    moved = ds.to_device(model.weights[0], ds.cpu())  # a Keras 2 weight is a tf.Variable
+    assert ds.device_of(moved) == ds.cpu() and tuple(moved.shape) == (3, 2)

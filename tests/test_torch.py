@@ -17,11 +17,21 @@ from helpers import run_python as run_fresh
 
 torch = pytest.importorskip("torch")
 # Real accelerators: devshim's virtual GPUs (torch device type "vgpu") do not count.
-_real = torch.accelerator.is_available() and torch.accelerator.current_accelerator().type != "vgpu"
+_accelerator = getattr(torch, "accelerator", None)
+# torch before 2.6 has no torch.accelerator: CUDA's own count stands in.
+_real = (_accelerator.is_available() and _accelerator.current_accelerator().type != "vgpu" if _accelerator
+         else torch.cuda.device_count() > 0)
 needs_accelerator = pytest.mark.skipif(not _real, reason="needs a GPU (or other accelerator) visible to torch")
 needs_two = pytest.mark.skipif(
-    not _real or torch.accelerator.device_count() < 2, reason="needs two accelerators visible to torch"
+    not _real or (_accelerator.device_count() if _accelerator else torch.cuda.device_count()) < 2,
+    reason="needs two accelerators visible to torch",
 )
+needs_torch_accelerator = pytest.mark.skipif(_accelerator is None, reason="torch.accelerator arrived in torch 2.6")
+# devshim inside torch.compile needs torch 2.13 or later: on 2.4.1 and 2.9.1 to 2.12 Dynamo fails while tracing
+# devshim's dispatch (docs/supported-versions.md).
+_release = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+needs_compile_support = pytest.mark.skipif(
+    _release < (2, 13), reason="devshim's torch.compile support needs torch 2.13 or later")
 
 
 @pytest.fixture
@@ -35,6 +45,8 @@ def bk():
 
 def fake_accelerator(monkeypatch, platform, count):
     """Make torch.accelerator report ``count`` devices of ``platform`` (None: no accelerator)."""
+    if _accelerator is None:
+        pytest.skip("torch.accelerator arrived in torch 2.6")
     found = torch.device(platform) if platform else None
     monkeypatch.setattr(torch.accelerator, "current_accelerator",
                         lambda check_available=False: found)
@@ -55,6 +67,7 @@ def test_the_accelerator_torch_reports_is_the_gpu(bk, monkeypatch, platform):
     assert bk.accelerator_platform() == platform
 
 
+@needs_torch_accelerator
 def test_an_out_of_tree_accelerator_is_the_gpu_under_its_own_name(bk, monkeypatch):
     """A privateuse1 backend renamed by its plug-in (Ascend's "npu", say) is found by torch.accelerator."""
     fake = type("FakeDevice", (), {"type": "npu"})()
@@ -82,7 +95,7 @@ def test_devshim_device_cpu_hides_the_accelerator_too(bk, monkeypatch, setenv):
 
 
 def test_without_torch_accelerator_the_old_checks_are_used(bk, monkeypatch):
-    monkeypatch.delattr(torch, "accelerator")
+    monkeypatch.delattr(torch, "accelerator", raising=False)  # (torch before 2.6 has none)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
     if hasattr(torch, "xpu"):
@@ -92,8 +105,23 @@ def test_without_torch_accelerator_the_old_checks_are_used(bk, monkeypatch):
     assert ds.num_gpus() == 1 and ds.try_gpu() == torch.device("mps", 0)
 
 
+def test_without_torch_accelerator_a_negative_count_is_no_device(bk, monkeypatch):
+    """torch before 2.6 answers torch.mtia.device_count() == -1 on a machine without MTIA: that
+    is no accelerator, not an MTIA device (it was mtia:0, and copies to it failed)."""
+    monkeypatch.delattr(torch, "accelerator", raising=False)  # (torch before 2.6 has none)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    if hasattr(torch, "xpu"):
+        monkeypatch.setattr(torch.xpu, "device_count", lambda: 0)
+    monkeypatch.setattr(torch.mtia, "device_count", lambda: -1)
+    settings.reload()
+    assert bk.accelerator_platform() is None
+    assert ds.num_gpus() == 0 and ds.try_gpu() == torch.device("cpu")
+    assert ds.to_device(torch.ones(2), ds.try_gpu()).device == torch.device("cpu")
+
+
 def test_cuda_on_old_torch_counts_through_torch_cuda(bk, monkeypatch):
-    monkeypatch.delattr(torch, "accelerator")
+    monkeypatch.delattr(torch, "accelerator", raising=False)  # (torch before 2.6 has none)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
     settings.reload()
@@ -252,6 +280,7 @@ def test_on_two_real_accelerators(bk):
 # ------------------------------------------------------------ torch.compile
 
 
+@needs_compile_support
 def test_hot_paths_compile_with_fullgraph_and_return_what_eager_returns():
     torch = pytest.importorskip("torch")
     target = ds.try_gpu()
@@ -275,6 +304,7 @@ class _Pair(typing.NamedTuple):
     second: object
 
 
+@needs_compile_support
 def test_compiled_nest_copies_compile_once_and_match_eager():
     """Nests as Hugging Face batches have them (a UserDict, a namedtuple, strings met for the first
     time inside the trace), skip_keys and non_blocking: one graph, no recompile on later calls."""
@@ -309,6 +339,7 @@ def test_compiled_nest_copies_compile_once_and_match_eager():
     assert len(graphs) == 1
 
 
+@needs_compile_support
 def test_the_public_functions_themselves_compile_with_fullgraph():
     """ds.to_device and ds.copy_if_needed compiled as they are, with a spec string, keywords and a nest."""
     torch = pytest.importorskip("torch")
@@ -353,6 +384,7 @@ print(json.dumps({{"refused": refused, "graphs": len(graphs), "same": got[2] is 
 """
 
 
+@needs_compile_support
 @pytest.mark.parametrize(("first", "own"), [("ds.try_gpu()", False), ("", False), ("ds.try_gpu()", True)],
                          ids=["devshim-called-before", "first-devshim-call", "own-subclass-first-met-in-trace"])
 def test_first_compiled_call_meeting_torch_types_compiles_in_one_graph(first, own):
@@ -366,6 +398,7 @@ def test_first_compiled_call_meeting_torch_types_compiles_in_one_graph(first, ow
     assert found == {"refused": "", "graphs": 1, "same": True}
 
 
+@needs_compile_support
 def test_first_compiled_call_without_a_restartable_trace_says_what_to_do():
     """A torch whose Dynamo cannot start over (here: the torch adapter's restart made a no-op):
     the compile fails with FirstCallInTraceError saying to call devshim first; then it works."""

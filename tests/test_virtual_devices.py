@@ -62,7 +62,13 @@ def test_the_d2l_tensorflow_flow_on_two_virtual_gpus():
         assert ds.same_device(Y, Z) and not ds.same_device(X, Y) and not ds.same_device(X, Z)
         # real copies: TensorFlow's own placement, and separate host buffers
         assert X.device.endswith("/device:CPU:1") and Z.device.endswith("/device:CPU:2")
-        assert not np.shares_memory(np.from_dlpack(X), np.from_dlpack(Z))
+        def host(t):  # the buffer itself (EagerTensor has __dlpack__ only from TensorFlow 2.17 on)
+            capsule = tf.experimental.dlpack.to_dlpack(t)
+            exporter = type("Exporter", (), {"__dlpack__": lambda self, stream=None, **_: capsule,
+                                             "__dlpack_device__": lambda self: (1, 0)})
+            return np.from_dlpack(exporter())
+
+        assert not np.shares_memory(host(X), host(Z)) and np.shares_memory(host(X), host(X))
 
         # TensorFlow runs an op without a scope on its default device, copying inputs there
         # silently; the "explicit" policy makes it refuse instead, as a real GPU pair would.

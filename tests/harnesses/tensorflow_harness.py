@@ -126,6 +126,8 @@ class TensorflowHarness(Harness):
     def _host_buffer(x):
         if x.dtype == tf.bfloat16:  # DLPack has no bfloat16; bitcast keeps the buffer
             x = tf.bitcast(x, tf.uint16)
+        if not hasattr(x, "__dlpack__"):  # TensorFlow before 2.17: its capsule, behind the protocol
+            x = _HostCapsule(x)
         return np.from_dlpack(x)
 
     def grad_of_sum(self, fn, values, device=None):
@@ -148,3 +150,17 @@ class TensorflowHarness(Harness):
 
 
 HARNESS = TensorflowHarness()
+
+
+class _HostCapsule:
+    """A host tensor's DLPack capsule (``tf.experimental.dlpack.to_dlpack``) behind the protocol
+    ``np.from_dlpack`` asks for, which EagerTensor has only from TensorFlow 2.17 on."""
+
+    def __init__(self, tensor):
+        self._tensor = tensor
+
+    def __dlpack__(self, stream=None, **_):
+        return tf.experimental.dlpack.to_dlpack(self._tensor)
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU: aliases() asks only about host-memory tensors

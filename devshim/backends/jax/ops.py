@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import itertools
 
 import jax
@@ -82,15 +83,25 @@ def native_calls(x, device) -> dict:
     return {
         "device_of": (lambda: x.device) if hasattr(x, "device") else (lambda: x.devices()),
         "copy_if_needed": lambda: jax.device_put(x, device),
-        "to_device": lambda: jax.device_put(x, device, may_alias=False),
+        "to_device": lambda: _copy_put(x, device),
     }
+
+
+def _copy_put(x, device):
+    """``jax.device_put(x, device, may_alias=False)``; on a JAX without may_alias (0.4.31), a copy put there."""
+    if _HAS_MAY_ALIAS:
+        return jax.device_put(x, device, may_alias=False)
+    return jax.device_put(jnp.array(x, copy=True), device)
+
+
+_HAS_MAY_ALIAS = "may_alias" in inspect.signature(jax.device_put).parameters
 
 
 def native_copy_dict(leaves: dict, device) -> dict:
     """``{key: copy of value on device}`` as a user writes it: a dict comprehension."""
-    return {key: jax.device_put(value, device, may_alias=False) for key, value in leaves.items()}
+    return {key: _copy_put(value, device) for key, value in leaves.items()}
 
 
 def native_copy_lists(nest: dict, device) -> dict:
     """``{key: [copies on device]}`` for a dict of lists of tensors, written out by hand."""
-    return {key: [jax.device_put(value, device, may_alias=False) for value in values] for key, values in nest.items()}
+    return {key: [_copy_put(value, device) for value in values] for key, values in nest.items()}

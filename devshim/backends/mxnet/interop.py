@@ -17,6 +17,7 @@ import ctypes
 import mxnet as mx
 
 from devshim.backends.interop_base import CapsuleProducer, Interop
+from devshim.backends.mxnet import _internals
 from devshim.errors import CopyRequiredError, UnsupportedDtypeError
 
 __all__ = ["MXNetInterop"]
@@ -93,8 +94,11 @@ class MXNetInterop(Interop):
         # engine may be allocating it for the write: the write lands in memory the array
         # then drops. Waiting first is what MXNet's DLPack export does too.
         x.wait_to_read()
+        get_data = _internals.NDARRAY_GET_DATA.get()
+        if get_data is None:
+            return None
         try:
-            mx.base.check_call(mx.base._LIB.MXNDArrayGetData(x.handle, ctypes.byref(found)))
+            mx.base.check_call(get_data(x.handle, ctypes.byref(found)))
         except (AttributeError, mx.base.MXNetError):
             return None
         return found.value

@@ -15,11 +15,18 @@ import numpy
 from mxnet.gluon.parameter import DeferredInitializationError
 
 from devshim.backends.model_base import ModelPlacement
+from devshim.backends.mxnet import _internals
 from devshim.errors import UnbuiltModelError, UnsupportedPlacementError
 
 
 def _params(block) -> list:
     return list(block.collect_params().items())
+
+
+def _deferred(param) -> bool:
+    """Whether Gluon deferred ``param``'s initialisation until its shape is known."""
+    deferred = _internals.DEFERRED_INIT.get()
+    return bool(deferred and getattr(param, deferred))
 
 
 def _initialised(param) -> bool:
@@ -62,7 +69,7 @@ class GluonPlacement(ModelPlacement):
 
     def place(self, block, native, adapter, input_shape=None):
         params = _params(block)
-        if any(not _initialised(p) and not p._deferred_init for _, p in params):
+        if any(not _initialised(p) and not _deferred(p) for _, p in params):
             block.initialize(ctx=native)  # never initialised: create the parameters on the device
         else:
             # Initialised (or waiting for shapes): move them. reset_ctx re-creates the gradient
@@ -72,7 +79,8 @@ class GluonPlacement(ModelPlacement):
 
     def child_sizes(self, block) -> list:
         sizes = []
-        for name, child in block._children.items():
+        children = _internals.CHILDREN.get()
+        for name, child in (getattr(block, children).items() if children else ()):
             total = 0
             for _, p in child.collect_params().items():
                 if _initialised(p):

@@ -26,7 +26,7 @@ import threading
 from devshim import settings
 from devshim.backends import virtual
 from devshim.backends.base import Backend, DeviceTable
-from devshim.backends.tensorflow import SPEC
+from devshim.backends.tensorflow import SPEC, _internals
 from devshim._device import Device, parse_spec
 from devshim.errors import (
     BackendError, InvalidDeviceError, MultiDeviceValueError, UnplacedTensorError, UnsupportedDtypeError, UnsupportedValueError,
@@ -148,7 +148,7 @@ class TensorflowBackend(Backend):
 
     def is_tensor(self, x) -> bool:
         tf = self.fw
-        if isinstance(x, (tf.Tensor, tf.Variable, tf.__internal__.CompositeTensor, tf.TensorArray)):
+        if isinstance(x, (tf.Tensor, tf.Variable, _composite_tensor(), tf.TensorArray)):
             return True
         return _is_keras_variable(x)
 
@@ -221,7 +221,7 @@ class TensorflowBackend(Backend):
             return self.tensor_device(self._keras_value(x))
         if isinstance(x, tf.TensorArray):
             raise self._refuse(x)
-        if isinstance(x, tf.__internal__.CompositeTensor):
+        if isinstance(x, _composite_tensor()):
             places = {self.tensor_device(part) for part in tf.nest.flatten(x, expand_composites=True)}
             if len(places) == 1:
                 return places.pop()
@@ -278,7 +278,7 @@ class TensorflowBackend(Backend):
             return self._copy_tensor(tf, tf.convert_to_tensor(x), native)
         if _is_keras_variable(x):
             return self.copy_to(self._keras_value(x), native, False)
-        if isinstance(x, tf.__internal__.CompositeTensor):
+        if isinstance(x, _composite_tensor()):
             # Each component (values, row splits, indices...) is copied; the type is rebuilt.
             return tf.nest.map_structure(
                 lambda part: self.copy_to(part, native, False), x, expand_composites=True
@@ -489,6 +489,15 @@ def _too_late(count: int, configured: int) -> BackendError:
 def _identity_gradient(op, grad):
     """DeepCopy's gradient: the copy's gradient flows back to its input unchanged."""
     return grad
+
+
+class _NoCompositeTensor:
+    """Stands in for tf.__internal__.CompositeTensor on a TensorFlow that moved it: no value is one."""
+
+
+def _composite_tensor() -> type:
+    """TensorFlow's base class of composite tensors (RaggedTensor, SparseTensor, ...)."""
+    return _internals.COMPOSITE_TENSOR.get() or _NoCompositeTensor
 
 
 def _is_keras_variable(x) -> bool:

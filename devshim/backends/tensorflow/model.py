@@ -21,6 +21,10 @@ force at that moment, and TensorFlow cannot move a variable afterwards. So:
 
 Splitting a model over devices by hooks is refused: Keras places weights at
 build time, per layer, under the scope in force then.
+
+Keras 2 models (``tf_keras``, what ``tf.keras`` is under ``TF_USE_LEGACY_KERAS=1``, and
+the ``keras`` of TensorFlow 2.15 and older) are recognised and refused by name
+(``FrameworkReleaseError``): devshim places Keras 3 models.
 """
 
 from __future__ import annotations
@@ -31,11 +35,36 @@ import sys
 import tensorflow as tf
 
 from devshim.backends.model_base import ModelPlacement
-from devshim.errors import UnbuiltModelError, UnsupportedPlacementError
+from devshim.backends.probes import release
+from devshim.backends.tensorflow import _internals
+from devshim.errors import FrameworkReleaseError, UnbuiltModelError, UnsupportedPlacementError
 
 
 def _keras():
-    return sys.modules.get("keras")
+    """Keras 3, when it is imported (None for none, or for a Keras 2 named ``keras``)."""
+    keras = sys.modules.get("keras")
+    return keras if keras is not None and (release("keras") or (3,)) >= (3,) else None
+
+
+def _keras2_layer(obj):
+    """The Keras 2 package (``tf_keras``, or a ``keras`` older than 3) ``obj`` is a layer of, or None."""
+    for name in ("tf_keras", "keras"):
+        module = sys.modules.get(name)
+        if module is None or (release(name) or (3,)) >= (3,):
+            continue
+        layers = getattr(module, "layers", None)
+        if layers is not None and isinstance(obj, layers.Layer):
+            return f"{name} {module.__version__}"
+    return None
+
+
+def _keras2_refused(model, package: str) -> FrameworkReleaseError:
+    return FrameworkReleaseError(
+        f"This {type(model).__name__} is a Keras 2 model ({package}); devshim places Keras 3 models "
+        f"(keras 3.0 or later, TensorFlow 2.16 or later). Build it under the device instead "
+        f"(`with ds.try_gpu(): model = ...; model(sample_batch)`), or move to Keras 3: unset "
+        f"TF_USE_LEGACY_KERAS and import keras rather than tf_keras."
+    )
 
 
 def _unbuilt(model) -> UnbuiltModelError:
@@ -47,19 +76,12 @@ def _unbuilt(model) -> UnbuiltModelError:
     )
 
 
-def _functional_class(keras):
-    try:
-        from keras.src.models.functional import Functional
-    except ImportError:  # a Keras that moved it: what keras.Model(inputs, outputs) makes
-        return None
-    return Functional
-
-
 def _clonable(model) -> bool:
     """Sequential models, and functional ones as Keras makes them (not a subclass of them)."""
     keras = _keras()
+    functional = _internals.KERAS_FUNCTIONAL.get()  # what keras.Model(inputs, outputs) makes
     return (isinstance(model, keras.Sequential) or type(model) is keras.Model
-            or type(model) is _functional_class(keras))
+            or (functional is not None and type(model) is functional))
 
 
 def _clone(model, native):
@@ -84,17 +106,23 @@ def _clone(model, native):
 
 _PLACED = "_devshim_first_call_device"  # the native device an unbuilt model is placed on
 _ORIGINALS = "_devshim_original_builders"  # {"build": ..., "_maybe_build": ...} while placed
-# Keras builds a model on its first call through _maybe_build (which calls build, or traces
-# call() symbolically when build is Keras's default); a user may also call build() directly.
-_BUILDERS = ("_maybe_build", "build")
 _MISSING = object()
+
+
+def _builders() -> tuple:
+    """The methods that build a model: Keras builds one on its first call through _maybe_build
+    (which calls build, or traces call() symbolically when build is Keras's default); a user
+    may also call build() directly."""
+    maybe_build = _internals.KERAS_MAYBE_BUILD.get()
+    return ("build",) if maybe_build is None else (maybe_build, "build")
 
 
 def _place_for_first_call(model, native):
     """Record ``native`` and make the model's next build (its first call) run under it."""
     if getattr(model, _ORIGINALS, None) is None:
-        originals = {name: vars(model).get(name, _MISSING) for name in _BUILDERS}
-        for name in _BUILDERS:
+        builders = _builders()
+        originals = {name: vars(model).get(name, _MISSING) for name in builders}
+        for name in builders:
             object.__setattr__(model, name, _under_placed_device(model, getattr(model, name)))
         object.__setattr__(model, _ORIGINALS, originals)
     object.__setattr__(model, _PLACED, native)
@@ -134,9 +162,15 @@ class KerasPlacement(ModelPlacement):
 
     def is_model(self, obj) -> bool:
         keras = _keras()
-        return keras is not None and isinstance(obj, keras.layers.Layer)
+        return (keras is not None and isinstance(obj, keras.layers.Layer)) or _keras2_layer(obj) is not None
+
+    def _refuse_keras2(self, model) -> None:
+        package = _keras2_layer(model)
+        if package is not None:
+            raise _keras2_refused(model, package)
 
     def named_places(self, model, adapter) -> list:
+        self._refuse_keras2(model)
         weights = list(model.weights)
         if not model.built or not weights:
             placed = getattr(model, _PLACED, None)
@@ -146,6 +180,7 @@ class KerasPlacement(ModelPlacement):
         return [(w.path, adapter.tensor_device(w.value)) for w in weights]
 
     def place(self, model, native, adapter, input_shape=None):
+        self._refuse_keras2(model)
         if not model.built or not model.weights:
             if input_shape is None:
                 return _place_for_first_call(model, native)
@@ -159,6 +194,7 @@ class KerasPlacement(ModelPlacement):
         return _clone(model, native)
 
     def child_sizes(self, model) -> list:
+        self._refuse_keras2(model)
         return [(layer.name, sum(int(tf.size(w.value)) * w.value.dtype.size for w in layer.weights))
                 for layer in getattr(model, "layers", [])]
 
@@ -174,6 +210,7 @@ class KerasPlacement(ModelPlacement):
         """Keras models never get devshim hooks: nothing to remove."""
 
     def replicate(self, model, natives: list, adapter) -> list:
+        self._refuse_keras2(model)
         if not model.built or not model.weights:
             raise _unbuilt(model)
         return [_clone(model, native) for native in natives]

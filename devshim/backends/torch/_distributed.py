@@ -68,20 +68,32 @@ def init(adapter, process_group_backend=None, timeout=None) -> None:
         # One process: a world of one, in memory. DDP needs a process group even then.
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, **options)
         return
-    if launch.rank is None or launch.world_size is None:
-        missing = [var for name, _, rank_var, size_var, _ in settings.LAUNCHERS if name == launch.name
-                   for var in (rank_var, size_var) if not os.environ.get(var, "").strip()]
-        raise LauncherEnvironmentError(
-            f"{launch.variable}={launch.local_rank} says this process was started by {launch.name}, but "
-            f"{' and '.join(missing)} {'are' if len(missing) > 1 else 'is'} not set, so ds.init_distributed() "
-            f"cannot tell this process's rank in the job or the job's size. Start it with the launcher, "
-            f"which sets them, or call torch.distributed.init_process_group yourself."
-        )
+    _check_rank_and_size(launch)
     if launch.name == "torchrun":
         # torchrun's agent serves the store at MASTER_ADDR:MASTER_PORT: join it, do not start one.
         dist.init_process_group(backend, init_method="env://", rank=launch.rank,
                                 world_size=launch.world_size, **options)
         return
+    dist.init_process_group(backend, init_method=_rendezvous_address(launch),
+                            rank=launch.rank, world_size=launch.world_size, **options)
+
+
+def _check_rank_and_size(launch) -> None:
+    """Refuse a launcher that set the local rank but not the rank in the job or the job's size."""
+    if launch.rank is not None and launch.world_size is not None:
+        return
+    missing = [var for name, _, rank_var, size_var, _ in settings.LAUNCHERS if name == launch.name
+               for var in (rank_var, size_var) if not os.environ.get(var, "").strip()]
+    raise LauncherEnvironmentError(
+        f"{launch.variable}={launch.local_rank} says this process was started by {launch.name}, but "
+        f"{' and '.join(missing)} {'are' if len(missing) > 1 else 'is'} not set, so ds.init_distributed() "
+        f"cannot tell this process's rank in the job or the job's size. Start it with the launcher, "
+        f"which sets them, or call torch.distributed.init_process_group yourself."
+    )
+
+
+def _rendezvous_address(launch) -> str:
+    """``tcp://MASTER_ADDR:MASTER_PORT`` for a launcher other than torchrun (which sets neither)."""
     address = os.environ.get("MASTER_ADDR", "").strip()
     port = os.environ.get("MASTER_PORT", "").strip()
     one_machine = launch.local_world_size == launch.world_size
@@ -99,8 +111,7 @@ def init(adapter, process_group_backend=None, timeout=None) -> None:
             f"every process before starting it, e.g. {hint} (any free port; MASTER_ADDR may be left out "
             f"when all processes run on one machine)."
         )
-    dist.init_process_group(backend, init_method=f"tcp://{address or '127.0.0.1'}:{port}",
-                            rank=launch.rank, world_size=launch.world_size, **options)
+    return f"tcp://{address or '127.0.0.1'}:{port}"
 
 
 def group_backend():

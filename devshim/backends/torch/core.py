@@ -21,7 +21,7 @@ import sys
 
 from devshim import settings
 from devshim.backends.base import Backend, DeviceTable
-from devshim.backends.torch import SPEC
+from devshim.backends.torch import SPEC, _internals
 from devshim.backends.torch._names import VIRTUAL_TYPE
 from devshim._device import Device, register_platform
 from devshim.errors import (
@@ -100,14 +100,14 @@ class TorchBackend(Backend):
         torch = self.fw
         if not torch.compiler.is_compiling():
             return
-        try:
-            from torch._dynamo.exc import RestartAnalysis
-            from torch._dynamo.symbolic_convert import InstructionTranslator
-
-            InstructionTranslator.current_tx().speculation_log.clear()
-        except (ImportError, AttributeError, AssertionError, IndexError):
+        restart, translator = _internals.RESTART_ANALYSIS.get(), _internals.CURRENT_TX.get()
+        if restart is None or translator is None:
             return
-        raise RestartAnalysis("devshim filled its dispatch tables during this trace")
+        try:
+            translator.current_tx().speculation_log.clear()
+        except (AttributeError, AssertionError, IndexError):
+            return
+        raise restart("devshim filled its dispatch tables during this trace")
 
     def reset(self) -> None:
         super().reset()
@@ -150,16 +150,16 @@ class TorchBackend(Backend):
             if found is not None and found.type != VIRTUAL_TYPE:
                 self._by_accelerator = True
                 return found.type if self._device_count(found.type) else None
-            if torch._C._get_privateuse1_backend_name() != VIRTUAL_TYPE:
+            if _privateuse1_name() != VIRTUAL_TYPE:
                 self._by_accelerator = True
                 return None
             # devshim's virtual GPUs fill torch.accelerator's out-of-tree slot, which torch
             # asks before any other: look for a real accelerator the old way.
         for platform in _FALLBACK_PLATFORMS:
             try:
-                if self._device_count(platform):
+                if self._device_count(platform) > 0:
                     return platform
-            except RuntimeError:  # a build whose driver is missing
+            except (RuntimeError, AssertionError, AttributeError):  # a build whose driver is missing
                 continue
         return None
 
@@ -178,7 +178,8 @@ class TorchBackend(Backend):
                 module = torch.get_device_module(platform)  # an out-of-tree device's module
             except (AttributeError, RuntimeError, ValueError):
                 return 0
-        return module.device_count()
+        # max: torch before 2.6 answers -1 for MTIA on a machine without one (its hooks are unset).
+        return max(0, module.device_count())
 
     def accelerator_count(self) -> int:
         if self._count is None:
@@ -448,6 +449,12 @@ class TorchBackend(Backend):
                     pass  # the count is known but the runtime would not say more
             details.append(entry)
         return details
+
+
+def _privateuse1_name():
+    """torch's name for its out-of-tree device slot ("privateuseone" until renamed), or None."""
+    name_of = _internals.PRIVATEUSE1_NAME.get()
+    return None if name_of is None else name_of()
 
 
 def _virtual_requested() -> int:

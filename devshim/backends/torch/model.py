@@ -23,6 +23,7 @@ import torch
 from devshim import settings
 from devshim.backends.model_base import ModelPlacement
 from devshim.backends.nests import copy_nest_if_needed
+from devshim.backends.torch import _internals
 from devshim.errors import UnbuiltModelError, UnknownSubmoduleError, UnsupportedPlacementError
 
 _handles: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its hook handles
@@ -92,13 +93,18 @@ def _submodule(module, name: str):
 
 
 def _snapshot(module) -> list:
-    """(owner, kind, name, tensor) for every parameter, gradient and buffer: what a rollback restores."""
+    """(owner, kind, name, tensor) for every parameter, gradient and buffer: what a rollback restores
+    (nothing, on a torch whose modules keep them elsewhere: _internals.MODULE_SLOTS)."""
     saved = []
+    slots = _internals.MODULE_SLOTS.get()
+    if slots is None:
+        return saved
+    parameters, buffers = slots
     for owner in module.modules():
-        for name, p in owner._parameters.items():
+        for name, p in getattr(owner, parameters).items():
             if p is not None:
                 saved.append((owner, "param", name, p, p.data, p.grad))
-        for name, b in owner._buffers.items():
+        for name, b in getattr(owner, buffers).items():
             if b is not None:
                 saved.append((owner, "buffer", name, b, None, None))
     return saved
@@ -117,6 +123,7 @@ def _restore(saved: list, moved: list) -> None:
                 block.to(next(iter(places)))
             except Exception:  # noqa: BLE001 - the per-tensor restore below still runs
                 pass
+    slots = _internals.MODULE_SLOTS.get()  # (saved is empty without them)
     with torch.no_grad():
         for owner, kind, name, tensor, data, grad in saved:
             if kind == "param":
@@ -127,9 +134,9 @@ def _restore(saved: list, moved: list) -> None:
                         continue  # module.to above made a new Parameter on the old device: keep that
                 if tensor.grad is not grad and (grad is None or grad.device == tensor.device):
                     tensor.grad = grad
-                owner._parameters[name] = tensor
+                getattr(owner, slots[0])[name] = tensor
             else:
-                owner._buffers[name] = tensor
+                getattr(owner, slots[1])[name] = tensor
 
 
 def _copier(native):

@@ -1,0 +1,146 @@
+"""Canaries for the private framework names devshim uses (``devshim/backends/<name>/_internals.py``)
+and the probe mechanism behind them (``devshim/backends/probes.py``).
+
+Each internal of each backend whose framework is installed here is probed on this release: one
+that a release moved fails its canary in CI (the newest-release envs, torch-latest, jax-latest,
+tensorflow, see it first), instead of a feature degrading quietly for users."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+import sys
+import types
+import warnings
+from pathlib import Path
+
+import pytest
+
+import devshim as ds
+from devshim.backends import probes
+
+ROOT = Path(__file__).resolve().parent.parent
+BACKENDS = ("torch", "tensorflow", "jax", "mxnet", "numpy", "cupy")
+
+
+def internals_of(backend: str):
+    return importlib.import_module(f"devshim.backends.{backend}._internals").INTERNALS
+
+
+CASES = [pytest.param(internal, id=f"{backend}:{internal.name}")
+         for backend in BACKENDS for internal in internals_of(backend)]
+
+
+@pytest.mark.parametrize("internal", CASES)
+def test_each_internal_is_where_devshim_looks_on_this_release(internal):
+    for framework in {internal.owner.framework, internal.framework}:
+        if importlib.util.find_spec(framework) is None:
+            pytest.skip(f"{framework} is not installed in this environment")
+        importlib.import_module(framework)
+    internal.reset()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ds.FrameworkInternalWarning)
+            found = internal.get()  # a release that moved it (and should have it) warns: an error here
+        if internal.expected():
+            assert found is not None
+    finally:
+        internal.reset()
+
+
+# What names a framework's private attribute or module in backend code: torch._C, jax._src,
+# keras.src, tf.__internal__, mxnet.base._LIB, `from torch._dynamo import ...`.
+_FRAMEWORKS = r"(?:torch|tf|tensorflow|jax|jaxlib|jnp|mx|mxnet|keras|np|numpy|cupy|cp)"
+_PRIVATE = re.compile(
+    rf"(?<![\w.]){_FRAMEWORKS}(?:\.[A-Za-z]\w*)*\.(?:_\w+|src\b)"
+    rf"|^\s*from {_FRAMEWORKS}(?:\.\w+)*\.(?:_\w+|src)\b"
+    rf"|^\s*from {_FRAMEWORKS}(?:\.\w+)* import _\w+",
+    re.M,
+)
+# Round two of issue 27 moves these into the probes; their internals are listed in each
+# _internals.py docstring as "to move".
+_NOT_YET = ("guard.py", "_virtual/", "_internals.py", "probes.py")
+
+
+def test_backend_modules_name_no_private_framework_name_outside_their_internals():
+    found = []
+    for path in sorted((ROOT / "devshim" / "backends").rglob("*.py")):
+        relative = path.relative_to(ROOT / "devshim" / "backends").as_posix()
+        if any(part in relative for part in _NOT_YET):
+            continue
+        code = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
+        code = re.sub(r'"""(?:.|\n)*?"""', "", code)  # docstrings may speak of them
+        found += [f"{relative}: {match.group(0).strip()}" for match in _PRIVATE.finditer(code)]
+    assert found == []
+
+
+def test_the_docs_list_every_internal_with_its_fallback():
+    page = (ROOT / "docs" / "supported-versions.md").read_text()
+    missing = [internal.name for backend in BACKENDS for internal in internals_of(backend)
+               if f"`{internal.name}`" not in page]
+    assert missing == []
+
+
+def test_every_backend_folder_has_its_internals_module():
+    folders = sorted(p.name for p in (ROOT / "devshim" / "backends").iterdir() if (p / "__init__.py").exists())
+    assert folders == sorted(BACKENDS)
+    for backend in BACKENDS:
+        internals = internals_of(backend)
+        assert isinstance(internals, probes.Internals) and internals.tested
+
+
+# ------------------------------------------------------------ the probe mechanism
+
+
+@pytest.fixture
+def fake_framework(monkeypatch):
+    module = types.ModuleType("devshim_fake_framework")
+    module.__version__ = "2.9.1+cu128"
+    monkeypatch.setitem(sys.modules, "devshim_fake_framework", module)
+    return module
+
+
+def _moved():
+    raise AttributeError("module 'devshim_fake_framework' has no attribute '_gone'")
+
+
+def test_a_moved_internal_warns_once_naming_the_feature_and_its_fallback(fake_framework):
+    internals = probes.Internals("devshim_fake_framework", title="Fake", tested="2.4 to 2.9")
+    gone = internals.add("devshim_fake_framework._gone", feature="the frobnicator",
+                         fallback="frobnication is skipped.", find=_moved)
+    with pytest.warns(ds.FrameworkInternalWarning) as caught:
+        assert gone.get() is None
+    message = str(caught[0].message)
+    assert "devshim_fake_framework 2.9.1 has no devshim_fake_framework._gone" in message
+    assert "the frobnicator" in message and "frobnication is skipped." in message and "2.4 to 2.9" in message
+    assert len(caught) == 1 and isinstance(caught[0].message, ds.DevshimWarning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert gone.get() is None and not gone.available()  # once per internal and process
+
+
+def test_an_internal_newer_than_the_release_is_missing_quietly(fake_framework):
+    internals = probes.Internals("devshim_fake_framework", title="Fake", tested="2.4 to 2.9")
+    newer = internals.add("devshim_fake_framework._new", feature="f", fallback="g", find=_moved, since=(2, 10))
+    assert not newer.expected()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert newer.get() is None
+
+
+def test_a_found_internal_is_looked_up_once(fake_framework):
+    calls = []
+    internals = probes.Internals("devshim_fake_framework", title="Fake", tested="2.4 to 2.9")
+    here = internals.add("devshim_fake_framework.thing", feature="f", fallback="g",
+                         find=lambda: calls.append(1) or "the thing")
+    assert here.get() == here.get() == "the thing" and here.available()
+    assert calls == [1] and list(internals) == [here] and len(internals) == 1
+
+
+@pytest.mark.parametrize("version,expected", [("2.9.1+cu128", (2, 9, 1)), ("0.4", (0, 4, 0)),
+                                              ("1.26.4", (1, 26, 4)), ("unknown", None)])
+def test_release_reads_the_imported_version(fake_framework, version, expected):
+    fake_framework.__version__ = version
+    assert probes.release("devshim_fake_framework") == expected
+    assert probes.release("devshim_not_imported_framework") is None
