@@ -88,23 +88,26 @@ _SUBMODULES = ("api", "backends", "bench", "conversion", "distributed", "errors"
                "testing", "timing", "transfer")
 
 # Spelt out (not built from _EXPORTS) so type checkers read it; tests/test_packaging.py checks both agree.
-__all__ = ["cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "devices", "device", "device_of",
+__all__ = [
+    "cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "devices", "device", "device_of",
     "neutral_device", "to_device", "copy_if_needed", "same_device", "ensure_same_device", "to_numpy",
-    "available_backends", "get_backend", "set_backend", "use_backend", "Device", "convert", "array_module",
-    "get_array_module", "synchronize", "Timer", "benchmark", "Measurement", "transfer_guard",
-    "TransferReport", "place_model", "model_device", "model_devices", "unplace", "split_batch", "replicate",
-    "allreduce", "process_info", "init_distributed", "ProcessInfo", "DevshimError", "BackendError",
-    "InvalidDeviceError", "DeviceUnavailableError", "DeviceMismatchError", "ImplicitTransferError",
-    "CrossDeviceConversionError", "CopyRequiredError", "InvalidGuardLevelError", "NotATensorError",
-    "NestCycleError", "NotAModelError", "UnbuiltModelError", "UnsupportedPlacementError", "BatchSplitError",
-    "ReduceMismatchError", "MixedFrameworksError", "UnknownSubmoduleError", "GuardBlockInUseError",
-    "UnsupportedDtypeError", "UnsupportedValueError", "DatalessTensorError", "NotOnHostError",
-    "UnplacedTensorError", "FirstCallInTraceError", "MultiDeviceValueError", "MixedArrayModulesError",
-    "TimingError", "ExperimentError", "BenchUsageError", "PlotUnavailableError", "LauncherEnvironmentError",
-    "VirtualDeviceCountError", "VirtualDataParallelError", "DevshimWarning", "ImplicitTransferWarning",
-    "SharedDeviceWarning", "NotCloseError", "GradientMismatchError", "NoAutodiffError", "ImmutableInputError",
-    "GradientCheckUsageError", "FrameworkReleaseError", "FrameworkInternalWarning", "testing", "settings",
-    "backends"]
+    "available_backends", "get_backend", "set_backend", "use_backend", "Device", "convert",
+    "array_module", "get_array_module", "synchronize", "Timer", "benchmark", "Measurement",
+    "transfer_guard", "TransferReport", "place_model", "model_device", "model_devices", "unplace",
+    "split_batch", "replicate", "allreduce", "process_info", "init_distributed", "ProcessInfo",
+    "DevshimError", "BackendError", "InvalidDeviceError", "DeviceUnavailableError",
+    "DeviceMismatchError", "ImplicitTransferError", "CrossDeviceConversionError", "CopyRequiredError",
+    "InvalidGuardLevelError", "NotATensorError", "NestCycleError", "NotAModelError",
+    "UnbuiltModelError", "UnsupportedPlacementError", "BatchSplitError", "ReduceMismatchError",
+    "MixedFrameworksError", "UnknownSubmoduleError", "GuardBlockInUseError", "UnsupportedDtypeError",
+    "UnsupportedValueError", "DatalessTensorError", "NotOnHostError", "UnplacedTensorError",
+    "FirstCallInTraceError", "MultiDeviceValueError", "MixedArrayModulesError", "TimingError",
+    "ExperimentError", "BenchUsageError", "PlotUnavailableError", "LauncherEnvironmentError",
+    "VirtualDeviceCountError", "VirtualDataParallelError", "FrameworkReleaseError", "DevshimWarning",
+    "ImplicitTransferWarning", "SharedDeviceWarning", "FrameworkInternalWarning", "NotCloseError",
+    "GradientMismatchError", "NoAutodiffError", "ImmutableInputError", "GradientCheckUsageError",
+    "testing", "settings", "backends"
+]
 
 
 def __getattr__(name: str) -> Any:

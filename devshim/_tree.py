@@ -30,6 +30,7 @@ Example:
 from __future__ import annotations
 
 from _collections import deque
+from typing import Optional
 
 from devshim._trace import trace_constant
 from devshim.errors import NestCycleError, NotATensorError, UnsupportedValueError
@@ -417,7 +418,7 @@ def iter_leaves(x, path: str = "", _open=None):
     _open.pop()
 
 
-def _from_recursion(err: BaseException) -> bool:
+def _from_recursion(err: Optional[BaseException]) -> bool:
     """Whether ``err`` is, or was caused by, Python's recursion limit (MXNet's ctypes calls turn
     a RecursionError into an ``ArgumentError`` that only names it)."""
     seen = 0

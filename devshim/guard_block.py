@@ -73,9 +73,9 @@ class transfer_guard:
     def __enter__(self) -> TransferReport:
         outer_scope = scoped.get()
         outer = outer_scope.state if outer_scope is not None else default()
-        levels = [self._given[d] or outer.level(d) for d in DIRECTIONS]
-        report = TransferReport(GuardState(*levels))
-        state = GuardState(*levels, reports=outer.reports + (report,))
+        to_host, between, to_device = [self._given[d] or outer.level(d) for d in DIRECTIONS]
+        report = TransferReport(GuardState(to_host, between, to_device))
+        state = GuardState(to_host, between, to_device, reports=outer.reports + (report,))
         entry = _Entry(state, outer_scope)
         entry.owner = self
         if state.checking:

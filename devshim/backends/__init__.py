@@ -25,7 +25,20 @@ Example:
     'torch'
 """
 
+from typing import TYPE_CHECKING
+
 from devshim._lazy import lazy_names
+
+if TYPE_CHECKING:  # what type checkers see; at run time each name loads on first use
+    from devshim.backends.base import Backend
+    from devshim.backends.dispatch import backend_for_tensor, forget_types, learn_type
+    from devshim.backends.registry import (
+        accelerator_partner, autodiff, available_backends, backend_names, canonical_name, describe_native_device,
+        guard_hooks, interop, load_backend, model_placement, native_for, register_backend, specs,
+        unregister_backend, virtual_capable_backends,
+    )
+    from devshim.backends.selection import get_backend, reset_backend, selection_reason, set_backend, use_backend
+    from devshim.backends.spec import BackendSpec
 
 _EXPORTS = {
     "Backend": "devshim.backends.base",
@@ -43,5 +56,11 @@ _EXPORTS = {
 }
 _SUBMODULES = ("spec", "virtual", "base", "model_base", "interop_base", "autodiff_base", "registry", "dispatch", "selection", "nests")
 
-__all__ = list(_EXPORTS)
+__all__ = [
+    "Backend", "BackendSpec", "specs", "backend_names", "canonical_name", "register_backend",
+    "unregister_backend", "load_backend", "available_backends", "describe_native_device", "native_for",
+    "virtual_capable_backends", "accelerator_partner", "guard_hooks", "model_placement", "interop",
+    "autodiff", "get_backend", "set_backend", "use_backend", "reset_backend", "selection_reason",
+    "backend_for_tensor", "learn_type", "forget_types"
+]
 __getattr__, __dir__ = lazy_names(globals(), _EXPORTS, _SUBMODULES)

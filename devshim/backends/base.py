@@ -17,6 +17,7 @@ import importlib
 import sys
 import warnings
 from abc import ABC, abstractmethod
+from typing import Any
 
 from devshim import settings, transfer
 from devshim.guard import marker
@@ -86,7 +87,7 @@ class Backend(ABC):
         ('torch', device(type='cpu'))
     """
 
-    spec = None  # the BackendSpec from the backend package's __init__.py
+    spec: Any = None  # the BackendSpec from the backend package's __init__.py
     name = ""
     #: The registry that made this adapter (None for one made by hand): how the contract asks
     #: about the other backends without this module importing the registry above it.
@@ -127,9 +128,10 @@ class Backend(ABC):
     @property
     def fw(self):
         """The framework module, imported on first use."""
-        module = self.__dict__.get("_fw")
+        state = vars(self)
+        module = state.get("_fw")
         if module is None:  # a race here only imports twice, which Python makes safe
-            module = self.__dict__["_fw"] = importlib.import_module(self.spec.import_name)
+            module = state["_fw"] = importlib.import_module(self.spec.import_name)
         return module
 
     # ------------------------------------------------ framework primitives

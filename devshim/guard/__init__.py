@@ -34,7 +34,15 @@ Example:
     'disallow'
 """
 
+from typing import TYPE_CHECKING
+
 from devshim._lazy import lazy_names
+
+if TYPE_CHECKING:  # what type checkers see; at run time each name loads on first use
+    from devshim.guard.hooks import GuardHooks, is_wrapper, mark_wrapper, original_of
+    from devshim.guard.levels import ALLOW, DIRECTIONS, DISALLOW, KINDS, LEVELS, LOG, OP_INPUT, READ, TO_DEVICE
+    from devshim.guard.report import TransferEvent, TransferReport, crossing, direction_of, implicit, read_name
+    from devshim.guard.state import GuardState, current
 
 _EXPORTS = {
     **dict.fromkeys(("TransferReport", "TransferEvent", "implicit", "crossing", "read_name", "direction_of"),
@@ -46,5 +54,9 @@ _EXPORTS = {
 }
 _SUBMODULES = ("levels", "state", "marker", "hooks", "lifecycle", "report")
 
-__all__ = list(_EXPORTS)
+__all__ = [
+    "TransferReport", "TransferEvent", "implicit", "crossing", "read_name", "direction_of",
+    "GuardState", "current", "GuardHooks", "mark_wrapper", "original_of", "is_wrapper", "ALLOW", "LOG",
+    "DISALLOW", "LEVELS", "DIRECTIONS", "KINDS", "READ", "OP_INPUT", "TO_DEVICE"
+]
 __getattr__, __dir__ = lazy_names(globals(), _EXPORTS, _SUBMODULES)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 from _thread import allocate_lock
+from typing import Optional
 
 from devshim.errors import DeviceMismatchError, ImplicitTransferError, ImplicitTransferWarning
 from devshim.guard import lifecycle, marker
@@ -131,8 +132,8 @@ class TransferReport:
         return f"<TransferReport {self.total} implicit transfers {self.counts}>"
 
 
-def implicit(direction: str, kind: str, what: str, source, target, state: GuardState = None,
-             error: Exception = None) -> None:
+def implicit(direction: str, kind: str, what: str, source, target, state: Optional[GuardState] = None,
+             error: Optional[Exception] = None) -> None:
     """Report an implicit transfer about to happen; raise if the level refuses it.
 
     Backends' hooks call this (after checking ``state.checking`` and that the

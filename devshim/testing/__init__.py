@@ -18,28 +18,19 @@ Example:
     >>> ds.testing.check_backward(lambda x, y: x * y + 1, (x, y))
 """
 
-from __future__ import annotations
+from typing import TYPE_CHECKING
 
+from devshim._lazy import lazy_names
 from devshim.testing.virtual import virtual_devices
+
+if TYPE_CHECKING:  # what type checkers see; at run time the checks load on first use
+    from devshim.testing.allclose import assert_allclose
+    from devshim.testing.gradients import check_backward, numerical_grad
 
 __all__ = ["virtual_devices", "assert_allclose", "numerical_grad", "check_backward"]
 
-# name -> the module that defines it, loaded on first use (PEP 562): virtual_devices, which
-# runs before any framework starts, stays as light as it was (the checks import NumPy).
-_LAZY = {"assert_allclose": "devshim.testing.allclose", "numerical_grad": "devshim.testing.gradients",
-         "check_backward": "devshim.testing.gradients"}
-
-
-def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'devshim.testing' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+# Loaded on first use: virtual_devices, which runs before any framework starts, stays as light
+# as it was (the checks import NumPy).
+_EXPORTS = {"assert_allclose": "devshim.testing.allclose", "numerical_grad": "devshim.testing.gradients",
+            "check_backward": "devshim.testing.gradients"}
+__getattr__, __dir__ = lazy_names(globals(), _EXPORTS)
