@@ -188,10 +188,15 @@ def _on_device(x, source, target, native, here, copy, name: str):
 def _share(x, source, target, native):
     src, dst = interop_for(source), interop_for(target)
     exported = src.export(source, x)
+    before = src.pointer(source, x)
+    alignment = dst.host_alignment
+    if alignment and before is not None and before % alignment:
+        raise CopyRequiredError(f"{target.spec.title} needs host memory aligned to {alignment} bytes, and "
+                                f"x's first element is at {before % alignment} bytes past such an address")
     y = dst.adopt(target, exported, native, src.immutable)
     if not target.same_place(y, native):
         raise CopyRequiredError(f"{target.spec.title} placed the import on {target.tensor_device(y)}")
-    before, after = src.pointer(source, x), dst.pointer(target, y)
+    after = dst.pointer(target, y)
     if before is not None and after is not None and before != after and _nbytes(src, source, x):
         raise CopyRequiredError(f"{target.spec.title}'s DLPack import copied this tensor (its "
                                 f"layout or alignment is not one it can use in place)")

@@ -248,6 +248,49 @@ def test_jax_shares_only_aligned_host_buffers_and_copies_the_others():
         ds.convert(x, "jax", copy=False)
 
 
+# TensorFlow's from_dlpack takes any host buffer, and its kernels abort the process ("Check failed:
+# IsAligned()") on one not aligned to 64 bytes: NumPy aligns small arrays to 16 only. Run in a
+# fresh interpreter, so that a regression fails this test rather than ending the test run.
+TF_ALIGNMENT = """
+import json
+import numpy as np
+import tensorflow as tf
+import devshim as ds
+
+raw = np.empty(4 * 12 + 128, dtype=np.uint8)
+start = (-raw.__array_interface__["data"][0]) % 64
+seen = {}
+for offset in (0, 4, 16, 32):
+    x = raw[start + offset:start + offset + 48].view(np.float32).reshape(3, 4)
+    x[...] = np.arange(12, dtype=np.float32).reshape(3, 4)
+    y = ds.convert(x, "tensorflow")
+    total = float(tf.reduce_sum(y * 2.0))  # an op on the result: where a misaligned import aborted
+    shared = np.asarray(y).__array_interface__["data"][0] == x.__array_interface__["data"][0]
+    try:
+        ds.convert(x, "tensorflow", copy=False)
+        refused = None
+    except ds.CopyRequiredError as err:
+        refused = str(err)
+    seen[offset] = {"total": total, "shared": bool(shared), "copy_false": refused}
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.skipif("tensorflow" not in INSTALLED, reason="tensorflow not installed here")
+def test_tensorflow_shares_only_64_byte_aligned_host_buffers_and_copies_the_others():
+    from helpers import last_json_lines, start_python
+
+    env = {"DEVSHIM_BACKEND": "numpy"}
+    if VIRTUAL:
+        env["DEVSHIM_VIRTUAL_DEVICES"] = "2"
+    (seen,) = last_json_lines([start_python(TF_ALIGNMENT, **env)])
+    assert all(result["total"] == 132.0 for result in seen.values()), seen
+    assert seen["0"]["shared"] and seen["0"]["copy_false"] is None
+    for offset in ("4", "16", "32"):
+        assert not seen[offset]["shared"], (offset, seen[offset])
+        assert "aligned to 64 bytes" in seen[offset]["copy_false"], (offset, seen[offset])
+
+
 @pytest.mark.parametrize("src,dst", _pairs(same=True))
 def test_the_same_framework_gives_x_itself_or_with_copy_true_a_copy(src, dst):
     x = make(src, VALUES)

@@ -33,6 +33,11 @@ class Interop(ABC):
     #: Whether the framework's arrays are immutable (JAX, TensorFlow): a zero-copy NumPy view
     #: of one is made read-only.
     immutable = False
+    #: The alignment in bytes the framework's kernels assume of host memory it imports (None: any).
+    #: ``ds.convert`` copies a host buffer that is not so aligned instead of sharing it:
+    #: TensorFlow takes any buffer through DLPack, and its first op on a misaligned one aborts
+    #: the process.
+    host_alignment = None
 
     @abstractmethod
     def export(self, adapter, x):

@@ -34,6 +34,9 @@ class TensorFlowInterop(Interop):
     """
 
     immutable = True
+    # TensorFlow's CPU kernels (Eigen) assume 64-byte-aligned buffers and abort the process on
+    # others ("Check failed: IsAligned()"); its from_dlpack takes any, so devshim checks first.
+    host_alignment = 64
 
     def export(self, adapter, x):
         """A DLPack producer for an eager tensor's buffer.
