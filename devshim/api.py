@@ -218,10 +218,11 @@ def copy_if_needed(x: Any, device: Any, *, non_blocking: bool = False, skip_keys
     except KeyError:  # a nest, or a tensor class met for the first time: the nest layer learns it
         return copy_nest_if_needed(x, device, "copy_if_needed", skip_keys, non_blocking)
     # Where a tensor's Device says it all (torch, NumPy): "already there" is two lookups and an `is`.
-    exact = paths.exact
-    if exact is not None:
+    targets = paths.targets
+    if targets is not None:
+        home = paths.home  # NumPy's: every array is on the host (no read of x.device at all)
         try:
-            if (exact.home or exact[x.device]) is exact.targets[device]:
+            if (home if home is not None else paths.exact[x.device]) is targets[device]:
                 return x
         except (KeyError, TypeError):  # a spec or a device not resolved yet: the backend decides
             pass

@@ -38,7 +38,8 @@ class FastPaths:
     ``native_is_attribute``, ``x.device`` is the answer of ``ds.device_of`` itself (torch, NumPy 2);
     ``table[getattr(x, table.attr)]`` is the ``ds.Device``, ``table.natives[...]`` the native
     device; ``exact`` is the table when "already there" is an identity test in it (torch, NumPy),
-    else None.
+    else None, with its ``targets`` (resolved spec -> Device) and ``home`` (NumPy's one Device)
+    kept on the record too: ``ds.copy_if_needed`` reads them with one attribute load each.
 
     Example:
         >>> paths = dispatch.fast_paths(torch.ones(1))
@@ -46,14 +47,16 @@ class FastPaths:
         ('torch', True)
     """
 
-    __slots__ = ("adapter", "table", "exact", "native_is_attribute", "device_of", "neutral_device", "copy",
-                 "copy_if_needed")
+    __slots__ = ("adapter", "table", "exact", "targets", "home", "native_is_attribute", "device_of",
+                 "neutral_device", "copy", "copy_if_needed")
 
     def __init__(self, adapter) -> None:
         table = adapter.device_table()
         self.adapter = adapter
         self.table = table
         self.exact = table if table is not None and table.exact else None
+        self.targets = self.exact.targets if self.exact is not None else None  # (the table's own dict)
+        self.home = self.exact.home if self.exact is not None else None
         self.native_is_attribute = table is not None and table.attribute_is_native
         self.device_of = adapter.native_device_of_fn()
         self.neutral_device = adapter.neutral_device_fn()
