@@ -43,7 +43,7 @@ _EXPORTS = {
          "FirstCallInTraceError",
          "MultiDeviceValueError", "MixedArrayModulesError", "TimingError", "ExperimentError",
          "BenchUsageError", "PlotUnavailableError", "LauncherEnvironmentError", "VirtualDeviceCountError",
-         "VirtualDataParallelError", "DevshimWarning",
+         "VirtualDataParallelError", "VirtualDLPackError", "DevshimWarning",
          "ImplicitTransferWarning", "SharedDeviceWarning"),
         "devshim.errors",
     ),

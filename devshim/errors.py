@@ -48,6 +48,7 @@ __all__ = [
     "LauncherEnvironmentError",
     "VirtualDeviceCountError",
     "VirtualDataParallelError",
+    "VirtualDLPackError",
     "DevshimWarning",
     "ImplicitTransferWarning",
     "SharedDeviceWarning",
@@ -417,6 +418,22 @@ class VirtualDataParallelError(DevshimError, RuntimeError):
         >>> torch.nn.DataParallel(net, device_ids=ds.try_all_gpus())
         Traceback (most recent call last):
         VirtualDataParallelError: nn.DataParallel found no devices to run on ...
+    """
+
+
+class VirtualDLPackError(DevshimError, BufferError):
+    """A tensor on a devshim virtual torch GPU was asked for a DLPack capsule
+    (``torch.from_dlpack(t)``, ``numpy.from_dlpack(t)``, ``t.__dlpack__()``). Its values
+    live in host memory that torch's DLPack import would take for a device's, so no capsule
+    is made: ``ds.convert(t, "numpy")`` (or any framework) copies, ``t.cpu()`` too. Also
+    raised when a tensor torch imported from a capsule of torch's legacy
+    ``torch.utils.dlpack.to_dlpack(t)`` is used: it holds no memory devshim knows. A
+    ``BufferError``, what DLPack producers raise for a tensor they cannot export.
+
+    Example:
+        >>> torch.from_dlpack(torch.ones(2, device=ds.try_gpu()))   # DEVSHIM_VIRTUAL_DEVICES=1
+        Traceback (most recent call last):
+        devshim.errors.VirtualDLPackError: vgpu:0 is a devshim virtual GPU, whose tensors ...
     """
 
 
