@@ -49,15 +49,16 @@ def run_file(args, name: str, out: Path) -> dict:
                PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]))
     with open(log, "w", encoding="utf-8") as stream:
         done = subprocess.run(command, cwd=args.tests, env=env, stdout=stream, stderr=subprocess.STDOUT)
-    if not results.exists():
-        return {"error": _first_error(log.read_text(encoding="utf-8")), "returncode": done.returncode}
+    text = log.read_text(encoding="utf-8")
+    if not results.exists() or "during collection" in text:
+        return {"error": _first_error(text), "returncode": done.returncode}
     return {"results": json.loads(results.read_text(encoding="utf-8")), "sample": fraction}
 
 
 def _first_error(text: str) -> str:
     for line in text.splitlines():
-        if "Error" in line and not line.startswith(" "):
-            return line.strip()[:300]
+        if "Error:" in line and line.startswith("E "):
+            return line[1:].strip()[:300]
     return text.strip().splitlines()[-1][:300] if text.strip() else "no output"
 
 
