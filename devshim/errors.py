@@ -422,18 +422,19 @@ class VirtualDataParallelError(DevshimError, RuntimeError):
 
 
 class VirtualDLPackError(DevshimError, BufferError):
-    """A tensor on a devshim virtual torch GPU was asked for a DLPack capsule
-    (``torch.from_dlpack(t)``, ``numpy.from_dlpack(t)``, ``t.__dlpack__()``). Its values
-    live in host memory that torch's DLPack import would take for a device's, so no capsule
-    is made: ``ds.convert(t, "numpy")`` (or any framework) copies, ``t.cpu()`` too. Also
-    raised when a tensor torch imported from a capsule of torch's legacy
-    ``torch.utils.dlpack.to_dlpack(t)`` is used: it holds no memory devshim knows. A
-    ``BufferError``, what DLPack producers raise for a tensor they cannot export.
+    """A tensor on a devshim virtual torch GPU was asked for a DLPack capsule by anything but
+    torch's own ``torch.from_dlpack`` (``numpy.from_dlpack(t)``, ``t.__dlpack__()``): another
+    framework would take its host memory for a GPU's, so no capsule is made;
+    ``ds.convert(t, "numpy")`` (or any framework) copies, ``t.cpu()`` too. Within torch the
+    capsule shares the memory, as on CUDA. Also raised when a tensor torch imported from a
+    capsule devshim did not make (``torch._C._to_dlpack(t)``) is used: it holds no memory
+    devshim knows. A ``BufferError``, what DLPack producers raise for a tensor they cannot
+    export.
 
     Example:
-        >>> torch.from_dlpack(torch.ones(2, device=ds.try_gpu()))   # DEVSHIM_VIRTUAL_DEVICES=1
+        >>> numpy.from_dlpack(torch.ones(2, device=ds.try_gpu()))   # DEVSHIM_VIRTUAL_DEVICES=1
         Traceback (most recent call last):
-        devshim.errors.VirtualDLPackError: vgpu:0 is a devshim virtual GPU, whose tensors ...
+        devshim.errors.VirtualDLPackError: vgpu:0 is a devshim virtual GPU: its tensors' DLPack ...
     """
 
 

@@ -22,6 +22,8 @@ from helpers import run_python
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
+SAME_DEVICE = "Expected all tensors to be on the same device, but found at least two devices"
+
 
 @pytest.fixture
 def vgpu(setenv):
@@ -89,27 +91,52 @@ def test_operations_on_conjugate_views_give_the_cpus_numbers(vgpu):
 # ------------------------------------------------------------ DLPack
 
 
-@pytest.mark.parametrize("how", ["torch.from_dlpack(t)", "torch.asarray(t.__dlpack__())",
-                                 "numpy.from_dlpack(t)", "t.__dlpack_device__()"])
-def test_dlpack_of_a_virtual_tensor_is_refused_by_name(vgpu, how):
+@pytest.mark.parametrize("how", ["torch.from_dlpack(t)", "torch.from_dlpack(to_dlpack(t))"])
+def test_dlpack_within_torch_shares_the_virtual_tensors_memory(vgpu, how):
+    base = torch.arange(12.0).reshape(3, 4)
+    t = base.to("vgpu:1")[1:]
+    imported = torch.from_dlpack(t) if how == "torch.from_dlpack(t)" else \
+        torch.from_dlpack(torch.utils.dlpack.to_dlpack(t))
+    assert imported.device == torch.device("vgpu", 1) and imported.data_ptr() == t.data_ptr() != 0
+    expected = base[1:]
+    for op in (lambda x: x * 2 + 1, lambda x: x @ x.t(), lambda x: x[:, ::2].sum(0), lambda x: x.neg().exp(),
+               lambda x: torch.cat([x, x]), lambda x: x.sort(descending=True)[0], lambda x: x.view(-1)):
+        got = op(imported)
+        assert got.device == torch.device("vgpu", 1) and torch.equal(got.cpu(), op(expected)), op
+    with pytest.raises(RuntimeError, match=SAME_DEVICE):
+        imported + torch.ones(2, 4, device="vgpu:0")
+    assert imported.mul_(10) is imported
+    imported[0, 0] = -1.0
+    assert t.tolist() == [[-1.0, 50.0, 60.0, 70.0], [80.0, 90.0, 100.0, 110.0]]  # one memory
+    assert torch.equal(imported.cpu(), t.cpu()) and torch.from_dlpack(t, device="cpu").device.type == "cpu"
+    leaf = torch.from_dlpack(torch.ones(3, device="vgpu:0")).requires_grad_()
+    (leaf * 2).sum().backward()
+    assert leaf.grad.device == torch.device("vgpu", 0) and leaf.grad.tolist() == [2.0, 2.0, 2.0]
+    with pytest.raises(BufferError, match="require gradient"):  # torch's own rule, as on CUDA
+        torch.from_dlpack(torch.ones(2, device="vgpu:0", requires_grad=True))
+
+
+@pytest.mark.parametrize("how", ["torch.asarray(t.__dlpack__())", "numpy.from_dlpack(t)", "t.__dlpack_device__()"])
+def test_dlpack_for_anything_but_torch_is_refused_by_name(vgpu, how):
     t = torch.arange(4.0, device="vgpu:1")
-    call = {"torch.from_dlpack(t)": lambda: torch.from_dlpack(t),
-            "torch.asarray(t.__dlpack__())": lambda: torch.asarray(t.__dlpack__()),
+    call = {"torch.asarray(t.__dlpack__())": lambda: torch.asarray(t.__dlpack__()),
             "numpy.from_dlpack(t)": lambda: np.from_dlpack(t),
             "t.__dlpack_device__()": lambda: t.__dlpack_device__()}[how]
     with pytest.raises(ds.VirtualDLPackError, match=r"ds\.convert\(t, 'numpy'\)") as info:
         call()
     assert isinstance(info.value, BufferError) and "vgpu:1" in str(info.value)
-    # What the message offers works, and shares nothing with the virtual GPU.
-    converted = ds.convert(t, "numpy")
-    assert converted.tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert ds.convert(t, "numpy").tolist() == [0.0, 1.0, 2.0, 3.0]  # what the message offers
 
 
-def test_torchs_legacy_export_raises_rather_than_give_a_null_pointer(vgpu):
+def test_a_capsule_of_torchs_own_export_of_the_wrapper_is_refused_when_used(vgpu):
     t = torch.arange(4.0, device="vgpu:1")
-    with pytest.raises(RuntimeError, match="Cannot access data pointer"):
-        torch.utils.dlpack.to_dlpack(t)  # its C++ reads the wrapper's own (memoryless) storage
-    assert t.data_ptr() != 0  # what devshim answers in Python: the host memory
+    # torch's C function, not the torch.utils.dlpack.to_dlpack devshim installs: it reads the
+    # wrapper's own storage, which has no memory.
+    imported = torch.from_dlpack(torch._C._to_dlpack(t))
+    with pytest.raises(ds.VirtualDLPackError, match=r"not made by devshim's virtual GPUs.*ds\.convert"):
+        imported + 1
+    with pytest.raises(ds.VirtualDLPackError, match="never through DLPack"):
+        imported.cpu()
 
 
 # ------------------------------------------------------------ random numbers

@@ -26,9 +26,7 @@ __all__ = ["run", "torch_dispatch", "backend_kernel", "quantized_kernel", "singl
 # ---- private torch names this module adds (one place, see issue 27) ----------------------
 _get_flags = torch._C._get_tensor_metadata   # the flags torch keeps on a tensor, not its storage
 _set_flags = torch._C._set_tensor_metadata   # (conj, neg): what torch.save records per tensor
-# A wrapper's own storage has no memory: C++ that asks it for a writable data pointer
-# (torch.utils.dlpack.to_dlpack) raises rather than read a null pointer.
-_no_data_pointer = torch._C._set_throw_on_mutable_data_ptr
+_storage_at = torch._C._construct_storage_from_data_pointer  # a storage over given memory
 # --------------------------------------------------------------------------------------------
 
 _aten = torch.ops.aten
@@ -54,7 +52,6 @@ def new(cls, host, device):
         cls, host.size(), strides=host.stride(), storage_offset=host.storage_offset(),
         dtype=host.dtype, device=device,
     )
-    _no_data_pointer(self)
     self._host = host
     self._device = device
     return self
@@ -154,6 +151,8 @@ def _unwrap(cls, value, seen: list, host_ok: bool = False):
     if isinstance(value, _Tensor):
         if value.device.type != "cpu" or not (host_ok or value.dim() == 0):
             seen.append(value.device)
+            if value.device.type == VIRTUAL_TYPE:  # a plain tensor of a virtual GPU (_adopt)
+                return _adopt(cls, value, {})._host
         return value
     if type(value) is list or type(value) is tuple:
         return type(value)([_unwrap(cls, item, seen, host_ok) for item in value])
@@ -539,11 +538,11 @@ def backend_kernel(cls, op, *args, **kwargs):
     """The PrivateUse1 kernel: factories asked for a virtual GPU run on the CPU; operations
     that arrive here with virtual tensors run as ``__torch_dispatch__`` would run them."""
     single_threaded_autograd()
-    if _has_virtual(cls, args) or _has_virtual(cls, kwargs.values()):
-        return run(cls, op, args, kwargs)
     adopted = _adopt_foreign(cls, op, args, kwargs)
     if adopted is not None:
         return adopted
+    if _has_virtual(cls, args) or _has_virtual(cls, kwargs.values()):
+        return run(cls, op, args, kwargs)
     target = _target(kwargs.get("device") or VIRTUAL_TYPE)
     kwargs = dict(kwargs)
     kwargs["device"] = _CPU
@@ -564,30 +563,58 @@ def quantized_kernel(op, *args, **kwargs):
 
 def _adopt_foreign(cls, op, args, kwargs):
     """A call with tensors on a virtual GPU that are not devshim's wrappers: torch made them in
-    C++ over a storage devshim gave it (a legacy-format ``torch.load`` filling a loaded storage),
-    which then run as virtual tensors over that storage's host memory; any other such tensor
-    (torch.from_dlpack of a capsule from ``torch.utils.dlpack.to_dlpack``, say) has no memory
-    devshim knows, and is refused rather than computed with. None when there is none."""
-    values = (*args, *kwargs.values())
-    if not any(isinstance(value, _Tensor) and value.device.type == VIRTUAL_TYPE for value in values):
+    C++ over memory devshim handed it (a DLPack capsule of a virtual tensor that torch imported,
+    a storage a legacy-format ``torch.load`` fills), and they run as virtual tensors over that
+    host memory; an in-place operation gives back the tensor itself. Any other such tensor has
+    no memory devshim knows and is refused rather than computed with. None when there is none."""
+    if not (_has_foreign(cls, args) or _has_foreign(cls, kwargs.values())):
         return None
-    adopted = [_adopt(cls, value) for value in args]
-    return run(cls, op, tuple(adopted), {name: _adopt(cls, value) for name, value in kwargs.items()})
+    originals: dict = {}
+    adopted = tuple(_adopt(cls, value, originals) for value in args)
+    result = run(cls, op, adopted, {name: _adopt(cls, value, originals) for name, value in kwargs.items()})
+    if type(result) is tuple or type(result) is list:
+        return type(result)(originals.get(id(item), item) for item in result)
+    return originals.get(id(result), result)
 
 
-def _adopt(cls, value):
-    if not (isinstance(value, _Tensor) and value.device.type == VIRTUAL_TYPE):
+def _is_foreign(cls, value) -> bool:
+    return isinstance(value, _Tensor) and not isinstance(value, cls) and value.device.type == VIRTUAL_TYPE
+
+
+def _has_foreign(cls, values) -> bool:
+    for value in values:
+        if _is_foreign(cls, value):
+            return True
+        if (type(value) is list or type(value) is tuple) and _has_foreign(cls, value):
+            return True
+    return False
+
+
+def _adopt(cls, value, originals: dict):
+    if type(value) is list or type(value) is tuple:
+        return type(value)(_adopt(cls, item, originals) for item in value)
+    if not _is_foreign(cls, value):
         return value
-    host_memory = _host_storage(value.untyped_storage())
-    if host_memory.device.type != "cpu":
+    storage = value.untyped_storage()
+    memory = _host_storage(storage)
+    if memory.device.type != "cpu":
         raise VirtualDLPackError(
             f"this {value.device} tensor ({type(value).__name__}) was not made by devshim's virtual "
-            f"GPUs (torch.from_dlpack of a capsule from torch.utils.dlpack.to_dlpack, say), so it "
-            f"holds no memory devshim can compute with. Move tensors between virtual GPUs and other "
+            f"GPUs, so it holds no memory devshim can compute with (torch imported it from a DLPack "
+            f"capsule devshim did not make, say). Move tensors between virtual GPUs and other "
             f"frameworks with ds.convert(t, ...) or t.cpu(), never through DLPack."
         )
-    host = torch.empty(0, dtype=value.dtype).set_(host_memory, value.storage_offset(), value.size(), value.stride())
-    return new(cls, host, value.device)
+    # Its storage may start inside the host storage (a capsule of a view points there): its host
+    # gets a CPU storage starting at the same address, so storage offsets (as_strided) agree.
+    start = storage.data_ptr()
+    if start != memory.data_ptr():
+        inside = _storage_at(start, _CPU, memory.nbytes() - (start - memory.data_ptr()))
+        inside._devshim_keep = memory  # the memory lives as long as this view of it
+        memory = inside
+    host = torch.empty(0, dtype=value.dtype).set_(memory, value.storage_offset(), value.size(), value.stride())
+    wrapper = new_view(cls, host, value.device)
+    originals[id(wrapper)] = value
+    return wrapper
 
 
 def _block_diag_devices(args, kwargs) -> DeviceMismatchError:

@@ -16,7 +16,7 @@ from devshim.backends.torch._names import VIRTUAL_TYPE
 from devshim.backends.torch._virtual import saving as _saving
 from devshim.errors import NotOnHostError, UnsupportedValueError, VirtualDLPackError
 
-__all__ = ["SPECIAL"]
+__all__ = ["SPECIAL", "refuse_dlpack"]
 
 _DisableTorchFunctionSubclass = torch._C.DisableTorchFunctionSubclass
 
@@ -33,12 +33,11 @@ def _not_on_host(self) -> NotOnHostError:
     )
 
 
-def _no_dlpack(self, *args, **kwargs):
-    # torch's DLPack import would make a plain tensor on this device type from the capsule,
-    # one devshim does not know (with no host behind it): no capsule is made at all.
+def refuse_dlpack(self, *args, **kwargs):
+    """A virtual tensor's DLPack capsule asked for by anything but torch (dlpack.py)."""
     raise VirtualDLPackError(
-        f"{self.device} is a devshim virtual GPU, whose tensors have no DLPack form: torch would "
-        f"import the capsule as a {self.device.type} tensor devshim cannot compute with, and another "
+        f"{self.device} is a devshim virtual GPU: its tensors' DLPack capsules are for torch's own "
+        f"torch.from_dlpack only (which shares the memory on the virtual GPU, as on CUDA); another "
         f"framework would take its host memory for a GPU's. Copy instead: ds.convert(t, 'numpy') "
         f"(or any framework, e.g. ds.convert(t, 'jax')), or t.cpu() before DLPack."
     )
@@ -131,8 +130,6 @@ SPECIAL = {
     torch.Tensor.data.__set__: _set_data,
     torch.Tensor.new_tensor: _new_tensor,
     torch.Tensor.__reduce_ex__: _reduce,
-    torch.Tensor.__dlpack__: _no_dlpack,
-    torch.Tensor.__dlpack_device__: _no_dlpack,
 }
 
 

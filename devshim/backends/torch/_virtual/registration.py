@@ -22,7 +22,7 @@ import torch
 from devshim import settings
 from devshim.backends.torch._names import VIRTUAL_TYPE
 from devshim.backends.torch._virtual import count as _counter
-from devshim.backends.torch._virtual import generators, lazy, parallel, saving
+from devshim.backends.torch._virtual import dlpack, generators, lazy, parallel, saving
 from devshim.backends.torch._virtual.dispatch import backend_kernel, quantized_kernel
 from devshim.backends.torch._virtual.tensor import VirtualTensor
 from devshim.errors import BackendError, DevshimWarning
@@ -158,6 +158,7 @@ def _register() -> None:
     fallback, kernels = _register_kernels()
     generators.install()  # torch.Generator(device="vgpu:i")
     saving.install()  # torch.save/torch.load tag and restore virtual GPUs' storages
+    dlpack.install()  # torch.utils.dlpack.to_dlpack of a virtual tensor shares its memory
     lazy.install()  # torch.nn.Lazy* modules' uninitialised tensors move to virtual GPUs
     parallel.install()  # nn.DataParallel, scatter, gather, replicate, parallel_apply
     _keep.extend([hooks, guard, fallback, kernels])
@@ -180,6 +181,14 @@ def _register_kernels() -> tuple:
                  "empty.memory_format", "empty_strided"):
         op = _overload(name)
         kernels.impl(name, _kernel_for(op), "PrivateUse1")
+    # Operators with a kernel for every device (structured ones: neg, mul, ...) would run it
+    # on a plain tensor of a virtual GPU (one torch imported from a virtual tensor's DLPack
+    # capsule) instead of the fallback: the virtual GPU takes them too.
+    for name in torch._C._dispatch_get_all_op_names():
+        if name.startswith("aten::") and torch._C._dispatch_has_kernel_for_dispatch_key(
+                name, "CompositeExplicitAutogradNonFunctional"):
+            name = name[len("aten::"):]
+            kernels.impl(name, _kernel_for(_overload(name)), "PrivateUse1")
     return fallback, kernels
 
 

@@ -33,7 +33,7 @@ import torch
 from devshim.backends.torch._names import VIRTUAL_TYPE
 from devshim.backends.torch._virtual.count import target
 
-__all__ = ["reduce", "install", "host_storage", "rebuild_flagged_tensor"]
+__all__ = ["reduce", "install", "host_storage", "remember", "rebuild_flagged_tensor"]
 
 # ---- private torch names this module uses (one place, see issue 27) ----------------------
 _storage_at = torch._C._construct_storage_from_data_pointer  # a storage on a device over given memory
@@ -49,8 +49,9 @@ _set_flags = torch._C._set_tensor_metadata
 _DEVICE_MARK = "_devshim_device"   # on a host storage: the virtual GPU its tensors are on
 _HOST = "_devshim_host"            # on a loaded virtual storage: the CPU storage behind it
 _PRIORITY = 5                      # before the CPU's tagger (10), which would say "cpu"
-# Loaded CPU storages behind virtual ones, by address: a legacy-format load fills a storage
-# through a storage object torch makes in C++ over the same memory (without _devshim_host).
+# Host storages behind memory torch was handed as a virtual GPU's, by the address it was handed:
+# a legacy-format load fills a storage through a storage object torch makes in C++ over the
+# same memory (without _devshim_host), and torch imports a DLPack capsule as a plain tensor.
 _loaded: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 
 
@@ -98,13 +99,19 @@ def _restore(storage, location: str):
     device = target(location)  # DeviceUnavailableError when this process has no such virtual GPU
     virtual = _storage_at(storage.data_ptr(), device, storage.nbytes())
     setattr(virtual, _HOST, storage)
-    if storage.data_ptr():
-        _loaded[storage.data_ptr()] = storage
+    remember(storage, storage.data_ptr())
     return virtual
 
 
+def remember(memory, address: int) -> None:
+    """Note that torch was handed ``address`` (in host storage ``memory``) as a virtual GPU's."""
+    if address:
+        _loaded[address] = memory
+
+
 def host_storage(storage):
-    """The CPU storage behind ``storage`` when it is a virtual GPU's (made by ``_restore``)."""
+    """The CPU storage behind ``storage`` when it is a virtual GPU's (made by ``_restore``, or
+    over memory ``remember`` noted)."""
     host = getattr(storage, _HOST, None)
     if host is not None:
         return host

@@ -14,6 +14,7 @@ import threading
 import torch
 
 from devshim.backends.torch._virtual import dispatch
+from devshim.backends.torch._virtual import dlpack as _dlpack
 from devshim.backends.torch._virtual.reads import SPECIAL as _SPECIAL
 from devshim.guard.hooks import original_of
 
@@ -131,12 +132,12 @@ class VirtualTensor(torch.Tensor):
     def __dlpack__(self, *args, **kwargs):
         if _has_torch_function(self):
             return _present(torch.Tensor.__dlpack__, self, *args, **kwargs)
-        return _no_dlpack(self)
+        return _dlpack.dlpack(self, *args, **kwargs)
 
     def __dlpack_device__(self):
         if _has_torch_function(self):
             return _present(torch.Tensor.__dlpack_device__, self)
-        return _no_dlpack(self)
+        return _dlpack.dlpack_device(self)
 
     def _set_data_checked(self, value):
         if _has_torch_function(self):
@@ -202,4 +203,5 @@ _data_ptr = _SPECIAL[torch.Tensor.data_ptr]
 _reduce = _SPECIAL[torch.Tensor.__reduce_ex__]
 _new_tensor = _SPECIAL[torch.Tensor.new_tensor]
 _set_data = _SPECIAL[torch.Tensor.data.__set__]
-_no_dlpack = _SPECIAL[torch.Tensor.__dlpack__]
+_SPECIAL[torch.Tensor.__dlpack__] = _dlpack.dlpack  # answered under a TorchFunctionMode too
+_SPECIAL[torch.Tensor.__dlpack_device__] = _dlpack.dlpack_device
