@@ -29,6 +29,11 @@ from devshim.errors import BackendError, DevshimWarning
 
 __all__ = ["install", "installed"]
 
+# ---- private torch names this module adds for issue 29 (one place, see issue 27) ----------
+_all_operator_names = torch._C._dispatch_get_all_op_names        # every registered operator
+_has_kernel_for = torch._C._dispatch_has_kernel_for_dispatch_key  # whether it has a kernel for a key
+# --------------------------------------------------------------------------------------------
+
 _aten = torch.ops.aten
 _lock = threading.Lock()
 _installed = False
@@ -184,9 +189,8 @@ def _register_kernels() -> tuple:
     # Operators with a kernel for every device (structured ones: neg, mul, ...) would run it
     # on a plain tensor of a virtual GPU (one torch imported from a virtual tensor's DLPack
     # capsule) instead of the fallback: the virtual GPU takes them too.
-    for name in torch._C._dispatch_get_all_op_names():
-        if name.startswith("aten::") and torch._C._dispatch_has_kernel_for_dispatch_key(
-                name, "CompositeExplicitAutogradNonFunctional"):
+    for name in _all_operator_names():
+        if name.startswith("aten::") and _has_kernel_for(name, "CompositeExplicitAutogradNonFunctional"):
             name = name[len("aten::"):]
             kernels.impl(name, _kernel_for(_overload(name)), "PrivateUse1")
     return fallback, kernels
