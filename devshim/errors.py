@@ -49,6 +49,7 @@ __all__ = [
     "VirtualDeviceCountError",
     "VirtualDataParallelError",
     "FrameworkReleaseError",
+    "VirtualDLPackError",
     "DevshimWarning",
     "ImplicitTransferWarning",
     "SharedDeviceWarning",
@@ -420,6 +421,23 @@ class VirtualDataParallelError(DevshimError, RuntimeError):
         >>> torch.nn.DataParallel(net, device_ids=ds.try_all_gpus())
         Traceback (most recent call last):
         VirtualDataParallelError: nn.DataParallel found no devices to run on ...
+    """
+
+
+class VirtualDLPackError(DevshimError, BufferError):
+    """A tensor on a devshim virtual torch GPU was asked for a DLPack capsule by anything but
+    torch's own ``torch.from_dlpack`` (``numpy.from_dlpack(t)``, ``t.__dlpack__()``): another
+    framework would take its host memory for a GPU's, so no capsule is made;
+    ``ds.convert(t, "numpy")`` (or any framework) copies, ``t.cpu()`` too. Within torch the
+    capsule shares the memory, as on CUDA. Also raised when a tensor torch imported from a
+    capsule devshim did not make (``torch._C._to_dlpack(t)``) is used: it holds no memory
+    devshim knows. A ``BufferError``, what DLPack producers raise for a tensor they cannot
+    export.
+
+    Example:
+        >>> numpy.from_dlpack(torch.ones(2, device=ds.try_gpu()))   # DEVSHIM_VIRTUAL_DEVICES=1
+        Traceback (most recent call last):
+        devshim.errors.VirtualDLPackError: vgpu:0 is a devshim virtual GPU: its tensors' DLPack ...
     """
 
 

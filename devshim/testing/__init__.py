@@ -3,6 +3,8 @@ Chainer's "define your own function" loop for every framework.
 
 ``virtual_devices(n)``           ``n`` virtual GPUs backed by host memory
                                  (like ``DEVSHIM_VIRTUAL_DEVICES=n``).
+``torch_device_tests(n)``        torch's ``instantiate_device_type_tests`` suites on
+                                 ``n`` torch virtual GPUs too.
 ``assert_allclose(a, b)``        tensors of any framework on any device, mixed in one
                                  call, Python and NumPy scalars, nests of them.
 ``numerical_grad(f, xs, gys)``   central differences of ``sum(f(*xs) * gys)``, one
@@ -21,13 +23,13 @@ Example:
 from typing import TYPE_CHECKING
 
 from devshim._lazy import lazy_names
-from devshim.testing.virtual import virtual_devices
+from devshim.testing.virtual import torch_device_tests, virtual_devices
 
 if TYPE_CHECKING:  # what type checkers see; at run time the checks load on first use
     from devshim.testing.allclose import assert_allclose
     from devshim.testing.gradients import check_backward, numerical_grad
 
-__all__ = ["virtual_devices", "assert_allclose", "numerical_grad", "check_backward"]
+__all__ = ["virtual_devices", "torch_device_tests", "assert_allclose", "numerical_grad", "check_backward"]
 
 # Loaded on first use: virtual_devices, which runs before any framework starts, stays as light
 # as it was (the checks import NumPy).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from devshim import settings
 
-__all__ = ["virtual_devices"]
+__all__ = ["virtual_devices", "torch_device_tests"]
 
 
 def virtual_devices(count: int) -> None:
@@ -26,3 +26,22 @@ def virtual_devices(count: int) -> None:
 
         raise BackendError(f"virtual_devices() takes a non-negative int, not {count!r}.")
     settings.set_virtual_devices(count)
+
+
+def torch_device_tests(count: int | None = None) -> None:
+    """Run torch's device-generic tests (``instantiate_device_type_tests``) on torch virtual
+    GPUs as well: registers ``count`` of them (default: ``DEVSHIM_VIRTUAL_DEVICES``) and adds
+    devshim's test base to torch's ``TORCH_TEST_DEVICES``, so every such test class gets a
+    ``...PRIVATEUSE1`` twin that runs on ``vgpu:0`` (``@deviceCountAtLeast(2)`` tests on all).
+
+    Call it in ``conftest.py`` (or atop the test module) before anything imports
+    ``torch.testing._internal``, which reads its device types once; later it raises
+    ``ds.BackendError`` saying so. torch itself is not patched.
+
+    Example:
+        >>> ds.testing.torch_device_tests(2)
+        >>> from torch.testing._internal.common_device_type import instantiate_device_type_tests
+    """
+    from devshim.backends.torch._virtual.device_tests import enable
+
+    enable(count)

@@ -221,5 +221,11 @@ class TorchPlacement(ModelPlacement):
                 f"keep copying inputs to the original's devices. Call ds.unplace(net) first, or replicate "
                 f"the model before splitting it."
             )
-        return [copy.deepcopy(module).to(native) for native in natives]
+        groups = _tied(module)
+        replicas = []
+        for native in natives:
+            replica = copy.deepcopy(module).to(native)  # deepcopy keeps ties; .to may not (meta)
+            _retie(replica, groups)
+            replicas.append(replica)
+        return replicas
 

@@ -53,14 +53,23 @@ tensor switches autograd's multithreading off for the thread it runs in
 guard, which the engine asks in the thread that starts a backward pass before
 it picks a queue. Values are unchanged.
 
+What a tensor carries besides its values, as on CUDA: the lazy conjugate and negative bits
+(views copy them from their host), one random generator per virtual GPU
+(``generators.py``), and its storage when saved (``saving.py``: views and tied weights stay
+shared through ``torch.save``/``torch.load``). What it cannot carry is refused by name:
+DLPack (``ds.VirtualDLPackError``) and quantized tensors (``ds.UnsupportedValueError``).
+
 The package, by concern (each module imports only those listed before it):
 
     ``count.py``         how many virtual GPUs exist; which ``vgpu:i`` a call may name
     ``rnn.py``           GPU-only fused RNN kernels, as the same math on host tensors
-    ``reads.py``         host reads: ``tolist``, ``numpy``, printing, storage, pickling
+    ``saving.py``        torch.save/torch.load: storages tagged and restored per virtual GPU
+    ``reads.py``         host reads: ``tolist``, ``numpy``, printing, storage, pickling, DLPack
+    ``generators.py``    random generators per virtual GPU; ``torch.Generator(device="vgpu:i")``
     ``dispatch.py``      ATen operations: CUDA's device rules, then the host kernel
     ``tensor.py``        ``VirtualTensor``, the wrapper tensor class
     ``registration.py``  renaming privateuse1 to ``vgpu``: device module, guard, hooks, kernels
+    ``device_tests.py``  torch's device-generic tests (``instantiate_device_type_tests``) on them
 
 The device type's name, ``VIRTUAL_TYPE``, lives in ``devshim.backends.torch._names``,
 below this package and ``core.py`` alike.

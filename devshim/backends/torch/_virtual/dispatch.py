@@ -15,10 +15,19 @@ import torch
 from devshim.backends.torch._names import VIRTUAL_TYPE
 from devshim.backends.torch._virtual.count import is_virtual_type as _is_virtual_type
 from devshim.backends.torch._virtual.count import target as _target
+from devshim.backends.torch._virtual import generators as _random
 from devshim.backends.torch._virtual.rnn import HOST_KERNELS as _HOST_KERNELS
-from devshim.errors import DeviceMismatchError, UnsupportedValueError
+from devshim.backends.torch._virtual.saving import host_storage as _host_storage
+from devshim.errors import DeviceMismatchError, UnsupportedValueError, VirtualDLPackError
 
-__all__ = ["run", "torch_dispatch", "backend_kernel", "single_threaded_autograd", "new", "follow_host"]
+__all__ = ["run", "torch_dispatch", "backend_kernel", "quantized_kernel", "single_threaded_autograd", "new",
+           "new_view", "follow_host", "refuse_quantized"]
+
+# ---- private torch names this module adds (one place, see issue 27) ----------------------
+_get_flags = torch._C._get_tensor_metadata   # the flags torch keeps on a tensor, not its storage
+_set_flags = torch._C._set_tensor_metadata   # (conj, neg): what torch.save records per tensor
+_storage_at = torch._C._construct_storage_from_data_pointer  # a storage over given memory
+# --------------------------------------------------------------------------------------------
 
 _aten = torch.ops.aten
 _CPU = torch.device("cpu")
@@ -48,13 +57,25 @@ def new(cls, host, device):
     return self
 
 
+def new_view(cls, host, device):
+    """``new``, for a host tensor that may carry flags torch keeps on the tensor rather than
+    its storage (the lazy conjugate and negative bits, which views pass on and ``conj()`` and
+    ``x.conj().imag`` set): the wrapper gets them too, so torch's conjugate fallback, ``is_conj()``
+    and every kernel read the same as on the host."""
+    self = new(cls, host, device)
+    flags = _get_flags(host)
+    if flags:
+        _set_flags(self, flags)
+    return self
+
+
 def follow_host(tensor) -> None:
     """Give virtual tensor ``tensor`` the sizes, strides and storage offset its host tensor has
     now, after an operation changed the host's in place (``t_()``, ``resize_()``, ``set_()``,
     an ``out=`` that resized, ...). torch's ``set_data`` (what ``t.data = v`` runs) copies the
     metadata of a fresh wrapper into it, keeping the tensor's identity, autograd history and
     version counter; torch function handling is off meanwhile, so no mode sees the step."""
-    fresh = new(type(tensor), tensor._host, tensor._device)  # shares the host: set_data asks both its kind
+    fresh = new_view(type(tensor), tensor._host, tensor._device)  # shares the host: set_data asks both its kind
     with _DisableTorchFunction():
         _set_data(tensor, fresh)
 
@@ -130,6 +151,8 @@ def _unwrap(cls, value, seen: list, host_ok: bool = False):
     if isinstance(value, _Tensor):
         if value.device.type != "cpu" or not (host_ok or value.dim() == 0):
             seen.append(value.device)
+            if value.device.type == VIRTUAL_TYPE:  # a plain tensor of a virtual GPU (_adopt)
+                return _adopt(cls, value, {})._host
         return value
     if type(value) is list or type(value) is tuple:
         return type(value)([_unwrap(cls, item, seen, host_ok) for item in value])
@@ -160,11 +183,13 @@ class _Plan:
     """What ``run`` needs to know about one operator, worked out on its first call, so a
     call costs one lookup (by ``id``: an OpOverload hashes in Python) rather than several."""
 
-    __slots__ = ("func", "foreach", "host_positions", "host_names", "any_device", "kernel",
-                 "aliases", "reshapes", "views", "tensor_positions", "returns_first")
+    __slots__ = ("func", "name", "foreach", "host_positions", "host_names", "any_device", "kernel",
+                 "aliases", "reshapes", "views", "tensor_positions", "returns_first", "seeded",
+                 "generator", "quantizes", "storages")
 
     def __init__(self, func) -> None:
         self.func = func
+        self.name = func.__name__.split(".")[0]
         self.foreach = func.__name__.startswith("_foreach_")
         found = _host_argument_positions(func)
         self.host_positions, self.host_names = found if found is not None else (None, None)
@@ -181,8 +206,23 @@ class _Plan:
         # In-place operations (add_, zero_, ...) return their first argument itself.
         self.returns_first = self.aliases is not None and len(self.aliases) == 1 \
             and self.aliases[0] is not None and self.aliases[0][0] == 0
+        # Operations that draw random numbers use the virtual GPU's generator (generators.py).
+        self.seeded = _SEEDED is not None and _SEEDED in func.tags
+        self.generator = next(((position, arg.name) for position, arg in enumerate(func._schema.arguments)
+                               if arg.name == "generator"), None)
+        # Operations that may make a quantized tensor (quantize_per_tensor, ...), which a
+        # virtual GPU refuses: their results are checked (refuse_quantized).
+        self.quantizes = "quantize" in self.name and "dequantize" not in self.name \
+            and "fake_quant" not in self.name
+        # Storage arguments (set_, as torch.load rebuilds a tensor) may be a virtual GPU's.
+        self.storages = tuple((position, arg.name) for position, arg in enumerate(func._schema.arguments)
+                              if str(arg.type) == "Storage") or None
         self.tensor_positions = _single_tensor_positions(func) if (
-            not self.foreach and self.host_positions is None and not self.any_device) else None
+            not self.foreach and self.host_positions is None and not self.any_device
+            and not self.seeded and not self.quantizes and self.storages is None) else None
+
+
+_SEEDED = getattr(torch.Tag, "nondeterministic_seeded", None)
 
 
 def _single_tensor_positions(func):
@@ -225,45 +265,97 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
     plan = _plans.get(id(func))
     if plan is None or plan.func is not func:
         plan = _plan_for(func)
-    positions = plan.tensor_positions
-    if positions is not None and not kwargs:
-        # The short path, taken by most operations: positional arguments only, tensors only
-        # where the schema has a lone Tensor, each a virtual tensor (all on one device), a
-        # number (torch hands a wrapped one over as a Python number), a 0-dim CPU tensor or
-        # None. Anything else (a CPU tensor with dimensions, a mismatch) goes the general
-        # way below, which decides it, raises the mismatch, or wraps the results alike.
-        out = None
-        host_args = list(args)
-        count = len(args)
-        for position in positions:
-            if position >= count:
-                continue  # a trailing optional left out: nothing to unwrap (and no later ones)
-            arg = args[position]
-            if isinstance(arg, cls):
-                device = arg._device
-                if out is None:
-                    out = device
-                elif device is not out and device != out:
-                    break
-                host_args[position] = arg._host
-            elif isinstance(arg, _Tensor) and not (arg.is_cpu and arg.dim() == 0):
-                break
-            # else None, a Python number, or a 0-dim CPU tensor (a number to CUDA): as it is
-        else:
-            if out is not None:
-                result = plan.kernel(*host_args)
-                if plan.reshapes is not None:
-                    _follow_hosts(cls, plan.reshapes, args, {})
-                # _finish's commonest cases, inlined
-                if plan.aliases is None and not plan.views and isinstance(result, _Tensor):
-                    return new(cls, result, out)
-                if plan.returns_first:
-                    return args[0]
-                return _finish(cls, plan, result, host_args, out, args, {})
-    if kwargs is None:
-        kwargs = {}
+    if plan.tensor_positions is not None and not kwargs:
+        result = _short_path(cls, plan, args)
+        if result is not _NOT_SHORT:
+            return result
+    return _general_path(cls, plan, args, kwargs if kwargs is not None else {})
+
+
+_NOT_SHORT = object()  # what _short_path answers for a call it leaves to _general_path
+
+
+def _short_path(cls, plan, args):
+    """The path most operations take: positional arguments only, tensors only where the
+    schema has a lone Tensor, each a virtual tensor (all on one device), a number (torch hands
+    a wrapped one over as a Python number), a 0-dim CPU tensor or None. Anything else (a CPU
+    tensor with dimensions, a mismatch, no virtual tensor at all) answers ``_NOT_SHORT``, and
+    the general path decides it, raises the mismatch, or wraps the results alike."""
+    out = None
+    host_args = list(args)
+    count = len(args)
+    for position in plan.tensor_positions:
+        if position >= count:
+            continue  # a trailing optional left out: nothing to unwrap (and no later ones)
+        arg = args[position]
+        if isinstance(arg, cls):
+            device = arg._device
+            if out is None:
+                out = device
+            elif device is not out and device != out:
+                return _NOT_SHORT
+            host_args[position] = arg._host
+        elif isinstance(arg, _Tensor) and not (arg.is_cpu and arg.dim() == 0):
+            return _NOT_SHORT
+        # else None, a Python number, or a 0-dim CPU tensor (a number to CUDA): as it is
+    if out is None:
+        return _NOT_SHORT
+    result = plan.kernel(*host_args)
+    if plan.reshapes is not None:
+        _follow_hosts(cls, plan.reshapes, args, {})
+    # _finish's commonest cases, inlined
+    if plan.aliases is None and not plan.views and isinstance(result, _Tensor):
+        return new(cls, result, out)
+    if plan.returns_first:
+        return args[0]
+    return _finish(cls, plan, result, host_args, out, args, {})
+
+
+def _general_path(cls, plan, args, kwargs):
+    """Any call: unwrap every argument, check CUDA's device rule, run the host kernel (with
+    the virtual GPU's random generator where it draws), and wrap the results."""
+    func = plan.func
     if plan.foreach:
         return _dispatch_foreach(cls, func, args, kwargs)
+    host_args, host_kwargs, seen = _unwrap_call(cls, plan, args, kwargs)
+    if plan.storages is not None:
+        _host_storages(plan.storages, host_args, host_kwargs)
+    if seen and not plan.any_device:
+        _check_one_device(plan, seen, args, kwargs)
+    out = _result_device(host_kwargs, seen)
+    if plan.seeded and out is not None:
+        result = _random.run_seeded(plan, host_args, host_kwargs, out)
+    else:
+        result = plan.kernel(*host_args, **host_kwargs)
+    if plan.reshapes is not None:
+        _follow_hosts(cls, plan.reshapes, args, kwargs)
+    if out is None:
+        return result
+    if plan.quantizes:
+        _refuse_quantized(result, out)
+    return _finish(cls, plan, result, host_args, out, args, kwargs)
+
+
+def refuse_quantized(device) -> UnsupportedValueError:
+    """The error for a quantized tensor on virtual GPU ``device``."""
+    return UnsupportedValueError(
+        f"devshim's virtual GPUs hold no quantized tensors ({device} cannot keep one: torch's "
+        f"quantized kernels and tensor internals take only their own devices' tensors). Quantize on "
+        f"the CPU (move the tensor there first with t.cpu()), or keep the float tensor on {device} "
+        f"and dequantize before moving it (x.dequantize())."
+    )
+
+
+def _refuse_quantized(result, device) -> None:
+    values = result if type(result) is list or type(result) is tuple else (result,)
+    for value in values:
+        if isinstance(value, _Tensor) and value.is_quantized:
+            raise refuse_quantized(device)
+
+
+def _unwrap_call(cls, plan, args, kwargs):
+    """``(host_args, host_kwargs, seen)``: the call with virtual tensors replaced by their host
+    tensors, and the devices that must agree (see ``_unwrap``)."""
     seen: list = []
     positions = plan.host_positions
     if positions is None:
@@ -281,34 +373,45 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
         names = plan.host_names
         host_args = [_unwrap(cls, arg, seen, i in positions) for i, arg in enumerate(args)]
         host_kwargs = {name: _unwrap(cls, value, seen, name in names) for name, value in kwargs.items()}
+    return host_args, host_kwargs, seen
 
-    if seen and not plan.any_device:
-        first = seen[0]
-        for device in seen:
-            if device is not first and device != first:
-                raise _mismatch(func, first, device)
 
-    # Where the result goes: device= when given, else where the (virtual) inputs are
-    # (every virtual tensor's device is in ``seen``).
-    out = None
+def _host_storages(where, host_args: list, host_kwargs: dict) -> None:
+    """A virtual GPU's storage argument (torch.load made it) replaced by its host storage."""
+    for position, name in where:
+        if position < len(host_args):
+            host_args[position] = _host_storage(host_args[position])
+        elif name in host_kwargs:
+            host_kwargs[name] = _host_storage(host_kwargs[name])
+
+
+def _check_one_device(plan, seen: list, args, kwargs) -> None:
+    """CUDA's rule: every tensor in ``seen`` on one device, else the error CUDA raises (or the
+    operator's own, for those whose kernels check devices themselves)."""
+    first = seen[0]
+    for device in seen:
+        if device is not first and device != first:
+            own = _OWN_DEVICE_MESSAGES.get(plan.name)
+            if own is not None:
+                raise own(args, kwargs)
+            raise _mismatch(plan.func, first, device)
+
+
+def _result_device(host_kwargs, seen: list):
+    """Where the result goes: ``device=`` when it names a virtual GPU (then the host kernel is
+    asked for the CPU), else the virtual GPU of the inputs (every virtual tensor's device is in
+    ``seen``); None when the result stays where the kernel puts it."""
     asked = host_kwargs.get("device") if host_kwargs else None
     if asked is not None:
         target = _target(asked)
         if target.type == VIRTUAL_TYPE:
             host_kwargs["device"] = _CPU
-            out = target
-    else:
-        for device in seen:
-            if device.type == VIRTUAL_TYPE:
-                out = device
-                break
-
-    result = plan.kernel(*host_args, **host_kwargs)
-    if plan.reshapes is not None:
-        _follow_hosts(cls, plan.reshapes, args, kwargs)
-    if out is None:
-        return result
-    return _finish(cls, plan, result, host_args, out, args, kwargs)
+            return target
+        return None
+    for device in seen:
+        if device.type == VIRTUAL_TYPE:
+            return device
+    return None
 
 
 def _finish(cls, plan, result, host_args, out, args, kwargs):
@@ -322,8 +425,9 @@ def _finish(cls, plan, result, host_args, out, args, kwargs):
                     if result is host:  # lift_fresh gives its argument itself: a wrapper
                         result = _alias(host)  # gets its own host, whose shape is its own
                         break
+                return new_view(cls, result, out)
             return new(cls, result, out)
-        return _wrap(cls, result, out)
+        return _wrap(cls, result, out, new_view if plan.views else new)
     # In-place and out= operations return their (already updated) argument itself.
     returned = [_argument(args, kwargs, where) if where is not None else _wrap(cls, value, out)
                 for where, value in zip(aliases, result if len(aliases) > 1 else (result,))]
@@ -363,11 +467,11 @@ def _argument(args, kwargs, where):
     return args[position] if position < len(args) else kwargs[name]
 
 
-def _wrap(cls, value, device):
+def _wrap(cls, value, device, make=new):
     if isinstance(value, _Tensor):
-        return new(cls, value, device)
+        return make(cls, value, device)
     if type(value) is list or type(value) is tuple:
-        return type(value)([_wrap(cls, item, device) for item in value])
+        return type(value)([_wrap(cls, item, device, make) for item in value])
     return value
 
 
@@ -434,9 +538,97 @@ def backend_kernel(cls, op, *args, **kwargs):
     """The PrivateUse1 kernel: factories asked for a virtual GPU run on the CPU; operations
     that arrive here with virtual tensors run as ``__torch_dispatch__`` would run them."""
     single_threaded_autograd()
+    adopted = _adopt_foreign(cls, op, args, kwargs)
+    if adopted is not None:
+        return adopted
     if _has_virtual(cls, args) or _has_virtual(cls, kwargs.values()):
         return run(cls, op, args, kwargs)
     target = _target(kwargs.get("device") or VIRTUAL_TYPE)
     kwargs = dict(kwargs)
     kwargs["device"] = _CPU
+    plan = _plans.get(id(op))
+    if plan is None or plan.func is not op:
+        plan = _plan_for(op)
+    if plan.seeded:
+        return _wrap(cls, _random.run_seeded(plan, list(args), kwargs, target), target)
     return _wrap(cls, op(*args, **kwargs), target)
+
+
+def quantized_kernel(op, *args, **kwargs):
+    """The QuantizedPrivateUse1 kernel: what would make a quantized tensor on a virtual GPU
+    (``q.to("vgpu:0")``, ``torch._empty_affine_quantized(..., device="vgpu:0")``) refuses."""
+    device = kwargs.get("device")
+    raise refuse_quantized(_target(device) if device is not None else VIRTUAL_TYPE)
+
+
+def _adopt_foreign(cls, op, args, kwargs):
+    """A call with tensors on a virtual GPU that are not devshim's wrappers: torch made them in
+    C++ over memory devshim handed it (a DLPack capsule of a virtual tensor that torch imported,
+    a storage a legacy-format ``torch.load`` fills), and they run as virtual tensors over that
+    host memory; an in-place operation gives back the tensor itself. Any other such tensor has
+    no memory devshim knows and is refused rather than computed with. None when there is none."""
+    if not (_has_foreign(cls, args) or _has_foreign(cls, kwargs.values())):
+        return None
+    originals: dict = {}
+    adopted = tuple(_adopt(cls, value, originals) for value in args)
+    result = run(cls, op, adopted, {name: _adopt(cls, value, originals) for name, value in kwargs.items()})
+    if type(result) is tuple or type(result) is list:
+        return type(result)(originals.get(id(item), item) for item in result)
+    return originals.get(id(result), result)
+
+
+def _is_foreign(cls, value) -> bool:
+    return isinstance(value, _Tensor) and not isinstance(value, cls) and value.device.type == VIRTUAL_TYPE
+
+
+def _has_foreign(cls, values) -> bool:
+    for value in values:
+        if _is_foreign(cls, value):
+            return True
+        if (type(value) is list or type(value) is tuple) and _has_foreign(cls, value):
+            return True
+    return False
+
+
+def _adopt(cls, value, originals: dict):
+    if type(value) is list or type(value) is tuple:
+        return type(value)(_adopt(cls, item, originals) for item in value)
+    if not _is_foreign(cls, value):
+        return value
+    storage = value.untyped_storage()
+    memory = _host_storage(storage)
+    if memory.device.type != "cpu":
+        raise VirtualDLPackError(
+            f"this {value.device} tensor ({type(value).__name__}) was not made by devshim's virtual "
+            f"GPUs, so it holds no memory devshim can compute with (torch imported it from a DLPack "
+            f"capsule devshim did not make, say). Move tensors between virtual GPUs and other "
+            f"frameworks with ds.convert(t, ...) or t.cpu(), never through DLPack."
+        )
+    # Its storage may start inside the host storage (a capsule of a view points there): its host
+    # gets a CPU storage starting at the same address, so storage offsets (as_strided) agree.
+    start = storage.data_ptr()
+    if start != memory.data_ptr():
+        inside = _storage_at(start, _CPU, memory.nbytes() - (start - memory.data_ptr()))
+        inside._devshim_keep = memory  # the memory lives as long as this view of it
+        memory = inside
+    host = torch.empty(0, dtype=value.dtype).set_(memory, value.storage_offset(), value.size(), value.stride())
+    wrapper = new_view(cls, host, value.device)
+    originals[id(wrapper)] = value
+    return wrapper
+
+
+def _block_diag_devices(args, kwargs) -> DeviceMismatchError:
+    tensors = args[0] if args else kwargs["tensors"]
+    first = tensors[0].device
+    for index, tensor in enumerate(tensors):
+        if tensor.device != first:
+            return DeviceMismatchError(
+                f"torch.block_diag: input tensors must all be on the same device. Input 0 is on "
+                f"device {first} and input {index} is on device {tensor.device} (a devshim virtual "
+                f"GPU refuses mixed devices as CUDA does: copy them to one device first)."
+            )
+    return DeviceMismatchError("torch.block_diag: input tensors must all be on the same device.")
+
+
+# Operators whose kernels check devices themselves, with their own message (kept, as on CUDA).
+_OWN_DEVICE_MESSAGES = {"block_diag": _block_diag_devices}

@@ -10,14 +10,13 @@ type; this module does not need the tensor class.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import torch
 
 from devshim.backends.torch._names import VIRTUAL_TYPE
-from devshim.errors import NotOnHostError, UnsupportedValueError
+from devshim.backends.torch._virtual import saving as _saving
+from devshim.errors import NotOnHostError, UnsupportedValueError, VirtualDLPackError
 
-__all__ = ["SPECIAL"]
+__all__ = ["SPECIAL", "refuse_dlpack"]
 
 _DisableTorchFunctionSubclass = torch._C.DisableTorchFunctionSubclass
 
@@ -31,6 +30,16 @@ def _not_on_host(self) -> NotOnHostError:
         f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() to copy the "
         f"tensor to host memory first. ({self.device} is a devshim virtual GPU and refuses "
         f"implicit host views as CUDA does; ds.to_numpy(t) copies for you.)"
+    )
+
+
+def refuse_dlpack(self, *args, **kwargs):
+    """A virtual tensor's DLPack capsule asked for by anything but torch (dlpack.py)."""
+    raise VirtualDLPackError(
+        f"{self.device} is a devshim virtual GPU: its tensors' DLPack capsules are for torch's own "
+        f"torch.from_dlpack only (which shares the memory on the virtual GPU, as on CUDA); another "
+        f"framework would take its host memory for a GPU's. Copy instead: ds.convert(t, 'numpy') "
+        f"(or any framework, e.g. ds.convert(t, 'jax')), or t.cpu() before DLPack."
     )
 
 
@@ -106,15 +115,8 @@ def _new_tensor(self, data, *args, **kwargs):
 
 
 def _reduce(self, proto):
-    # torch's own format for tensors of a storage-less out-of-tree device: the values as
-    # a CPU tensor and the device name. torch.load (weights_only too) rebuilds it on a
-    # virtual GPU, in a process that has them.
-    if getattr(self, "_is_param", False):
-        plain = self.detach()
-        return (torch._utils._rebuild_parameter, (plain, self.requires_grad, OrderedDict()))
-    host = self._host.detach().clone()
-    return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
-            (host, self.dtype, str(self.device), self.requires_grad))
+    # As torch pickles a CUDA tensor: its storage, tagged with its device (saving.py).
+    return _saving.reduce(self)
 
 
 SPECIAL = {

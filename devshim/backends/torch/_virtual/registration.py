@@ -22,12 +22,17 @@ import torch
 from devshim import settings
 from devshim.backends.torch._names import VIRTUAL_TYPE
 from devshim.backends.torch._virtual import count as _counter
-from devshim.backends.torch._virtual import lazy, parallel
-from devshim.backends.torch._virtual.dispatch import backend_kernel
+from devshim.backends.torch._virtual import dlpack, generators, lazy, parallel, saving
+from devshim.backends.torch._virtual.dispatch import backend_kernel, quantized_kernel
 from devshim.backends.torch._virtual.tensor import VirtualTensor
 from devshim.errors import BackendError, DevshimWarning
 
 __all__ = ["install", "installed"]
+
+# ---- private torch names this module adds for issue 29 (one place, see issue 27) ----------
+_all_operator_names = torch._C._dispatch_get_all_op_names        # every registered operator
+_has_kernel_for = torch._C._dispatch_has_kernel_for_dispatch_key  # whether it has a kernel for a key
+# --------------------------------------------------------------------------------------------
 
 _aten = torch.ops.aten
 _lock = threading.Lock()
@@ -155,21 +160,40 @@ def _register() -> None:
     if not acc.register_python_privateuseone_device_guard(guard):
         raise _refuse("another privateuse1 device guard is registered already")
 
+    fallback, kernels = _register_kernels()
+    generators.install()  # torch.Generator(device="vgpu:i")
+    saving.install()  # torch.save/torch.load tag and restore virtual GPUs' storages
+    dlpack.install()  # torch.utils.dlpack.to_dlpack of a virtual tensor shares its memory
+    lazy.install()  # torch.nn.Lazy* modules' uninitialised tensors move to virtual GPUs
+    parallel.install()  # nn.DataParallel, scatter, gather, replicate, parallel_apply
+    _keep.extend([hooks, guard, fallback, kernels])
+
+
+def _register_kernels() -> tuple:
+    """The PrivateUse1 kernels: a fallback for every operator, and per-operator kernels."""
     # Factories naming a virtual GPU reach the PrivateUse1 key with no tensor to dispatch
     # on; the fallback runs them on the CPU. Operations that reach the key *with* virtual
     # tensors (while torch switches Python dispatch off, as torch.tensor(..., device=)
     # does for its copy) need per-operator kernels: Python fallbacks are not consulted then.
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(_backend_kernel, "PrivateUse1")
+    # A quantized tensor on a virtual GPU is refused by name (torch's quantized internals
+    # would take a wrapper for one of their own tensors).
+    fallback.fallback(quantized_kernel, "QuantizedPrivateUse1")
     kernels = torch.library.Library("aten", "IMPL")
     for name in ("copy_", "_copy_from", "_copy_from_and_resize", "_to_copy", "lift_fresh",
                  "detach", "alias", "view", "_local_scalar_dense", "fill_.Scalar", "zero_",
                  "empty.memory_format", "empty_strided"):
         op = _overload(name)
         kernels.impl(name, _kernel_for(op), "PrivateUse1")
-    lazy.install()  # torch.nn.Lazy* modules' uninitialised tensors move to virtual GPUs
-    parallel.install()  # nn.DataParallel, scatter, gather, replicate, parallel_apply
-    _keep.extend([hooks, guard, fallback, kernels])
+    # Operators with a kernel for every device (structured ones: neg, mul, ...) would run it
+    # on a plain tensor of a virtual GPU (one torch imported from a virtual tensor's DLPack
+    # capsule) instead of the fallback: the virtual GPU takes them too.
+    for name in _all_operator_names():
+        if name.startswith("aten::") and _has_kernel_for(name, "CompositeExplicitAutogradNonFunctional"):
+            name = name[len("aten::"):]
+            kernels.impl(name, _kernel_for(_overload(name)), "PrivateUse1")
+    return fallback, kernels
 
 
 def _overload(name: str):
@@ -189,7 +213,7 @@ def _device_module() -> types.ModuleType:
     module = types.ModuleType(
         f"torch.{VIRTUAL_TYPE}",
         "devshim's virtual GPUs (DEVSHIM_VIRTUAL_DEVICES). Values live in host memory; "
-        "random numbers come from the CPU generator (torch.manual_seed seeds it).",
+        "each has its own random number generator, as CUDA devices do (torch.manual_seed seeds them).",
     )
 
     def is_available() -> bool:
@@ -205,9 +229,6 @@ def _device_module() -> types.ModuleType:
     def synchronize(device=None) -> None:
         """Nothing to wait for: virtual GPUs compute synchronously on the host."""
 
-    def manual_seed(seed) -> None:
-        """Random numbers on virtual GPUs come from the CPU generator: seed it with torch.manual_seed."""
-
     def get_amp_supported_dtype() -> list:
         """None: mixed precision is not simulated, so torch.autocast("vgpu") warns that it is
         disabling itself and code runs in full precision (torch asks this even of disabled
@@ -219,8 +240,9 @@ def _device_module() -> types.ModuleType:
     module.device_count = device_count
     module.current_device = current_device
     module.synchronize = synchronize
-    module.manual_seed = manual_seed
-    module.manual_seed_all = manual_seed
+    for name, function in generators.DEVICE_MODULE_FUNCTIONS.items():
+        setattr(module, name, function)
+    module.__getattr__ = generators.module_getattr  # default_generators, one per virtual GPU
     module.get_amp_supported_dtype = get_amp_supported_dtype
     module._is_in_bad_fork = lambda: False
     return module

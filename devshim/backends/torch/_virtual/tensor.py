@@ -14,6 +14,7 @@ import threading
 import torch
 
 from devshim.backends.torch._virtual import dispatch
+from devshim.backends.torch._virtual import dlpack as _dlpack
 from devshim.backends.torch._virtual.reads import SPECIAL as _SPECIAL
 from devshim.guard.hooks import original_of
 
@@ -128,6 +129,16 @@ class VirtualTensor(torch.Tensor):
             return _present(torch.Tensor.new_tensor, self, data, *args, **kwargs)
         return _new_tensor(self, data, *args, **kwargs)
 
+    def __dlpack__(self, *args, **kwargs):
+        if _has_torch_function(self):
+            return _present(torch.Tensor.__dlpack__, self, *args, **kwargs)
+        return _dlpack.dlpack(self, *args, **kwargs)
+
+    def __dlpack_device__(self):
+        if _has_torch_function(self):
+            return _present(torch.Tensor.__dlpack_device__, self)
+        return _dlpack.dlpack_device(self)
+
     def _set_data_checked(self, value):
         if _has_torch_function(self):
             # A new method-wrapper at each access, equal to the one reads.SPECIAL holds.
@@ -192,3 +203,5 @@ _data_ptr = _SPECIAL[torch.Tensor.data_ptr]
 _reduce = _SPECIAL[torch.Tensor.__reduce_ex__]
 _new_tensor = _SPECIAL[torch.Tensor.new_tensor]
 _set_data = _SPECIAL[torch.Tensor.data.__set__]
+_SPECIAL[torch.Tensor.__dlpack__] = _dlpack.dlpack  # answered under a TorchFunctionMode too
+_SPECIAL[torch.Tensor.__dlpack_device__] = _dlpack.dlpack_device
