@@ -463,6 +463,9 @@ def test_min_run_time_and_max_runs_bound_the_measurement():
 
     assert ds.benchmark(fn, warmup=0, min_run_time=1.0, clock=clock).runs == 4
     assert ds.benchmark(fn, warmup=0, min_run_time=100.0, max_runs=3, clock=clock).runs == 3
+    # A block longer than min_run_time: three runs all the same, so the figure has a spread.
+    assert ds.benchmark(fn, warmup=0, min_run_time=0.01, clock=clock).runs == 3
+    assert ds.benchmark(fn, warmup=0, min_run_time=0.01, max_runs=1, clock=clock).runs == 1
 
 
 def test_each_run_waits_for_the_outputs(fake_queues):

@@ -27,6 +27,8 @@ _WARMUP_FLOOR = 0.25
 _MAX_NUMBER = 10**7
 # Warm-up blocks at most, whatever else happens.
 _MAX_WARMUP_BLOCKS = 1000
+# Measured blocks at least (unless max_runs is smaller): a figure from one run has no spread to show.
+_MIN_RUNS = 3
 
 
 def _check_arguments(fn, warmup, min_run_time, max_runs, max_warmup_time) -> None:
@@ -92,7 +94,8 @@ def benchmark(
        longer) stops, unless its calls are still getting faster, and the
        Measurement says so (``settled`` is False).
     2. Blocks of ``number_per_run`` calls run until ``min_run_time``
-       seconds are measured or ``max_runs`` blocks are done. Each block ends
+       seconds are measured (and three blocks at least, so that the figure has a
+       spread) or ``max_runs`` blocks are done. Each block ends
        by waiting for the devices fn's first outputs lived on (and
        ``device`` when given; with neither, every device of the selected
        backend) and, on backends that wait per value, for the output values
@@ -130,7 +133,8 @@ def benchmark(
         warm = _warm_up(fn, args, wait, clock, _Plan(overhead, min_run_time, warmup, budget), first)
         times: list = []
         measured = 0.0
-        while len(times) < max_runs and measured < min_run_time:
+        at_least = min(_MIN_RUNS, max_runs)
+        while len(times) < max_runs and (measured < min_run_time or len(times) < at_least):
             elapsed = _run_block(fn, args, wait, clock, warm.number)
             times.append(elapsed / warm.number)
             measured += elapsed
