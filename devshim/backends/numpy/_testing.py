@@ -46,7 +46,7 @@ _PRECISION = ("float8_e5m2fnuz", "float8_e5m2", "float8_e4m3b11fnuz", "float8_e4
 _EPSILON = {"float64": 2.0 ** -52, "float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
 
 
-def host_array(value):
+def host_array(value) -> "np.ndarray":
     """``value`` (a NumPy array, NumPy scalar, Python number or a list of them) as a NumPy array.
 
     Example:
