@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name load
         TimingError, UnbuiltModelError, UnknownSubmoduleError, UnplacedTensorError, UnsupportedDtypeError,
         UnsupportedPlacementError, UnsupportedValueError, VirtualDataParallelError, VirtualDeviceCountError,
         NotCloseError, GradientMismatchError, NoAutodiffError, ImmutableInputError, GradientCheckUsageError,
-        FrameworkReleaseError, FrameworkInternalWarning,
+        FrameworkReleaseError, FrameworkInternalWarning, TorchCompileReleaseError,
     )
     from devshim.generic import array_module, get_array_module
     from devshim.guard import TransferReport
@@ -76,7 +76,7 @@ _EXPORTS = {
          "FirstCallInTraceError",
          "MultiDeviceValueError", "MixedArrayModulesError", "TimingError", "ExperimentError",
          "BenchUsageError", "PlotUnavailableError", "LauncherEnvironmentError", "VirtualDeviceCountError",
-         "VirtualDataParallelError", "FrameworkReleaseError", "DevshimWarning",
+         "VirtualDataParallelError", "FrameworkReleaseError", "TorchCompileReleaseError", "DevshimWarning",
          "ImplicitTransferWarning", "SharedDeviceWarning", "FrameworkInternalWarning",
          "NotCloseError", "GradientMismatchError", "NoAutodiffError", "ImmutableInputError",
          "GradientCheckUsageError"),
@@ -103,7 +103,8 @@ __all__ = [
     "UnsupportedValueError", "DatalessTensorError", "NotOnHostError", "UnplacedTensorError",
     "FirstCallInTraceError", "MultiDeviceValueError", "MixedArrayModulesError", "TimingError",
     "ExperimentError", "BenchUsageError", "PlotUnavailableError", "LauncherEnvironmentError",
-    "VirtualDeviceCountError", "VirtualDataParallelError", "FrameworkReleaseError", "DevshimWarning",
+    "VirtualDeviceCountError", "VirtualDataParallelError", "FrameworkReleaseError", "TorchCompileReleaseError",
+    "DevshimWarning",
     "ImplicitTransferWarning", "SharedDeviceWarning", "FrameworkInternalWarning", "NotCloseError",
     "GradientMismatchError", "NoAutodiffError", "ImmutableInputError", "GradientCheckUsageError",
     "testing", "settings", "backends"
