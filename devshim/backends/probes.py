@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 from devshim.errors import FrameworkInternalWarning
 
-__all__ = ["Internal", "Internals", "Slot", "release"]
+__all__ = ["Internal", "Internals", "Slot", "release", "names_in_code"]
 
 _NOT_PROBED = object()
 _FAILURES = (ImportError, AttributeError, TypeError, KeyError, RuntimeError)
@@ -81,6 +81,22 @@ class Slot(NamedTuple):
             <function _get_fastpath_data at 0x...>
         """
         return getattr(self.owner, self.name)
+
+
+def names_in_code(code) -> set:
+    """The names a code object uses (attributes, globals) and its string constants, with those
+    of the functions defined inside it: how a probe sees that a framework function still reads
+    or sets a private name (``"_apply_primitive"``) without running it.
+
+    Example:
+        >>> "_torchdynamo_inline" in names_in_code(VariableBuilder._wrap.__code__)   # torch 2.4.1
+        True
+    """
+    found = set(code.co_names) | {const for const in code.co_consts if isinstance(const, str)}
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            found |= names_in_code(const)
+    return found
 
 
 def _spelled(version: tuple) -> str:

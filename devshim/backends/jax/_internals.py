@@ -25,7 +25,7 @@ import inspect
 import threading
 from collections import namedtuple
 
-from devshim.backends.probes import Internals, Slot
+from devshim.backends.probes import Internals, Slot, names_in_code
 
 #: The JAX releases devshim's CI tests (tox envs jax-floor, jax and py313-latest).
 TESTED = "0.4.31 to 0.12"
@@ -169,20 +169,12 @@ def _jit_frame():
     raise AttributeError("jax._src.pjit has neither _run_python_pjit nor _python_pjit_helper taking `fun`")
 
 
-def _names_in(code) -> set:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if hasattr(const, "co_names"):
-            names |= _names_in(const)
-    return names
-
-
 def _primitive_mark():
     from jax._src import dispatch
 
     for value in vars(dispatch).values():
         code = getattr(inspect.unwrap(value), "__code__", None) if callable(value) else None
-        if code is not None and "_apply_primitive" in _names_in(code):
+        if code is not None and "_apply_primitive" in names_in_code(code):
             return "_apply_primitive"
     raise AttributeError("jax._src.dispatch marks no function _apply_primitive")
 

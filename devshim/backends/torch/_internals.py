@@ -33,7 +33,7 @@ _virtual/parallel.py                   41    torch._utils.ExceptionWrapper      
 
 from __future__ import annotations
 
-from devshim.backends.probes import Internals
+from devshim.backends.probes import Internals, names_in_code
 
 #: The torch releases devshim's CI tests (tox envs torch-floor, torch and torch-latest).
 TESTED = "2.4 to 2.15"
@@ -77,20 +77,12 @@ def _module_slots():
 DYNAMO_INLINE_ATTRIBUTE = "_torchdynamo_inline"
 
 
-def _names_in(code) -> set:
-    names = set(code.co_consts) | set(code.co_names)
-    for const in code.co_consts:
-        if hasattr(const, "co_consts"):
-            names |= _names_in(const)
-    return names
-
-
 def _dynamo_inline():
     import inspect
 
     from torch._dynamo.variables import builder
 
-    if DYNAMO_INLINE_ATTRIBUTE not in _names_in(inspect.unwrap(builder.VariableBuilder._wrap).__code__):
+    if DYNAMO_INLINE_ATTRIBUTE not in names_in_code(inspect.unwrap(builder.VariableBuilder._wrap).__code__):
         raise AttributeError(f"torch._dynamo's VariableBuilder no longer reads {DYNAMO_INLINE_ATTRIBUTE}")
     return DYNAMO_INLINE_ATTRIBUTE
 
