@@ -132,10 +132,8 @@ def _device_place(x):
     return None
 
 
-def _held_on_host(x) -> bool:
-    """Whether JAX (or, for a virtual GPU, devshim) already holds x's value on the host."""
-    if getattr(x, _HOST_COPY, None) is not None:
-        return True
+def _fetched_explicitly(x) -> bool:
+    """Whether devshim remembers x (a virtual-GPU array) as read explicitly: held on the host."""
     ref = _fetched.get(id(x))
     return ref is not None and ref() is x
 
@@ -155,9 +153,15 @@ def _needs_report(x, state):
     """The device ``x`` would be read from, when this read is an implicit transfer; else None."""
     if not state.checking or marker.is_explicit() or state.device_to_host == ALLOW:
         return None
-    if not isinstance(x, _ArrayImpl) or _held_on_host(x):
+    if not isinstance(x, _ArrayImpl) or _fetched_explicitly(x):
         return None
-    return _device_place(x)
+    place = _device_place(x)
+    # JAX's own host copy says a real device's value is held on the host. A virtual GPU is a
+    # CPU device, whose arrays JAX before 0.10 keeps a host copy of on every read (from 0.10,
+    # only of what it had to copy): for those devshim's own record (_fetched) decides.
+    if place is not None and not place.virtual and getattr(x, _HOST_COPY, None) is not None:
+        return None
+    return place
 
 
 def _read_after_report(fn, *args, **kwargs):
