@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name load
         TimingError, UnbuiltModelError, UnknownSubmoduleError, UnplacedTensorError, UnsupportedDtypeError,
         UnsupportedPlacementError, UnsupportedValueError, VirtualDataParallelError, VirtualDeviceCountError,
         NotCloseError, GradientMismatchError, NoAutodiffError, ImmutableInputError, GradientCheckUsageError,
-        FrameworkReleaseError, FrameworkInternalWarning, VirtualDLPackError,
+        FrameworkReleaseError, FrameworkInternalWarning, VirtualDLPackError, TorchCompileReleaseError,
     )
     from devshim.generic import array_module, get_array_module
     from devshim.guard import TransferReport
@@ -76,7 +76,8 @@ _EXPORTS = {
          "FirstCallInTraceError",
          "MultiDeviceValueError", "MixedArrayModulesError", "TimingError", "ExperimentError",
          "BenchUsageError", "PlotUnavailableError", "LauncherEnvironmentError", "VirtualDeviceCountError",
-         "VirtualDataParallelError", "VirtualDLPackError", "FrameworkReleaseError", "DevshimWarning",
+         "VirtualDataParallelError", "VirtualDLPackError", "FrameworkReleaseError",
+         "TorchCompileReleaseError", "DevshimWarning",
          "ImplicitTransferWarning", "SharedDeviceWarning", "FrameworkInternalWarning",
          "NotCloseError", "GradientMismatchError", "NoAutodiffError", "ImmutableInputError",
          "GradientCheckUsageError"),
@@ -104,9 +105,9 @@ __all__ = [
     "FirstCallInTraceError", "MultiDeviceValueError", "MixedArrayModulesError", "TimingError",
     "ExperimentError", "BenchUsageError", "PlotUnavailableError", "LauncherEnvironmentError",
     "VirtualDeviceCountError", "VirtualDataParallelError", "VirtualDLPackError",
-    "FrameworkReleaseError", "DevshimWarning", "ImplicitTransferWarning", "SharedDeviceWarning",
-    "FrameworkInternalWarning", "NotCloseError", "GradientMismatchError", "NoAutodiffError",
-    "ImmutableInputError", "GradientCheckUsageError", "testing", "settings", "backends"
+    "FrameworkReleaseError", "TorchCompileReleaseError", "DevshimWarning", "ImplicitTransferWarning",
+    "SharedDeviceWarning", "FrameworkInternalWarning", "NotCloseError", "GradientMismatchError",
+    "NoAutodiffError", "ImmutableInputError", "GradientCheckUsageError", "testing", "settings", "backends"
 ]
 
 

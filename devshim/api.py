@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from devshim import _tree, transfer
-from devshim.backends.dispatch import ANSWERED_BY_ATTRIBUTE, FAST_PATHS, fast_paths
+from devshim.backends.dispatch import ANSWERED_BY_ATTRIBUTE, FAST_PATHS, compile_entry_points, fast_paths
 from devshim.backends.nests import copy_nest, copy_nest_if_needed, nest_to_numpy
 from devshim.backends.selection import get_backend
 from devshim._device import Device
@@ -316,3 +316,7 @@ def ensure_same_device(*xs: Any) -> Any:
         f"them, e.g. ds.copy_if_needed(<{strays[0]}>, {there}) copies "
         f"{strays[0]} to {first}."
     )
+
+
+# On a torch older than 2.13, torch.compile refuses these by name (TorchCompileReleaseError).
+compile_entry_points(*(globals()[name] for name in __all__))

@@ -55,6 +55,7 @@ __all__ = [
     "SharedDeviceWarning",
     "FrameworkInternalWarning",
     "NotCloseError", "GradientMismatchError", "NoAutodiffError", "ImmutableInputError", "GradientCheckUsageError",
+    "TorchCompileReleaseError",
 ]
 
 
@@ -616,4 +617,23 @@ class FrameworkInternalWarning(DevshimWarning):
     Example:
         >>> ds.to_device(x, ds.try_gpu())     # on a torch that moved torch._dynamo.exc.RestartAnalysis
         FrameworkInternalWarning: torch 2.16.0 has no torch._dynamo.exc.RestartAnalysis ...
+    """
+
+
+class TorchCompileReleaseError(FrameworkReleaseError, AssertionError):
+    """A devshim function was called inside a ``torch.compile``'d function on a torch older
+    than 2.13, whose Dynamo cannot trace devshim's dispatch (measured on 2.4.1 and 2.9.1 to
+    2.12: it failed inside Dynamo, and a failed trace could leave devshim broken for the
+    process). Raised while Dynamo traces the call, with ``fullgraph=True`` and without; the
+    message names the function and says what to do: call it outside the compiled function
+    (and pass its result in), or upgrade torch to 2.13 or later.
+
+    It is an ``AssertionError`` as well as a ``FrameworkReleaseError`` (a ``RuntimeError``):
+    the one kind of exception torch's Dynamo lets out of a trace as it is; any other reaches
+    the caller as torch's ``InternalTorchDynamoError``, its type lost.
+
+    Example:
+        >>> torch.compile(lambda x: ds.to_device(x, "cpu"))(torch.ones(2))   # torch 2.4.1
+        Traceback (most recent call last):
+        devshim.errors.TorchCompileReleaseError: ds.to_device inside torch.compile needs torch 2.13 ...
     """

@@ -20,11 +20,12 @@ import sys
 from devshim import _lazy
 from devshim.backends import registry
 from devshim.backends.base import trace_constant
-from devshim.errors import FirstCallInTraceError
+from devshim.backends.probes import release
+from devshim.errors import FirstCallInTraceError, TorchCompileReleaseError
 
 __all__ = [
     "FastPaths", "FAST_PATHS", "fast_paths", "backend_for_tensor", "learn_type", "learn_class", "learn_types",
-    "forget_types",
+    "forget_types", "compile_entry_points", "follow_torch_release",
 ]
 
 
@@ -230,4 +231,85 @@ def _restart_trace(kind: type):
         f"torch.compile, whose trace cannot follow the tables devshim fills then. Call any "
         f"devshim function once before compiling (ds.try_gpu(), or ds.device_of(x) on such "
         f"a tensor); its tables are filled now, so calling the compiled function again works."
+    )
+
+
+# ------------------------------------------------------------------ torch.compile before torch 2.13
+
+#: The first torch whose Dynamo traces devshim's dispatch (docs/supported-versions.md).
+COMPILE_SUPPORT = (2, 13)
+_entry_points: list = []  # devshim's public functions, as devshim.api registers them
+_marked: set = set()  # those that carry devshim's stand-in for Dynamo now
+
+
+def compile_entry_points(*functions) -> None:
+    """Register devshim's public functions (``devshim.api`` does): on a torch older than 2.13,
+    torch.compile meeting one refuses it by name (``TorchCompileReleaseError``) instead of
+    failing inside Dynamo.
+
+    Example:
+        >>> dispatch.compile_entry_points(device_of, to_device)
+    """
+    _entry_points.extend(functions)
+    follow_torch_release()
+
+
+def follow_torch_release() -> None:
+    """Mark the registered functions for Dynamo unless the imported torch is 2.13 or later (the
+    torch adapter asks again when it is made: torch may be imported after ``devshim.api``).
+
+    Dynamo traces a function's ``_torchdynamo_inline`` in its place (what ``torch.jit`` and
+    ``torch.compile`` wrappers set; torch 2.4 to 2.15 read it). devshim's stand-in first asks
+    ``_refuse_compile``, which Dynamo runs in plain Python (``trace_constant``): on a torch older
+    than 2.13 that raises; on a newer one (met only when torch was imported after devshim.api)
+    it takes the marks off and the stand-in calls the function itself. Plain calls never read
+    the attribute, and where torch 2.13 or later is imported first no mark is set at all.
+
+    Example:
+        >>> dispatch.follow_torch_release()
+    """
+    found = release("torch")
+    supported = found is not None and found >= COMPILE_SUPPORT
+    if supported and not _marked:
+        return
+    attribute = _dynamo_inline_attribute()
+    for function in _entry_points:
+        if supported:
+            vars(function).pop(attribute, None)
+        elif function not in _marked:
+            setattr(function, attribute, _stand_in(function))
+    _marked.clear()
+    if not supported:
+        _marked.update(_entry_points)
+
+
+def _dynamo_inline_attribute() -> str:
+    """The attribute Dynamo reads (a torch internal: torch's ``_internals``, loaded by name, as
+    the registry loads a backend's modules; it imports no torch)."""
+    return registry.specs()["torch"].module("_internals").DYNAMO_INLINE_ATTRIBUTE
+
+
+def _stand_in(function):
+    name = function.__name__
+
+    def stand_in(*args, **kwargs):
+        _refuse_compile(name)  # run by Dynamo in plain Python: raises on a torch older than 2.13
+        return function(*args, **kwargs)
+
+    stand_in.__qualname__ = stand_in.__name__ = f"{name}_inside_torch_compile"
+    return stand_in
+
+
+@trace_constant
+def _refuse_compile(name: str) -> None:
+    found = release("torch")
+    if found is not None and found >= COMPILE_SUPPORT:
+        follow_torch_release()
+        return
+    spelled = ".".join(map(str, found)) if found else "unknown"
+    raise TorchCompileReleaseError(
+        f"ds.{name} inside torch.compile needs torch 2.13 or later; this is torch {spelled}, "
+        f"whose Dynamo cannot trace devshim's dispatch. Call ds.{name} outside the compiled "
+        f"function and pass its result in (device = ds.device_of(x), then compiled(x, device)), "
+        f"or upgrade torch to 2.13 or later."
     )

@@ -25,10 +25,11 @@ import re
 import sys
 import threading
 import warnings
+from typing import Any, NamedTuple
 
 from devshim.errors import FrameworkInternalWarning
 
-__all__ = ["Internal", "Internals", "release"]
+__all__ = ["Internal", "Internals", "Slot", "release", "names_in_code"]
 
 _NOT_PROBED = object()
 _FAILURES = (ImportError, AttributeError, TypeError, KeyError, RuntimeError)
@@ -49,6 +50,55 @@ def release(module_name: str):
     return tuple(int(part) for part in found.groups(default="0"))
 
 
+class Slot(NamedTuple):
+    """Where a framework keeps something devshim wraps: ``owner.name`` (a class or a module).
+    What a probe finds for an internal that devshim replaces (``GuardHooks.patch(*slot, ...)``),
+    so that the private name is spelt in ``_internals`` alone.
+
+    Example:
+        >>> slot = Slot(jax_array.ArrayImpl, "_value")
+        >>> slot.own()                        # what the owner itself holds there
+        <property object at 0x...>
+    """
+
+    owner: Any
+    name: str
+
+    def own(self):
+        """What ``owner`` itself holds at ``name`` (a property, a staticmethod: not resolved).
+
+        Example:
+            >>> Slot(NDArray, "_advanced_index_to_array").own()
+            <staticmethod(<function NDArray._advanced_index_to_array at 0x...>)>
+        """
+        return vars(self.owner)[self.name]
+
+    def current(self):
+        """``owner.name`` as an attribute lookup gives it.
+
+        Example:
+            >>> Slot(pjit, "_get_fastpath_data").current()
+            <function _get_fastpath_data at 0x...>
+        """
+        return getattr(self.owner, self.name)
+
+
+def names_in_code(code) -> set:
+    """The names a code object uses (attributes, globals) and its string constants, with those
+    of the functions defined inside it: how a probe sees that a framework function still reads
+    or sets a private name (``"_apply_primitive"``) without running it.
+
+    Example:
+        >>> "_torchdynamo_inline" in names_in_code(VariableBuilder._wrap.__code__)   # torch 2.4.1
+        True
+    """
+    found = set(code.co_names) | {const for const in code.co_consts if isinstance(const, str)}
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            found |= names_in_code(const)
+    return found
+
+
 def _spelled(version: tuple) -> str:
     return ".".join(str(part) for part in version)
 
@@ -63,8 +113,11 @@ class Internal:
                   every release devshim supports.
     ``find``      a function that returns the object, raising ImportError, AttributeError
                   (or another lookup error) when it is missing.
-    ``framework`` the import name whose release ``since`` counts, when not the backend's
-                  framework ("keras" for Keras's internals in the tensorflow backend).
+    ``before``    the first release that no longer needs it (a tuple), for a name devshim uses
+                  only on older releases (a fallback for what a newer release offers another
+                  way); None when every release from ``since`` on needs it.
+    ``framework`` the import name whose releases ``since`` and ``before`` count, when not the
+                  backend's framework ("keras" for Keras's internals in the tensorflow backend).
 
     Example:
         >>> RESTART = torch_internals.add("torch._dynamo.exc.RestartAnalysis", feature=...,
@@ -73,16 +126,18 @@ class Internal:
         <class 'torch._dynamo.exc.RestartAnalysis'>
     """
 
-    __slots__ = ("owner", "framework", "name", "feature", "fallback", "since", "_find", "_value", "_lock")
+    __slots__ = ("owner", "framework", "name", "feature", "fallback", "since", "before", "_find", "_value",
+                 "_lock")
 
     def __init__(self, owner: "Internals", name: str, *, feature: str, fallback: str, find, since=None,
-                 framework=None):
+                 before=None, framework=None):
         self.owner = owner
         self.framework = framework or owner.framework  # whose release ``since`` counts (keras for Keras's)
         self.name = name
         self.feature = feature
         self.fallback = fallback
         self.since = since
+        self.before = before
         self._find = find
         self._value = _NOT_PROBED
         self._lock = threading.Lock()
@@ -109,16 +164,20 @@ class Internal:
         return self.get() is not None
 
     def expected(self) -> bool:
-        """Whether the imported release is one that should have it (``since`` or later).
+        """Whether the imported release is one that should have it (``since`` or later, and
+        before ``before``).
 
         Example:
             >>> ACC.expected()              # torch 2.9.1, ACC.since == (2, 13)
             False
         """
-        if self.since is None:
+        if self.since is None and self.before is None:
             return True
         found = release(self.framework)
-        return found is None or found >= tuple(self.since)
+        if found is None:
+            return True
+        new_enough = self.since is None or found >= tuple(self.since)
+        return new_enough and (self.before is None or found < tuple(self.before))
 
     def reset(self) -> None:
         """Forget the probe's answer, so the next ``get`` looks again (tests).
@@ -173,7 +232,8 @@ class Internals:
         self.tested = tested
         self._internals: list = []
 
-    def add(self, name: str, *, feature: str, fallback: str, find, since=None, framework=None) -> Internal:
+    def add(self, name: str, *, feature: str, fallback: str, find, since=None, before=None,
+            framework=None) -> Internal:
         """Declare one internal and return its probe.
 
         Example:
@@ -181,7 +241,7 @@ class Internals:
             ...                     find=lambda: mxnet.base._LIB)
         """
         internal = Internal(self, name, feature=feature, fallback=fallback, find=find, since=since,
-                            framework=framework)
+                            before=before, framework=framework)
         self._internals.append(internal)
         return internal
 

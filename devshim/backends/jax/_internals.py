@@ -1,59 +1,128 @@
 """The private JAX names the jax backend uses, each behind a probe (``devshim.backends.probes``).
 
-``core.py``, ``interop.py`` and ``model.py`` use JAX's public API only. Every private name
-is in ``guard.py``, the transfer guard's host-to-device checks, which still imports them
-itself; the probes below declare them now, so that their canary tests
-(``tests/test_internals.py``) fail in CI the day a JAX release moves one. Round two of
-issue 27 makes ``guard.py`` ask these probes. Measured: JAX 0.4.31 lacks ``config_ext`` and
-``guard_lib`` (and ``jax.errors.JaxRuntimeError``, whose older name is ``XlaRuntimeError``);
-0.7.2 has them, with ``config_ext.Config(value, include_in_jit_key=...)`` taking no name.
+``core.py``, ``interop.py`` and ``model.py`` use JAX's public API only. Every private name is
+the transfer guard's (``guard.py``), which asks these probes and names none itself. Where JAX
+spells one differently across the tested releases (0.4.31 to 0.12), the probe finds each
+spelling and the guard gets one object:
 
-To move here in round two (issue 27; still used where they are):
+- the guard's jit-cache key: ``config_ext.Config(name, value, include_in_jit_key=True)`` from
+  0.10, ``config_ext.Config(value, include_in_jit_key=True)`` in 0.7 to 0.9; JAX 0.4.31 has
+  no ``config_ext``: there the key is one more field in JAX's own jit context (``jax_jit``'s
+  ``extra_jit_context``), which the C++ jit cache compares as it compares JAX's fields;
+- JAX's thread-local marks of explicit transfers: ``jax._src.lib.guard_lib`` from 0.7,
+  ``jax._src.config.transfer_guard_lib`` before;
+- the error JAX's own guard raises: ``jax.errors.JaxRuntimeError`` from 0.4.32 (public), its
+  older name ``XlaRuntimeError`` (``jax._src.lib.xla_client``) before;
+- the frame of a jitted call's Python path: ``pjit._run_python_pjit`` from 0.10,
+  ``pjit._python_pjit_helper`` before.
 
-========  ====  ==========================================================  =====================
-file      line  name                                                        feature
-========  ====  ==========================================================  =====================
-guard.py  48    jax._src.array (ArrayImpl; its ``_value``, wrapped)         guard: reads
-guard.py  61    jax._src.config (config_ext.Config, a jit-cache key)        guard: jitted calls
-guard.py  62    jax._src.pjit._get_fastpath_data (wrapped)                  guard: jitted calls
-guard.py  63    jax._src.xla_bridge.backends_are_initialized                guard: host-to-device
-guard.py  64    jax._src.interpreters.pxla.batched_device_put (wrapped)     guard: host-to-device
-guard.py  65    jax._src.lib.guard_lib.thread_local_state                   guard: explicit marks
-guard.py  502   jax.errors.JaxRuntimeError (public, 0.4.32 and later)       guard: error translation
-========  ====  ==========================================================  =====================
+Measured: JAX 0.4.31, 0.7.2, 0.10.2 and 0.12.0.1 have each name in one of these spellings.
 """
 
 from __future__ import annotations
 
-from devshim.backends.probes import Internals
+import inspect
+import threading
+from collections import namedtuple
 
-#: The JAX releases devshim's CI tests (tox envs jax-floor, jax and jax-latest).
+from devshim.backends.probes import Internals, Slot, names_in_code
+
+#: The JAX releases devshim's CI tests (tox envs jax-floor, jax and py313-latest).
 TESTED = "0.4.31 to 0.12"
 
 INTERNALS = Internals("jax", title="JAX", tested=TESTED)
 
-_GUARD = "the transfer guard's own host-to-device checks (counted, translated to ImplicitTransferError)"
-_GUARD_FALLBACK = ("the guard leaves host-to-device transfers to JAX's own transfer guard, which refuses "
-                   "or logs them but does not count them in the report.")
+_H2D = "the transfer guard's own host-to-device checks (counted, refused as ImplicitTransferError)"
+_H2D_FALLBACK = ("the guard leaves host-to-device transfers to JAX's own transfer guard, which refuses "
+                 "them (as ImplicitTransferError) or logs them to stderr, but does not count them in the "
+                 "report, and is set only while JAX's default device is an accelerator.")
+_KEY_NAME = "devshim_host_to_device_guard"
 
 
 def _array_value():
     from jax._src import array
 
-    array.ArrayImpl._value  # noqa: B018 - the reading property devshim wraps
-    return array.ArrayImpl
+    if not isinstance(vars(array.ArrayImpl)["_value"], property):
+        raise TypeError("jax._src.array.ArrayImpl._value is no longer a property")
+    return Slot(array.ArrayImpl, "_value")  # the reading property devshim wraps
 
 
-def _config_ext():
+def _host_copy():
+    from jax._src import array
+
+    if "_npy_value" not in getattr(array.ArrayImpl, "__annotations__", {}):
+        raise AttributeError("jax._src.array.ArrayImpl no longer declares _npy_value")
+    return "_npy_value"  # where JAX keeps an array's value once it has it on the host
+
+
+def _config_ext_key():
+    """devshim's jit-cache key as a JAX config of its own (JAX 0.7 and later)."""
     from jax._src import config
 
-    return config.config_ext.Config
+    config_class = config.config_ext.Config
+    try:
+        key = config_class(_KEY_NAME, None, include_in_jit_key=True)  # JAX 0.10 and later
+    except TypeError:
+        key = config_class(None, include_in_jit_key=True)  # JAX 0.7 to 0.9: no name
+    for method in ("swap_local", "set_local", "set_global", "value"):
+        getattr(key, method)
+    return key
+
+
+class _ContextFieldKey:
+    """devshim's jit-cache key on JAX before 0.7: JAX's C++ jit cache compares the jit contexts
+    (``jax_jit``'s thread-local and global ``extra_jit_context``, named tuples); while the key is
+    set, devshim's context is the same tuple with one more field, so calls under it never meet
+    the fast paths made without it. JAX's own updates (``context._replace(...)``) keep the field.
+    The same methods as ``config_ext.Config``: ``value``, ``swap_local``, ``set_local``, ``set_global``."""
+
+    def __init__(self, jax_jit, local_type, global_type) -> None:
+        self._jax_jit = jax_jit
+        self._plain = {"local": local_type, "global": global_type}
+        self._keyed = {kind: namedtuple(f"Devshim{plain.__name__}", plain._fields + (_KEY_NAME,))
+                       for kind, plain in self._plain.items()}
+        self._local = threading.local()
+        self._global = None
+
+    @property
+    def value(self):
+        found = getattr(self._local, "value", None)
+        return found if found is not None else self._global
+
+    def swap_local(self, value):
+        previous = getattr(self._local, "value", None)
+        self.set_local(value)
+        return previous
+
+    def set_local(self, value) -> None:
+        self._local.value = value
+        self._write(self._jax_jit.thread_local_state(), "local", value)
+
+    def set_global(self, value) -> None:
+        self._global = value
+        self._write(self._jax_jit.global_state(), "global", value)
+
+    def _write(self, state, kind: str, value) -> None:
+        plain = self._plain[kind]
+        context = state.extra_jit_context or plain()
+        fields = tuple(context)[:len(plain._fields)]
+        state.extra_jit_context = plain(*fields) if value is None else self._keyed[kind](*fields, value)
+
+
+def _context_field_key():
+    from jax._src import config
+    from jax._src.lib import jax_jit
+
+    for state in (jax_jit.thread_local_state(), jax_jit.global_state()):
+        state.extra_jit_context  # noqa: B018 - the contexts the C++ jit cache compares
+    return _ContextFieldKey(jax_jit, config._ThreadLocalExtraJitContext, config._GlobalExtraJitContext)
 
 
 def _fastpath_data():
     from jax._src import pjit
 
-    return pjit._get_fastpath_data
+    pjit._get_fastpath_data  # noqa: B018 - devshim wraps it
+    return Slot(pjit, "_get_fastpath_data")
 
 
 def _backends_initialized():
@@ -65,54 +134,137 @@ def _backends_initialized():
 def _batched_device_put():
     from jax._src.interpreters import pxla
 
-    return pxla.batched_device_put
+    pxla.batched_device_put  # noqa: B018 - devshim wraps it
+    return Slot(pxla, "batched_device_put")
 
 
 def _guard_lib():
-    from jax._src.lib import guard_lib
-
-    guard_lib.thread_local_state  # noqa: B018 - where JAX keeps its explicit-transfer marks
+    try:
+        from jax._src.lib import guard_lib  # JAX 0.7 and later
+    except ImportError:
+        from jax._src.config import transfer_guard_lib as guard_lib
+    state = guard_lib.thread_local_state()
+    state.explicit_device_put, state.explicit_device_get  # noqa: B018 - JAX's marks of explicit transfers
     return guard_lib
+
+
+def _runtime_error():
+    import jax
+
+    found = getattr(jax.errors, "JaxRuntimeError", None)  # public from JAX 0.4.32
+    if found is None:
+        from jax._src.lib import xla_client
+
+        found = xla_client.XlaRuntimeError
+    return found
+
+
+def _jit_frame():
+    from jax._src import pjit
+
+    for name in ("_run_python_pjit", "_python_pjit_helper"):  # JAX 0.10 and later; before
+        function = getattr(pjit, name, None)
+        if function is not None and "fun" in function.__code__.co_varnames:
+            return name
+    raise AttributeError("jax._src.pjit has neither _run_python_pjit nor _python_pjit_helper taking `fun`")
+
+
+def _primitive_mark():
+    from jax._src import dispatch
+
+    for value in vars(dispatch).values():
+        code = getattr(inspect.unwrap(value), "__code__", None) if callable(value) else None
+        if code is not None and "_apply_primitive" in names_in_code(code):
+            return "_apply_primitive"
+    raise AttributeError("jax._src.dispatch marks no function _apply_primitive")
+
+
+def _device_get_frames():
+    from jax._src import api
+
+    api.device_get, api._device_get  # noqa: B018 - the frames of JAX's explicit host transfer
+    return frozenset(("device_get", "_device_get"))
 
 
 ARRAY_IMPL = INTERNALS.add(
     "jax._src.array.ArrayImpl._value",
     feature="the transfer guard's checks of device-to-host reads (float(x), np.asarray(x))",
-    fallback="reads from a device are left to JAX's own transfer guard (not counted in the report).",
+    fallback="reads from a device are left to JAX's own transfer guard (not counted in the report; "
+             "JAX's guard does not see reads from CPU devices, where virtual GPUs live).",
     find=_array_value,
+)
+HOST_COPY = INTERNALS.add(
+    "jax._src.array.ArrayImpl._npy_value",
+    feature="the transfer guard telling a value JAX already holds on the host (after jax.device_get) "
+            "from a new device-to-host read",
+    fallback="every host read of an array on a device is reported, also of one JAX holds on the host.",
+    find=_host_copy,
 )
 CONFIG_EXT = INTERNALS.add(
     "jax._src.config.config_ext.Config",
-    feature=_GUARD + " in jitted calls",
-    fallback=_GUARD_FALLBACK,
-    find=_config_ext,
+    feature=_H2D + " in jitted calls (devshim's jit-cache key)",
+    fallback=_H2D_FALLBACK,
+    find=_config_ext_key,
     since=(0, 7),
+)
+JIT_CONTEXT = INTERNALS.add(
+    "jax._src.lib.jax_jit extra_jit_context",
+    feature=_H2D + " in jitted calls, on JAX before 0.7 (devshim's jit-cache key)",
+    fallback=_H2D_FALLBACK,
+    find=_context_field_key,
+    before=(0, 7),
 )
 FASTPATH_DATA = INTERNALS.add(
     "jax._src.pjit._get_fastpath_data",
-    feature=_GUARD + " in jitted calls",
-    fallback=_GUARD_FALLBACK,
+    feature=_H2D + " in jitted calls",
+    fallback=_H2D_FALLBACK,
     find=_fastpath_data,
 )
 BACKENDS_INITIALIZED = INTERNALS.add(
     "jax._src.xla_bridge.backends_are_initialized",
-    feature=_GUARD,
-    fallback=_GUARD_FALLBACK,
+    feature=_H2D,
+    fallback=_H2D_FALLBACK,
     find=_backends_initialized,
 )
 BATCHED_DEVICE_PUT = INTERNALS.add(
     "jax._src.interpreters.pxla.batched_device_put",
-    feature=_GUARD,
-    fallback=_GUARD_FALLBACK,
+    feature=_H2D,
+    fallback=_H2D_FALLBACK,
     find=_batched_device_put,
 )
 GUARD_LIB = INTERNALS.add(
     "jax._src.lib.guard_lib.thread_local_state",
-    feature=_GUARD + ", telling jax.device_put from an implicit transfer",
-    fallback=_GUARD_FALLBACK,
+    feature=_H2D + ", telling jax.device_put and jax.device_get from implicit transfers",
+    fallback=_H2D_FALLBACK,
     find=_guard_lib,
+)
+RUNTIME_ERROR = INTERNALS.add(
+    "jax.errors.JaxRuntimeError",
+    feature="the transfer guard turning JAX's own guard's refusals into devshim's errors "
+            "(ImplicitTransferError, DeviceMismatchError)",
+    fallback="JAX's refusals leave a guard block as JAX raised them.",
+    find=_runtime_error,
+)
+JIT_FRAME = INTERNALS.add(
+    "jax._src.pjit._run_python_pjit",
+    feature="the transfer guard naming the jitted function host data goes to (\"into jit(f)\")",
+    fallback="the report says \"into a JAX computation\".",
+    find=_jit_frame,
+)
+PRIMITIVE_MARK = INTERNALS.add(
+    "jax._src.dispatch prim_fun._apply_primitive",
+    feature="the transfer guard naming the primitive host data goes to (\"into broadcast_in_dim\")",
+    fallback="the report names it like a jitted function (\"into jit(broadcast_in_dim)\").",
+    find=_primitive_mark,
     since=(0, 7),
 )
+DEVICE_GET_FRAMES = INTERNALS.add(
+    "jax._src.api._device_get",
+    feature="the transfer guard telling jax.device_get (an explicit read) from an implicit one",
+    fallback="the guard finds jax.device_get by its public name only, a few frames up.",
+    find=_device_get_frames,
+)
 
-__all__ = ["INTERNALS", "TESTED", "ARRAY_IMPL", "CONFIG_EXT", "FASTPATH_DATA", "BACKENDS_INITIALIZED",
-           "BATCHED_DEVICE_PUT", "GUARD_LIB"]
+__all__ = ["INTERNALS", "TESTED", "ARRAY_IMPL", "HOST_COPY", "CONFIG_EXT", "JIT_CONTEXT", "FASTPATH_DATA",
+           "BACKENDS_INITIALIZED", "BATCHED_DEVICE_PUT", "GUARD_LIB", "RUNTIME_ERROR", "JIT_FRAME",
+           "PRIMITIVE_MARK", "DEVICE_GET_FRAMES"]

@@ -45,10 +45,10 @@ import weakref
 
 import jax
 import numpy as np
-from jax._src import array as _array
 
 from devshim import settings
 from devshim._device import Device
+from devshim.backends.jax import _internals
 from devshim.backends.registry import load_backend
 from devshim.errors import DeviceMismatchError, DevshimError, ImplicitTransferError
 from devshim.guard import marker
@@ -57,20 +57,31 @@ from devshim.guard.levels import ALLOW, DISALLOW, OP_INPUT, READ, TO_DEVICE
 from devshim.guard.report import implicit
 from devshim.guard.state import current
 
-try:  # JAX's Python dispatch path: where host data goes to a device when no C++ fast path runs
-    from jax._src import config as _jax_config
-    from jax._src import pjit as _pjit
-    from jax._src import xla_bridge as _xla_bridge
-    from jax._src.interpreters import pxla as _pxla
-    from jax._src.lib import guard_lib as _guard_lib
 
-    _pxla.batched_device_put, _pjit._get_fastpath_data, _xla_bridge.backends_are_initialized  # noqa: B018
-    # A jit-cache key of devshim's own: set (thread-locally) where devshim checks host-to-device,
-    # so jitted calls there miss the C++ fast paths made elsewhere and take JAX's Python path.
-    _CHECKING_KEY = _jax_config.config_ext.Config(
-        "devshim_host_to_device_guard", None, include_in_jit_key=True)
-except (ImportError, AttributeError, TypeError):  # another JAX: JAX's own guard only
-    _CHECKING_KEY = None
+class _NoArrayImpl:
+    """Stands in for JAX's array class on a release that moved it: no value is one."""
+
+
+def _host_to_device_parts():
+    """What devshim's own host-to-device checks need from JAX (``_internals``): the jit-cache key,
+    JAX's fast-path maker, its start-up flag, its one step sending host data to devices and its
+    marks of explicit transfers; None when a release lacks one (its probe has warned, naming the
+    fallback: JAX's own guard)."""
+    key = _internals.CONFIG_EXT.get() or _internals.JIT_CONTEXT.get()
+    parts = (key, _internals.FASTPATH_DATA.get(), _internals.BACKENDS_INITIALIZED.get(),
+             _internals.BATCHED_DEVICE_PUT.get(), _internals.GUARD_LIB.get())
+    return parts if all(part is not None for part in parts) else None
+
+
+# The private names, from the probes (``_internals``): found once, here, when the guard loads.
+_VALUE = _internals.ARRAY_IMPL.get()  # Slot(ArrayImpl, "_value"): every host read goes through it
+_ArrayImpl = _VALUE.owner if _VALUE is not None else _NoArrayImpl
+_HOST_COPY = _internals.HOST_COPY.get() or "_devshim_no_host_copy"  # (then no array has one)
+_JAX_REFUSAL = _internals.RUNTIME_ERROR.get()  # what JAX's own guard raises
+_PARTS = _host_to_device_parts()
+# A jit-cache key of devshim's own: set (thread-locally) where devshim checks host-to-device,
+# so jitted calls there miss the C++ fast paths made elsewhere and take JAX's Python path.
+_CHECKING_KEY, _FASTPATH, _backends_are_initialized, _DEVICE_PUT, _guard_lib = _PARTS or (None,) * 5
 
 _READERS = {
     "__float__": "float(x)",
@@ -87,12 +98,11 @@ _READERS = {
     "__str__": "print(x) / str(x)",
     "__reduce__": "pickle.dumps(x)",
 }
-_EXPLICIT = {"device_get", "_device_get"}  # JAX's own explicit transfer to the host
+_EXPLICIT = _internals.DEVICE_GET_FRAMES.get() or {"device_get"}  # JAX's own explicit transfer to the host
 _NUMPY_READERS = ("asarray", "array", "asanyarray")
 # Bytecodes of operators: an __array_ufunc__ called while the caller runs one is NumPy's
 # ndarray operator (ndarray + x), which deferred to JAX's reflected operator before.
 _OPERATOR_CODES = {dis.opmap[name] for name in ("BINARY_OP", "COMPARE_OP") if name in dis.opmap}
-_ArrayImpl = _array.ArrayImpl
 _local = threading.local()
 _fetched: dict = {}  # id(array) -> weakref, for virtual-GPU arrays read explicitly (held on host)
 
@@ -122,10 +132,8 @@ def _device_place(x):
     return None
 
 
-def _held_on_host(x) -> bool:
-    """Whether JAX (or, for a virtual GPU, devshim) already holds x's value on the host."""
-    if getattr(x, "_npy_value", None) is not None:
-        return True
+def _fetched_explicitly(x) -> bool:
+    """Whether devshim remembers x (a virtual-GPU array) as read explicitly: held on the host."""
     ref = _fetched.get(id(x))
     return ref is not None and ref() is x
 
@@ -133,7 +141,7 @@ def _held_on_host(x) -> bool:
 def _remember_fetched(x, place) -> None:
     """A virtual-GPU array was read explicitly: its value counts as held on the host from now."""
     if place is None or not place.virtual:
-        return  # a real device's value is cached by JAX itself (x._npy_value)
+        return  # a real device's value is cached by JAX itself (_HOST_COPY)
     key = id(x)
     try:
         _fetched[key] = weakref.ref(x, lambda _, key=key: _fetched.pop(key, None))
@@ -145,9 +153,15 @@ def _needs_report(x, state):
     """The device ``x`` would be read from, when this read is an implicit transfer; else None."""
     if not state.checking or marker.is_explicit() or state.device_to_host == ALLOW:
         return None
-    if not isinstance(x, _ArrayImpl) or _held_on_host(x):
+    if not isinstance(x, _ArrayImpl) or _fetched_explicitly(x):
         return None
-    return _device_place(x)
+    place = _device_place(x)
+    # JAX's own host copy says a real device's value is held on the host. A virtual GPU is a
+    # CPU device, whose arrays JAX before 0.10 keeps a host copy of on every read (from 0.10,
+    # only of what it had to copy): for those devshim's own record (_fetched) decides.
+    if place is not None and not place.virtual and getattr(x, _HOST_COPY, None) is not None:
+        return None
+    return place
 
 
 def _read_after_report(fn, *args, **kwargs):
@@ -231,7 +245,7 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
         if place is not None:
             implicit("device_to_host", READ, what, place, Device("cpu"), state)
             break
-    getter = JaxGuardHooks.original(_ArrayImpl, "_value").fget
+    getter = JaxGuardHooks.original(*_VALUE).fget
     with marker.explicit(), jax.transfer_guard_device_to_host(ALLOW):
         host = [_host_value(getter, a) for a in inputs]
     return getattr(ufunc, method)(*host, **kwargs)
@@ -254,10 +268,13 @@ def _guarded_copy_to_host_async(original):
 
 # ------------------------------------------------------------------ host to device
 
-_JIT_FRAME = "_run_python_pjit"  # JAX's Python path of a jitted call; its local ``fun`` is the function
+# JAX's Python path of a jitted call (its local ``fun`` is the function), and the mark JAX puts on
+# the functions that apply one primitive.
+_JIT_FRAME = _internals.JIT_FRAME.get()
+_PRIMITIVE_MARK = _internals.PRIMITIVE_MARK.get() or "_devshim_no_primitive_mark"
 
 
-def _computation_name(depth: int = 12) -> str:
+def _computation_name(depth: int = 16) -> str:
     """The jitted function (or primitive) JAX is sending host data to, from its Python frames."""
     frame = sys._getframe(2)
     for _ in range(depth):
@@ -267,7 +284,7 @@ def _computation_name(depth: int = 12) -> str:
             fun = frame.f_locals.get("fun")
             name = getattr(fun, "__qualname__", None) or getattr(fun, "__name__", None)
             if name:
-                return name if getattr(fun, "_apply_primitive", False) else f"jit({name})"
+                return name if getattr(fun, _PRIMITIVE_MARK, False) else f"jit({name})"
         frame = frame.f_back
     return "a JAX computation"
 
@@ -318,7 +335,7 @@ def _follow_default() -> None:
     if not wanted:
         if _global_key.pop("set", False):
             _CHECKING_KEY.set_global(None)
-    elif _xla_bridge.backends_are_initialized():
+    elif _backends_are_initialized():
         _settle_global_key()
     else:
         _global_key["pending"] = True
@@ -484,7 +501,7 @@ def _translate(error):
     or for JAX refusing to mix devices (``DeviceMismatchError``, whatever the level)."""
     if isinstance(error, ValueError) and not isinstance(error, DevshimError):
         return _mixed_devices(error)
-    if not isinstance(error, jax.errors.JaxRuntimeError):
+    if _JAX_REFUSAL is None or not isinstance(error, _JAX_REFUSAL):
         return None
     message = str(error)
     refused = _REFUSED.search(message)
@@ -528,17 +545,20 @@ class JaxGuardHooks(GuardHooks):
         and hook JAX's Python path for host data going to devices."""
         if self.patched():
             return
-        self.patch(_ArrayImpl, "_value", _guarded_value(_ArrayImpl.__dict__["_value"]))
-        self.patch(_ArrayImpl, "item", _guarded_item(_ArrayImpl.item))
-        self.patch(_ArrayImpl, "__array_ufunc__", _array_ufunc)
-        self.patch(_ArrayImpl, "copy_to_host_async", _guarded_copy_to_host_async(_ArrayImpl.copy_to_host_async))
+        if _VALUE is not None:
+            self.patch(*_VALUE, _guarded_value(_VALUE.own()))
+            self.patch(_ArrayImpl, "item", _guarded_item(_ArrayImpl.item))
+            self.patch(_ArrayImpl, "__array_ufunc__", _array_ufunc)
+            self.patch(_ArrayImpl, "copy_to_host_async",
+                       _guarded_copy_to_host_async(_ArrayImpl.copy_to_host_async))
         if _CHECKING_KEY is not None:
-            self.patch(_pxla, "batched_device_put", _guarded_device_put(_pxla.batched_device_put))
-            self.patch(_pjit, "_get_fastpath_data", _guarded_fastpath(_pjit._get_fastpath_data))
+            self.patch(*_DEVICE_PUT, _guarded_device_put(_DEVICE_PUT.current()))
+            self.patch(*_FASTPATH, _guarded_fastpath(_FASTPATH.current()))
             _follow_default()
             settings.on_change(_follow_default)
-        for name in _NUMPY_READERS:
-            self.patch(np, name, _guarded_numpy_reader(name, getattr(np, name)))
+        if _VALUE is not None:
+            for name in _NUMPY_READERS:
+                self.patch(np, name, _guarded_numpy_reader(name, getattr(np, name)))
 
     def uninstall(self) -> None:
         """Put JAX's and NumPy's own functions back."""

@@ -6,20 +6,13 @@ moved one, its first use issues one ``FrameworkInternalWarning``. MXNet 1.9.1 is
 release, so these are not expected to move; the canary tests (``tests/test_internals.py``)
 check them all the same.
 
-To move here in round two (issue 27; still used where they are):
-
-========  ====  ====================================================  ==========================
-file      line  name                                                  feature
-========  ====  ====================================================  ==========================
-guard.py  28    mxnet.ndarray.register._imperative_invoke (wrapped)   transfer guard: ops
-guard.py  29    mxnet.ndarray.numpy._api_internal                     transfer guard: np ops
-guard.py  155   NDArray._advanced_index_to_array (wrapped)            transfer guard: indexing
-========  ====  ====================================================  ==========================
+The transfer guard's (``guard.py``) are the Python functions MXNet's generated operators call
+(``_imperative_invoke``, the packed functions of ``mx.np``) and the conversion of index arrays.
 """
 
 from __future__ import annotations
 
-from devshim.backends.probes import Internals
+from devshim.backends.probes import Internals, Slot
 
 #: The MXNet release devshim's CI tests (tox env mxnet): 1.9.1, the last one.
 TESTED = "1.9.1"
@@ -49,6 +42,49 @@ def _children():
     return "_children"
 
 
+def _imperative_invoke():
+    from mxnet.ndarray import register
+
+    register._imperative_invoke  # noqa: B018 - what every generated operator calls
+    return Slot(register, "_imperative_invoke")
+
+
+def _numpy_packed_functions():
+    from mxnet.ndarray.numpy import _api_internal
+
+    if not any(callable(fn) for name, fn in vars(_api_internal).items() if not name.startswith("__")):
+        raise AttributeError("mxnet.ndarray.numpy._api_internal holds no function")
+    return _api_internal
+
+
+def _index_to_array():
+    import mxnet as mx
+
+    if not isinstance(vars(mx.nd.NDArray)["_advanced_index_to_array"], staticmethod):
+        raise TypeError("mxnet NDArray._advanced_index_to_array is no longer a staticmethod")
+    return Slot(mx.nd.NDArray, "_advanced_index_to_array")
+
+
+_OPS = "the transfer guard's checks of op inputs on different contexts (cpu(0) + cpu(1), gpu(0) + gpu(1))"
+
+IMPERATIVE_INVOKE = INTERNALS.add(
+    "mxnet.ndarray.register._imperative_invoke",
+    feature=_OPS + " in the mx.nd and mx.np operators",
+    fallback="such ops run on the first input's context without a word (host reads are still checked).",
+    find=_imperative_invoke,
+)
+NUMPY_PACKED_FUNCTIONS = INTERNALS.add(
+    "mxnet.ndarray.numpy._api_internal",
+    feature=_OPS + " in the mx.np operators called as packed functions (np.tensordot, np.zeros, ...)",
+    fallback="those operators are not checked (the other mx.np and mx.nd operators still are).",
+    find=_numpy_packed_functions,
+)
+INDEX_TO_ARRAY = INTERNALS.add(
+    "mxnet.ndarray.NDArray._advanced_index_to_array",
+    feature="the transfer guard's check of advanced indexing (A[I]) with an index array on another context",
+    fallback="such an index array is copied to A's context without a word.",
+    find=_index_to_array,
+)
 NDARRAY_GET_DATA = INTERNALS.add(
     "mxnet.base._LIB.MXNDArrayGetData",
     feature="reading an array's data address (ds.convert's check that a no-copy conversion shares memory)",
@@ -69,4 +105,5 @@ CHILDREN = INTERNALS.add(
     find=_children,
 )
 
-__all__ = ["INTERNALS", "TESTED", "NDARRAY_GET_DATA", "DEFERRED_INIT", "CHILDREN"]
+__all__ = ["INTERNALS", "TESTED", "IMPERATIVE_INVOKE", "NUMPY_PACKED_FUNCTIONS", "INDEX_TO_ARRAY",
+           "NDARRAY_GET_DATA", "DEFERRED_INIT", "CHILDREN"]

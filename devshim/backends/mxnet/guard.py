@@ -26,10 +26,9 @@ import re
 import sys
 
 import mxnet as mx
-from mxnet.ndarray import register as _register
-from mxnet.ndarray.numpy import _api_internal as _np_api
 
 from devshim._device import Device
+from devshim.backends.mxnet import _internals
 from devshim.backends.registry import load_backend
 from devshim.guard import marker
 from devshim.guard.hooks import GuardHooks, mark_wrapper, mixed_devices_refused
@@ -49,6 +48,10 @@ _READERS = {
     "__array__": "np.asarray(a)",
 }
 _NDArray = mx.nd.NDArray
+# MXNet's entry points, from the probes (``_internals``): found once, here, when the guard loads.
+_INVOKE = _internals.IMPERATIVE_INVOKE.get()  # Slot(mxnet.ndarray.register, "_imperative_invoke")
+_NUMPY_PACKED = _internals.NUMPY_PACKED_FUNCTIONS.get()  # the module of mx.np's packed functions
+_INDEX = _internals.INDEX_TO_ARRAY.get()  # Slot(NDArray, "_advanced_index_to_array")
 
 
 def _backend():
@@ -161,12 +164,14 @@ class MXNetGuardHooks(GuardHooks):
         if self.patched():
             return
         self.patch(_NDArray, "asnumpy", _guarded_asnumpy(_NDArray.__dict__["asnumpy"]))
-        self.patch(_register, "_imperative_invoke", _guarded_invoke(_register._imperative_invoke))
-        index = _NDArray.__dict__["_advanced_index_to_array"].__func__
-        self.patch(_NDArray, "_advanced_index_to_array", _guarded_index(index))
-        for name, fn in list(vars(_np_api).items()):
-            if not name.startswith("__") and callable(fn) and not isinstance(fn, type):
-                self.patch(_np_api, name, _guarded_packed(name, fn))
+        if _INVOKE is not None:
+            self.patch(*_INVOKE, _guarded_invoke(_INVOKE.current()))
+        if _INDEX is not None:
+            self.patch(*_INDEX, _guarded_index(_INDEX.own().__func__))
+        if _NUMPY_PACKED is not None:
+            for name, fn in list(vars(_NUMPY_PACKED).items()):
+                if not name.startswith("__") and callable(fn) and not isinstance(fn, type):
+                    self.patch(_NUMPY_PACKED, name, _guarded_packed(name, fn))
 
     def enter_block(self, state) -> None:
         """Nothing to set; following every block is what lets ``translate`` see the errors

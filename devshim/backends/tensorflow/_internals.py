@@ -6,22 +6,14 @@ which feature needs the name and what that feature does without it; on a release
 moved one, its first use issues one ``FrameworkInternalWarning``. The canary tests
 (``tests/test_internals.py``) fail in CI the day a release moves one.
 
-To move here in round two (issue 27; still used where they are):
-
-========  ====  =========================================================  ====================
-file      line  name                                                       feature
-========  ====  =========================================================  ====================
-guard.py  26    tensorflow.python.pywrap_tfe (TFE_Py_Execute,              transfer guard: ops
-                TFE_Py_FastPathExecute, wrapped)
-guard.py  27    tensorflow.python.framework.ops                            transfer guard
-guard.py  56    ops._EagerTensorBase (its ``_numpy``, wrapped)             transfer guard: reads
-guard.py  57    ops.EagerTensor                                            transfer guard
-========  ====  =========================================================  ====================
+The transfer guard's (``guard.py``) are TensorFlow's own Python-level entry points, which TF's
+public API (``tf.*``) does not expose: the eager tensor's one reading method, the eager tensor
+class, and the two functions every eager op goes through.
 """
 
 from __future__ import annotations
 
-from devshim.backends.probes import Internals
+from devshim.backends.probes import Internals, Slot
 
 #: The TensorFlow releases devshim's CI tests (tox envs tensorflow-floor and tensorflow).
 TESTED = "2.16 to 2.21 (Keras 3)"
@@ -48,6 +40,73 @@ def _maybe_build():
     return "_maybe_build"
 
 
+def _eager_numpy():
+    from tensorflow.python.framework import ops
+
+    if not callable(vars(ops._EagerTensorBase)["_numpy"]):
+        raise TypeError("tensorflow.python.framework.ops._EagerTensorBase._numpy is no longer a method")
+    return Slot(ops._EagerTensorBase, "_numpy")
+
+
+def _eager_tensor():
+    from tensorflow.python.framework import ops
+
+    if not isinstance(ops.EagerTensor, type):
+        raise TypeError("tensorflow.python.framework.ops.EagerTensor is no longer a class")
+    return ops.EagerTensor
+
+
+def _op_entry_points():
+    from tensorflow.python import pywrap_tfe
+    from tensorflow.python.eager import context
+
+    context.Context.device_name  # noqa: B018 - the op's device scope, read from the fast path's ctx
+    names = ("TFE_Py_FastPathExecute", "TFE_Py_Execute")
+    for name in names:
+        if not callable(getattr(pywrap_tfe, name)):
+            raise TypeError(f"tensorflow.python.pywrap_tfe.{name} is not callable")
+    return tuple(Slot(pywrap_tfe, name) for name in names)
+
+
+def _print_frames():
+    from tensorflow.python.framework import ops
+
+    names = [name for name in ("value_text", "numpy_text") if callable(getattr(ops, name, None))]
+    if not names:
+        raise AttributeError("tensorflow.python.framework.ops has neither value_text nor numpy_text")
+    if hasattr(ops.EagerTensor, "_summarize_value"):
+        names.append("_summarize_value")  # format(t) calls it
+    return frozenset(names)
+
+
+_OPS = "the transfer guard's checks of eager ops' inputs (an input on another device than the op's)"
+_OPS_FALLBACK = ("op inputs on other devices are not seen: TensorFlow copies them without a word "
+                 "(host reads are still checked).")
+
+EAGER_NUMPY = INTERNALS.add(
+    "tensorflow.python.framework.ops._EagerTensorBase._numpy",
+    feature="the transfer guard's checks of host reads (t.numpy(), float(t), np.asarray(t), print(t))",
+    fallback="host reads of tensors on a GPU are not seen by the guard (TensorFlow copies them).",
+    find=_eager_numpy,
+)
+EAGER_TENSOR = INTERNALS.add(
+    "tensorflow.python.framework.ops.EagerTensor",
+    feature=_OPS,
+    fallback=_OPS_FALLBACK,
+    find=_eager_tensor,
+)
+OP_ENTRY_POINTS = INTERNALS.add(
+    "tensorflow.python.pywrap_tfe.TFE_Py_FastPathExecute",
+    feature=_OPS + " (with TFE_Py_Execute and the eager context's device_name)",
+    fallback=_OPS_FALLBACK,
+    find=_op_entry_points,
+)
+PRINT_FRAMES = INTERNALS.add(
+    "tensorflow.python.framework.ops.value_text",
+    feature="the transfer guard naming a host read made by print(t) or repr(t) as such",
+    fallback="the guard's message names such a read \"reading t on the host\".",
+    find=_print_frames,
+)
 COMPOSITE_TENSOR = INTERNALS.add(
     "tf.__internal__.CompositeTensor",
     feature="moving composite tensors (tf.RaggedTensor, tf.SparseTensor, tf.IndexedSlices) part by part",
@@ -73,4 +132,5 @@ KERAS_MAYBE_BUILD = INTERNALS.add(
     since=(3, 0),
 )
 
-__all__ = ["INTERNALS", "TESTED", "COMPOSITE_TENSOR", "KERAS_FUNCTIONAL", "KERAS_MAYBE_BUILD"]
+__all__ = ["INTERNALS", "TESTED", "EAGER_NUMPY", "EAGER_TENSOR", "OP_ENTRY_POINTS", "PRINT_FRAMES", "COMPOSITE_TENSOR",
+           "KERAS_FUNCTIONAL", "KERAS_MAYBE_BUILD"]

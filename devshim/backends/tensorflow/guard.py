@@ -25,11 +25,10 @@ from __future__ import annotations
 import re
 
 import tensorflow as tf
-from tensorflow.python import pywrap_tfe
-from tensorflow.python.framework import ops as _tf_ops
 
 from devshim._device import Device
 from devshim.backends.registry import load_backend
+from devshim.backends.tensorflow import _internals
 from devshim.guard import marker
 from devshim.guard.hooks import GuardHooks, mark_wrapper, mixed_devices_refused
 from devshim.guard.levels import READ
@@ -47,16 +46,23 @@ _READERS = {
     "__array__": "np.asarray(t)",
     "__format__": "formatting t (f-string, str.format)",
     "__reduce__": "pickling t",
-    "value_text": "print(t) / repr(t)",
-    "numpy_text": "print(t) / repr(t)",
-    "_summarize_value": "print(t) / repr(t)",
+    # and TensorFlow's functions that print a tensor (``_internals``): "print(t) / repr(t)"
 }
 # Ops that are copies the user asked for, and function calls whose ops TensorFlow places itself.
 _EXPLICIT_OPS = {"Identity", "IdentityN", "DeepCopy", "CopyToDevice"}
 _FUNCTION_CALLS = {"PartitionedCall", "StatefulPartitionedCall"}
 
-_EagerTensorBase = _tf_ops._EagerTensorBase
-_EagerTensor = _tf_ops.EagerTensor  # (no tensor made here: that would start TensorFlow's runtime)
+
+class _NoEagerTensor:
+    """Stands in for TensorFlow's eager tensor class on a release that moved it: no value is one."""
+
+
+# TensorFlow's entry points, from the probes (``_internals``): found once, here, when the guard loads.
+_NUMPY = _internals.EAGER_NUMPY.get()  # Slot(_EagerTensorBase, "_numpy"): every host read goes through it
+_EagerTensor = _internals.EAGER_TENSOR.get()  # (no tensor made here: that would start TensorFlow's runtime)
+_OP_ENTRY_POINTS = _internals.OP_ENTRY_POINTS.get() if _EagerTensor is not None else None
+_EagerTensor = _EagerTensor or _NoEagerTensor
+_READERS.update(dict.fromkeys(_internals.PRINT_FRAMES.get() or (), "print(t) / repr(t)"))
 _RESOURCE, _INT32, _INT64 = tf.resource, tf.int32, tf.int64
 # Set by install(): where descriptions come from, and the name of TensorFlow's default device
 # for ops without a scope (GPU 0 when the machine has one, else the host). The name, not its
@@ -193,9 +199,11 @@ class TensorFlowGuardHooks(GuardHooks):
             return
         _place = backend._describe_name
         _default_name = "/GPU:0" if backend.accelerator_count() else "/CPU:0"
-        self.patch(_EagerTensorBase, "_numpy", _guarded_numpy(_EagerTensorBase.__dict__["_numpy"]))
-        for name, wrap in (("TFE_Py_FastPathExecute", _guarded_fast_path), ("TFE_Py_Execute", _guarded_execute)):
-            self.patch(pywrap_tfe, name, wrap(getattr(pywrap_tfe, name)))
+        if _NUMPY is not None:
+            self.patch(*_NUMPY, _guarded_numpy(_NUMPY.own()))
+        if _OP_ENTRY_POINTS is not None:
+            for slot, wrap in zip(_OP_ENTRY_POINTS, (_guarded_fast_path, _guarded_execute)):
+                self.patch(*slot, wrap(slot.current()))
 
     def enter_block(self, state) -> None:
         """Nothing to set (TensorFlow's device policy is the user's); following every block

@@ -5,12 +5,12 @@ says which feature needs the name and what that feature does without it; on a to
 moved one, its first use issues one ``FrameworkInternalWarning``. The canary tests
 (``tests/test_internals.py``) fail in CI the day a release moves one.
 
-To move here in round two (issue 27; they are still used where they are):
+Still named where they are used (they move here next, with the virtual-GPU package; a source
+scan in ``tests/test_internals.py`` excepts that package until then):
 
 =====================================  ====  ================================================  ====================
 file                                   line  name                                              feature
 =====================================  ====  ================================================  ====================
-guard.py                               230   torch.overrides._get_current_function_mode_stack  guard: mode order
 _virtual/dispatch.py                   27    torch.Tensor._make_wrapper_subclass               virtual GPUs
 _virtual/dispatch.py                   62    torch._C.DisableTorchFunction                     virtual GPUs
 _virtual/dispatch.py                   63    torch._C.TensorBase.data.__set__                  virtual GPUs
@@ -33,7 +33,7 @@ _virtual/parallel.py                   41    torch._utils.ExceptionWrapper      
 
 from __future__ import annotations
 
-from devshim.backends.probes import Internals
+from devshim.backends.probes import Internals, names_in_code
 
 #: The torch releases devshim's CI tests (tox envs torch-floor, torch and torch-latest).
 TESTED = "2.4 to 2.15"
@@ -69,6 +69,46 @@ def _module_slots():
     return ("_parameters", "_buffers")
 
 
+#: The attribute Dynamo traces in a function's place (torch.jit's and torch.compile's wrappers set
+#: it). On a torch before 2.13 devshim's public functions carry a stand-in there that refuses them
+#: by name (``devshim.backends.dispatch.follow_torch_release``); set before torch is imported too,
+#: hence a name here and not only the probe's answer. Releases before 2.13 are fixed: the probe,
+#: run by the torch-floor env, checks the one that is the floor.
+DYNAMO_INLINE_ATTRIBUTE = "_torchdynamo_inline"
+
+
+def _dynamo_inline():
+    import inspect
+
+    from torch._dynamo.variables import builder
+
+    if DYNAMO_INLINE_ATTRIBUTE not in names_in_code(inspect.unwrap(builder.VariableBuilder._wrap).__code__):
+        raise AttributeError(f"torch._dynamo's VariableBuilder no longer reads {DYNAMO_INLINE_ATTRIBUTE}")
+    return DYNAMO_INLINE_ATTRIBUTE
+
+
+def _function_mode_stack():
+    import torch
+
+    return torch.overrides._get_current_function_mode_stack
+
+
+DYNAMO_INLINE = INTERNALS.add(
+    "torch._dynamo VariableBuilder reading _torchdynamo_inline",
+    feature="torch.compile refusing devshim's functions by name on torch before 2.13 (TorchCompileReleaseError)",
+    fallback="Dynamo traces devshim's dispatch and fails inside it with its own error (and may leave "
+             "devshim's dispatch broken for the process): call devshim outside the compiled function.",
+    find=_dynamo_inline,
+    before=(2, 13),
+)
+FUNCTION_MODE_STACK = INTERNALS.add(
+    "torch.overrides._get_current_function_mode_stack",
+    feature="the transfer guard taking its op-input check (a TorchFunctionMode) off a thread's mode "
+            "stack when the thread's last guard block ends",
+    fallback="the guard's mode stays on that thread's torch function mode stack after the block; it lets "
+             "every op through there, at the cost of one Python call per op.",
+    find=_function_mode_stack,
+)
 PRIVATEUSE1_NAME = INTERNALS.add(
     "torch._C._get_privateuse1_backend_name",
     feature="telling a real out-of-tree accelerator from devshim's virtual GPUs (ds.try_gpu)",
@@ -94,4 +134,4 @@ MODULE_SLOTS = INTERNALS.add(
     find=_module_slots,
 )
 
-__all__ = ["INTERNALS", "TESTED", "PRIVATEUSE1_NAME", "RESTART_ANALYSIS", "CURRENT_TX", "MODULE_SLOTS"]
+__all__ = ["INTERNALS", "TESTED", "DYNAMO_INLINE_ATTRIBUTE", "DYNAMO_INLINE", "FUNCTION_MODE_STACK", "PRIVATEUSE1_NAME", "RESTART_ANALYSIS", "CURRENT_TX", "MODULE_SLOTS"]

@@ -31,6 +31,7 @@ import torch
 
 from devshim._device import Device
 from devshim.backends.registry import load_backend
+from devshim.backends.torch import _internals
 from devshim.guard import marker
 from devshim.guard.hooks import GuardHooks, mark_wrapper, mixed_devices_refused, original_of
 from devshim.guard.levels import ALLOW, READ
@@ -201,12 +202,14 @@ def _exit_thread() -> None:
     depth = getattr(_local, "depth", 0) - 1
     _local.depth = max(depth, 0)
     if depth == 0 and _mode is not None:
-        stack = torch.overrides._get_current_function_mode_stack()
+        mode_stack = _internals.FUNCTION_MODE_STACK.get()
+        stack = mode_stack() if mode_stack is not None else None
         if stack and stack[-1] is _mode:
             _mode.__exit__(None, None, None)
         else:
-            # Someone pushed a mode over ours and has not popped it: leaving ours in place
-            # is harmless (it lets everything through outside guard blocks).
+            # Someone pushed a mode over ours and has not popped it (or this torch moved the
+            # stack's getter: its probe has warned): leaving ours in place is harmless (it lets
+            # everything through outside guard blocks).
             _local.depth = 0
 
 
