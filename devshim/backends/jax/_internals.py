@@ -1,7 +1,9 @@
 """The private JAX names the jax backend uses, each behind a probe (``devshim.backends.probes``).
 
-``core.py``, ``interop.py`` and ``model.py`` use JAX's public API only. Every private name is
-the transfer guard's (``guard.py``), which asks these probes and names none itself. Where JAX
+``interop.py`` and ``model.py`` use JAX's public API only; ``core.py`` asks one probe here
+(``DISTRIBUTED_STATE``: whether ``jax.distributed`` started, on JAX before
+``jax.distributed.is_initialized``). Every other private name is the transfer guard's
+(``guard.py``), which asks these probes and names none itself. Where JAX
 spells one differently across the tested releases (0.4.31 to 0.12), the probe finds each
 spelling and the guard gets one object:
 
@@ -179,6 +181,16 @@ def _primitive_mark():
     raise AttributeError("jax._src.dispatch marks no function _apply_primitive")
 
 
+def _distributed_state():
+    """Whether ``jax.distributed.initialize`` has run, as a function: on JAX 0.4.31 (JAX 0.7 has
+    the public ``jax.distributed.is_initialized``), its client in JAX's distributed state."""
+    from jax._src import distributed
+
+    state = distributed.global_state
+    state.client  # noqa: B018 - set by jax.distributed.initialize, None before and after shutdown
+    return lambda: state.client is not None
+
+
 def _device_get_frames():
     from jax._src import api
 
@@ -258,6 +270,14 @@ PRIMITIVE_MARK = INTERNALS.add(
     find=_primitive_mark,
     since=(0, 7),
 )
+DISTRIBUTED_STATE = INTERNALS.add(
+    "jax._src.distributed.global_state.client",
+    feature="ds.process_info seeing processes started by jax.distributed.initialize alone (no launcher "
+            "variables) on JAX before jax.distributed.is_initialized",
+    fallback="ds.process_info sees the launcher's variables only: each process takes rank 0 and GPU 0.",
+    find=_distributed_state,
+    before=(0, 7),  # JAX 0.7.2 has jax.distributed.is_initialized (measured)
+)
 DEVICE_GET_FRAMES = INTERNALS.add(
     "jax._src.api._device_get",
     feature="the transfer guard telling jax.device_get (an explicit read) from an implicit one",
@@ -267,4 +287,4 @@ DEVICE_GET_FRAMES = INTERNALS.add(
 
 __all__ = ["INTERNALS", "TESTED", "ARRAY_IMPL", "HOST_COPY", "CONFIG_EXT", "JIT_CONTEXT", "FASTPATH_DATA",
            "BACKENDS_INITIALIZED", "BATCHED_DEVICE_PUT", "GUARD_LIB", "RUNTIME_ERROR", "JIT_FRAME",
-           "PRIMITIVE_MARK", "DEVICE_GET_FRAMES"]
+           "PRIMITIVE_MARK", "DISTRIBUTED_STATE", "DEVICE_GET_FRAMES"]

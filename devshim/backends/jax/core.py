@@ -48,7 +48,7 @@ from _thread import allocate_lock  # threading's own lock, without its import co
 from devshim import settings
 from devshim.backends import virtual
 from devshim.backends.base import Backend, DeviceTable
-from devshim.backends.jax import SPEC
+from devshim.backends.jax import SPEC, _internals
 from devshim.guard import marker
 from devshim._device import Device, register_platform
 from devshim.errors import (
@@ -153,7 +153,7 @@ class JaxBackend(Backend):
         if found is not None or not self.is_loaded():
             return found
         jax = self.fw
-        is_initialized = getattr(jax.distributed, "is_initialized", None)
+        is_initialized = getattr(jax.distributed, "is_initialized", None) or _internals.DISTRIBUTED_STATE.get()
         if is_initialized is None or not is_initialized():
             return None
         self._runtime()  # virtual GPUs asked for are set up before process_count starts JAX's backends
