@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import re
+import subprocess
 import sys
+import textwrap
 import types
 import warnings
 from pathlib import Path
@@ -19,6 +22,7 @@ import pytest
 
 import devshim as ds
 from devshim.backends import probes
+from devshim.backends.torch import _internals as torch_internals
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKENDS = ("torch", "tensorflow", "jax", "mxnet", "numpy", "cupy")
@@ -64,11 +68,14 @@ _PRIVATE = re.compile(
 # frame names a guard looks for): "_value", "_imperative_invoke". devshim's own attribute names
 # are spelt "_devshim..." or listed here; names in __slots__ are devshim's own.
 _PRIVATE_STRING = re.compile(r"""(?<![\w])(["'])_(?!_|devshim)[A-Za-z]\w*\1""")
-_DEVSHIM_OWN_STRINGS = {'"_fw"', '"_local"', '"_internals"'}
+# ("_host" and "_device" are a virtual torch tensor's own attributes: its values and its device.)
+_DEVSHIM_OWN_STRINGS = {'"_fw"', '"_local"', '"_internals"', '"_host"', '"_device"'}
+# ATen operator names (torch.ops.aten._to_copy): the registry's spelling, not Python privacy. The
+# list is torch/_internals.py's ATEN_OPERATORS, whose canary below checks each is an operator.
+_ATEN_OPERATOR_STRINGS = {f'"{name}"' for name in (*torch_internals.ATEN_OPERATORS, torch_internals.FOREACH_PREFIX)}
 _SLOTS = re.compile(r"__slots__\s*=\s*\([^)]*\)")
-# The virtual torch GPUs move into torch/_internals.py next; the names they still use are listed
-# in its docstring. _internals.py and probes.py are where the private names live.
-_NOT_YET = ("_virtual/", "_internals.py", "probes.py")
+# _internals.py and probes.py are where the private names live.
+_WHERE_THEY_LIVE = ("_internals.py", "probes.py")
 
 
 def _code_of(text: str) -> str:
@@ -80,14 +87,14 @@ def _code_of(text: str) -> str:
 def _private_names_in(code: str) -> list:
     found = [match.group(0).strip() for match in _PRIVATE.finditer(code)]
     return found + [match.group(0) for match in _PRIVATE_STRING.finditer(code)
-                    if match.group(0).replace("'", '"') not in _DEVSHIM_OWN_STRINGS]
+                    if match.group(0).replace("'", '"') not in _DEVSHIM_OWN_STRINGS | _ATEN_OPERATOR_STRINGS]
 
 
 def test_backend_modules_name_no_private_framework_name_outside_their_internals():
     found = []
     for path in sorted((ROOT / "devshim" / "backends").rglob("*.py")):
         relative = path.relative_to(ROOT / "devshim" / "backends").as_posix()
-        if any(part in relative for part in _NOT_YET):
+        if any(part in relative for part in _WHERE_THEY_LIVE):
             continue
         found += [f"{relative}: {name}" for name in _private_names_in(_code_of(path.read_text()))]
     assert found == []
@@ -117,6 +124,50 @@ def test_the_docs_list_every_internal_with_its_fallback():
     missing = [internal.name for backend in BACKENDS for internal in internals_of(backend)
                if f"`{internal.name}`" not in page]
     assert missing == []
+
+
+def test_each_aten_operator_the_virtual_gpus_name_is_one_on_this_release():
+    torch = pytest.importorskip("torch")
+    if torch_internals.PRIVATEUSE1_NAME.get() is None or torch_internals.ACCELERATION_HOOKS.get() is None:
+        pytest.skip(f"torch {torch.__version__} has no virtual GPUs")
+    missing = sorted(name for name in torch_internals.ATEN_OPERATORS if not hasattr(torch.ops.aten, name))
+    assert missing == []
+    assert any(name.startswith(f"aten::{torch_internals.FOREACH_PREFIX}")
+               for name in torch._C._dispatch_get_all_op_names())
+
+
+def test_virtual_gpus_are_refused_by_name_on_a_torch_without_one_of_their_internals():
+    """A torch that moved one (simulated: its probe finds nothing) is told which, with one
+    FrameworkInternalWarning naming the feature, and nothing is registered."""
+    pytest.importorskip("torch")
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import warnings, torch, devshim as ds
+        from devshim.backends.torch import _internals
+        if _internals.ACCELERATION_HOOKS.get() is None:
+            print("SKIP")
+            raise SystemExit
+        _internals.TENSOR_TEXT.reset()
+        def moved():
+            raise AttributeError("module 'torch._tensor_str' has no attribute '_str'")
+        _internals.TENSOR_TEXT._find = moved
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                ds.num_gpus()
+            except ds.BackendError as err:
+                print("REFUSED", err)
+        print([str(w.message).split(" (")[0] for w in caught if w.category is ds.FrameworkInternalWarning])
+        print(torch._C._get_privateuse1_backend_name())
+    """)], capture_output=True, text=True, env={**os.environ, "DEVSHIM_BACKEND": "torch",
+                                                  "DEVSHIM_VIRTUAL_DEVICES": "2"}, timeout=300)
+    assert result.returncode == 0, result.stderr
+    if result.stdout.startswith("SKIP"):
+        pytest.skip("this torch has no virtual GPUs")
+    refused, warned, slot = result.stdout.strip().splitlines()
+    assert refused.startswith("REFUSED devshim cannot present virtual GPUs on this torch")
+    assert "it lacks torch._tensor_str._str, which the virtual GPUs rest on" in refused
+    assert warned.startswith("['torch ") and "has no torch._tensor_str._str" in warned
+    assert slot == "privateuseone"
 
 
 def test_every_backend_folder_has_its_internals_module():

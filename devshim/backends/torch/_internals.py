@@ -5,33 +5,19 @@ says which feature needs the name and what that feature does without it; on a to
 moved one, its first use issues one ``FrameworkInternalWarning``. The canary tests
 (``tests/test_internals.py``) fail in CI the day a release moves one.
 
-Still named where they are used (they move here next, with the virtual-GPU package; a source
-scan in ``tests/test_internals.py`` excepts that package until then):
-
-=====================================  ====  ================================================  ====================
-file                                   line  name                                              feature
-=====================================  ====  ================================================  ====================
-_virtual/dispatch.py                   27    torch.Tensor._make_wrapper_subclass               virtual GPUs
-_virtual/dispatch.py                   62    torch._C.DisableTorchFunction                     virtual GPUs
-_virtual/dispatch.py                   63    torch._C.TensorBase.data.__set__                  virtual GPUs
-_virtual/dispatch.py                   75    torch._C._is_multithreading_enabled               virtual GPUs
-_virtual/dispatch.py                   76    torch._C._set_multithreading_enabled              virtual GPUs
-_virtual/dispatch.py                   175   OpOverload._op                                    virtual GPUs
-_virtual/dispatch.py                   377   OpOverload._schema                                virtual GPUs
-_virtual/registration.py               108   torch._C._acc (PrivateUse1Hooks, device guard)    virtual GPUs
-_virtual/registration.py               113   torch._C._get_privateuse1_backend_name            virtual GPUs
-_virtual/registration.py               151   torch._register_device_module                     virtual GPUs
-_virtual/registration.py               225   device module ._is_in_bad_fork                    virtual GPUs
-_virtual/reads.py                      22    torch._C.DisableTorchFunctionSubclass             virtual GPUs
-_virtual/reads.py                      60    torch._tensor_str._str                            virtual GPUs: repr
-_virtual/tensor.py                     26    torch._C._disabled_torch_function_impl            virtual GPUs
-_virtual/tensor.py                     138   torch._C.TensorBase.data.__get__                  virtual GPUs
-_virtual/lazy.py                       109   UninitializedTensorMixin._allowed_methods         virtual GPUs: lazy
-_virtual/parallel.py                   41    torch._utils.ExceptionWrapper                     virtual GPUs: DP
-=====================================  ====  ================================================  ====================
+The virtual GPUs (the ``_virtual`` package) rest on more of them than any other feature:
+torch's Python device registration (``torch._C._acc``), its wrapper-tensor and dispatch
+machinery, its storage and pickling helpers. Those probes are listed in ``VIRTUAL_GPU_INTERNALS``;
+virtual GPUs are refused by name (``BackendError``) on a torch that lacks one of them, before
+anything is registered. The ATen operator names the package treats specially are in
+``ATEN_OPERATORS`` (names in torch's operator registry, several spelt with a leading
+underscore); their canary checks each is still an operator.
 """
 
 from __future__ import annotations
+
+from operator import attrgetter
+from typing import Any, NamedTuple
 
 from devshim.backends.probes import Internals, names_in_code
 
@@ -134,4 +120,303 @@ MODULE_SLOTS = INTERNALS.add(
     find=_module_slots,
 )
 
-__all__ = ["INTERNALS", "TESTED", "DYNAMO_INLINE_ATTRIBUTE", "DYNAMO_INLINE", "FUNCTION_MODE_STACK", "PRIVATEUSE1_NAME", "RESTART_ANALYSIS", "CURRENT_TX", "MODULE_SLOTS"]
+
+# ---------------------------------------------------------------- virtual GPUs (_virtual package)
+# Each is needed by the virtual GPUs as a whole: without one they are refused by name
+# (``missing_for_virtual_gpus``). ``since`` is their own range's floor, torch 2.13 (older releases
+# are refused by release first, quietly here).
+
+_VIRTUAL = "virtual GPUs (DEVSHIM_VIRTUAL_DEVICES on the torch backend)"
+_VIRTUAL_REFUSED = ("virtual GPUs are refused with a BackendError naming this internal; real devices "
+                    "and the CPU work as before.")
+_VIRTUAL_FLOOR = (2, 13)
+
+
+class OpParts(NamedTuple):
+    """What the virtual GPUs read of torch's ``OpOverload``: the class, its C++ entry point and
+    its schema (``kernel_of(op)``, ``schema_of(op)``)."""
+
+    cls: type
+    kernel_of: Any
+    schema_of: Any
+
+
+class RebuildFunctions(NamedTuple):
+    """torch's own functions that rebuild a pickled tensor (so ``weights_only`` loads take them)."""
+
+    tensor_v2: Any
+    tensor_v3: Any
+    parameter: Any
+
+
+class AccelerationHooks(NamedTuple):
+    """torch's Python device registration: the hooks and device-guard base classes and their
+    registration functions (``torch._C._acc``), and the autograd device type they report."""
+
+    hooks_base: type
+    guard_base: type
+    register_hooks: Any
+    register_guard: Any
+    device_type: Any
+
+
+def _tensor_metadata():
+    import torch
+
+    return torch._C._get_tensor_metadata, torch._C._set_tensor_metadata
+
+
+def _storage_from_pointer():
+    import torch
+
+    return torch._C._construct_storage_from_data_pointer
+
+
+def _wrapper_subclass():
+    import torch
+
+    return torch.Tensor._make_wrapper_subclass
+
+
+def _disable_torch_function():
+    import torch
+
+    return torch._C.DisableTorchFunction
+
+
+def _disable_torch_function_subclass():
+    import torch
+
+    return torch._C.DisableTorchFunctionSubclass
+
+
+def _disabled_torch_function_impl():
+    import torch
+
+    return torch._C._disabled_torch_function_impl
+
+
+def _tensor_data():
+    import torch
+
+    descriptor = vars(torch._C.TensorBase)["data"]
+    descriptor.__get__, descriptor.__set__  # noqa: B018 - read and written below autograd
+    return descriptor
+
+
+def _autograd_threads():
+    import torch
+
+    return torch._C._is_multithreading_enabled, torch._C._set_multithreading_enabled
+
+
+def _op_parts():
+    import torch
+
+    op = torch.ops.aten.add.Tensor
+    op._op, op._schema.arguments  # noqa: B018 - the entry point and schema the plans read
+    return OpParts(torch._ops.OpOverload, attrgetter("_op"), attrgetter("_schema"))
+
+
+def _cpu_keys():
+    import torch
+
+    return torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+
+
+def _c_generator():
+    import torch
+
+    return torch._C.Generator
+
+
+def _parse_to():
+    import torch
+
+    return torch._C._nn._parse_to
+
+
+def _lazy_allowed():
+    from torch.nn.parameter import UninitializedTensorMixin
+
+    allowed = UninitializedTensorMixin._allowed_methods
+    if not isinstance(allowed, (list, tuple, set, frozenset)):
+        raise TypeError("UninitializedTensorMixin._allowed_methods is no longer a collection of methods")
+    return allowed
+
+
+def _exception_wrapper():
+    from torch._utils import ExceptionWrapper
+
+    return ExceptionWrapper
+
+
+def _device_type_lookups():
+    import importlib
+
+    data_parallel = importlib.import_module("torch.nn.parallel.data_parallel")  # (the package exports
+    names = ("_get_available_device_type", "_get_all_device_indices")        # a function of that name)
+    for name in names:
+        getattr(data_parallel, name)
+    return names
+
+
+def _tensor_text():
+    import torch
+
+    return torch._tensor_str._str
+
+
+def _parameter_mark():
+    import torch
+
+    name = "_is_param"
+    if name not in names_in_code(type(torch.nn.Parameter).__instancecheck__.__code__):
+        raise AttributeError("torch.nn.Parameter's isinstance check no longer reads _is_param")
+    return name
+
+
+def _acceleration_hooks():
+    import torch
+
+    acc = torch._C._acc
+    return AccelerationHooks(acc.PrivateUse1Hooks, acc.DeviceGuard, acc.register_python_privateuseone_hook,
+                             acc.register_python_privateuseone_device_guard,
+                             torch._C._autograd.DeviceType.PrivateUse1)
+
+
+def _register_device_module():
+    import torch
+
+    return torch._register_device_module
+
+
+def _bad_fork_name():
+    import torch
+
+    name = "_is_in_bad_fork"
+    getattr(torch.cuda, name)  # what torch asks every device module (CUDA's answers it)
+    return name
+
+
+def _operator_listing():
+    import torch
+
+    return torch._C._dispatch_get_all_op_names, torch._C._dispatch_has_kernel_for_dispatch_key
+
+
+def _untyped_dtypes():
+    import torch
+
+    return torch.storage._new_dtypes()
+
+
+def _rebuild_functions():
+    import torch
+
+    return RebuildFunctions(torch._utils._rebuild_tensor_v2, torch._utils._rebuild_tensor_v3,
+                            torch._utils._rebuild_parameter)
+
+
+def _device_test_modules():
+    import importlib.util
+
+    names = ("torch.testing._internal.common_utils", "torch.testing._internal.common_device_type")
+    for name in names:
+        if importlib.util.find_spec(name) is None:
+            raise ImportError(f"no module {name}")
+    return names
+
+
+def _virtual(name: str, find, use: str):
+    return INTERNALS.add(name, feature=f"{_VIRTUAL}: {use}", fallback=_VIRTUAL_REFUSED, find=find,
+                         since=_VIRTUAL_FLOOR)
+
+
+ACCELERATION_HOOKS = _virtual("torch._C._acc (PrivateUse1Hooks, DeviceGuard, their registration)",
+                              _acceleration_hooks, "the vgpu device's Python hooks and device guard")
+REGISTER_DEVICE_MODULE = _virtual("torch._register_device_module", _register_device_module,
+                                  "torch.vgpu, the device module")
+BAD_FORK = _virtual("device module _is_in_bad_fork", _bad_fork_name, "torch.vgpu, the device module")
+OPERATOR_LISTING = _virtual("torch._C._dispatch_get_all_op_names / _dispatch_has_kernel_for_dispatch_key",
+                            _operator_listing, "kernels for the operators torch runs on every device")
+TENSOR_METADATA = _virtual("torch._C._get_tensor_metadata / _set_tensor_metadata", _tensor_metadata,
+                           "the conjugate and negative bits a tensor carries")
+STORAGE_FROM_POINTER = _virtual("torch._C._construct_storage_from_data_pointer", _storage_from_pointer,
+                                "storages on a virtual GPU (views, torch.save, DLPack)")
+WRAPPER_SUBCLASS = _virtual("torch.Tensor._make_wrapper_subclass", _wrapper_subclass,
+                            "the tensor class on a virtual GPU")
+DISABLE_TORCH_FUNCTION = _virtual("torch._C.DisableTorchFunction", _disable_torch_function,
+                                  "Tensor.data set below torch's function layer")
+DISABLE_TORCH_FUNCTION_SUBCLASS = _virtual("torch._C.DisableTorchFunctionSubclass",
+                                           _disable_torch_function_subclass, "reading a tensor's device")
+DISABLED_TORCH_FUNCTION_IMPL = _virtual("torch._C._disabled_torch_function_impl",
+                                        _disabled_torch_function_impl, "no Python at torch's function layer")
+TENSOR_DATA = _virtual("torch._C.TensorBase.data", _tensor_data, "Tensor.data")
+AUTOGRAD_THREADS = _virtual("torch._C._is_multithreading_enabled / _set_multithreading_enabled",
+                            _autograd_threads, "backward passes on the calling thread")
+OP_PARTS = _virtual("torch._ops.OpOverload (._op, ._schema)", _op_parts,
+                    "each operator's device rules and host kernel")
+CPU_KEYS = _virtual("torch._C.DispatchKeySet(DispatchKey.CPU)", _cpu_keys, "DLPack export's host storage")
+C_GENERATOR = _virtual("torch._C.Generator", _c_generator, "a random generator per virtual GPU")
+PARSE_TO = _virtual("torch._C._nn._parse_to", _parse_to, "moving torch.nn.Lazy* modules' tensors")
+LAZY_ALLOWED = _virtual("torch.nn.parameter.UninitializedTensorMixin._allowed_methods", _lazy_allowed,
+                        "torch.nn.Lazy* modules' uninitialised tensors")
+EXCEPTION_WRAPPER = _virtual("torch._utils.ExceptionWrapper", _exception_wrapper,
+                             "nn.DataParallel passing a replica's error on")
+DEVICE_TYPE_LOOKUPS = _virtual("torch.nn.parallel.data_parallel._get_available_device_type / "
+                               "_get_all_device_indices", _device_type_lookups,
+                               "nn.DataParallel finding the virtual GPUs")
+TENSOR_TEXT = _virtual("torch._tensor_str._str", _tensor_text, "printing a tensor as CUDA's print")
+PARAMETER_MARK = _virtual("torch.nn.Parameter's _is_param mark", _parameter_mark,
+                          "parameters on a virtual GPU passing isinstance(p, nn.Parameter)")
+UNTYPED_DTYPES = _virtual("torch.storage._new_dtypes", _untyped_dtypes, "torch.save of a virtual tensor")
+REBUILD_FUNCTIONS = _virtual("torch._utils._rebuild_tensor_v2 / _v3 / _rebuild_parameter",
+                             _rebuild_functions, "torch.save of a virtual tensor (weights_only loads)")
+DEVICE_TEST_MODULES = INTERNALS.add(
+    "torch.testing._internal.common_device_type / common_utils",
+    feature="ds.testing.torch_device_tests: torch's device-generic tests on virtual GPUs",
+    fallback="ds.testing.torch_device_tests raises a BackendError naming the module this torch lacks.",
+    find=_device_test_modules,
+    since=_VIRTUAL_FLOOR,
+)
+
+#: What the virtual GPUs need, all of it (``missing_for_virtual_gpus``).
+VIRTUAL_GPU_INTERNALS = (
+    ACCELERATION_HOOKS, REGISTER_DEVICE_MODULE, BAD_FORK, OPERATOR_LISTING, TENSOR_METADATA,
+    STORAGE_FROM_POINTER, WRAPPER_SUBCLASS, DISABLE_TORCH_FUNCTION, DISABLE_TORCH_FUNCTION_SUBCLASS,
+    DISABLED_TORCH_FUNCTION_IMPL, TENSOR_DATA, AUTOGRAD_THREADS, OP_PARTS, CPU_KEYS, C_GENERATOR,
+    PARSE_TO, LAZY_ALLOWED, EXCEPTION_WRAPPER, DEVICE_TYPE_LOOKUPS, TENSOR_TEXT, PARAMETER_MARK,
+    UNTYPED_DTYPES, REBUILD_FUNCTIONS,
+)
+
+
+def missing_for_virtual_gpus() -> list:
+    """The names of the internals in ``VIRTUAL_GPU_INTERNALS`` this torch lacks (probing each).
+
+    Example:
+        >>> missing_for_virtual_gpus()          # torch 2.13 to 2.15
+        []
+    """
+    return [internal.name for internal in VIRTUAL_GPU_INTERNALS if not internal.available()]
+
+
+#: The ATen operators the virtual GPUs treat specially, by their names in torch's operator
+#: registry (``torch.ops.aten.<name>``; a leading underscore is part of the operator's name, not
+#: Python's privacy). ``_foreach_`` is the prefix of torch's list operators.
+ATEN_OPERATORS = frozenset({
+    "_copy_from", "_copy_from_and_resize", "_to_copy", "_local_scalar_dense", "_resize_output_",
+    "_index_put_impl_", "_unsafe_index", "_unsafe_index_put", "_ctc_loss", "_ctc_loss_backward",
+    "_pack_padded_sequence", "_pack_padded_sequence_backward", "_pad_packed_sequence",
+})
+FOREACH_PREFIX = "_foreach_"
+
+__all__ = ["INTERNALS", "TESTED", "DYNAMO_INLINE_ATTRIBUTE", "DYNAMO_INLINE", "FUNCTION_MODE_STACK",
+           "PRIVATEUSE1_NAME", "RESTART_ANALYSIS", "CURRENT_TX", "MODULE_SLOTS", "VIRTUAL_GPU_INTERNALS",
+           "missing_for_virtual_gpus", "ATEN_OPERATORS", "FOREACH_PREFIX", "OpParts", "RebuildFunctions",
+           "AccelerationHooks", "ACCELERATION_HOOKS", "REGISTER_DEVICE_MODULE", "BAD_FORK", "OPERATOR_LISTING",
+           "TENSOR_METADATA", "STORAGE_FROM_POINTER", "WRAPPER_SUBCLASS", "DISABLE_TORCH_FUNCTION",
+           "DISABLE_TORCH_FUNCTION_SUBCLASS", "DISABLED_TORCH_FUNCTION_IMPL", "TENSOR_DATA", "AUTOGRAD_THREADS",
+           "OP_PARTS", "CPU_KEYS", "C_GENERATOR", "PARSE_TO", "LAZY_ALLOWED", "EXCEPTION_WRAPPER",
+           "DEVICE_TYPE_LOOKUPS", "TENSOR_TEXT", "PARAMETER_MARK", "UNTYPED_DTYPES", "REBUILD_FUNCTIONS",
+           "DEVICE_TEST_MODULES"]

@@ -61,6 +61,7 @@ DLPack (``ds.VirtualDLPackError``) and quantized tensors (``ds.UnsupportedValueE
 
 The package, by concern (each module imports only those listed before it):
 
+    ``support.py``       whether this torch can carry them (its release, the internals they need)
     ``count.py``         how many virtual GPUs exist; which ``vgpu:i`` a call may name
     ``rnn.py``           GPU-only fused RNN kernels, as the same math on host tensors
     ``saving.py``        torch.save/torch.load: storages tagged and restored per virtual GPU
@@ -84,8 +85,12 @@ Example:
 from __future__ import annotations
 
 from devshim.backends.torch._names import VIRTUAL_TYPE
-from devshim.backends.torch._virtual.count import device_count, set_count
-from devshim.backends.torch._virtual.registration import install, installed
-from devshim.backends.torch._virtual.tensor import VirtualTensor
+from devshim.backends.torch._virtual import support
+
+support.check()  # before the modules below read torch's internals: refuses by name, registers nothing
+
+from devshim.backends.torch._virtual.count import device_count, set_count  # noqa: E402
+from devshim.backends.torch._virtual.registration import install, installed  # noqa: E402
+from devshim.backends.torch._virtual.tensor import VirtualTensor  # noqa: E402
 
 __all__ = ["install", "installed", "device_count", "set_count", "VirtualTensor", "VIRTUAL_TYPE"]

@@ -29,6 +29,7 @@ import os
 import sys
 
 from devshim import settings
+from devshim.backends.torch import _internals
 from devshim.backends.torch._names import VIRTUAL_TYPE
 from devshim.errors import BackendError
 
@@ -36,8 +37,8 @@ __all__ = ["enable", "VARIABLE"]
 
 #: torch's variable naming files that add device types to its device-generic tests.
 VARIABLE = "TORCH_TEST_DEVICES"
-_UTILS = "torch.testing._internal.common_utils"
-_DEVICE_TYPE = "torch.testing._internal.common_device_type"
+# torch's device-generic test framework (modules of torch's own test suite); None on a torch without it.
+_UTILS, _DEVICE_TYPE = _internals.DEVICE_TEST_MODULES.get() or (None, None)
 
 
 def _too_late(what: str) -> BackendError:
@@ -55,9 +56,14 @@ def _register_virtual_gpus() -> None:
 
     from devshim.backends import get_backend
 
-    if torch._C._get_privateuse1_backend_name() != VIRTUAL_TYPE:
+    if _UTILS is None:
+        raise BackendError(
+            f"this torch ({torch.__version__}) has no device-generic test framework (the modules "
+            f"torch's own tests import): install the torch release the tests you run were written for.")
+    backend_name = _internals.PRIVATEUSE1_NAME.get()
+    if backend_name() != VIRTUAL_TYPE:
         get_backend("torch").devices()
-    if torch._C._get_privateuse1_backend_name() != VIRTUAL_TYPE:
+    if backend_name() != VIRTUAL_TYPE:
         raise _too_late(f"no virtual GPUs were asked for ({settings.VIRTUAL_DEVICES_VAR} is unset or 0)")
 
 

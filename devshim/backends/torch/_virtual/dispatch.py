@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from devshim.backends.torch import _internals
 from devshim.backends.torch._names import VIRTUAL_TYPE
 from devshim.backends.torch._virtual.count import is_virtual_type as _is_virtual_type
 from devshim.backends.torch._virtual.count import target as _target
@@ -23,17 +24,17 @@ from devshim.errors import DeviceMismatchError, UnsupportedValueError, VirtualDL
 __all__ = ["run", "torch_dispatch", "backend_kernel", "quantized_kernel", "single_threaded_autograd", "new",
            "new_view", "follow_host", "refuse_quantized"]
 
-# ---- private torch names this module adds (one place, see issue 27) ----------------------
-_get_flags = torch._C._get_tensor_metadata   # the flags torch keeps on a tensor, not its storage
-_set_flags = torch._C._set_tensor_metadata   # (conj, neg): what torch.save records per tensor
-_storage_at = torch._C._construct_storage_from_data_pointer  # a storage over given memory
-# --------------------------------------------------------------------------------------------
+# The private torch names used here come from the probes in torch/_internals.py (the package
+# refuses to load without one of them: see __init__).
+_get_flags, _set_flags = _internals.TENSOR_METADATA.get()  # conj, neg: the flags a tensor keeps itself
+_storage_at = _internals.STORAGE_FROM_POINTER.get()         # a storage over given memory
+_OpOverload, _kernel_of, _schema_of = _internals.OP_PARTS.get()
 
 _aten = torch.ops.aten
 _CPU = torch.device("cpu")
 _STRIDED = torch.strided
 _Tensor = torch.Tensor
-_make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
+_make_wrapper_subclass = _internals.WRAPPER_SUBCLASS.get()
 
 
 def new(cls, host, device):
@@ -80,8 +81,8 @@ def follow_host(tensor) -> None:
         _set_data(tensor, fresh)
 
 
-_DisableTorchFunction = torch._C.DisableTorchFunction
-_set_data = torch._C.TensorBase.data.__set__
+_DisableTorchFunction = _internals.DISABLE_TORCH_FUNCTION.get()
+_set_data = _internals.TENSOR_DATA.get().__set__
 
 def single_threaded_autograd() -> None:
     # See the package docstring: torch's engine has one queue for the single device the
@@ -93,8 +94,7 @@ def single_threaded_autograd() -> None:
         _set_multithreading_enabled(False)
 
 
-_multithreading_enabled = torch._C._is_multithreading_enabled
-_set_multithreading_enabled = torch._C._set_multithreading_enabled
+_multithreading_enabled, _set_multithreading_enabled = _internals.AUTOGRAD_THREADS.get()
 
 
 # Operations that change their tensor arguments' sizes, strides or storage offset in place,
@@ -134,7 +134,7 @@ def _host_argument_positions(func):
     names = _HOST_ARGUMENT_NAMES.get(func.__name__.split(".")[0])
     found = None
     if names:
-        positions = {i for i, arg in enumerate(func._schema.arguments) if arg.name in names}
+        positions = {i for i, arg in enumerate(_schema_of(func).arguments) if arg.name in names}
         found = (frozenset(positions), names) if positions else None
     _host_arguments[func] = found
     return found
@@ -190,32 +190,32 @@ class _Plan:
     def __init__(self, func) -> None:
         self.func = func
         self.name = func.__name__.split(".")[0]
-        self.foreach = func.__name__.startswith("_foreach_")
+        self.foreach = func.__name__.startswith(_internals.FOREACH_PREFIX)
         found = _host_argument_positions(func)
         self.host_positions, self.host_names = found if found is not None else (None, None)
         self.any_device = func in _ANY_DEVICE
         kernel = _HOST_KERNELS.get(func)
         if kernel is None:
             # OpOverload.__call__ only forwards to _op: call the C++ entry point itself.
-            kernel = func._op if type(func) is _OpOverload else func
+            kernel = _kernel_of(func) if type(func) is _OpOverload else func
         self.kernel = kernel
         self.aliases = _write_aliases(func)
         self.reshapes = _reshaped_arguments(func)
         self.views = any(ret.alias_info is not None and not ret.alias_info.is_write
-                         for ret in func._schema.returns)
+                         for ret in _schema_of(func).returns)
         # In-place operations (add_, zero_, ...) return their first argument itself.
         self.returns_first = self.aliases is not None and len(self.aliases) == 1 \
             and self.aliases[0] is not None and self.aliases[0][0] == 0
         # Operations that draw random numbers use the virtual GPU's generator (generators.py).
         self.seeded = _SEEDED is not None and _SEEDED in func.tags
-        self.generator = next(((position, arg.name) for position, arg in enumerate(func._schema.arguments)
+        self.generator = next(((position, arg.name) for position, arg in enumerate(_schema_of(func).arguments)
                                if arg.name == "generator"), None)
         # Operations that may make a quantized tensor (quantize_per_tensor, ...), which a
         # virtual GPU refuses: their results are checked (refuse_quantized).
         self.quantizes = "quantize" in self.name and "dequantize" not in self.name \
             and "fake_quant" not in self.name
         # Storage arguments (set_, as torch.load rebuilds a tensor) may be a virtual GPU's.
-        self.storages = tuple((position, arg.name) for position, arg in enumerate(func._schema.arguments)
+        self.storages = tuple((position, arg.name) for position, arg in enumerate(_schema_of(func).arguments)
                               if str(arg.type) == "Storage") or None
         self.tensor_positions = _single_tensor_positions(func) if (
             not self.foreach and self.host_positions is None and not self.any_device
@@ -230,7 +230,7 @@ def _single_tensor_positions(func):
     arguments that can hold a tensor (no tensor lists) and none is keyword-only: then a call
     with positional arguments only can take ``torch_dispatch``'s short path. Else None."""
     positions = []
-    for position, arg in enumerate(func._schema.arguments):
+    for position, arg in enumerate(_schema_of(func).arguments):
         kind = str(arg.type)
         if "Tensor" not in kind:
             continue
@@ -240,8 +240,7 @@ def _single_tensor_positions(func):
     return tuple(positions)
 
 
-_OpOverload = torch._ops.OpOverload
-_alias = _aten.alias.default._op
+_alias = _kernel_of(_aten.alias.default)
 _plans: dict = {}   # id(func) -> _Plan
 
 
@@ -478,7 +477,7 @@ def _wrap(cls, value, device, make=new):
 def _reshaped_arguments(func):
     """``(position, name)`` of each argument whose metadata ``func`` may change in place (see
     ``_RESHAPING``), or None for the (many) operations that change none."""
-    schema = func._schema
+    schema = _schema_of(func)
     name = func.__name__.split(".")[0]
     written = [(position, arg.name) for position, arg in enumerate(schema.arguments)
                if arg.alias_info is not None and arg.alias_info.is_write]
@@ -516,7 +515,7 @@ def _write_aliases(func):
         return _ALIASES[func]
     except KeyError:
         pass
-    schema = func._schema
+    schema = _schema_of(func)
     found = []
     for ret in schema.returns:
         info = ret.alias_info

@@ -29,6 +29,7 @@ import sys
 
 import torch
 
+from devshim.backends.torch import _internals
 from devshim.backends.torch._names import VIRTUAL_TYPE
 from devshim.backends.torch._virtual import saving
 from devshim.backends.torch._virtual.dispatch import new_view
@@ -36,12 +37,10 @@ from devshim.backends.torch._virtual.reads import refuse_dlpack as _refuse
 
 __all__ = ["exportable", "dlpack", "dlpack_device", "to_dlpack", "install"]
 
-# ---- private torch names this module uses (one place, see issue 27) ----------------------
-_storage_at = torch._C._construct_storage_from_data_pointer  # a storage on a device over given memory
+_storage_at = _internals.STORAGE_FROM_POINTER.get()  # a storage on a device over given memory
 _SET_STORAGE = torch.ops.aten.set_.source_Storage_storage_offset
-_CPU_KERNEL = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)  # set_'s kernel that takes any storage
-_torch_to_dlpack = torch.utils.dlpack.to_dlpack              # torch's own (torch._C._to_dlpack)
-# --------------------------------------------------------------------------------------------
+_CPU_KERNEL = _internals.CPU_KEYS.get()               # set_'s kernel that takes any storage
+_torch_to_dlpack = torch.utils.dlpack.to_dlpack      # torch's own
 
 _EXTERNAL_DEVICE = torch.utils.dlpack.DLDeviceType.kDLExtDev
 

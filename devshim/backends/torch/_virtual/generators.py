@@ -34,13 +34,14 @@ import weakref
 
 import torch
 
+from devshim.backends.torch import _internals
 from devshim.backends.torch._names import VIRTUAL_TYPE
 from devshim.backends.torch._virtual.count import device_count
 
 __all__ = ["VirtualGenerator", "default_generator", "run_seeded", "install", "DEVICE_MODULE_FUNCTIONS"]
 
 # ---- private torch names this module uses (one place, see issue 27) ----------------------
-_CGenerator = torch._C.Generator          # the C extension's generator class (torch.Generator)
+_CGenerator = _internals.C_GENERATOR.get()         # the C extension's generator class (torch.Generator)
 _CPU_GENERATOR = torch.default_generator  # the CPU's default generator
 # --------------------------------------------------------------------------------------------
 

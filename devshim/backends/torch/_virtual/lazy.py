@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 from torch.nn.parameter import UninitializedBuffer, UninitializedParameter, UninitializedTensorMixin
 
+from devshim.backends.torch import _internals
 from devshim.backends.torch._names import VIRTUAL_TYPE
 from devshim.backends.torch._virtual import dispatch
 from devshim.backends.torch._virtual.count import target
@@ -32,7 +33,11 @@ from devshim.backends.torch._virtual.tensor import VirtualTensor, route_torch_fu
 __all__ = ["VirtualUninitializedParameter", "VirtualUninitializedBuffer", "install"]
 
 _T = torch.Tensor
-_DisableTorchFunctionSubclass = torch._C.DisableTorchFunctionSubclass
+_DisableTorchFunctionSubclass = _internals.DISABLE_TORCH_FUNCTION_SUBCLASS.get()
+_make_wrapper_subclass = _internals.WRAPPER_SUBCLASS.get()
+_parse_to = _internals.PARSE_TO.get()
+_ALLOWED = _internals.LAZY_ALLOWED.get()
+_PARAMETER_MARK = _internals.PARAMETER_MARK.get()
 _DTYPE_METHODS = {_T.half: torch.float16, _T.float: torch.float32, _T.double: torch.float64,
                   _T.char: torch.int8, _T.short: torch.int16, _T.int: torch.int32,
                   _T.long: torch.int64, _T.bfloat16: torch.bfloat16}
@@ -43,7 +48,7 @@ _CPU = torch.device("cpu")
 def _make(cls, requires_grad, device, dtype):
     host = torch.empty(0, dtype=dtype)
     device = target(device if device is not None else VIRTUAL_TYPE)
-    self = _T._make_wrapper_subclass(
+    self = _make_wrapper_subclass(
         cls, host.size(), strides=host.stride(), storage_offset=0, dtype=host.dtype,
         layout=host.layout, device=device, requires_grad=requires_grad,
     )
@@ -61,7 +66,7 @@ def _converted(func, args, kwargs):
     """(device, dtype) that conversion ``func(*args, **kwargs)`` of an uninitialised tensor
     asks for (either None when unchanged)."""
     if func is _T.to:
-        device, dtype, _, _ = torch._C._nn._parse_to(*args[1:], **kwargs)
+        device, dtype, _, _ = _parse_to(*args[1:], **kwargs)
         return device, dtype
     if func is _T.cpu:
         return _CPU, None
@@ -106,7 +111,7 @@ class _VirtualLazy:
         if func is _T.requires_grad_:
             with _DisableTorchFunctionSubclass():
                 return func(*args, **kwargs)
-        if func in UninitializedTensorMixin._allowed_methods or func.__class__.__name__ == "method-wrapper":
+        if func in _ALLOWED or func.__class__.__name__ == "method-wrapper":
             return route_torch_function(cls, func, types, args, kwargs)
         return UninitializedTensorMixin.__torch_function__.__func__(cls, func, types, args, kwargs)
 
@@ -141,7 +146,7 @@ class VirtualUninitializedParameter(_VirtualLazy, UninitializedParameter, Virtua
 
     def __new__(cls, requires_grad=True, device=None, dtype=None):
         self = _make(cls, requires_grad, device, dtype)
-        self._is_param = True
+        setattr(self, _PARAMETER_MARK, True)
         return self
 
     def __reduce_ex__(self, proto):

@@ -38,8 +38,8 @@ import threading
 
 import torch
 import torch.nn.parallel  # noqa: F401  (its submodules, below)
-from torch._utils import ExceptionWrapper
 
+from devshim.backends.torch import _internals
 from devshim.backends.torch._names import VIRTUAL_TYPE
 from devshim.backends.torch._virtual import count as _counter
 from devshim.backends.torch._virtual.tensor import VirtualTensor
@@ -48,6 +48,8 @@ from devshim.errors import VirtualDataParallelError
 __all__ = ["install"]
 
 _comm = sys.modules["torch.nn.parallel.comm"]
+ExceptionWrapper = _internals.EXCEPTION_WRAPPER.get()
+_AVAILABLE_DEVICE_TYPE, _ALL_DEVICE_INDICES = _internals.DEVICE_TYPE_LOOKUPS.get()
 _data_parallel = sys.modules["torch.nn.parallel.data_parallel"]
 _parallel_apply = sys.modules["torch.nn.parallel.parallel_apply"]
 _CPU = torch.device("cpu")
@@ -223,13 +225,13 @@ def _where(devices, i, args):
 def _available_device_type():
     if _presented():
         return VIRTUAL_TYPE
-    return _original["_get_available_device_type"]()
+    return _original[_AVAILABLE_DEVICE_TYPE]()
 
 
 def _all_device_indices():
     if _presented():
         return list(range(_counter.device_count()))
-    return _original["_get_all_device_indices"]()
+    return _original[_ALL_DEVICE_INDICES]()
 
 
 def _checked_init(init):
@@ -266,8 +268,8 @@ def install() -> None:
     for module in (_parallel_apply, _data_parallel, torch.nn.parallel):
         if getattr(module, "parallel_apply", None) is _original["parallel_apply"]:
             module.parallel_apply = parallel_apply
-    for name, replacement in (("_get_available_device_type", _available_device_type),
-                              ("_get_all_device_indices", _all_device_indices)):
+    for name, replacement in ((_AVAILABLE_DEVICE_TYPE, _available_device_type),
+                              (_ALL_DEVICE_INDICES, _all_device_indices)):
         if hasattr(_data_parallel, name):
             _original[name] = getattr(_data_parallel, name)
             setattr(_data_parallel, name, replacement)

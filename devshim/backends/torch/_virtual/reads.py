@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import torch
 
+from devshim.backends.torch import _internals
 from devshim.backends.torch._names import VIRTUAL_TYPE
 from devshim.backends.torch._virtual import saving as _saving
 from devshim.errors import NotOnHostError, UnsupportedValueError, VirtualDLPackError
 
 __all__ = ["SPECIAL", "refuse_dlpack"]
 
-_DisableTorchFunctionSubclass = torch._C.DisableTorchFunctionSubclass
+_DisableTorchFunctionSubclass = _internals.DISABLE_TORCH_FUNCTION_SUBCLASS.get()
+_tensor_text = _internals.TENSOR_TEXT.get()
+_PARAMETER_MARK = _internals.PARAMETER_MARK.get()
 
 
 def _is_virtual(value) -> bool:
@@ -66,8 +69,8 @@ def _format(self, spec):
 def _repr(self, *args, **kwargs):
     # torch prints a tensor subclass under its class name; print as a CUDA tensor prints.
     prefix = f"{type(self).__name__}("
-    text = torch._tensor_str._str(self)
-    param = getattr(self, "_is_param", False)
+    text = _tensor_text(self)
+    param = getattr(self, _PARAMETER_MARK, False)
     if param and text.startswith("Parameter(") and text.endswith(")"):
         text = text[len("Parameter("):-1]
     if text.startswith(prefix):

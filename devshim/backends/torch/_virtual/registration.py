@@ -15,24 +15,23 @@ from __future__ import annotations
 
 import threading
 import types
-import warnings
 
 import torch
 
 from devshim import settings
+from devshim.backends.torch import _internals
 from devshim.backends.torch._names import VIRTUAL_TYPE
+from devshim.backends.torch._virtual import support
+from devshim.backends.torch._virtual.support import TESTED, refuse as _refuse
 from devshim.backends.torch._virtual import count as _counter
 from devshim.backends.torch._virtual import dlpack, generators, lazy, parallel, saving
 from devshim.backends.torch._virtual.dispatch import backend_kernel, quantized_kernel
 from devshim.backends.torch._virtual.tensor import VirtualTensor
-from devshim.errors import BackendError, DevshimWarning
+from devshim.errors import BackendError
 
-__all__ = ["install", "installed"]
+__all__ = ["install", "installed", "TESTED"]
 
-# ---- private torch names this module adds for issue 29 (one place, see issue 27) ----------
-_all_operator_names = torch._C._dispatch_get_all_op_names        # every registered operator
-_has_kernel_for = torch._C._dispatch_has_kernel_for_dispatch_key  # whether it has a kernel for a key
-# --------------------------------------------------------------------------------------------
+_all_operator_names, _has_kernel_for = _internals.OPERATOR_LISTING.get()  # operators; has a kernel for a key
 
 _aten = torch.ops.aten
 _lock = threading.Lock()
@@ -78,44 +77,14 @@ def install(count: int) -> None:
     register_platform(VIRTUAL_TYPE)  # so "vgpu:1" reads as a spec
 
 
-def _refuse(reason: str) -> BackendError:
-    return BackendError(
-        f"devshim cannot present virtual GPUs on this torch ({torch.__version__}): {reason}. "
-        f"Unset {settings.VIRTUAL_DEVICES_VAR}, or use a torch release they are tested on "
-        f"({TESTED[0][0]}.{TESTED[0][1]} to {TESTED[1][0]}.{TESTED[1][1]})."
-    )
-
-
-#: The torch releases the virtual GPUs are tested on (tox envs torch and torch-latest).
-TESTED = ((2, 13), (2, 15))
-
-
-def _release() -> tuple:
-    return tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
-
-
-def _check_release() -> None:
-    """Refuse a torch older than the oldest tested; warn once on one newer than the newest."""
-    release, (oldest, newest) = _release(), TESTED
-    tested = f"{oldest[0]}.{oldest[1]} to {newest[0]}.{newest[1]}"
-    if release < oldest:
-        raise _refuse(f"virtual GPUs need torch {tested} (they use torch's Python device "
-                      f"registration, which older releases lack or have in another form)")
-    if release > newest:
-        warnings.warn(
-            f"devshim's virtual GPUs are tested on torch {tested}; this is torch {torch.__version__}. "
-            f"They rest on private torch APIs that may have changed: if something fails deep inside "
-            f"torch, test on torch {newest[0]}.{newest[1]} and report it.", DevshimWarning, stacklevel=4)
-
-
 def _register() -> None:
-    _check_release()
-    acc = getattr(torch._C, "_acc", None)
-    if acc is None or not hasattr(acc, "register_python_privateuseone_device_guard"):
-        raise _refuse("it has no Python-registrable device guard (torch._C._acc)")
+    # The package refused an older torch, or one without the private names below, when it was
+    # imported (support.check).
+    support.warn_if_newer()
+    acc = _internals.ACCELERATION_HOOKS.get()
     if not hasattr(torch.library.Library, "fallback"):
         raise _refuse("torch.library.Library has no fallback()")
-    taken = torch._C._get_privateuse1_backend_name()
+    taken = _internals.PRIVATEUSE1_NAME.get()()
     if taken != "privateuseone":
         raise BackendError(
             f"torch's slot for an out-of-tree device (privateuse1) is already taken by {taken!r}, "
@@ -123,7 +92,7 @@ def _register() -> None:
             f"{settings.VIRTUAL_DEVICES_VAR} here, or run the tests without the {taken!r} plug-in."
         )
 
-    class Hooks(acc.PrivateUse1Hooks):
+    class Hooks(acc.hooks_base):
         def is_available(self) -> bool:
             # torch's availability probes (this, and torch.vgpu.is_available(), which
             # torch.accelerator.is_available() asks) answer False, as on the CPU machine this
@@ -138,11 +107,10 @@ def _register() -> None:
         def is_built(self) -> bool:
             return True
 
-    private_use_1 = torch._C._autograd.DeviceType.PrivateUse1
-    multithreading_enabled = torch._C._is_multithreading_enabled
-    set_multithreading_enabled = torch._C._set_multithreading_enabled
+    private_use_1 = acc.device_type
+    multithreading_enabled, set_multithreading_enabled = _internals.AUTOGRAD_THREADS.get()
 
-    class Guard(acc.DeviceGuard):
+    class Guard(acc.guard_base):
         def type_(self):
             # torch's autograd engine asks this in the thread that starts a backward pass,
             # before it picks a worker queue: torch.autograd.backward/grad may be the first
@@ -153,11 +121,11 @@ def _register() -> None:
 
     hooks, guard = Hooks(), Guard()
     torch.utils.rename_privateuse1_backend(VIRTUAL_TYPE)
-    torch._register_device_module(VIRTUAL_TYPE, _device_module())
+    _internals.REGISTER_DEVICE_MODULE.get()(VIRTUAL_TYPE, _device_module())
     torch.utils.generate_methods_for_privateuse1_backend()   # Tensor.vgpu(), Module.vgpu(), is_vgpu
-    if not acc.register_python_privateuseone_hook(hooks):
+    if not acc.register_hooks(hooks):
         raise _refuse("another privateuse1 hook is registered already")
-    if not acc.register_python_privateuseone_device_guard(guard):
+    if not acc.register_guard(guard):
         raise _refuse("another privateuse1 device guard is registered already")
 
     fallback, kernels = _register_kernels()
@@ -244,6 +212,6 @@ def _device_module() -> types.ModuleType:
         setattr(module, name, function)
     module.__getattr__ = generators.module_getattr  # default_generators, one per virtual GPU
     module.get_amp_supported_dtype = get_amp_supported_dtype
-    module._is_in_bad_fork = lambda: False
+    setattr(module, _internals.BAD_FORK.get(), lambda: False)
     return module
 

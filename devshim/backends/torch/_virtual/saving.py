@@ -30,20 +30,19 @@ from collections import OrderedDict
 
 import torch
 
+from devshim.backends.torch import _internals
 from devshim.backends.torch._names import VIRTUAL_TYPE
 from devshim.backends.torch._virtual.count import target
 
 __all__ = ["reduce", "install", "host_storage", "remember", "rebuild_flagged_tensor"]
 
 # ---- private torch names this module uses (one place, see issue 27) ----------------------
-_storage_at = torch._C._construct_storage_from_data_pointer  # a storage on a device over given memory
+_storage_at = _internals.STORAGE_FROM_POINTER.get()         # a storage on a device over given memory
 _TypedStorage = torch.storage.TypedStorage                   # what torch.save pickles a storage as
-_NEW_DTYPES = torch.storage._new_dtypes()                    # dtypes torch saves untyped (v3)
-_rebuild_v2 = torch._utils._rebuild_tensor_v2                # torch's own rebuild functions, so
-_rebuild_v3 = torch._utils._rebuild_tensor_v3                # weights_only loads take them
-_rebuild_parameter = torch._utils._rebuild_parameter
-_get_flags = torch._C._get_tensor_metadata                   # the conj and neg bits
-_set_flags = torch._C._set_tensor_metadata
+_NEW_DTYPES = _internals.UNTYPED_DTYPES.get()               # dtypes torch saves untyped (v3)
+_rebuild_v2, _rebuild_v3, _rebuild_parameter = _internals.REBUILD_FUNCTIONS.get()  # torch's own (weights_only)
+_get_flags, _set_flags = _internals.TENSOR_METADATA.get()    # the conj and neg bits
+_PARAMETER_MARK = _internals.PARAMETER_MARK.get()
 # --------------------------------------------------------------------------------------------
 
 _DEVICE_MARK = "_devshim_device"   # on a host storage: the virtual GPU its tensors are on
@@ -59,7 +58,7 @@ def reduce(tensor):
     """What virtual tensor ``tensor`` pickles as: torch's own rebuild of a tensor on a storage,
     the storage being its host's, tagged with its virtual GPU. A parameter, as torch pickles
     one: its data, and whether it requires grad."""
-    if getattr(tensor, "_is_param", False):
+    if getattr(tensor, _PARAMETER_MARK, False):
         return (_rebuild_parameter, (tensor.detach(), tensor.requires_grad, OrderedDict()))
     host = tensor._host
     untyped = host.untyped_storage()

@@ -13,6 +13,7 @@ import threading
 
 import torch
 
+from devshim.backends.torch import _internals
 from devshim.backends.torch._virtual import dispatch
 from devshim.backends.torch._virtual import dlpack as _dlpack
 from devshim.backends.torch._virtual.reads import SPECIAL as _SPECIAL
@@ -20,13 +21,12 @@ from devshim.guard.hooks import original_of
 
 __all__ = ["VirtualTensor"]
 
-_DisableTorchFunctionSubclass = torch._C.DisableTorchFunctionSubclass
+_DisableTorchFunctionSubclass = _internals.DISABLE_TORCH_FUNCTION_SUBCLASS.get()
 # One C function, two roles: as a class's ``__torch_function__`` it is torch's marker for
 # "none"; called, it runs func(*args, **kwargs) with __torch_function__ off for subclasses,
 # as ``with DisableTorchFunctionSubclass(): func(...)`` does, in one C call.
-_disabled_torch_function = _call_below = torch._C._disabled_torch_function_impl
-_multithreading_enabled = torch._C._is_multithreading_enabled
-_set_multithreading_enabled = torch._C._set_multithreading_enabled
+_disabled_torch_function = _call_below = _internals.DISABLED_TORCH_FUNCTION_IMPL.get()
+_multithreading_enabled, _set_multithreading_enabled = _internals.AUTOGRAD_THREADS.get()
 _new = dispatch.new
 
 # The framework's own method behind a transfer-guard wrapper: the guard replaces some of
@@ -146,7 +146,7 @@ class VirtualTensor(torch.Tensor):
         return _set_data(self, value)
 
     # ``t.data`` as torch reads it; ``t.data = v`` through reads.py (its own host view).
-    data = property(torch._C.TensorBase.data.__get__, _set_data_checked, doc=torch.Tensor.data.__doc__)
+    data = property(_internals.TENSOR_DATA.get().__get__, _set_data_checked, doc=torch.Tensor.data.__doc__)
     del _set_data_checked
 
     def __reduce_ex__(self, proto):
