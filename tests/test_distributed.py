@@ -233,6 +233,20 @@ def test_init_distributed_under_openmpi_needs_a_rendezvous_address(setenv):
     assert not dist.is_initialized()
 
 
+def test_init_distributed_under_tf_config_says_how_to_give_torch_its_own_rendezvous(setenv):
+    """A job TF_CONFIG describes on two machines: torch needs an address and a port of its own
+    (TF_CONFIG's ports are TensorFlow's), and the message says so for that launcher."""
+    for variable in settings.LAUNCHER_VARIABLES + ("MASTER_ADDR", "MASTER_PORT"):
+        setenv(variable, None)
+    setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["host-a:2222", "host-b:2222"]},
+                                    "task": {"type": "worker", "index": 1}}))
+    with pytest.raises(ds.LauncherEnvironmentError, match="under tf_config needs MASTER_ADDR and MASTER_PORT") as err:
+        ds.init_distributed()
+    assert "the host of TF_CONFIG's chief, or of worker 0" in str(err.value)
+    assert "horovodrun" not in str(err.value)
+    assert not dist.is_initialized()
+
+
 def test_the_process_group_backend_suits_the_device():
     from devshim.backends.torch._distributed import backend_for
 

@@ -356,6 +356,26 @@ def test_virtual_devices_asked_for_after_jax_started_raise_backend_error():
     assert "it is too late to add them" in result.stdout and "before starting Python" in result.stdout
 
 
+def test_virtual_devices_the_variable_asked_for_after_jax_started_say_to_ask_devshim_first():
+    """The variable was set in time (JAX never reads it): the remedy is devshim's first call, not
+    setting the variable again."""
+    result = run_python("""
+        import jax.numpy as jnp
+        import devshim as ds
+
+        jnp.ones(1)                      # JAX initialises its backends before devshim is asked
+        try:
+            ds.num_gpus()
+        except ds.BackendError as err:
+            print(err)
+    """, DEVSHIM_VIRTUAL_DEVICES="2")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("DEVSHIM_VIRTUAL_DEVICES=2 asks for 2 virtual GPUs")
+    assert "it is too late to add them" in result.stdout
+    assert "call ds.num_gpus() (or ds.try_gpu()) right after importing JAX" in result.stdout
+    assert "before starting Python" not in result.stdout
+
+
 def test_host_devices_configured_before_are_enough_for_a_later_request():
     result = run_python("""
         import jax.numpy as jnp

@@ -457,14 +457,7 @@ class JaxBackend(Backend):
             finally:
                 _restore_environment("XLA_FLAGS", flags)  # child processes get the user's flags
             if have < needed:
-                raise BackendError(
-                    f"{count} virtual GPUs were asked for ({settings.VIRTUAL_DEVICES_VAR} or "
-                    f"ds.testing.virtual_devices({count})); they need {needed} JAX host devices, but "
-                    f"JAX has already initialised its backends with {have}, so it is too late to add "
-                    f"them. Set {settings.VIRTUAL_DEVICES_VAR}={count} before starting Python, or call "
-                    f"ds.testing.virtual_devices({count}) right after importing JAX, before any JAX "
-                    f"array, computation or jax.devices() call."
-                )
+                raise _too_late(count, needed, have)
             self._described.clear()
             self._by_device.clear()
             self._targets.clear()
@@ -549,3 +542,21 @@ def _is_deleted(x) -> bool:
         return bool(is_deleted()) if is_deleted is not None else False
     except Exception:  # noqa: BLE001 - a value that cannot say is not known to be deleted
         return False
+
+
+def _too_late(count: int, needed: int, have: int) -> BackendError:
+    """Virtual GPUs asked for after JAX initialised its backends. When the variable asked, it was
+    set in time (JAX reads nothing of it): the remedy is to ask devshim before JAX's first use."""
+    if settings.virtual_devices_from_environment():
+        asked = f"{settings.VIRTUAL_DEVICES_VAR}={count} asks"
+        remedy = (f"Ask devshim first: call ds.num_gpus() (or ds.try_gpu()) right after importing JAX, "
+                  f"before any JAX array, computation or jax.devices() call")
+    else:
+        asked = f"ds.testing.virtual_devices({count}) asked"
+        remedy = (f"Call ds.testing.virtual_devices({count}) right after importing JAX, before any JAX "
+                  f"array, computation or jax.devices() call, or set {settings.VIRTUAL_DEVICES_VAR}={count} "
+                  f"before starting Python")
+    return BackendError(
+        f"{asked} for {count} virtual GPUs; they need {needed} JAX host devices, but JAX has already "
+        f"initialised its backends with {have}, so it is too late to add them. {remedy}."
+    )

@@ -92,6 +92,16 @@ def _check_rank_and_size(launch) -> None:
     )
 
 
+#: How each launcher's users set the rendezvous address torch needs (torchrun sets it itself).
+_RENDEZVOUS_HINTS = {
+    "slurm": 'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1) MASTER_PORT=29500',
+    "openmpi": "mpirun -x MASTER_ADDR=<first host> -x MASTER_PORT=29500 ...",
+    "horovod": "MASTER_ADDR=<first host> MASTER_PORT=29500 horovodrun ...",
+    "tf_config": ("MASTER_ADDR=<the host of TF_CONFIG's chief, or of worker 0> MASTER_PORT=29500 "
+                  "(a port other than the ones TF_CONFIG gives TensorFlow)"),
+}
+
+
 def _rendezvous_address(launch) -> str:
     """``tcp://MASTER_ADDR:MASTER_PORT`` for a launcher other than torchrun (which sets neither)."""
     address = os.environ.get("MASTER_ADDR", "").strip()
@@ -101,10 +111,7 @@ def _rendezvous_address(launch) -> str:
                if not value]
     if missing:
         need = " and ".join(missing)
-        hint = ('export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1) '
-                'MASTER_PORT=29500' if launch.name == "slurm" else
-                "mpirun -x MASTER_ADDR=<first host> -x MASTER_PORT=29500 ..." if launch.name == "openmpi" else
-                "MASTER_ADDR=<first host> MASTER_PORT=29500 horovodrun ...")
+        hint = _RENDEZVOUS_HINTS.get(launch.name, "MASTER_ADDR=<first host> MASTER_PORT=29500")
         raise LauncherEnvironmentError(
             f"ds.init_distributed() under {launch.name} needs {need}: every process must meet rank 0 at "
             f"one address and port, and {launch.name} does not set them (torchrun does). Set them for "
