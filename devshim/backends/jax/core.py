@@ -549,8 +549,8 @@ def _too_late(count: int, needed: int, have: int) -> BackendError:
     set in time (JAX reads nothing of it): the remedy is to ask devshim before JAX's first use."""
     if settings.virtual_devices_from_environment():
         asked = f"{settings.VIRTUAL_DEVICES_VAR}={count} asks"
-        remedy = (f"Ask devshim first: call ds.num_gpus() (or ds.try_gpu()) right after importing JAX, "
-                  f"before any JAX array, computation or jax.devices() call")
+        remedy = ("Ask devshim first: call ds.num_gpus() (or ds.try_gpu()) right after importing JAX, "
+                  "before any JAX array, computation or jax.devices() call")
     else:
         asked = f"ds.testing.virtual_devices({count}) asked"
         remedy = (f"Call ds.testing.virtual_devices({count}) right after importing JAX, before any JAX "
