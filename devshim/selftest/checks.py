@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import warnings
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -28,7 +29,11 @@ import devshim as ds
 
 __all__ = ["Check", "CheckFailed", "Skip", "Context", "CHECKS", "check", "expect", "targets"]
 
-Pair = collections.namedtuple("Pair", "first second")
+class Pair(NamedTuple):
+    """A namedtuple in the nests the checks move."""
+
+    first: Any
+    second: Any
 
 
 class CheckFailed(AssertionError):
@@ -97,7 +102,9 @@ class Context:
         self.adapter = get_backend(backend)
         self.name = self.adapter.name
         spec = self.adapter.spec
-        self.ops = spec.module("ops") if spec.has_module("ops") else None
+        # The backend's test operations; checks that use them declare needs=("ops",), so only
+        # run where it exists (typed Any: each backend's module has its own functions).
+        self.ops: Any = spec.module("ops") if spec.has_module("ops") else None
         self.has_guard = spec.has_module("guard")
         self.has_model = spec.has_module("model")
         # Asking for devices first makes virtual devices exist before any tensor (TensorFlow
@@ -120,7 +127,7 @@ class Context:
         """``values`` (array-like) as a tensor on ``native``, made with the framework's own call."""
         return self.ops.from_numpy(np.asarray(values), native)
 
-    def scope(self, native):
+    def scope(self, native) -> contextlib.AbstractContextManager:
         """A ``with`` block placing work on ``native`` where the framework has one (TensorFlow,
         CuPy, MXNet), else nothing."""
         return native if hasattr(native, "__enter__") else contextlib.nullcontext()
@@ -273,10 +280,10 @@ def nests(ctx: Context, native):
         moved = fn(nest, native)
         expect(type(moved) is collections.OrderedDict and list(moved) == ["pair", "n"],
                f"{fn.__name__} did not rebuild an OrderedDict with its keys in order")
-        expect(type(moved["pair"]) is Pair and type(moved["pair"].second[1]) is tuple,
-               f"{fn.__name__} lost a namedtuple or tuple type")
-        expect(moved["pair"].second[1][1] is marker and moved["n"] == 3, f"{fn.__name__} changed a non-tensor leaf")
-        leaves = (moved["pair"].first, moved["pair"].second[0], moved["pair"].second[1][0])
+        pair: Any = moved["pair"]
+        expect(type(pair) is Pair and type(pair.second[1]) is tuple, f"{fn.__name__} lost a namedtuple or tuple type")
+        expect(pair.second[1][1] is marker and moved["n"] == 3, f"{fn.__name__} changed a non-tensor leaf")
+        leaves = (pair.first, pair.second[0], pair.second[1][0])
         expect(all(ds.neutral_device(t) == ctx.describe(native) for t in leaves),
                f"{fn.__name__} left a tensor of the nest off {ctx.where(native)}")
         expect(_same_values(ds.to_numpy(leaves[1]), VALUES * 2), f"{fn.__name__} changed values in a nest")
