@@ -721,7 +721,7 @@ def test_a_process_whose_out_of_tree_slot_is_taken_is_told_why():
     assert "Unset DEVSHIM_VIRTUAL_DEVICES" in result.stdout
 
 
-@pytest.mark.parametrize("version", ["2.12.1", "2.9.0+cpu", "1.13.1"])
+@pytest.mark.parametrize("version", ["2.9.1", "2.9.0+cpu", "1.13.1"])
 def test_virtual_gpus_on_a_torch_older_than_the_tested_range_are_refused(version):
     # The check reads torch.__version__ when the vgpu device is first registered: set it first.
     result = run_python(f"""
@@ -736,7 +736,7 @@ def test_virtual_gpus_on_a_torch_older_than_the_tested_range_are_refused(version
     assert result.returncode == 0, result.stderr
     refused, slot = result.stdout.strip().splitlines()
     assert refused.startswith(f"REFUSED devshim cannot present virtual GPUs on this torch ({version}): "
-                              f"virtual GPUs need torch 2.13 to ")
+                              f"virtual GPUs need torch 2.10 to ")
     assert "Unset DEVSHIM_VIRTUAL_DEVICES" in refused
     assert slot == "privateuseone"   # refused before anything was registered
 
@@ -760,7 +760,7 @@ def test_virtual_gpus_on_a_torch_newer_than_the_tested_range_warn_once_and_work(
     assert result.returncode == 0, result.stderr
     counted, message = result.stdout.strip().splitlines()
     assert counted == "1 vgpu:1 [3.0, 3.0]"
-    assert message.startswith("devshim's virtual GPUs are tested on torch 2.13 to ")
+    assert message.startswith("devshim's virtual GPUs are tested on torch 2.10 to ")
     assert "this is torch 2." in message and "report it" in message
 
 

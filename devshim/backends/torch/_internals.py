@@ -123,13 +123,13 @@ MODULE_SLOTS = INTERNALS.add(
 
 # ---------------------------------------------------------------- virtual GPUs (_virtual package)
 # Each is needed by the virtual GPUs as a whole: without one they are refused by name
-# (``missing_for_virtual_gpus``). ``since`` is their own range's floor, torch 2.13 (older releases
+# (``missing_for_virtual_gpus``). ``since`` is their own range's floor, torch 2.10 (older releases
 # are refused by release first, quietly here).
 
 _VIRTUAL = "virtual GPUs (DEVSHIM_VIRTUAL_DEVICES on the torch backend)"
 _VIRTUAL_REFUSED = ("virtual GPUs are refused with a BackendError naming this internal; real devices "
                     "and the CPU work as before.")
-_VIRTUAL_FLOOR = (2, 13)
+_VIRTUAL_FLOOR = (2, 10)
 
 
 class OpParts(NamedTuple):
@@ -395,7 +395,7 @@ def missing_for_virtual_gpus() -> list:
     """The names of the internals in ``VIRTUAL_GPU_INTERNALS`` this torch lacks (probing each).
 
     Example:
-        >>> missing_for_virtual_gpus()          # torch 2.13 to 2.15
+        >>> missing_for_virtual_gpus()          # torch 2.10 to 2.15
         []
     """
     return [internal.name for internal in VIRTUAL_GPU_INTERNALS if not internal.available()]

@@ -133,7 +133,7 @@ def reduce_add(inputs, destination=None):
 def reduce_add_coalesced(inputs, destination=None, buffer_size=10485760):
     if not _ours([t for group in inputs for t in group], [destination] if destination is not None else []):
         return _original["reduce_add_coalesced"](inputs, destination, buffer_size)
-    return [reduce_add(list(column), destination) for column in zip(*inputs)]
+    return tuple(reduce_add(list(column), destination) for column in zip(*inputs))  # a tuple, as torch's
 
 
 def scatter(tensor, devices=None, chunk_sizes=None, dim=0, streams=None, *, out=None):

@@ -7,7 +7,7 @@ with nothing registered. ``warn_if_newer()`` warns once, as the device is regist
 torch newer than the tested range.
 
 Example:
-    >>> check()          # torch 2.13 to 2.15: nothing to say
+    >>> check()          # torch 2.10 to 2.15: nothing to say
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from devshim.errors import BackendError, DevshimWarning
 
 __all__ = ["TESTED", "check", "refuse", "warn_if_newer"]
 
-#: The torch releases the virtual GPUs are tested on (tox envs torch and torch-latest).
-TESTED = ((2, 13), (2, 15))
+#: The torch releases the virtual GPUs are tested on (tox envs torch-vgpu-floor, torch, torch-latest).
+TESTED = ((2, 10), (2, 15))
 
 
 def refuse(reason: str) -> BackendError:
