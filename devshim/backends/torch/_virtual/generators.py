@@ -40,10 +40,8 @@ from devshim.backends.torch._virtual.count import device_count
 
 __all__ = ["VirtualGenerator", "default_generator", "run_seeded", "install", "DEVICE_MODULE_FUNCTIONS"]
 
-# ---- private torch names this module uses (one place, see issue 27) ----------------------
-_CGenerator = _internals.C_GENERATOR.get()         # the C extension's generator class (torch.Generator)
-_CPU_GENERATOR = torch.default_generator  # the CPU's default generator
-# --------------------------------------------------------------------------------------------
+_CGenerator = _internals.C_GENERATOR.get()  # the C extension's generator class (torch.Generator)
+_CPU_GENERATOR = torch.default_generator    # the CPU's default generator
 
 _CPU = torch.device("cpu")
 _virtual_by_address: dict = {}   # Generator._cdata -> the virtual GPU it belongs to
