@@ -93,6 +93,25 @@ def test_no_extra_caps_its_framework():
                 assert "<" not in spec and "==" not in spec and "~=" not in spec, requirement
 
 
+def test_a_floor_envs_pins_agree_with_its_constraint_file():
+    """The floor envs name their pins in tox.ini (where a reader looks) and in the constraint file
+    (which holds them for every install there, the extras' requirements included): never two
+    different releases."""
+    parser = tox()
+    checked = 0
+    for section in parser.sections():
+        constraint = re.search(r"PIP_CONSTRAINT\s*=\s*\{toxinidir\}/(\S+)", parser[section].get("setenv", ""))
+        if constraint is None:
+            continue
+        pinned = dict(re.findall(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([^\s;#]+)", (ROOT / constraint.group(1)).read_text(), re.M))
+        pinned = {normalise(name): version for name, version in pinned.items()}
+        for name, version in re.findall(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*(\S+)", parser[section].get("deps", ""), re.M):
+            if normalise(name) in pinned:
+                assert pinned[normalise(name)] == version, (section, name, version, constraint.group(1))
+                checked += 1
+    assert checked >= 8
+
+
 def test_every_env_in_the_matrix_is_defined():
     parser = tox()
     listed = [name.strip() for name in re.split(r"[,\s]+", parser["tox"]["envlist"]) if name.strip()]
