@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 from devshim.errors import FrameworkInternalWarning
 
-__all__ = ["Internal", "Internals", "Slot", "release", "names_in_code"]
+__all__ = ["Internal", "Internals", "Slot", "release", "names_in_code", "dotted"]
 
 _NOT_PROBED = object()
 _FAILURES = (ImportError, AttributeError, TypeError, KeyError, RuntimeError)
@@ -97,6 +97,32 @@ def names_in_code(code) -> set:
         if hasattr(const, "co_names"):
             found |= names_in_code(const)
     return found
+
+
+def dotted(*paths: str):
+    """A finder for the objects at dotted ``paths`` ("torch._C._parse_to"): one object for one
+    path, a tuple for several. Each path is followed by attribute, importing a module where a
+    part is not yet an attribute; the finder imports only when the probe runs.
+
+    Example:
+        >>> dotted("torch._tensor_str._str")() is torch._tensor_str._str
+        True
+    """
+    def find():
+        import importlib
+
+        found = []
+        for path in paths:
+            parts = path.split(".")
+            value = importlib.import_module(parts[0])
+            for i, part in enumerate(parts[1:], 2):
+                value = getattr(value, part, None)
+                if value is None:
+                    value = importlib.import_module(".".join(parts[:i]))
+            found.append(value)
+        return found[0] if len(found) == 1 else tuple(found)
+
+    return find
 
 
 def _spelled(version: tuple) -> str:

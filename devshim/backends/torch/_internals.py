@@ -19,7 +19,7 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import Any, NamedTuple
 
-from devshim.backends.probes import Internals, names_in_code
+from devshim.backends.probes import Internals, dotted, names_in_code
 
 #: The torch releases devshim's CI tests (tox envs torch-floor, torch and torch-latest).
 TESTED = "2.4 to 2.15"
@@ -160,54 +160,12 @@ class AccelerationHooks(NamedTuple):
     device_type: Any
 
 
-def _tensor_metadata():
-    import torch
-
-    return torch._C._get_tensor_metadata, torch._C._set_tensor_metadata
-
-
-def _storage_from_pointer():
-    import torch
-
-    return torch._C._construct_storage_from_data_pointer
-
-
-def _wrapper_subclass():
-    import torch
-
-    return torch.Tensor._make_wrapper_subclass
-
-
-def _disable_torch_function():
-    import torch
-
-    return torch._C.DisableTorchFunction
-
-
-def _disable_torch_function_subclass():
-    import torch
-
-    return torch._C.DisableTorchFunctionSubclass
-
-
-def _disabled_torch_function_impl():
-    import torch
-
-    return torch._C._disabled_torch_function_impl
-
-
 def _tensor_data():
     import torch
 
     descriptor = vars(torch._C.TensorBase)["data"]
     descriptor.__get__, descriptor.__set__  # noqa: B018 - read and written below autograd
     return descriptor
-
-
-def _autograd_threads():
-    import torch
-
-    return torch._C._is_multithreading_enabled, torch._C._set_multithreading_enabled
 
 
 def _op_parts():
@@ -224,18 +182,6 @@ def _cpu_keys():
     return torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 
 
-def _c_generator():
-    import torch
-
-    return torch._C.Generator
-
-
-def _parse_to():
-    import torch
-
-    return torch._C._nn._parse_to
-
-
 def _lazy_allowed():
     from torch.nn.parameter import UninitializedTensorMixin
 
@@ -243,12 +189,6 @@ def _lazy_allowed():
     if not isinstance(allowed, (list, tuple, set, frozenset)):
         raise TypeError("UninitializedTensorMixin._allowed_methods is no longer a collection of methods")
     return allowed
-
-
-def _exception_wrapper():
-    from torch._utils import ExceptionWrapper
-
-    return ExceptionWrapper
 
 
 def _device_type_lookups():
@@ -259,12 +199,6 @@ def _device_type_lookups():
     for name in names:
         getattr(data_parallel, name)
     return names
-
-
-def _tensor_text():
-    import torch
-
-    return torch._tensor_str._str
 
 
 def _parameter_mark():
@@ -285,24 +219,12 @@ def _acceleration_hooks():
                              torch._C._autograd.DeviceType.PrivateUse1)
 
 
-def _register_device_module():
-    import torch
-
-    return torch._register_device_module
-
-
 def _bad_fork_name():
     import torch
 
     name = "_is_in_bad_fork"
     getattr(torch.cuda, name)  # what torch asks every device module (CUDA's answers it)
     return name
-
-
-def _operator_listing():
-    import torch
-
-    return torch._C._dispatch_get_all_op_names, torch._C._dispatch_has_kernel_for_dispatch_key
 
 
 def _untyped_dtypes():
@@ -335,39 +257,39 @@ def _virtual(name: str, find, use: str):
 
 ACCELERATION_HOOKS = _virtual("torch._C._acc (PrivateUse1Hooks, DeviceGuard, their registration)",
                               _acceleration_hooks, "the vgpu device's Python hooks and device guard")
-REGISTER_DEVICE_MODULE = _virtual("torch._register_device_module", _register_device_module,
+REGISTER_DEVICE_MODULE = _virtual("torch._register_device_module", dotted("torch._register_device_module"),
                                   "torch.vgpu, the device module")
 BAD_FORK = _virtual("device module _is_in_bad_fork", _bad_fork_name, "torch.vgpu, the device module")
 OPERATOR_LISTING = _virtual("torch._C._dispatch_get_all_op_names / _dispatch_has_kernel_for_dispatch_key",
-                            _operator_listing, "kernels for the operators torch runs on every device")
-TENSOR_METADATA = _virtual("torch._C._get_tensor_metadata / _set_tensor_metadata", _tensor_metadata,
+                            dotted("torch._C._dispatch_get_all_op_names", "torch._C._dispatch_has_kernel_for_dispatch_key"), "kernels for the operators torch runs on every device")
+TENSOR_METADATA = _virtual("torch._C._get_tensor_metadata / _set_tensor_metadata", dotted("torch._C._get_tensor_metadata", "torch._C._set_tensor_metadata"),
                            "the conjugate and negative bits a tensor carries")
-STORAGE_FROM_POINTER = _virtual("torch._C._construct_storage_from_data_pointer", _storage_from_pointer,
+STORAGE_FROM_POINTER = _virtual("torch._C._construct_storage_from_data_pointer", dotted("torch._C._construct_storage_from_data_pointer"),
                                 "storages on a virtual GPU (views, torch.save, DLPack)")
-WRAPPER_SUBCLASS = _virtual("torch.Tensor._make_wrapper_subclass", _wrapper_subclass,
+WRAPPER_SUBCLASS = _virtual("torch.Tensor._make_wrapper_subclass", dotted("torch.Tensor._make_wrapper_subclass"),
                             "the tensor class on a virtual GPU")
-DISABLE_TORCH_FUNCTION = _virtual("torch._C.DisableTorchFunction", _disable_torch_function,
+DISABLE_TORCH_FUNCTION = _virtual("torch._C.DisableTorchFunction", dotted("torch._C.DisableTorchFunction"),
                                   "Tensor.data set below torch's function layer")
 DISABLE_TORCH_FUNCTION_SUBCLASS = _virtual("torch._C.DisableTorchFunctionSubclass",
-                                           _disable_torch_function_subclass, "reading a tensor's device")
+                                           dotted("torch._C.DisableTorchFunctionSubclass"), "reading a tensor's device")
 DISABLED_TORCH_FUNCTION_IMPL = _virtual("torch._C._disabled_torch_function_impl",
-                                        _disabled_torch_function_impl, "no Python at torch's function layer")
+                                        dotted("torch._C._disabled_torch_function_impl"), "no Python at torch's function layer")
 TENSOR_DATA = _virtual("torch._C.TensorBase.data", _tensor_data, "Tensor.data")
 AUTOGRAD_THREADS = _virtual("torch._C._is_multithreading_enabled / _set_multithreading_enabled",
-                            _autograd_threads, "backward passes on the calling thread")
+                            dotted("torch._C._is_multithreading_enabled", "torch._C._set_multithreading_enabled"), "backward passes on the calling thread")
 OP_PARTS = _virtual("torch._ops.OpOverload (._op, ._schema)", _op_parts,
                     "each operator's device rules and host kernel")
 CPU_KEYS = _virtual("torch._C.DispatchKeySet(DispatchKey.CPU)", _cpu_keys, "DLPack export's host storage")
-C_GENERATOR = _virtual("torch._C.Generator", _c_generator, "a random generator per virtual GPU")
-PARSE_TO = _virtual("torch._C._nn._parse_to", _parse_to, "moving torch.nn.Lazy* modules' tensors")
+C_GENERATOR = _virtual("torch._C.Generator", dotted("torch._C.Generator"), "a random generator per virtual GPU")
+PARSE_TO = _virtual("torch._C._nn._parse_to", dotted("torch._C._nn._parse_to"), "moving torch.nn.Lazy* modules' tensors")
 LAZY_ALLOWED = _virtual("torch.nn.parameter.UninitializedTensorMixin._allowed_methods", _lazy_allowed,
                         "torch.nn.Lazy* modules' uninitialised tensors")
-EXCEPTION_WRAPPER = _virtual("torch._utils.ExceptionWrapper", _exception_wrapper,
+EXCEPTION_WRAPPER = _virtual("torch._utils.ExceptionWrapper", dotted("torch._utils.ExceptionWrapper"),
                              "nn.DataParallel passing a replica's error on")
 DEVICE_TYPE_LOOKUPS = _virtual("torch.nn.parallel.data_parallel._get_available_device_type / "
                                "_get_all_device_indices", _device_type_lookups,
                                "nn.DataParallel finding the virtual GPUs")
-TENSOR_TEXT = _virtual("torch._tensor_str._str", _tensor_text, "printing a tensor as CUDA's print")
+TENSOR_TEXT = _virtual("torch._tensor_str._str", dotted("torch._tensor_str._str"), "printing a tensor as CUDA's print")
 PARAMETER_MARK = _virtual("torch.nn.Parameter's _is_param mark", _parameter_mark,
                           "parameters on a virtual GPU passing isinstance(p, nn.Parameter)")
 UNTYPED_DTYPES = _virtual("torch.storage._new_dtypes", _untyped_dtypes, "torch.save of a virtual tensor")
