@@ -21,6 +21,7 @@ imports it, and the framework's version is read from ``sys.modules``.
 
 from __future__ import annotations
 
+import importlib
 import re
 import sys
 import threading
@@ -109,8 +110,6 @@ def dotted(*paths: str):
         True
     """
     def find():
-        import importlib
-
         found = []
         for path in paths:
             parts = path.split(".")

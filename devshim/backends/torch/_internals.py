@@ -261,27 +261,35 @@ REGISTER_DEVICE_MODULE = _virtual("torch._register_device_module", dotted("torch
                                   "torch.vgpu, the device module")
 BAD_FORK = _virtual("device module _is_in_bad_fork", _bad_fork_name, "torch.vgpu, the device module")
 OPERATOR_LISTING = _virtual("torch._C._dispatch_get_all_op_names / _dispatch_has_kernel_for_dispatch_key",
-                            dotted("torch._C._dispatch_get_all_op_names", "torch._C._dispatch_has_kernel_for_dispatch_key"), "kernels for the operators torch runs on every device")
-TENSOR_METADATA = _virtual("torch._C._get_tensor_metadata / _set_tensor_metadata", dotted("torch._C._get_tensor_metadata", "torch._C._set_tensor_metadata"),
+                            dotted("torch._C._dispatch_get_all_op_names",
+                                   "torch._C._dispatch_has_kernel_for_dispatch_key"),
+                            "kernels for the operators torch runs on every device")
+TENSOR_METADATA = _virtual("torch._C._get_tensor_metadata / _set_tensor_metadata",
+                           dotted("torch._C._get_tensor_metadata", "torch._C._set_tensor_metadata"),
                            "the conjugate and negative bits a tensor carries")
-STORAGE_FROM_POINTER = _virtual("torch._C._construct_storage_from_data_pointer", dotted("torch._C._construct_storage_from_data_pointer"),
+STORAGE_FROM_POINTER = _virtual("torch._C._construct_storage_from_data_pointer",
+                                dotted("torch._C._construct_storage_from_data_pointer"),
                                 "storages on a virtual GPU (views, torch.save, DLPack)")
 WRAPPER_SUBCLASS = _virtual("torch.Tensor._make_wrapper_subclass", dotted("torch.Tensor._make_wrapper_subclass"),
                             "the tensor class on a virtual GPU")
 DISABLE_TORCH_FUNCTION = _virtual("torch._C.DisableTorchFunction", dotted("torch._C.DisableTorchFunction"),
                                   "Tensor.data set below torch's function layer")
 DISABLE_TORCH_FUNCTION_SUBCLASS = _virtual("torch._C.DisableTorchFunctionSubclass",
-                                           dotted("torch._C.DisableTorchFunctionSubclass"), "reading a tensor's device")
+                                           dotted("torch._C.DisableTorchFunctionSubclass"),
+                                           "reading a tensor's device")
 DISABLED_TORCH_FUNCTION_IMPL = _virtual("torch._C._disabled_torch_function_impl",
-                                        dotted("torch._C._disabled_torch_function_impl"), "no Python at torch's function layer")
+                                        dotted("torch._C._disabled_torch_function_impl"),
+                                        "no Python at torch's function layer")
 TENSOR_DATA = _virtual("torch._C.TensorBase.data", _tensor_data, "Tensor.data")
 AUTOGRAD_THREADS = _virtual("torch._C._is_multithreading_enabled / _set_multithreading_enabled",
-                            dotted("torch._C._is_multithreading_enabled", "torch._C._set_multithreading_enabled"), "backward passes on the calling thread")
+                            dotted("torch._C._is_multithreading_enabled", "torch._C._set_multithreading_enabled"),
+                            "backward passes on the calling thread")
 OP_PARTS = _virtual("torch._ops.OpOverload (._op, ._schema)", _op_parts,
                     "each operator's device rules and host kernel")
 CPU_KEYS = _virtual("torch._C.DispatchKeySet(DispatchKey.CPU)", _cpu_keys, "DLPack export's host storage")
 C_GENERATOR = _virtual("torch._C.Generator", dotted("torch._C.Generator"), "a random generator per virtual GPU")
-PARSE_TO = _virtual("torch._C._nn._parse_to", dotted("torch._C._nn._parse_to"), "moving torch.nn.Lazy* modules' tensors")
+PARSE_TO = _virtual("torch._C._nn._parse_to", dotted("torch._C._nn._parse_to"),
+                    "moving torch.nn.Lazy* modules' tensors")
 LAZY_ALLOWED = _virtual("torch.nn.parameter.UninitializedTensorMixin._allowed_methods", _lazy_allowed,
                         "torch.nn.Lazy* modules' uninitialised tensors")
 EXCEPTION_WRAPPER = _virtual("torch._utils.ExceptionWrapper", dotted("torch._utils.ExceptionWrapper"),
@@ -289,7 +297,8 @@ EXCEPTION_WRAPPER = _virtual("torch._utils.ExceptionWrapper", dotted("torch._uti
 DEVICE_TYPE_LOOKUPS = _virtual("torch.nn.parallel.data_parallel._get_available_device_type / "
                                "_get_all_device_indices", _device_type_lookups,
                                "nn.DataParallel finding the virtual GPUs")
-TENSOR_TEXT = _virtual("torch._tensor_str._str", dotted("torch._tensor_str._str"), "printing a tensor as CUDA's print")
+TENSOR_TEXT = _virtual("torch._tensor_str._str", dotted("torch._tensor_str._str"),
+                       "printing a tensor as CUDA's print")
 PARAMETER_MARK = _virtual("torch.nn.Parameter's _is_param mark", _parameter_mark,
                           "parameters on a virtual GPU passing isinstance(p, nn.Parameter)")
 UNTYPED_DTYPES = _virtual("torch.storage._new_dtypes", _untyped_dtypes, "torch.save of a virtual tensor")
