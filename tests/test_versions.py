@@ -39,19 +39,23 @@ def tox() -> configparser.ConfigParser:
     return parser
 
 
+_PIN = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([^\s;#]+)", re.M)
+
+
+def pinned_in(text: str) -> dict:
+    """{normalised name: version} for each ``name==version`` line of ``text`` (deps or a constraint file)."""
+    return {normalise(name): version for name, version in _PIN.findall(text)}
+
+
 def pins() -> dict:
     """{name: {pinned releases}} from every tox env's deps and every constraint file."""
-    lines = []
     parser = tox()
-    for section in parser.sections():
-        lines += parser[section].get("deps", "").splitlines()
-    for path in (ROOT / "tests").glob("constraints-*.txt"):
-        lines += path.read_text().splitlines()
+    texts = [parser[section].get("deps", "") for section in parser.sections()]
+    texts += [path.read_text() for path in (ROOT / "tests").glob("constraints-*.txt")]
     found: dict = {}
-    for line in lines:
-        match = re.match(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([^\s;#]+)", line)
-        if match:
-            found.setdefault(normalise(match.group(1)), set()).add(release(match.group(2)))
+    for text in texts:
+        for name, version in pinned_in(text).items():
+            found.setdefault(name, set()).add(release(version))
     return found
 
 
@@ -103,11 +107,10 @@ def test_a_floor_envs_pins_agree_with_its_constraint_file():
         constraint = re.search(r"PIP_CONSTRAINT\s*=\s*\{toxinidir\}/(\S+)", parser[section].get("setenv", ""))
         if constraint is None:
             continue
-        pinned = dict(re.findall(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([^\s;#]+)", (ROOT / constraint.group(1)).read_text(), re.M))
-        pinned = {normalise(name): version for name, version in pinned.items()}
-        for name, version in re.findall(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*(\S+)", parser[section].get("deps", ""), re.M):
-            if normalise(name) in pinned:
-                assert pinned[normalise(name)] == version, (section, name, version, constraint.group(1))
+        pinned = pinned_in((ROOT / constraint.group(1)).read_text())
+        for name, version in pinned_in(parser[section].get("deps", "")).items():
+            if name in pinned:
+                assert pinned[name] == version, (section, name, version, constraint.group(1))
                 checked += 1
     assert checked >= 8
 
