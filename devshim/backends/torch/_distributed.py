@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import datetime
 import os
+import threading
+import time
 
 import torch.distributed as dist
 
 from devshim import settings
+from devshim.backends.torch._internals import TENSOR_USE_COUNT
 from devshim.backends.torch._names import VIRTUAL_TYPE
 from devshim.errors import LauncherEnvironmentError
 
@@ -139,10 +142,52 @@ def all_reduce_sum(total):
     reduced = total.detach().clone()
     if reduced.device.type == VIRTUAL_TYPE:
         host = reduced.to("cpu")
-        dist.all_reduce(host, op=dist.ReduceOp.SUM)
+        _all_reduce_in_place(host)
         return host.to(reduced.device)
-    dist.all_reduce(reduced, op=dist.ReduceOp.SUM)
+    _all_reduce_in_place(reduced)
     return reduced
+
+
+def _all_reduce_in_place(tensor) -> None:
+    """``torch.distributed.all_reduce`` (a sum), returning once the group has let go of ``tensor``."""
+    try:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    finally:
+        if tensor.device.type == "cpu":
+            _wait_for_gloo_to_let_go(tensor)
+
+
+#: Longest wait for gloo's worker thread to drop a summed tensor, in seconds. It is usually
+#: done before all_reduce returns, else within one thread switch; past this the tensor is kept.
+_LET_GO_WAIT = 1.0
+#: CPU tensors gloo's worker threads still held when their sum returned (see below).
+_still_held: list = []
+_still_held_lock = threading.Lock()
+
+
+def _wait_for_gloo_to_let_go(tensor) -> None:
+    """Return once gloo's worker thread has dropped its reference to ``tensor``, or keep ``tensor``.
+
+    gloo tells the caller a collective is done a moment before its worker thread drops the
+    collective's tensors. A tensor whose Python object has gone by then is freed from that
+    thread, which must take the GIL to do it; torch before 2.8 holds the GIL while
+    ``destroy_process_group`` joins that thread, so the two wait on each other for ever (seen
+    on torch 2.4.1 under load, tests/test_distributed.py). devshim's own tensors never reach
+    that point: the sum returns once the thread let go, and a tensor still held after
+    ``_LET_GO_WAIT`` is kept alive until a later call finds it let go.
+    """
+    use_count = TENSOR_USE_COUNT.get()
+    if use_count is not None:
+        deadline = time.monotonic() + _LET_GO_WAIT
+        while use_count(tensor) > 1 and time.monotonic() < deadline:
+            time.sleep(0)  # lets the worker thread run; it needs no GIL to drop a live tensor
+    with _still_held_lock:
+        if use_count is None:  # cannot tell: keep this call's tensors until the next call
+            _still_held[:] = [tensor]
+            return
+        _still_held[:] = [held for held in _still_held if use_count(held) > 1]
+        if use_count(tensor) > 1:
+            _still_held.append(tensor)
 
 
 def world() -> tuple:

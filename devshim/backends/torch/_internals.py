@@ -113,6 +113,15 @@ CURRENT_TX = INTERNALS.add(
     fallback="such a compile raises FirstCallInTraceError; call any devshim function once before compiling.",
     find=_current_tx,
 )
+TENSOR_USE_COUNT = INTERNALS.add(
+    "torch.Tensor._use_count",
+    feature="ds.allreduce across processes returning only once gloo's worker thread has let go of the "
+            "tensors it summed (on torch before 2.8, a process group torn down while that thread still "
+            "holds a tensor Python has dropped deadlocks destroy_process_group)",
+    fallback="ds.allreduce keeps the tensors of its latest cross-process sum alive until its next call, "
+             "so they outlive that thread's hold in all but a very late teardown.",
+    find=dotted("torch.Tensor._use_count"),
+)
 MODULE_SLOTS = INTERNALS.add(
     "torch.nn.Module._parameters / _buffers",
     feature="ds.place_model's rollback when moving a module fails part way",
