@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import sys
 
 import pytest
 
@@ -18,6 +20,33 @@ VIRTUAL = bool(os.environ.get(settings.VIRTUAL_DEVICES_VAR, "").strip())
 # launcher variables they need themselves (tests/test_launcher.py, tests/test_distributed.py).
 for _variable in settings.LAUNCHER_VARIABLES:
     os.environ.pop(_variable, None)
+
+
+#: A test still running after this many seconds is taken as hung (the slowest takes about 10 s):
+#: faulthandler prints every thread's stack and ends the run with exit status 1, rather than
+#: letting it hold CI until CI's own limit. Its watchdog is a C thread that needs no GIL, so it
+#: also ends a test stuck in C with the GIL held (a deadlocked torch.distributed teardown did
+#: that); pytest-timeout's watchdogs, a signal handler or a Python thread, wait for the GIL there.
+HUNG_TEST_SECONDS = int(os.environ.get("DEVSHIM_TEST_HUNG_SECONDS", "300"))
+_STDERR = pytest.StashKey()
+
+
+def pytest_configure(config):
+    # stderr as it is before any test runs: while a test runs, pytest's capture holds fd 2.
+    config.stash[_STDERR] = os.fdopen(os.dup(sys.__stderr__.fileno()), "w")
+
+
+def pytest_unconfigure(config):
+    config.stash[_STDERR].close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    faulthandler.dump_traceback_later(HUNG_TEST_SECONDS, exit=True, file=item.config.stash[_STDERR])
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def _backend_params():
