@@ -27,6 +27,7 @@ for _variable in settings.LAUNCHER_VARIABLES:
 #: letting it hold CI until CI's own limit. Its watchdog is a C thread that needs no GIL, so it
 #: also ends a test stuck in C with the GIL held (a deadlocked torch.distributed teardown did
 #: that); pytest-timeout's watchdogs, a signal handler or a Python thread, wait for the GIL there.
+#: The variable is the suite's own, for tests/test_suite_watchdog.py; devshim does not read it.
 HUNG_TEST_SECONDS = int(os.environ.get("DEVSHIM_TEST_HUNG_SECONDS", "300"))
 _STDERR = pytest.StashKey()
 
