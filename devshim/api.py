@@ -19,6 +19,7 @@ from typing import Any
 from devshim import _tree, transfer
 from devshim.backends.dispatch import ANSWERED_BY_ATTRIBUTE, FAST_PATHS, compile_entry_points, fast_paths
 from devshim.backends.nests import copy_nest, copy_nest_if_needed, nest_to_numpy
+from devshim.backends.registry import describe_native_device
 from devshim.backends.selection import get_backend
 from devshim._device import Device
 from devshim.errors import DeviceMismatchError, MultiDeviceValueError, NotATensorError
@@ -155,7 +156,8 @@ def device_of(x: Any) -> Any:
 
 
 def neutral_device(x: Any) -> Device:
-    """The framework-neutral ``ds.Device`` tensor ``x`` lives on.
+    """The framework-neutral ``ds.Device`` tensor ``x`` lives on, or that a framework's device
+    object ``x`` names (what ``ds.device_of``, ``ds.try_gpu`` or ``ds.model_device`` return).
 
     ``kind``, ``index``, ``virtual`` and ``platform`` say the same for every
     framework, and Devices of different frameworks compare and hash alike when
@@ -165,10 +167,15 @@ def neutral_device(x: Any) -> Device:
         >>> d = ds.neutral_device(torch.ones(2))
         >>> str(d), d == ds.neutral_device(np.ones(2)), d == ds.device_of(torch.ones(2))
         ('cpu:0', True, True)
+        >>> str(ds.neutral_device(ds.model_device(net)))
+        'gpu:0'
     """
     try:
         paths = FAST_PATHS[type(x)]
-    except KeyError:  # a type not seen yet, or no tensor
+    except KeyError:  # a type not seen yet, a device object, or no tensor
+        described = _described_device(x)
+        if described is not None:
+            return described
         paths = _learned(x, "neutral_device")
     table = paths.table
     if table is not None:  # one lookup, no call into the backend
@@ -232,6 +239,19 @@ def copy_if_needed(x: Any, device: Any, *, non_blocking: bool = False, skip_keys
     return copy(x, device)
 
 
+def _described_device(x):
+    """The ``ds.Device`` of a framework's device object or of a ``ds.Device``; None for anything
+    else: a tensor of a class not met yet, a spec string (``ds.device(spec)`` resolves one), or no
+    device at all."""
+    if isinstance(x, Device):
+        return x
+    if isinstance(x, str) and type(x) is not str:  # a TensorFlow device is a str subclass
+        return describe_native_device(x)
+    if isinstance(x, (str, bytes, int, float)) or fast_paths(x) is not None:  # specs and tensors are no device objects
+        return None
+    return describe_native_device(x)
+
+
 def _learned(x, function: str):
     """The ``FastPaths`` of ``x``'s class, learned now; ``NotATensorError`` naming ``function``
     for a value that is no tensor."""
@@ -292,12 +312,14 @@ def same_device(*xs: Any) -> bool:
 
 
 def ensure_same_device(*xs: Any) -> Any:
-    """The one Device all tensors in ``xs`` share; DeviceMismatchError otherwise.
+    """The one device all tensors in ``xs`` share, as the first tensor's framework's own device
+    object (what ``ds.device_of`` returns); DeviceMismatchError otherwise.
 
     For JAX arrays spread alike over several devices: their ``Sharding``.
 
     Example:
         >>> dev = ds.ensure_same_device(X, Y)
+        >>> Z = torch.zeros(2, device=dev)
     """
     placed = _tensor_devices(xs)
     if not placed:
@@ -306,7 +328,7 @@ def ensure_same_device(*xs: Any) -> Any:
         )
     first = placed[0][1]
     if all(dev == first for _, dev in placed[1:]):
-        return first
+        return first.native if type(first) is Device else first
     listing = "; ".join(f"{where} is on {dev!r}" for where, dev in placed)
     strays = [where for where, dev in placed if dev != first]
     # A Sharding (JAX arrays spread over devices) has no spec string: name the tensor that has it.

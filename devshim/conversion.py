@@ -110,7 +110,9 @@ def convert(x, to, *, device=None, copy=None):
     _ = target.fw  # imported now: tensors it makes must be recognised by dispatch
     want = None
     if device is not None:
-        native = target.target(device)
+        # device(), not target(): a NumPy target's target() lands another framework's device in
+        # that framework (to_device's rule); here the result must be a tensor of `to` itself.
+        native = target.device(device)
         want = (native, target.describe(native))
     name = target.name
     adapter = backend_for_tensor(x)

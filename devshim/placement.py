@@ -120,18 +120,24 @@ def unplace(net):
 
 
 def model_devices(net) -> set:
-    """The set of Devices ``net``'s parameters and buffers live on.
+    """The set of devices ``net``'s parameters and buffers live on, as the framework's own
+    device objects (what ``ds.device_of`` returns for a tensor).
 
     Example:
         >>> ds.model_devices(net)
-        {Device('cpu:0', backend='torch')}
+        {device(type='cpu')}
+        >>> {str(ds.neutral_device(d)) for d in ds.model_devices(split_net)}
+        {'gpu:0', 'gpu:1'}
     """
     adapter, module = _model_module(net)
-    return {place for _, place in module.named_places(net, adapter)}
+    return {place.native for _, place in module.named_places(net, adapter)}
 
 
 def model_device(net):
-    """The one Device all of ``net``'s parameters and buffers share.
+    """The one device all of ``net``'s parameters and buffers share, as the framework's own
+    device object: it goes into the framework's calls (``torch.ones(2, device=...)``,
+    ``x.to(...)``, TensorFlow's and MXNet's ``with`` blocks) as ``ds.device_of(x)``'s does.
+    ``ds.neutral_device(ds.model_device(net))`` is its ``ds.Device`` ("gpu:0").
 
     A model spread over devices raises ``DeviceMismatchError`` listing the
     parameter names on each; a model with no parameters yet (lazy layers, an
@@ -139,14 +145,15 @@ def model_device(net):
 
     Example:
         >>> ds.model_device(ds.place_model(net, "cpu"))
-        Device('cpu:0', backend='torch')
+        device(type='cpu')
+        >>> X = torch.ones(2, 3).to(ds.model_device(net))
     """
     adapter, module = _model_module(net)
     by_place: dict = {}
     for name, place in module.named_places(net, adapter):
         by_place.setdefault(place, []).append(name)
     if len(by_place) == 1:
-        return next(iter(by_place))
+        return next(iter(by_place)).native
     listing = "; ".join(
         f"{place}: {', '.join(names[:6])}{' and %d more' % (len(names) - 6) if len(names) > 6 else ''}"
         for place, names in by_place.items()

@@ -50,7 +50,7 @@ elif backend == "tensorflow":
     frame = tf.constant
 
     def grads(model, x, y):
-        with ds.model_device(model).native:  # compute where the replica's weights are
+        with ds.model_device(model):  # compute where the replica's weights are (a TensorFlow device scope)
             with tf.GradientTape() as tape:
                 loss = tf.reduce_sum((model(x) - y) ** 2)
             return tape.gradient(loss, [w.value for w in model.trainable_weights])

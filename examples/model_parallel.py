@@ -18,7 +18,8 @@ import devshim as ds
 backend = ds.get_backend().name
 gpus = ds.try_all_gpus()
 dev0, dev1 = gpus[0], gpus[-1]  # two GPUs (real or virtual), or the CPU twice
-print(f"{backend}: splitting the model over {ds.get_backend().describe(dev0)} and {ds.get_backend().describe(dev1)}")
+where = ds.neutral_device  # a framework's device object -> devshim's name for it ("gpu:0")
+print(f"{backend}: splitting the model over {where(dev0)} and {where(dev1)}")
 rng = np.random.default_rng(0)
 X = rng.standard_normal((8, 6)).astype(np.float32)
 
@@ -56,7 +57,7 @@ if backend == "torch":
     whole = ParallelMLP()
     whole.dev0 = whole.dev1 = ds.cpu()  # the same network, all of it on the CPU
     split = copy.deepcopy(whole).split(dev0, dev1)
-    print(f"{backend}: first stage on {ds.model_device(split.mlp1_gpu0)} and {ds.model_device(split.mlp1_gpu1)}")
+    print(f"{backend}: first stage on {where(ds.model_device(split.mlp1_gpu0))} and {where(ds.model_device(split.mlp1_gpu1))}")
 
     x = torch.from_numpy(X)
     y_whole, y_split = whole(x), split(ds.to_device(x, dev0))
@@ -95,7 +96,7 @@ elif backend == "mxnet":
     split = ParallelMLP().place(dev0, dev1)
     for (_, a), (_, b) in zip(whole.collect_params().items(), split.collect_params().items()):
         b.set_data(ds.to_device(a.data(), b.list_ctx()[0]))  # the same weights
-    print(f"{backend}: first stage on {ds.model_device(split.mlp1_gpu0)} and {ds.model_device(split.mlp1_gpu1)}")
+    print(f"{backend}: first stage on {where(ds.model_device(split.mlp1_gpu0))} and {where(ds.model_device(split.mlp1_gpu1))}")
 
     outputs = []
     for net, device in ((whole, ds.cpu()), (split, dev0)):
@@ -147,7 +148,7 @@ elif backend == "tensorflow":
     for a, b in zip(whole.layers, split.layers):  # the same weights, copied explicitly to each half
         for source, target in zip(a.weights, b.weights):
             target.assign(ds.to_device(source.value, ds.device_of(target.value)))
-    print(f"{backend}: first stage on {ds.model_device(split.mlp1_gpu0)} and {ds.model_device(split.mlp1_gpu1)}")
+    print(f"{backend}: first stage on {where(ds.model_device(split.mlp1_gpu0))} and {where(ds.model_device(split.mlp1_gpu1))}")
     results = []
     for net, device in ((whole, ds.cpu()), (split, dev0)):
         x = ds.to_device(tf.constant(X), device)

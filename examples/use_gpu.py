@@ -161,8 +161,8 @@ else:  # JAX: a model is a pytree of parameters and a function
 
 with on(device):
     out = forward(X)
-print(f"{backend}: the model's parameters are on {ds.model_device(net)}; net(X) is on {ds.neutral_device(out)}")
-assert ds.model_device(net) == ds.neutral_device(X) == ds.neutral_device(out)
+print(f"{backend}: the model's parameters are on {ds.neutral_device(ds.model_device(net))}; net(X) is on {ds.neutral_device(out)}")
+assert ds.model_device(net) == ds.device_of(X) == ds.device_of(out)  # the framework's own device objects
 
 # ---- Side notes: read results on the host once, explicitly (printing a GPU tensor copies it too).
 print(f"{backend}: net(X), copied to the host with ds.to_numpy: {show(out)}")

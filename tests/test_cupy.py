@@ -98,26 +98,33 @@ def test_the_registry_names_numpys_accelerator_partner(partner):
 
 
 def test_a_numpy_array_sent_to_a_gpu_becomes_the_partners_array(partner):
+    """Under the numpy backend a GPU spec is the partner's GPU (Chainer's to_gpu); the partner's own
+    device object is its GPU under any backend."""
     x = np.arange(3.0)
-    for spec in ("gpu:1", "cuda:1", ds.Device("gpu", 1), FakeGpu(1)):
-        y = ds.to_device(x, spec)
+    with ds.use_backend("numpy"):
+        specs = ["gpu:1", "cuda:1", ds.Device("gpu", 1)]
+    for spec in [*specs, FakeGpu(1)]:
+        with ds.use_backend("numpy" if spec in specs else "fakegpu"):
+            y = ds.to_device(x, spec)
+
         assert isinstance(y, FakeGpuArray) and y.device == FakeGpu(1)
         assert str(ds.neutral_device(y)) == "gpu:1" and not np.shares_memory(y.values, x)
         np.testing.assert_array_equal(y.values, x)
-    back = ds.to_device(ds.to_device(x, "gpu:0"), "cpu")
+    back = ds.to_device(ds.to_device(x, FakeGpu(0)), "cpu")
     assert isinstance(back, np.ndarray) and ds.neutral_device(back) == "cpu"
 
 
 def test_copy_if_needed_moves_numpy_arrays_only_to_a_gpu(partner):
-    x = np.ones(2)
-    assert ds.copy_if_needed(x, "cpu") is x
-    moved = ds.copy_if_needed(x, "gpu:0")
-    assert isinstance(moved, FakeGpuArray) and moved.device == FakeGpu(0)
-    batch = {"x": x, "label": "a", "n": 3}
-    assert ds.copy_if_needed(batch, "cpu") is batch
-    placed = ds.to_device(batch, "gpu:1")
-    assert isinstance(placed["x"], FakeGpuArray) and placed["label"] == "a" and placed["n"] == 3
-    assert isinstance(ds.copy_if_needed([x], "gpu:1")[0], FakeGpuArray)
+    with ds.use_backend("numpy"):  # a GPU spec is the partner's under the numpy backend
+        x = np.ones(2)
+        assert ds.copy_if_needed(x, "cpu") is x
+        moved = ds.copy_if_needed(x, "gpu:0")
+        assert isinstance(moved, FakeGpuArray) and moved.device == FakeGpu(0)
+        batch = {"x": x, "label": "a", "n": 3}
+        assert ds.copy_if_needed(batch, "cpu") is batch
+        placed = ds.to_device(batch, "gpu:1")
+        assert isinstance(placed["x"], FakeGpuArray) and placed["label"] == "a" and placed["n"] == 3
+        assert isinstance(ds.copy_if_needed([x], "gpu:1")[0], FakeGpuArray)
 
 
 def test_numpy_itself_stays_host_only(partner):
@@ -131,7 +138,7 @@ def test_numpy_itself_stays_host_only(partner):
 
 
 def test_a_gpu_the_partner_lacks_is_unavailable_with_the_partners_count(partner):
-    with pytest.raises(ds.DeviceUnavailableError, match="fakegpu backend sees 2 GPUs"):
+    with ds.use_backend("numpy"), pytest.raises(ds.DeviceUnavailableError, match="fakegpu backend sees 2 GPUs"):
         ds.to_device(np.ones(1), "gpu:2")
 
 
@@ -139,10 +146,11 @@ def test_without_a_partner_numpy_says_how_to_get_one(monkeypatch, setenv):
     setenv(ds.settings.VIRTUAL_DEVICES_VAR, None)
     real = backends.specs().get("cupy")
     monkeypatch.setattr(real, "host_partner", None)
-    with pytest.raises(ds.DeviceUnavailableError, match=r"install CuPy \(pip install cupy-cuda12x, or pip install \"devshim\[cupy\]\" where devshim is installed\)"):
-        ds.to_device(np.ones(1), "gpu:0")
-    with pytest.raises(ds.DeviceUnavailableError):
-        ds.copy_if_needed({"x": np.ones(1)}, "gpu")
+    with ds.use_backend("numpy"):
+        with pytest.raises(ds.DeviceUnavailableError, match=r"Install CuPy \(pip install cupy-cuda12x, or pip install \"devshim\[cupy\]\" where devshim is installed\)"):
+            ds.to_device(np.ones(1), "gpu:0")
+        with pytest.raises(ds.DeviceUnavailableError, match="NumPy has no GPU"):
+            ds.copy_if_needed({"x": np.ones(1)}, "gpu")
 
 
 # ------------------------------------------------------------ CuPy missing or without a GPU
@@ -197,6 +205,17 @@ def test_to_device_cpu_gives_numpy_and_numpy_to_gpu_gives_cupy(cupy):
     back = ds.to_device(host, "gpu:0")
     assert isinstance(back, cupy.ndarray) and back.device.id == 0
     assert ds.copy_if_needed(x, "cpu") is not x and isinstance(ds.copy_if_needed(x, "cpu"), np.ndarray)
+
+
+def test_the_cupy_backends_host_arrays_are_numpy_arrays_it_reads_as_its_own(cupy):
+    """ds.cpu() under the cupy backend is NumPy's host: the arrays made there are NumPy arrays, which
+    the backend copies to the host like its own (bench convert --backend all read one so)."""
+    adapter = ds.get_backend()
+    host = adapter.spec.module("ops").rand((4,), ds.cpu())
+    assert type(host) is np.ndarray
+    copied = adapter.tensor_to_numpy(host)
+    assert type(copied) is np.ndarray and not np.shares_memory(copied, host)
+    np.testing.assert_array_equal(copied, host)
 
 
 def test_cupy_copies_are_new_memory_and_copy_if_needed_keeps_what_is_there(cupy):

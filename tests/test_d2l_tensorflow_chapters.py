@@ -60,7 +60,7 @@ def test_the_gpus_chapter_under_disallow(gpus):
             out = net(X)  # builds the weights on gpu:0, as the chapter's strategy scope does
     assert report.total == 0
     assert where(X) == where(out) == "gpu:0" and where(Z) == where(total) == "gpu:1"
-    assert str(ds.model_device(net)) == "gpu:0"
+    assert str(ds.neutral_device(ds.model_device(net))) == "gpu:0"
     np.testing.assert_allclose(ds.to_numpy(total), ds.to_numpy(Y) + 1.0)
 
 

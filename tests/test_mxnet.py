@@ -201,7 +201,7 @@ def test_mxnet_ignores_context_ids_but_devshim_does_not(plain):
     assert not ds.same_device(x, y)
     with pytest.raises(ds.DeviceMismatchError, match=r"cpu:0.*cpu:1"):
         ds.ensure_same_device(x, y)
-    assert ds.ensure_same_device(x, ds.copy_if_needed(y, mx.cpu(0))) == "cpu:0"
+    assert ds.ensure_same_device(x, ds.copy_if_needed(y, mx.cpu(0))) == mx.cpu(0)
 
 
 def test_cpu0_and_a_virtual_gpu_are_different_devices(virtual):

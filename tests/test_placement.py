@@ -28,7 +28,7 @@ def test_torch_tied_weights_stay_tied_and_non_persistent_buffers_move(torch):
     net = ds.place_model(Tied(), "meta")  # (PyTorch's own .to("meta") unties them)
     assert net.out.weight is net.embed.weight
     assert net.scale.is_meta and "scale" not in net.state_dict()
-    assert ds.model_devices(net) == {ds.Device("meta")}
+    assert ds.model_devices(net) == {torch.device("meta")}  # the framework's own devices
 
 
 def test_torch_a_tied_weight_cannot_be_split_over_two_devices(torch):
@@ -43,7 +43,7 @@ def test_torch_a_meta_submodule_makes_the_model_spread_and_names_the_parameters(
     net[2].to("meta")
     with pytest.raises(ds.DeviceMismatchError, match=r"cpu:0: 0.weight, 0.bias; meta:0: 2.weight, 2.bias"):
         ds.model_device(net)
-    assert ds.model_devices(net) == {ds.Device("cpu"), ds.Device("meta")}
+    assert ds.model_devices(net) == {torch.device("cpu"), torch.device("meta")}
 
 
 def test_torch_lazy_layers_have_no_device_until_their_first_forward(torch):
@@ -52,7 +52,7 @@ def test_torch_lazy_layers_have_no_device_until_their_first_forward(torch):
         with pytest.raises(ds.UnbuiltModelError, match="Run one forward pass"):
             ask(net)
     net(torch.ones(2, 3))
-    assert ds.model_device(net) == "cpu"
+    assert ds.model_device(net) == torch.device("cpu")
     with pytest.raises(ds.UnbuiltModelError, match="no parameters or buffers"):
         ds.model_device(torch.nn.ReLU())
 
@@ -91,9 +91,9 @@ def test_torch_hooks_are_removable_and_forward_is_untouched(torch):
 def test_torch_balanced_spreads_children_by_parameter_bytes(torch):
     net = torch.nn.Sequential(torch.nn.Linear(100, 100), torch.nn.Linear(100, 2), torch.nn.Linear(2, 2))
     ds.place_model(net, "balanced")
-    devices = ds.try_all_gpus()
+    devices = ds.try_all_gpus(backend="torch")  # the model's framework's devices, whatever backend is selected
     placed = [ds.model_device(child) for child in net]
-    assert placed[0] == ds.neutral_device(torch.ones(1, device=devices[0]))
+    assert placed[0] == devices[0] and torch.ones(1).to(placed[0]).device == devices[0]
     if len(devices) > 1:
         assert placed[1] == placed[2] != placed[0]  # the big layer alone; the small ones together
 
@@ -114,10 +114,11 @@ def test_gluon_initialises_on_the_device_or_resets_its_context(gluon):
 
     net = gluon.nn.Dense(2, in_units=3)
     net = ds.place_model(net, mx.cpu(3))  # uninitialised: initialize(ctx=...)
-    assert ds.model_device(net) == ds.Device("cpu", 3)
+    assert ds.model_device(net) == mx.cpu(3)  # MXNet's own Context
+    assert ds.neutral_device(ds.model_device(net)) == ds.Device("cpu", 3)
     weight = net.weight.data().asnumpy()
     net = ds.place_model(net, mx.cpu(0))  # initialised: reset_ctx keeps the values
-    assert ds.model_device(net) == "cpu" and np.array_equal(net.weight.data().asnumpy(), weight)
+    assert ds.model_device(net) == mx.cpu(0) and np.array_equal(net.weight.data().asnumpy(), weight)
 
 
 def test_gluon_deferred_initialisation_is_an_unbuilt_model(gluon):
@@ -129,7 +130,7 @@ def test_gluon_deferred_initialisation_is_an_unbuilt_model(gluon):
     from mxnet import npx
 
     net((mx.np if npx.is_np_array() else mx.nd).ones((1, 3)))  # whichever front-end this thread uses
-    assert ds.model_device(net) == "cpu"
+    assert ds.model_device(net) == mx.cpu()
 
 
 def test_gluon_refuses_a_device_map_and_says_how_to_split(gluon):
@@ -153,13 +154,15 @@ def test_keras_clones_onto_another_device_and_refuses_subclassed_models():
         x = np.ones((2, 3), "float32")
         with ds.gpu(1):
             same = np.allclose(clone(x).numpy(), m(x).numpy())
-        print(ds.model_device(clone), ds.model_device(m), clone is not m, same, ds.place_model(clone, ds.gpu(1)) is clone)
+        where = lambda model: ds.neutral_device(ds.model_device(model))
+        assert ds.model_device(clone) == ds.gpu(1)  # TensorFlow's own device, a scope
+        print(where(clone), where(m), clone is not m, same, ds.place_model(clone, ds.gpu(1)) is clone)
         unbuilt = keras.Sequential([keras.layers.Dense(2)])
         try:
             ds.model_device(unbuilt)
         except ds.UnbuiltModelError:
             print("unbuilt")
-        print(ds.model_device(ds.place_model(unbuilt, ds.gpu(0), input_shape=(None, 3))))
+        print(where(ds.place_model(unbuilt, ds.gpu(0), input_shape=(None, 3))))
         class Sub(keras.Model):
             def __init__(self):
                 super().__init__()

@@ -537,13 +537,13 @@ def test_a_functional_model_is_placed_and_replicated(keras):
     expected = model(x).numpy()
     target, name = target_and_name()
     placed = ds.place_model(model, target)
-    assert str(ds.model_device(placed)) == name and weight_places(placed) == {name}
+    assert str(ds.neutral_device(ds.model_device(placed))) == name and weight_places(placed) == {name}
     assert (placed is model) == (name == "cpu:0")  # already there: the model itself; else a clone
     replicas = ds.replicate(model, [ds.cpu(), target])
-    assert [str(ds.model_device(r)) for r in replicas] == ["cpu:0", name]
+    assert [str(ds.neutral_device(ds.model_device(r))) for r in replicas] == ["cpu:0", name]
     assert all(r is not model and type(r) is type(model) for r in replicas)
     for replica in replicas:
-        with ds.device(ds.model_device(replica).native):
+        with ds.model_device(replica):  # TensorFlow's own device, a scope
             np.testing.assert_allclose(replica(x).numpy(), expected, rtol=1e-6)
 
 
@@ -572,7 +572,7 @@ def test_a_subclassed_model_is_refused_and_the_advice_works(keras):
     target, name = target_and_name()
     fresh = ds.place_model(Net(), target)  # what the error advises
     fresh(x)
-    assert str(ds.model_device(fresh)) == name and weight_places(fresh) == {name}
+    assert str(ds.neutral_device(ds.model_device(fresh))) == name and weight_places(fresh) == {name}
 
 
 def test_an_unbuilt_sequential_is_placed_for_its_first_call(keras):
@@ -582,12 +582,12 @@ def test_an_unbuilt_sequential_is_placed_for_its_first_call(keras):
         ds.model_device(net)
     target, name = target_and_name()
     assert ds.place_model(net, target) is net and not net.built
-    assert str(ds.model_device(net)) == name  # the recorded device, before any weight exists
+    assert str(ds.neutral_device(ds.model_device(net))) == name  # the recorded device, before any weight exists
     with pytest.raises(ds.UnbuiltModelError):
         ds.replicate(net, [ds.cpu()])  # nothing to copy yet
     y = net(tf.ones((2, 3)))  # the first call, under no device scope: builds on the target
     assert tuple(y.shape) == (2, 1) and net.built and len(net.weights) == 4
-    assert weight_places(net) == {name} and str(ds.model_device(net)) == name
+    assert weight_places(net) == {name} and str(ds.neutral_device(ds.model_device(net))) == name
     assert "_maybe_build" not in vars(net)  # devshim's first-call hooks are gone
     replicas = ds.replicate(net, [ds.cpu()])
     np.testing.assert_allclose(replicas[0](tf.ones((2, 3))).numpy(), y.numpy(), rtol=1e-6)
@@ -598,7 +598,7 @@ def test_placing_an_unbuilt_model_again_moves_its_first_call(keras):
     net = keras.Sequential([keras.layers.Dense(2)])
     ds.place_model(net, target)
     ds.place_model(net, ds.cpu())  # the last placement wins
-    assert str(ds.model_device(net)) == "cpu:0"
+    assert str(ds.neutral_device(ds.model_device(net))) == "cpu:0"
     net(tf.ones((1, 3)))
     assert weight_places(net) == {"cpu:0"}
     shaped = ds.place_model(keras.Sequential([keras.layers.Dense(2)]), target, input_shape=(None, 3))

@@ -165,12 +165,21 @@ def test_unsupported_torch_device_types_say_what_is_handled(bk):
     assert (ds.Device("cpu") == torch.device("hpu", 0)) is False  # comparing never raises
 
 
-def test_torch_devices_work_for_numpy_arrays_on_the_same_hardware():
-    ds.testing.virtual_devices(0)  # NumPy has no virtual GPUs
-    moved = ds.to_device(np.arange(3), torch.device("cpu"))
-    assert isinstance(moved, np.ndarray)
-    with pytest.raises(ds.DeviceUnavailableError, match="numpy backend sees 0 GPUs"):
-        ds.to_device(np.arange(3), ds.Device("gpu", 0))
+def test_a_numpy_array_sent_to_a_torch_device_becomes_a_torch_tensor_there():
+    """A torch.device names torch: a NumPy array sent there becomes a torch tensor, on the CPU as on
+    a GPU, whatever backend is selected (tests/conformance/test_contract_numpy_arrays.py: the rest)."""
+    a = np.arange(3)
+    with ds.use_backend("numpy"):
+        for device in (torch.device("cpu"), ds.Device("cpu", 0, backend="torch")):
+            moved = ds.to_device(a, device)
+            assert isinstance(moved, torch.Tensor) and moved.device == torch.device("cpu")
+            assert torch.equal(moved, torch.arange(3)) and ds.copy_if_needed(a, device) is not a
+        assert type(ds.to_device(a, "cpu")) is np.ndarray
+        if torch.cuda.is_available():
+            assert ds.to_device(a, torch.device("cuda", 0)).device == torch.device("cuda", 0)
+        else:
+            with pytest.raises(ds.DeviceUnavailableError, match="real GPU"):
+                ds.to_device(a, torch.device("cuda", 0))
 
 
 def test_mixed_framework_nests_move_leaf_by_leaf():
@@ -179,7 +188,7 @@ def test_mixed_framework_nests_move_leaf_by_leaf():
     assert isinstance(moved["t"], torch.Tensor) and isinstance(moved["a"], np.ndarray)
     assert moved["t"] is not t and moved["a"] is not a
     assert ds.same_device(t, a)
-    assert ds.ensure_same_device(t, a) == "cpu"
+    assert ds.ensure_same_device(t, a) == torch.device("cpu")  # the first tensor's framework's device
 
 
 def test_copy_if_needed_with_an_unindexed_native_device_is_exact(bk, monkeypatch):

@@ -629,6 +629,29 @@ def test_synchronize_and_timing_work_on_virtual_gpus(vgpu):
     assert timer.avg() >= 0
 
 
+def test_virtual_gpus_beside_a_real_gpu_leave_waiting_for_it_to_its_own_module(vgpu, monkeypatch):
+    """On a CUDA machine with virtual GPUs on, torch.accelerator speaks for vgpu and refuses a cuda
+    device ("cuda doesn't match the current accelerator vgpu"): devshim waits for the real GPU
+    through torch.cuda, so ds.synchronize, ds.Timer and ds.benchmark keep working on it. (On a
+    machine without CUDA, torch.cuda is made to report one GPU with work queued.)"""
+    waited = []
+    if not torch.cuda.is_available():
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+        monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(torch.device(device)))
+    ds.testing.virtual_devices(2)  # devshim looks for the accelerator again, with the fake in place
+    assert torch.accelerator.current_accelerator() == torch.device("vgpu")
+    assert ds.num_gpus() == 2 and ds.get_backend().accelerator_platform() == "cuda"
+    cuda = torch.device("cuda", 0)
+    ds.synchronize(cuda)
+    ds.synchronize()
+    with ds.Timer(cuda) as timer:
+        pass
+    ds.benchmark(lambda: None, device=cuda, warmup=0, min_run_time=0.001, max_runs=3)
+    assert timer.avg() >= 0
+    if not torch.cuda.is_available():
+        assert waited and set(waited) == {cuda}
+
 def test_torch_probes_answer_as_on_this_cpu_machine_so_torch_code_takes_its_cpu_path(vgpu):
     """torch.accelerator names the virtual GPUs but calls them unavailable: code that switches on
     availability (DataLoader pinning, torch.utils.benchmark's synchronising) runs as on the CPU."""

@@ -209,7 +209,8 @@ def tensors_land(ctx: Context, native):
     expect(_same_values(ds.to_numpy(x), VALUES), "to_numpy of the tensor differs from the values it was made from")
     y = ctx.ops.matmul(ctx.ops.rand((4, 4), native), ctx.ops.rand((4, 4), native))
     expect(ds.neutral_device(y) == ctx.describe(native), f"a matmul of two tensors on {ctx.where(native)} ran on {ds.neutral_device(y)}")
-    expect(ds.same_device(x, y) and ds.ensure_same_device(x, {"y": [y]}) == ctx.describe(native),
+    common = ds.ensure_same_device(x, {"y": [y]})
+    expect(ds.same_device(x, y) and common == ds.device_of(x) and ctx.describe(common) == ctx.describe(native),
            "same_device/ensure_same_device disagree with device_of")
 
 
@@ -464,8 +465,10 @@ def place_model(ctx: Context, native):
     net = _model(ctx)
     reference = ds.to_numpy(ctx.ops.forward(net, ctx.tensor(X, ctx.cpu)))
     placed = ds.place_model(net, native)
-    expect(ds.model_device(placed) == ctx.describe(native), f"model_device is {ds.model_device(placed)}")
-    expect(ds.model_devices(placed) == {ctx.describe(native)}, f"model_devices is {ds.model_devices(placed)}")
+    # The framework's own device object, which goes into its calls as device_of's does.
+    expect(ds.model_device(placed) == native and ctx.describe(ds.model_device(placed)) == ctx.describe(native),
+           f"model_device is {ds.model_device(placed)!r}, expected {native!r}")
+    expect(ds.model_devices(placed) == {native}, f"model_devices is {ds.model_devices(placed)}")
     out = ctx.ops.forward(placed, ctx.tensor(X, native))
     expect(ds.neutral_device(out) == ctx.describe(native), f"the output is on {ds.neutral_device(out)}")
     # GPUs may multiply float32 in TF32: agreement to 1e-2, not to the last bit.
@@ -485,7 +488,7 @@ def data_parallel(ctx: Context):
         sums = ds.allreduce([ctx.tensor(np.array([1.0, float(i)], np.float32), d) for i, d in enumerate(devices)])
     expect(report.total == 0, f"implicit transfers under disallow: {report}")
     wanted = [str(ctx.describe(d)) for d in devices]
-    expect([str(ds.model_device(r)) for r in replicas] == wanted, "a replica is not on its device")
+    expect([str(ctx.describe(ds.model_device(r))) for r in replicas] == wanted, "a replica is not on its device")
     expect([str(ds.neutral_device(s)) for s in xs] == wanted and [str(ds.neutral_device(s)) for s in ys] == wanted,
            "a shard is not on its device")
     base, extra = divmod(len(X), len(devices))

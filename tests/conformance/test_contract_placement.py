@@ -33,6 +33,9 @@ def test_place_model_puts_every_parameter_on_the_device(harness, mlp):
     where = ds.model_device(placed)
     assert where == ds.neutral_device(harness.tensor([0.0], device=target)) and where == ds.device(target)
     assert ds.model_devices(placed) == {ds.model_device(placed)}
+    # the framework's own device object, as device_of's: it goes into the framework's calls
+    assert ds.neutral_device(harness.tensor([0.0], device=where)) == ds.neutral_device(where) == ds.neutral_device(target)
+    assert ds.backends.describe_native_device(where).backend == harness.name
     for a, b in zip(values(harness, placed), values(harness, harness.mlp())):
         np.testing.assert_array_equal(a, b)  # the weights came along
 

@@ -144,8 +144,10 @@ def test_same_device_over_tensors_and_nests(harness):
 
 def test_ensure_same_device_returns_the_common_device(harness):
     x, y = harness.tensor([1.0]), harness.tensor([2.0])
-    assert ds.ensure_same_device(x, (y,)) == "cpu"
-    assert isinstance(ds.ensure_same_device(x), ds.Device)
+    found = ds.ensure_same_device(x, (y,))
+    # the framework's own device object, as device_of's: it goes back into the framework's calls
+    assert found == ds.device_of(x) and ds.neutral_device(x) == found and ds.neutral_device(x) == "cpu"
+    assert ds.neutral_device(harness.tensor([3.0], device=found)) == ds.neutral_device(x)
 
 
 def test_ensure_same_device_finds_a_nests_device_past_its_other_leaves(harness):

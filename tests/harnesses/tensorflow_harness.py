@@ -47,11 +47,11 @@ class TensorflowHarness(Harness):
         return model
 
     def forward(self, model, x):
-        with ds.device(ds.model_device(model).native):  # run where the weights are
+        with ds.model_device(model):  # run where the weights are (a TensorFlow device is a scope)
             return model(x)
 
     def grads(self, model, x, y):
-        with ds.device(ds.model_device(model).native):
+        with ds.model_device(model):
             with tf.GradientTape() as tape:
                 loss = tf.reduce_sum((model(x) - y) ** 2)
             return tape.gradient(loss, [w.value for w in model.trainable_weights])

@@ -129,6 +129,9 @@ class CupyBackend(Backend):
     def tensor_to_numpy(self, x):
         if isinstance(x, self.fw.ndarray):
             return x.get()  # a new NumPy array; waits for x on its stream
+        numpy = self._numpy()
+        if isinstance(x, (numpy.ndarray, numpy.generic)):  # CuPy's host arrays are NumPy's (ds.cpu() makes them)
+            return numpy.array(x, copy=True)
         return x.copy_to_host()  # Numba's
 
     def _numpy(self):

@@ -5,11 +5,15 @@ arguments accept (``np.ones(2, device=ds.cpu())``). NumPy cannot present
 virtual devices: every array lives in the same host memory, so "distinct"
 devices would be a fiction, and devshim refuses rather than fake them.
 
-NumPy has no GPU, but it can have an *accelerator partner*: the installed
-backend that names numpy as its host partner (CuPy). A NumPy array sent to a
-GPU (``to_device(x, "gpu:1")``, or to a ``cupy.cuda.Device``) becomes that
-backend's array there; the transfer is the partner's ``copy_to``. Everything
-else about NumPy stays host-only: ``ds.gpu(backend="numpy")`` still refuses.
+NumPy has no GPU, and a NumPy array is every framework's input: sent to another
+framework's device, it becomes that framework's tensor there, new storage, as
+``jax.device_put`` and ``torch.tensor(x, device=...)`` do. A framework's own
+device object (``torch.device``, a JAX ``Device``, a ``cupy.cuda.Device``, ...)
+names that framework, on the CPU as on a GPU; a GPU spec (``"gpu:1"``) names the
+selected backend's GPU, and under the numpy and cupy backends CuPy's, NumPy's
+*accelerator partner* (as Chainer's ``to_gpu``). Host specs (``"cpu"``, NumPy's
+own device) keep a NumPy array. Everything else about NumPy stays host-only:
+``ds.gpu(backend="numpy")`` still refuses. docs/tensors.md has the whole table.
 """
 
 from __future__ import annotations
@@ -21,11 +25,30 @@ from devshim.guard import marker
 from devshim.backends.base import Backend, DeviceTable
 from devshim.backends.numpy import SPEC
 from devshim._device import Device
-from devshim.errors import BackendError, DeviceUnavailableError
+from devshim.errors import BackendError, DeviceUnavailableError, DevshimError
 
 HOST = "cpu"
 _CPU = Device("cpu", 0, native=HOST, backend="numpy")
 _copy = methodcaller("copy")
+
+
+class Landing:
+    """Where a NumPy array sent to another framework's device goes: that framework's adapter and
+    native device (what ``NumpyBackend.target`` resolves such a device to). The copy there is a
+    tensor of that framework.
+
+    Example:
+        >>> ds.get_backend("numpy").target(torch.device("cpu"))
+        Landing(torch, device(type='cpu'))
+    """
+
+    __slots__ = ("adapter", "native")
+
+    def __init__(self, adapter, native) -> None:
+        self.adapter, self.native = adapter, native
+
+    def __repr__(self) -> str:
+        return f"Landing({self.adapter.name}, {self.native!r})"
 
 
 class NumpyBackend(Backend):
@@ -92,100 +115,112 @@ class NumpyBackend(Backend):
     def copy_to(self, x, native, non_blocking: bool):
         if native is HOST:
             return x.copy()
-        return self._partner_for(native).copy_to(x, native, non_blocking)
+        return self._land(x, native)
 
     def copier(self, native, non_blocking: bool):
         if native is HOST:
             return _copy  # x.copy(), with no Python frame of devshim's per leaf
-        return self._partner_for(native).copier(native, non_blocking)
+        land = self._land
+        return lambda x: land(x, native)
 
-    # ------------------------------------------------------------ the accelerator partner
+    # ------------------------------------------------------------ other frameworks' devices
 
     def target(self, spec):
-        """The host for host specs; for a GPU, the accelerator partner's device (CuPy's).
+        """The host for host specs; for another framework's device, a ``Landing`` there.
 
-        ``device()`` stays host-only: only transfers of NumPy arrays reach the partner.
+        A framework's own device object (``torch.device``, a JAX ``Device``, a TensorFlow device,
+        an MXNet ``Context``, a ``cupy.cuda.Device``), or a ``ds.Device`` of that framework, is
+        where the array becomes that framework's tensor, on the CPU as on a GPU. A GPU spec
+        (``"gpu:1"``, ``"cuda:0"``) names the selected backend's GPU (CuPy's under the numpy and
+        cupy backends, as Chainer's ``to_gpu``). ``device()`` stays host-only.
         """
         try:
             return self._targets[spec]
         except (KeyError, TypeError):
             pass
-        try:
-            native = self.device(spec)
-        except (DeviceUnavailableError, BackendError) as refused:  # BackendError: virtual GPUs
-            if not self._names_a_gpu(spec):
-                raise
-            partner = self._accelerator_partner()
-            if partner is None or settings.virtual_device_count():
-                raise self._no_such_gpu(spec, refused) from None
-            native = partner.target(spec)
+        owner = self._owner_of(spec)
+        if owner is None:
+            if self._names_a_gpu(spec):  # resolved anew each call: it depends on the selected backend
+                owner = self._gpu_framework(spec)
+                return Landing(owner, owner.target(spec))
+            native = self.device(spec)  # the host, or the error saying what does not exist
+        else:
+            native = Landing(owner, owner.target(spec))
         if self._cacheable(spec):
             self._targets[spec] = native
             if native is HOST:
                 self.device_table().targets[spec] = _CPU
         return native
 
-    def _no_such_gpu(self, spec, refused) -> DeviceUnavailableError:
-        """The error for a NumPy array sent to a GPU: when the GPU is another framework's
-        device, the array has to become that framework's tensor (``ds.convert``) to go there."""
-        owner, place = self._gpu_owner(spec)
-        virtual = settings.virtual_device_count()
-        partner = "" if virtual else ('; or install CuPy (pip install cupy-cuda12x, or pip install '
-                                      '"devshim[cupy]" where devshim is installed), NumPy\'s GPU partner')
-        if owner is None:  # no framework here has that GPU: say what was refused
-            return DeviceUnavailableError(
-                f"{refused} NumPy has no GPU of its own: its arrays live on the host only. To put one "
-                f"on a framework's GPU, make it that framework's tensor there: ds.convert(x, 'torch', "
-                f"device={place!r}), say{partner}; or keep it on the host with ds.cpu()."
-            )
-        return DeviceUnavailableError(
-            f"x is a NumPy array, and NumPy has no GPU: its arrays live on the host only, and {place} is "
-            f"a {'virtual ' if virtual else ''}GPU of {owner}. Make x a {owner} tensor on that device: "
-            f"ds.convert(x, {owner!r}, device={place!r}){partner}; or keep it on the host with ds.cpu()."
-        )
-
-    def _gpu_owner(self, spec) -> tuple:
-        """(the backend whose GPU ``spec`` is, or None when none has it; the GPU's name): a
-        framework's own device object names its framework, a spec the selected backend."""
+    def _owner_of(self, spec):
+        """The adapter of the framework whose device object (or ``ds.Device``) ``spec`` is, when
+        that framework is not NumPy; None for NumPy's own and for spec strings."""
+        if type(spec) is str:
+            return None
         from devshim._device import describe_native
         from devshim.backends.registry import load_backend
-        from devshim.backends.selection import get_backend
-        from devshim.errors import DevshimError
 
-        described = spec if isinstance(spec, Device) else None if type(spec) is str else describe_native(spec)
-        place = str(described) if described is not None else str(spec)
-        owner = described.backend if described is not None and described.backend else get_backend().name
-        if owner == self.name:
-            return None, place
-        try:
-            load_backend(owner).device(spec if described is None or described.backend else place)
-        except DevshimError:
-            return None, place
-        return owner, place
+        described = spec if isinstance(spec, Device) else describe_native(spec)
+        if described is None or not described.backend or described.backend == self.name:
+            return None
+        return load_backend(described.backend)
 
-    def _accelerator_partner(self):
+    def _gpu_framework(self, spec):
+        """The framework whose GPU a spec names for a NumPy array: the selected backend's, or under
+        the numpy and cupy backends NumPy's accelerator partner (CuPy); an error naming what to do
+        when there is none."""
         from devshim.backends.registry import accelerator_partner
+        from devshim.backends.selection import get_backend
 
-        return accelerator_partner(self.name)
-
-    def _partner_for(self, native):
-        partner = self._accelerator_partner()
-        if partner is None or not (partner.is_loaded() and partner.is_native_device(native)):
-            raise DeviceUnavailableError(
-                f"NumPy arrays live on the host only, and {native!r} is not a device of NumPy's "
-                f"accelerator partner. Use ds.cpu(), or a CuPy device (pip install cupy-cuda12x)."
-            )
-        return partner
+        selected = get_backend()
+        if selected.name != self.name and selected.spec.host_partner != self.name:
+            return selected
+        partner = accelerator_partner(self.name)
+        virtual = settings.virtual_device_count()
+        if partner is not None and not virtual:
+            return partner
+        place = str(spec) if type(spec) is str else f"{spec.kind}:{spec.index}"
+        also = (f" Virtual GPUs ({settings.VIRTUAL_DEVICES_VAR}={virtual}) are the GPUs of torch, TensorFlow, "
+                f"JAX and MXNet, not CuPy's." if virtual else
+                " Install CuPy (pip install cupy-cuda12x, or pip install \"devshim[cupy]\" where devshim is "
+                "installed) to get CuPy arrays there, as Chainer's to_gpu does.")
+        raise DeviceUnavailableError(
+            f"{place} was asked for a NumPy array under the {selected.name} backend, and NumPy has no GPU: "
+            f"under the numpy and cupy backends a GPU is CuPy's.{also} Or make x a tensor of a GPU "
+            f"framework there: ds.convert(x, 'torch', device={place!r}), or select that framework "
+            f"(DEVSHIM_BACKEND=torch) and to_device makes one; or keep x on the host with ds.cpu()."
+        )
 
     def _names_a_gpu(self, spec) -> bool:
-        from devshim._device import describe_native as describe_native_device, parse_spec
+        from devshim._device import parse_spec
 
         if isinstance(spec, Device):
             return spec.kind == "gpu"
-        if type(spec) is str:
-            return parse_spec(spec).kind == "gpu"
-        described = describe_native_device(spec)
-        return described is not None and described.kind == "gpu"
+        if isinstance(spec, str):  # spec strings, and str subclasses that are no framework's device
+            try:
+                return parse_spec(str(spec)).kind == "gpu"
+            except DevshimError:
+                return False  # the host check says what is wrong with it
+        return False
+
+    def _land(self, x, landing):
+        """``x``'s values as a new tensor of ``landing``'s framework on its device (through the
+        framework's ``interop.from_host``, which takes a fresh array in native byte order)."""
+        from devshim.backends.registry import interop
+
+        owner = landing.adapter
+        if owner.spec.host_partner == self.name:  # its host arrays are NumPy's: its copy takes them (CuPy)
+            return owner.copy_to(x, landing.native, False)
+        array = self.fw.array(x, copy=True)
+        if not array.dtype.isnative:
+            array = array.astype(array.dtype.newbyteorder("="))
+        maker = interop(owner.name)
+        if maker is None:
+            raise BackendError(
+                f"The {owner.name} backend has no interop.py, so a NumPy array cannot become its tensor "
+                f"on {landing.native!r}. Make the tensor with the framework's own constructor."
+            )
+        return maker.from_host(owner, array, landing.native)
 
     def tensor_to_numpy(self, x):
         return self.fw.array(x, copy=True)

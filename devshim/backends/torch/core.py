@@ -193,8 +193,8 @@ class TorchBackend(Backend):
         NCCL, DDP and code that writes a bare "cuda" use it. Host and virtual devices: nothing."""
         if native.type in ("cpu", "meta", VIRTUAL_TYPE):
             return
-        accelerator = getattr(self.fw, "accelerator", None)
-        if accelerator is not None and hasattr(accelerator, "set_device_index"):
+        accelerator = self._accelerator_api("set_device_index")
+        if accelerator is not None:
             accelerator.set_device_index(native)
         else:
             self.fw.get_device_module(native.type).set_device(native)
@@ -287,12 +287,26 @@ class TorchBackend(Backend):
         )
 
     def _current_index(self, platform: str) -> int:
-        accelerator = getattr(self.fw, "accelerator", None)
-        if accelerator is not None and hasattr(accelerator, "current_device_index"):
+        accelerator = self._accelerator_api("current_device_index")
+        if accelerator is not None:
             return accelerator.current_device_index()
         if platform == "mps":
             return 0
         return self.fw.get_device_module(platform).current_device()
+
+    def _accelerator_api(self, function: str):
+        """``torch.accelerator`` when it speaks for this machine's accelerator and has ``function``;
+        else None, and the caller asks the device module (``torch.cuda``, ...) itself.
+
+        With devshim's virtual GPUs registered beside a real one (``vgpu`` fills torch's
+        out-of-tree slot, which ``torch.accelerator`` asks first), ``torch.accelerator`` speaks
+        for ``vgpu`` and refuses a ``cuda`` device ("cuda doesn't match the current accelerator
+        vgpu"); ``torch.cuda`` still speaks for CUDA."""
+        self.accelerator_platform()  # finds the platform, and whether torch.accelerator named it
+        accelerator = getattr(self.fw, "accelerator", None)
+        if self._by_accelerator and accelerator is not None and hasattr(accelerator, function):
+            return accelerator
+        return None
 
     def tensor_device(self, x) -> Device:
         native = x.device
@@ -416,9 +430,13 @@ class TorchBackend(Backend):
         torch = self.fw
         if platform == "cuda" and not torch.cuda.is_initialized():
             return  # no CUDA context yet: nothing was ever queued on a CUDA device
-        accelerator = getattr(torch, "accelerator", None)
-        sync = (accelerator.synchronize if accelerator is not None and hasattr(accelerator, "synchronize")
-                else torch.get_device_module(platform).synchronize)
+        accelerator = self._accelerator_api("synchronize")
+        if accelerator is not None:
+            sync = accelerator.synchronize
+        elif platform == "mps":  # torch.mps.synchronize takes no device: MPS has one
+            sync = lambda device: torch.mps.synchronize()  # noqa: E731
+        else:
+            sync = torch.get_device_module(platform).synchronize
         if native is None:
             for i in range(self.accelerator_count()):
                 sync(torch.device(platform, i))
