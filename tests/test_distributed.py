@@ -99,7 +99,7 @@ def rank_results(folder: Path, **env: str) -> dict:
 @pytest.mark.skipif(VIRTUAL, reason="the virtual-GPU pass runs the two ranks on virtual GPUs instead "
                     "(test_two_torchrun_ranks_on_virtual_gpus_each_take_their_own_allreduce_across_and_train_with_ddp)")
 def test_two_torchrun_ranks_on_the_cpu_place_allreduce_and_train_with_ddp(tmp_path):
-    results = rank_results(tmp_path)
+    results = rank_results(tmp_path, DEVSHIM_DEVICE="cpu")  # the CPU, on a GPU machine too
     for rank, r in results.items():
         assert r["process"] == {"launcher": "torchrun", "rank": rank, "local_rank": rank, "world_size": RANKS,
                                 "local_world_size": RANKS, "device": "cpu:0", "backend": "torch",
@@ -154,14 +154,16 @@ def test_the_ddp_example_on_two_nodes_of_two_processes_on_virtual_gpus():
 
 
 def test_the_ddp_example_runs_under_torchrun_and_alone():
+    """On the CPU, on any machine (DEVSHIM_DEVICE=cpu: two ranks sharing one real GPU is what
+    devshim's SharedDeviceWarning is about, and NCCL refuses it)."""
     example = str(TESTS.parent / "examples" / "ddp.py")
-    two = torchrun(example, DEVSHIM_VIRTUAL_DEVICES="0")
+    two = torchrun(example, DEVSHIM_VIRTUAL_DEVICES="0", DEVSHIM_DEVICE="cpu")
     assert two.returncode == 0, two.stdout + two.stderr
     for rank in range(RANKS):
         assert f"rank {rank} of {RANKS} (torchrun) on cpu:0" in two.stdout
         assert f"rank {rank}: the DDP step equals one step on the whole batch: True" in two.stdout
         assert f"rank {rank}: every rank holds the same weights: True" in two.stdout
-    alone = run_python("", example, timeout=240, DEVSHIM_VIRTUAL_DEVICES="0")
+    alone = run_python("", example, timeout=240, DEVSHIM_VIRTUAL_DEVICES="0", DEVSHIM_DEVICE="cpu")
     assert alone.returncode == 0, alone.stdout + alone.stderr
     assert "rank 0 of 1 (no launcher) on cpu:0" in alone.stdout
     assert "rank 0: the DDP step equals one step on the whole batch: True" in alone.stdout
@@ -184,9 +186,11 @@ def test_init_distributed_under_openmpi_variables_meets_at_master_port_on_one_ma
     """Two interpreters with mpirun's variables and MASTER_PORT (no MASTER_ADDR: all on this
     machine) start a gloo group from them and allreduce across it."""
     port = str(free_port())
+    # DEVSHIM_DEVICE=cpu: two ranks on this machine sharing one real GPU would each warn so (and
+    # NCCL refuses two ranks on one GPU); on the CPU the group is gloo on any machine.
     ranks = [start_python(OPENMPI_RANK, OMPI_COMM_WORLD_LOCAL_RANK=str(r), OMPI_COMM_WORLD_RANK=str(r),
                           OMPI_COMM_WORLD_SIZE="2", OMPI_COMM_WORLD_LOCAL_SIZE="2", MASTER_PORT=port,
-                          OMP_NUM_THREADS="1", **loopback_only())
+                          OMP_NUM_THREADS="1", DEVSHIM_DEVICE="cpu", **loopback_only())
              for r in range(RANKS)]
     seen = last_json_lines(ranks)
     for rank, info in enumerate(seen):
@@ -209,7 +213,15 @@ def world_of_one(setenv):
 def test_init_distributed_without_a_launcher_starts_a_world_of_one(world_of_one):
     info = world_of_one
     assert (info.launcher, info.rank, info.world_size) == (None, 0, 1)
-    assert info.process_group == "gloo" and info.device == ds.try_gpu(backend="torch")
+    assert info.device == ds.try_gpu(backend="torch")
+    # gloo on the CPU and on virtual GPUs; on a real GPU, torch's default pair (NCCL for CUDA)
+    own = info.device.type
+    if own in ("cpu", "vgpu"):
+        assert info.process_group == "gloo"
+    elif own == "cuda" and dist.is_nccl_available():
+        assert info.process_group == "cpu:gloo,cuda:nccl"
+    else:  # another accelerator: its own backend for its tensors, gloo for CPU tensors beside it
+        assert info.process_group.startswith("cpu:gloo,")
     assert dist.is_initialized() and dist.get_world_size() == 1
     assert ds.init_distributed() == info  # idempotent
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from helpers import run_python
+from machine import real_gpus
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 # Virtual GPUs where the framework has them, so the multi-device paths really run.
@@ -57,10 +58,13 @@ def test_use_gpu_runs_the_d2l_chapter_unchanged_under_each_framework(backend, va
         assert "ds.ensure_same_device(X, Y) says: Tensors are on different devices" in out
         assert "X + Y under transfer_guard('disallow') is refused" in out
         assert "the model's parameters are on gpu:0; net(X) is on gpu:0" in out
-    else:
-        assert f"{backend}: 0 GPU(s)" in out and "(no GPU 10: the CPU)" in out
-        assert "X is on cpu:0, Y is on cpu:0" in out and "would mix devices" not in out
-        assert "the model's parameters are on cpu:0; net(X) is on cpu:0" in out
+    else:  # as the machine is (its real GPUs, asked of the framework itself), or with them hidden
+        gpus = 0 if "DEVSHIM_DEVICE" in variables else real_gpus(backend)
+        x_on, y_on = ("gpu:0" if gpus else "cpu:0"), ("gpu:1" if gpus > 1 else "cpu:0")  # try_gpu(), try_gpu(1)
+        assert f"{backend}: {gpus} GPU(s)" in out and "(no GPU 10: the CPU)" in out
+        assert f"X is on {x_on}, Y is on {y_on}" in out and f"Y + Z is on {y_on}" in out
+        assert ("would mix devices" in out) == (x_on != y_on)
+        assert f"the model's parameters are on {x_on}; net(X) is on {x_on}" in out
 
 
 @pytest.mark.parametrize("backend", ["numpy", *D2L])
@@ -73,8 +77,12 @@ def test_check_gpu_says_where_exp_ran_and_what_skipping_the_copy_back_saves(back
     assert "returning a NumPy array each time (copied to the host):" in out
     assert "returning a handle on the device (no copy back):" in out and "as fast)" in out
     assert "result is [1.23178 1.61879 1.52278 ... 2.20772 2.29968 1.62323]" in out  # Theano's numbers
-    expected = ("used a virtual GPU, which computes on the CPU (device_of(result) is gpu:0)" if virtual == "2"
-                else "used the CPU (device_of(result) is cpu:0)")
+    if virtual == "2":
+        expected = "used a virtual GPU, which computes on the CPU (device_of(result) is gpu:0)"
+    elif real_gpus(backend):  # a GPU the framework itself sees (NumPy has none)
+        expected = "used the GPU (device_of(result) is gpu:0)"
+    else:
+        expected = "used the CPU (device_of(result) is cpu:0)"
     assert expected in out
 
 
@@ -84,7 +92,7 @@ def test_logging_on_gpu_counts_the_implicit_copies_of_logging_each_step(backend,
     if backend == "numpy" and virtual == "2":
         pytest.skip("NumPy has no virtual devices")
     out = run_example("logging_on_gpu.py", backend, "--steps", "20", DEVSHIM_VIRTUAL_DEVICES=virtual)
-    if virtual == "2":
+    if virtual == "2" or real_gpus(backend):  # a virtual GPU, or a real one the framework sees
         assert "on gpu:0, logging the norm of each" in out
         assert "logged to the host every step:" in out and "s, 20 implicit copies to the host" in out
     else:
@@ -124,7 +132,10 @@ def test_custom_function_checks_the_tutorials_functions_on_every_device(backend,
         assert out.splitlines() == ["numpy: ExpAdd's backward on cpu:0 equals numerical_grad's",
                                     "numpy: check_backward refuses: NumPy has no automatic differentiation"]
         return
-    places = ["cpu:0"] + (["gpu:0 (virtual)", "gpu:1 (virtual)"] if virtual == "2" else [])
+    if virtual == "2":
+        places = ["cpu:0", "gpu:0 (virtual)", "gpu:1 (virtual)"]
+    else:  # the CPU and each GPU the framework itself sees
+        places = ["cpu:0"] + [f"gpu:{i}" for i in range(real_gpus(backend))]
     for where in places:
         assert f"{backend}: ExpAdd and MulAdd on {where}: check_backward passed" in out
         assert f"{backend}: ExpAdd(x, y) on {where} equals NumPy's exp(x) + exp(y)" in out
@@ -143,7 +154,7 @@ def test_generic_softplus_example_runs_on_every_installed_framework(hide_gpus):
     printed = [line.split()[0] for line in result.stdout.splitlines()]
     expected = [name for name in ("numpy", "torch", "jax", "tensorflow", "mxnet")
                 if name in ds.available_backends()]
-    if "cupy" in ds.available_backends() and ds.num_gpus(backend="cupy"):
+    if not hide_gpus and real_gpus("cupy"):  # CuPy's arrays need a GPU: with them hidden it is left out
         expected.append("cupy")
     assert printed == expected
 

@@ -133,6 +133,19 @@ def test_a_value_already_held_on_the_host_is_read_without_a_new_transfer(gpu, fe
     assert report.total == 1
 
 
+def test_a_value_read_once_is_held_on_the_host_as_jax_holds_it(gpu):
+    """JAX's rule, on a real GPU and on virtual GPUs alike: once a value has been read to the host
+    (implicitly, or started with copy_to_host_async), reading it again is no transfer."""
+    x, y = fresh(gpu), fresh(gpu)
+    with quiet():
+        with ds.transfer_guard("log") as report:
+            first, again = x.tolist(), x.tolist()
+            y.copy_to_host_async()
+            np.asarray(y), y.tolist()
+    assert first == again == [1.0, 2.0, 3.0]
+    assert [event.what for event in report.events] == ["x.tolist()", "x.copy_to_host_async()"]
+
+
 def test_an_explicit_read_inside_a_log_block_marks_only_that_array(gpu):
     x, y = fresh(gpu), fresh(gpu)
     with quiet():

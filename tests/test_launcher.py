@@ -340,9 +340,10 @@ def test_the_jax_distributed_recipe_on_two_processes_of_a_fake_launcher():
     if "jax" not in ds.available_backends():
         pytest.skip("jax is not installed in this environment")
     port = str(free_port())
+    # JAX_PLATFORMS=cpu: the CPU machine this recipe is for, also where JAX sees a real GPU.
     ranks = [start_python(JAX_RECIPE, DEVSHIM_BACKEND="jax", DEVSHIM_VIRTUAL_DEVICES="2", COORDINATOR_PORT=port,
                           LOCAL_RANK=str(r), RANK=str(r), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
-                          PYTHONWARNINGS="error::UserWarning")
+                          PYTHONWARNINGS="error::UserWarning", JAX_PLATFORMS="cpu")
              for r in range(2)]
     outputs = last_json_lines(ranks)
     for rank, seen in enumerate(outputs):
@@ -372,8 +373,10 @@ def test_jax_distributed_alone_says_each_process_its_rank_and_gives_it_its_own_g
     if "jax" not in ds.available_backends():
         pytest.skip("jax is not installed in this environment")
     port = str(free_port())
+    # JAX_PLATFORMS=cpu: a machine without a GPU for JAX, as the "no-gpu" case says, on any machine.
     ranks = [start_python(JAX_DISTRIBUTED, DEVSHIM_BACKEND="jax", DEVSHIM_VIRTUAL_DEVICES=virtual,
-                          COORDINATOR_PORT=port, PROCESS_ID=str(r), PYTHONWARNINGS="error::UserWarning")
+                          COORDINATOR_PORT=port, PROCESS_ID=str(r), PYTHONWARNINGS="error::UserWarning",
+                          JAX_PLATFORMS="cpu")
              for r in range(2)]
     for rank, seen in enumerate(last_json_lines(ranks)):
         own = f"gpu:{rank}" if virtual == "2" else "cpu:0"

@@ -9,6 +9,7 @@ tox env's (``DEVSHIM_BACKEND``) and whose virtual devices are the pass's
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -16,6 +17,7 @@ import pytest
 import devshim as ds
 from devshim import settings
 from devshim.backends import backend_names, specs
+from machine import real_gpus
 
 pytest_plugins = ["pytester"]
 
@@ -128,17 +130,31 @@ def test_the_plugin_registers_its_markers_and_options_and_turns_off_with_p_no_de
 def test_a_project_that_does_not_use_devshim_starts_no_framework(pytester, fresh):
     """The plugin loads in every pytest run where devshim is installed: it must cost no
     framework import there (the header names the backend without starting it)."""
+    # Compared with the same run without devshim's plugin: other plugins (a lab image has many:
+    # pytest-benchmark, jaxtyping, ...) may import a framework themselves; devshim adds none.
     frameworks = sorted({spec.import_name for spec in specs().values()})
     pytester.makepyfile(f"""
-        import sys
+        import json, os, sys
 
-        def test_nothing_imported_a_framework():
-            assert [name for name in {frameworks!r} if name in sys.modules] == []
+        def test_record_the_frameworks_imported():
+            imported = [name for name in {frameworks!r} if name in sys.modules]
+            with open(os.environ["IMPORTED_LIST"], "w") as f:
+                json.dump(imported, f)
     """)
-    result = fresh()
-    result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([f"devshim: backend {selected()} (*); *"])
-    assert f"devshim {selected()} devices:" not in result.stdout.str()
+    imported = {}
+    for plugin in ("with", "without"):
+        listing = pytester.path / f"imported-{plugin}.json"
+        os.environ["IMPORTED_LIST"] = str(listing)  # (the subprocess inherits it; removed below)
+        try:
+            result = fresh(*(["-p", "no:devshim"] if plugin == "without" else []))
+        finally:
+            del os.environ["IMPORTED_LIST"]
+        result.assert_outcomes(passed=1)
+        imported[plugin] = json.loads(listing.read_text())
+        if plugin == "with":
+            result.stdout.fnmatch_lines([f"devshim: backend {selected()} (*); *"])
+            assert f"devshim {selected()} devices:" not in result.stdout.str()
+    assert imported["with"] == imported["without"], imported
 
 
 # ------------------------------------------------------------------ options
@@ -355,10 +371,14 @@ def test_virtual_devices_on_every_backend_and_an_implicit_copy_fails_the_guarded
     """One fresh process, every installed backend, two virtual GPUs: the option wins over
     the pass's DEVSHIM_VIRTUAL_DEVICES, and is set before any framework starts."""
     pytester.makeconftest(SCALAR_CONFTEST)
-    pytester.makepyfile("""
+    # A backend without virtual devices keeps the machine's own GPUs (asked of each framework itself).
+    real = {name: real_gpus(name) for name in ds.available_backends() if not specs()[name].virtual_devices}
+    pytester.makepyfile(f"""
         import os
         import pytest
         import devshim as ds
+
+        REAL_GPUS = {real!r}
 
         @pytest.mark.gpus(2)
         def test_devices(ds_backend, ds_device, ds_devices, scalar):
@@ -387,8 +407,9 @@ def test_virtual_devices_on_every_backend_and_an_implicit_copy_fails_the_guarded
             assert float(scalar(ds_backend, ds_device)) == 2.0
 
         def test_where_it_runs(ds_backend, ds_device, scalar):
-            if ds_backend == "numpy":   # no virtual devices: its CPU, as on a machine with real GPUs
-                assert ds.num_gpus() == 0 and str(ds.neutral_device(scalar(ds_backend, ds_device))) == "cpu:0"
+            if ds_backend in REAL_GPUS:   # no virtual devices: its CPU, as on a machine with real GPUs
+                assert ds.num_gpus() == REAL_GPUS[ds_backend]
+                assert str(ds.neutral_device(scalar(ds_backend, ds_device))) == "cpu:0"
             else:
                 assert ds.num_gpus() == 2
     """)

@@ -15,6 +15,7 @@ import devshim as ds
 from devshim import cli, selftest, settings
 from devshim.selftest import checks, report, runner
 from helpers import run_python
+from machine import real_gpus
 
 VIRTUAL = os.environ.get(settings.VIRTUAL_DEVICES_VAR, "").strip()
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -58,8 +59,13 @@ def test_the_report_carries_versions_devices_and_each_check(full_run):
         guarded = [n for n in installed_here() if n in ("torch", "tensorflow", "mxnet", "jax")]
         if guarded:  # the guard checks really ran, on the virtual GPUs
             assert "PASS  guard        implicit host reads refused on gpu:0 (virtual), gpu:1 (virtual)" in out
-    else:
+    elif not any(real_gpus(name) for name in installed_here()):  # asked of each framework itself
         assert "sees no GPU here" in out  # the GPU checks say why they were skipped
+    else:  # a GPU machine: the GPU checks ran on the real GPU of a framework that sees one
+        with_gpu = next(name for name in installed_here() if real_gpus(name))
+        section = out.split(f"\n{with_gpu} (", 1)[1].split("\n\n", 1)[0]
+        assert "PASS  guard        implicit host reads refused on gpu:0" in section or with_gpu in ("numpy", "cupy")
+        assert "PASS  conformance  exact copies on cpu:0, gpu:0" in section
 
 
 def test_json_report_is_machine_readable_and_consistent(capsys):

@@ -97,9 +97,11 @@ def test_devshim_device_cpu_hides_the_accelerator_too(bk, monkeypatch, setenv):
 def test_without_torch_accelerator_the_old_checks_are_used(bk, monkeypatch):
     monkeypatch.delattr(torch, "accelerator", raising=False)  # (torch before 2.6 has none)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)  # (no CUDA GPU, on a CUDA machine too)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
     if hasattr(torch, "xpu"):
         monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
+        monkeypatch.setattr(torch.xpu, "device_count", lambda: 0)
     settings.reload()
     assert bk.accelerator_platform() == "mps"
     assert ds.num_gpus() == 1 and ds.try_gpu() == torch.device("mps", 0)

@@ -28,7 +28,9 @@ def on_accelerator(harness):
 
 
 def test_a_task_created_in_a_disallow_block_keeps_the_level_after_the_block_exits(harness, on_accelerator):
-    x = on_accelerator
+    # Each task reads a tensor of its own: a value read once may stay on the host (JAX keeps a GPU
+    # array's host copy), and the task's read must be a transfer to be refused.
+    x, own = on_accelerator, harness.tensor(2.0, device=ds.device_of(on_accelerator))
     how, read = harness.host_reads()[0]
 
     async def main():
@@ -45,7 +47,7 @@ def test_a_task_created_in_a_disallow_block_keeps_the_level_after_the_block_exit
         with ds.transfer_guard("disallow"):
             task = asyncio.get_running_loop().create_task(reader())
         assert lifecycle.installed(), "the task can still run: its level must keep the hooks in"
-        read(x)  # this task's own level is "allow" again
+        read(own)  # this task's own level is "allow" again
         go.set()
         return await task
 

@@ -104,11 +104,24 @@ _NUMPY_READERS = ("asarray", "array", "asanyarray")
 # ndarray operator (ndarray + x), which deferred to JAX's reflected operator before.
 _OPERATOR_CODES = {dis.opmap[name] for name in ("BINARY_OP", "COMPARE_OP") if name in dis.opmap}
 _local = threading.local()
-_fetched: dict = {}  # id(array) -> weakref, for virtual-GPU arrays read explicitly (held on host)
+_fetched: dict = {}  # id(array) -> weakref, for arrays whose value devshim saw read (held on host)
+_JAX_MARKS = _internals.GUARD_LIB.get()  # JAX's thread-local marks of its own explicit transfers
+
+
+def _explicit_in_jax() -> bool:
+    """Whether JAX itself is making an explicit transfer in this thread (inside jax.device_put,
+    which reads an array on the host to move it between backends, or jax.device_get)."""
+    if _JAX_MARKS is None:
+        return False
+    marks = _JAX_MARKS.thread_local_state()
+    return bool(marks.explicit_device_get or marks.explicit_device_put)
 
 
 def _what(depth: int = 8):
-    """How the read looks in the user's code, or None when JAX's device_get is making it."""
+    """How the read looks in the user's code, or None when JAX's device_get (or device_put) is
+    making it."""
+    if _explicit_in_jax():
+        return None
     frame = sys._getframe(2)
     found = None
     for _ in range(depth):
@@ -133,15 +146,19 @@ def _device_place(x):
 
 
 def _fetched_explicitly(x) -> bool:
-    """Whether devshim remembers x (a virtual-GPU array) as read explicitly: held on the host."""
+    """Whether devshim remembers x's value as read to the host already (so held there)."""
     ref = _fetched.get(id(x))
     return ref is not None and ref() is x
 
 
 def _remember_fetched(x, place) -> None:
-    """A virtual-GPU array was read explicitly: its value counts as held on the host from now."""
-    if place is None or not place.virtual:
-        return  # a real device's value is cached by JAX itself (_HOST_COPY)
+    """x's value was read to the host (explicitly, or by a read devshim let through): it counts
+    as held there from now on, as JAX's rule is. JAX keeps such a copy of a real device's array,
+    but not always where devshim can see it (after copy_to_host_async, which jax.device_get
+    starts with, the copy is held in C++ and _npy_value stays None); a virtual GPU is a CPU
+    device, whose arrays JAX 0.10 and later keeps no host copy of at all."""
+    if place is None:
+        return
     key = id(x)
     try:
         _fetched[key] = weakref.ref(x, lambda _, key=key: _fetched.pop(key, None))
@@ -186,7 +203,9 @@ def _guarded_value(original):
                     _remember_fetched(self, place)
                     return getter(self)
                 implicit("device_to_host", READ, what, place, Device("cpu"), state)
-                return _read_after_report(getter, self)
+                value = _read_after_report(getter, self)
+                _remember_fetched(self, place)
+                return value
         return getter(self)
 
     mark_wrapper(_value, getter)
@@ -199,7 +218,9 @@ def _guarded_item(original):
         place = _needs_report(self, state)
         if place is not None:
             implicit("device_to_host", READ, "x.item()", place, Device("cpu"), state)
-            return _read_after_report(original, self, *args)
+            value = _read_after_report(original, self, *args)
+            _remember_fetched(self, place)
+            return value
         return original(self, *args)
 
     mark_wrapper(item, original)
@@ -215,7 +236,9 @@ def _guarded_numpy_reader(name, original):
             place = _needs_report(a, state)
             if place is not None:
                 implicit("device_to_host", READ, what, place, Device("cpu"), state)
-                return _read_after_report(original, a, *args, **kwargs)
+                value = _read_after_report(original, a, *args, **kwargs)
+                _remember_fetched(a, place)
+                return value
         return original(a, *args, **kwargs)
 
     reader.__name__ = reader.__qualname__ = name
@@ -240,14 +263,18 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
     state = current()
     what = f"np.{ufunc.__name__}{'' if method == '__call__' else '.' + method}(x, ...)"
     arrays = list(inputs) + list(kwargs.get("out", ()) or ())
+    reported = []
     for a in arrays:
         place = _needs_report(a, state)
         if place is not None:
-            implicit("device_to_host", READ, what, place, Device("cpu"), state)
-            break
+            if not reported:
+                implicit("device_to_host", READ, what, place, Device("cpu"), state)
+            reported.append((a, place))
     getter = JaxGuardHooks.original(*_VALUE).fget
     with marker.explicit(), jax.transfer_guard_device_to_host(ALLOW):
         host = [_host_value(getter, a) for a in inputs]
+    for a, place in reported:
+        _remember_fetched(a, place)
     return getattr(ufunc, method)(*host, **kwargs)
 
 
@@ -255,12 +282,16 @@ def _guarded_copy_to_host_async(original):
     def copy_to_host_async(self):
         state = current()
         place = _needs_report(self, state)
-        if place is not None and _CHECKING_KEY is not None and _guard_lib.thread_local_state().explicit_device_get:
+        if place is not None and _explicit_in_jax():
             place = None  # jax.device_get starts its explicit copy with this
         if place is not None:
             implicit("device_to_host", READ, "x.copy_to_host_async()", place, Device("cpu"), state)
-            return _read_after_report(original, self)
-        return original(self)
+            result = _read_after_report(original, self)
+        else:
+            result = original(self)
+        if state.checking:  # the value is on its way to the host: later reads are no transfer
+            _remember_fetched(self, _device_place(self))
+        return result
 
     mark_wrapper(copy_to_host_async, original)
     return copy_to_host_async
@@ -466,9 +497,12 @@ def _jax_device(pattern, message: str, fallback):
     return _device_by_id(int(found.group(1)), fallback)
 
 
-def _device_by_id(index: int, fallback):
-    """devshim's Device for JAX's device id ``index`` (another process's: ``fallback``)."""
-    for native in jax.devices():
+def _device_by_id(index: int, fallback, platform=None):
+    """devshim's Device for JAX's device id ``index`` on ``platform`` ("CPU", "gpu"; None: the
+    default backend's, then the host's), or ``fallback`` (another process's device). Ids are per
+    platform: virtual GPUs are CPU devices, and on a GPU machine a CPU and a GPU share id 0."""
+    platforms = [platform.lower()] if platform else [None, "cpu"]
+    for native in _devices_of(platforms):
         if native.id == index:
             try:
                 return load_backend("jax").describe(native)
@@ -481,7 +515,17 @@ def _device_by_id(index: int, fallback):
 # raised whatever the guard's level), and the device ids its message names.
 _INCOMPATIBLE = "Received incompatible devices for jitted computation"
 _INCOMPATIBLE_PATTERN = re.compile(re.escape(_INCOMPATIBLE))
-_DEVICE_IDS = re.compile(r"device ids \[([\d, ]+)\]")
+_DEVICE_IDS = re.compile(r"device ids \[([\d, ]+)\](?: on platform (\w+))?")
+
+
+def _devices_of(platforms) -> list:
+    found = []
+    for platform in platforms:
+        try:
+            found.extend(jax.devices(platform))
+        except RuntimeError:  # no such platform here
+            continue
+    return found
 
 
 def _mixed_devices(error):
@@ -490,8 +534,9 @@ def _mixed_devices(error):
     message = str(error)
     if _INCOMPATIBLE not in message:
         return None
-    ids = {int(i) for group in _DEVICE_IDS.findall(message) for i in group.split(",") if i.strip()}
-    places = sorted({str(_device_by_id(i, f"JAX device id {i}")) for i in ids})
+    ids = {(int(i), platform or None) for group, platform in _DEVICE_IDS.findall(message)
+           for i in group.split(",") if i.strip()}
+    places = sorted({str(_device_by_id(i, f"JAX device id {i}", platform)) for i, platform in ids})
     return mixed_devices_refused("JAX", error, ValueError, _INCOMPATIBLE_PATTERN,
                                  f" ({', '.join(places)})" if places else "")
 

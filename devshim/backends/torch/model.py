@@ -127,7 +127,9 @@ def _restore(saved: list, moved: list) -> None:
     with torch.no_grad():
         for owner, kind, name, tensor, data, grad in saved:
             if kind == "param":
-                if tensor.device != data.device:
+                # module.to above brought a block back with a copy (new memory, when it had
+                # reached another device): the parameter takes its own memory back, as it was.
+                if tensor.device != data.device or not _same_memory(tensor, data):
                     try:
                         tensor.data = data
                     except Exception:  # noqa: BLE001 - a pair torch cannot swap in place (virtual GPUs):
@@ -137,6 +139,13 @@ def _restore(saved: list, moved: list) -> None:
                 getattr(owner, slots[0])[name] = tensor
             else:
                 getattr(owner, slots[1])[name] = tensor
+
+
+def _same_memory(a, b) -> bool:
+    try:
+        return a.data_ptr() == b.data_ptr()
+    except (RuntimeError, NotImplementedError):  # a tensor without storage to compare
+        return True
 
 
 def _copier(native):
