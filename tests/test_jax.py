@@ -19,6 +19,7 @@ import ml_dtypes  # noqa: E402
 
 from devshim.backends.jax.core import JaxBackend  # noqa: E402
 from helpers import run_python as run_fresh  # noqa: E402
+from machine import real_gpus  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -220,6 +221,32 @@ def test_synchronize_waits_for_a_value_and_skips_tracers():
 
 
 # ------------------------------------------------------------ several host devices, fresh processes
+
+
+def test_virtual_gpus_beside_a_real_gpu_leave_it_working():
+    """Testing 4-GPU code on a 1-GPU workstation: devshim's gpu:i are the virtual GPUs (JAX host
+    devices), and the real GPU keeps working through its own jax.Device, to and from a virtual one."""
+    if not real_gpus("jax"):
+        pytest.skip("needs a GPU JAX itself sees: virtual GPUs beside a real one")
+    result = run_python("""
+        import jax, jax.numpy as jnp, numpy as np
+        import devshim as ds
+
+        assert ds.num_gpus() == 2 and ds.neutral_device(jnp.ones(1)).virtual  # devshim's gpu:0, the default
+        real = next(d for d in jax.devices() if d.platform != "cpu")
+        x = jax.device_put(np.arange(6.0, dtype=np.float32), real)
+        assert not ds.neutral_device(x).virtual and ds.device_of(x) == real
+        on_virtual = ds.to_device(x, ds.try_gpu(1))
+        back = ds.to_device(on_virtual, real)
+        assert ds.neutral_device(on_virtual).virtual and ds.device_of(back) == real
+        np.testing.assert_array_equal(ds.to_numpy(back), np.arange(6.0))
+        assert ds.copy_if_needed(x, real) is x
+        ds.synchronize(x)
+        assert ds.benchmark(lambda: x * 2, warmup=1, min_run_time=0.01).median > 0
+        print("BESIDE OK")
+    """, DEVSHIM_VIRTUAL_DEVICES="2")
+    assert result.returncode == 0, result.stderr
+    assert "BESIDE OK" in result.stdout
 
 
 def test_sharded_arrays_have_no_one_device_and_are_gathered_by_to_device():

@@ -630,6 +630,27 @@ def test_synchronize_and_timing_work_on_virtual_gpus(vgpu):
     assert timer.avg() >= 0
 
 
+@pytest.mark.skipif(not real_gpus("torch") or not torch.cuda.is_available(),
+                    reason="needs a real CUDA GPU (asked of torch itself): virtual GPUs beside real ones")
+def test_virtual_gpus_beside_a_real_gpu_leave_it_working(vgpu):
+    """Testing 4-GPU code on a 1-GPU workstation: the virtual GPUs are devshim's gpu:i, and the real
+    GPU keeps working through its own device objects, also across to and from a virtual one."""
+    cuda = torch.device("cuda", 0)
+    assert ds.num_gpus() == 2 and ds.try_gpu() == torch.device("vgpu", 0)
+    x = torch.arange(6.0, device=cuda).reshape(2, 3)
+    on_virtual = ds.to_device(x, ds.try_gpu(1))
+    back = ds.to_device(on_virtual, cuda)
+    assert on_virtual.device == torch.device("vgpu", 1) and back.device == cuda and torch.equal(back, x)
+    assert ds.copy_if_needed(x, cuda) is x and ds.neutral_device(x) == ds.Device("gpu", 0)
+    assert not ds.neutral_device(x).virtual and ds.neutral_device(on_virtual).virtual
+    with ds.Timer(cuda) as timer:
+        (x @ x.T).sum().item()
+    measured = ds.benchmark(lambda: x @ x.T, device=cuda, warmup=1, min_run_time=0.01)
+    ds.synchronize(), ds.synchronize(x)
+    assert timer.avg() > 0 and measured.median > 0
+    assert np.array_equal(ds.to_numpy(back), x.cpu().numpy())
+
+
 def test_virtual_gpus_beside_a_real_gpu_leave_waiting_for_it_to_its_own_module(vgpu, monkeypatch):
     """On a CUDA machine with virtual GPUs on, torch.accelerator speaks for vgpu and refuses a cuda
     device ("cuda doesn't match the current accelerator vgpu"): devshim waits for the real GPU

@@ -1,0 +1,344 @@
+"""The project's check on a machine with a real GPU, in one run: the test suite per installed
+backend (plain, and on virtual GPUs beside the real ones), `devshim selftest`, every
+`devshim bench` experiment, and one summary.
+
+For a machine whose Python already holds the frameworks (a lab or cloud GPU image) and that may
+have no network. Nothing is installed into that Python: it runs this checkout through
+``PYTHONPATH``, beside a temporary folder that registers devshim's pytest plugin and command as
+an editable install would (no dependency is installed, no build backend runs). Packages the suite needs that the image lacks are named, with how to bring
+them as wheels (``--wheels``).
+
+    python tools/gpu_check.py --out gpu-check        # about 5 minutes on 16 cores
+    python tools/gpu_check.py --backends torch --no-virtual --no-bench
+
+The summary (``summary.md`` in ``--out``, also printed) gives, per suite pass, the counts of
+passed, failed and skipped tests and each failure's first line; the selftest verdict; each
+bench experiment's table. The full logs lie beside it: ``suites.log``, ``selftest.txt``,
+``bench.txt``. Exit status 0 when every pass ran without a failure and the selftest passed.
+docs/contributing.md explains how to run it and what to do with its results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import fnmatch
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FRAMEWORKS = ("torch", "tensorflow", "jax", "mxnet", "cupy", "numpy")
+#: Virtual GPUs per backend in the second pass, as tox.ini's envs ask for them.
+VIRTUAL = {"torch": 2, "tensorflow": 2, "mxnet": 2, "jax": 4}
+#: What the virtual pass runs beside the real GPUs (--full-virtual: everything): the contract, and
+#: what virtual GPUs beside real ones can break (waiting, timing, defaults, the guard).
+VIRTUAL_TESTS = ("tests/conformance", "tests/test_virtual_devices.py", "tests/test_timing.py",
+                 "tests/test_torch_virtual.py", "tests/test_jax.py", "tests/test_jax_guard.py",
+                 "tests/test_tensorflow.py", "tests/test_mxnet.py", "tests/test_examples.py")
+#: The test files of one framework: a backend's pass leaves the other frameworks' files to their
+#: own passes, as each tox env holds one framework (the conformance suite runs on every installed
+#: backend in every pass, through its harnesses).
+OWN_FILES = {
+    "torch": ("test_torch*.py", "test_d2l_torch_chapters.py", "test_distributed.py"),
+    "tensorflow": ("test_tensorflow.py", "test_d2l_tensorflow_chapters.py"),
+    "jax": ("test_jax*.py", "test_d2l_jax_chapters.py"),
+    "mxnet": ("test_mxnet.py",),
+    "cupy": ("test_cupy.py",),
+}
+#: What the suite imports besides the frameworks: (module, distribution, needed by).
+SUITE_NEEDS = (
+    ("pytest", "pytest", "the suite"),
+    ("hypothesis", "hypothesis", "the suite"),
+    ("array_api_compat", "array-api-compat==1.16.0", "ds.array_module on torch (torch's ops, the selftest)"),
+    ("expecttest", "expecttest==0.3.0", "torch's device-generic tests on virtual GPUs"),
+)
+OPTIONAL = (
+    ("xdist", "pytest-xdist", "running each pass on several cores (else one process per pass)"),
+    ("matplotlib", "matplotlib", "the bench plots' tests"),
+    ("tqdm", "tqdm", "progress bars (plain lines without)"),
+)
+# Every process the check starts runs with these. JAX takes 75% of a GPU's memory at its first
+# array unless told otherwise, TensorFlow all of it: several test processes share the GPU here, so
+# each takes what it uses. (_checkout_in_use adds PYTHONPATH.)
+SHARED_GPU = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+              "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def main(argv=None) -> int:
+    args = _arguments(argv)
+    started = time.monotonic()
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    summary = [f"# devshim GPU check ({time.strftime('%Y-%m-%d %H:%M')})", "", *_machine()]
+    missing = _missing(summary, args.wheels)
+    if missing and not args.wheels:
+        summary += _how_to_bring(missing)
+        return _finish(out, summary, ok=False)
+    with tempfile.TemporaryDirectory(prefix="devshim-gpu-check-") as scratch:
+        SHARED_GPU.update(_checkout_in_use(Path(scratch), args.wheels))
+        python = sys.executable
+        backends = [name for name in (args.backends or FRAMEWORKS) if _installed(name)]
+        ok = _suites(python, backends, args, out, summary, started)
+        ok = _selftest(python, backends, out, summary) and ok
+        if not args.no_bench:
+            _bench(python, out, summary, args.bench_time)
+        _extras(python, out, summary)
+    summary.append(f"\ntotal: {time.monotonic() - started:.0f} s")
+    return _finish(out, summary, ok)
+
+
+def _arguments(argv):
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--out", default="gpu-check", help="folder for the summary and the logs")
+    parser.add_argument("--backends", nargs="+", choices=FRAMEWORKS, help="default: every installed one")
+    parser.add_argument("--no-virtual", action="store_true", help="no second pass on virtual GPUs")
+    parser.add_argument("--full-virtual", action="store_true", help="the whole suite in the virtual passes too")
+    parser.add_argument("--no-bench", action="store_true", help="no devshim bench experiments")
+    parser.add_argument("--wheels", help="a folder of wheels for what the image lacks (pip download ...)")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="pytest-xdist workers in all (default: one per CPU; many tests wait on interpreters)")
+    parser.add_argument("--parallel", type=int, default=6, help="suite passes run at once")
+    parser.add_argument("--pass-time", type=int, default=270, help="seconds one suite pass may take")
+    parser.add_argument("--bench-time", type=int, default=60, help="seconds one bench experiment may take")
+    parser.add_argument("pytest_args", nargs="*", help="passed to pytest after --, e.g. -- -k guard")
+    return parser.parse_args(argv)
+
+
+# ------------------------------------------------------------------ the machine and the image
+
+
+def _machine() -> list:
+    lines = [f"- Python {sys.version.split()[0]} ({sys.executable}), {os.cpu_count()} CPUs, checkout {ROOT}"]
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        query = subprocess.run([smi, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=60)
+        for gpu in query.stdout.strip().splitlines():
+            lines.append(f"- GPU: {gpu.strip()}")
+    else:
+        lines.append("- no nvidia-smi on PATH")
+    versions = []
+    for name in FRAMEWORKS:
+        version = _version(name)
+        if version:
+            versions.append(f"{name} {version}")
+    lines.append(f"- frameworks: {', '.join(versions) or 'none'}")
+    return lines
+
+
+def _version(module: str):
+    if importlib.util.find_spec(module) is None:
+        return None
+    for distribution in (module, f"{module}-cpu", "cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x"):
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "installed"
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _missing(summary: list, wheels) -> list:
+    missing = [(module, dist, why) for module, dist, why in SUITE_NEEDS if not _installed(module)]
+    absent = [f"{dist} ({why})" for module, dist, why in OPTIONAL if not _installed(module)]
+    if absent:
+        summary.append(f"- optional, absent: {'; '.join(absent)}")
+    if missing:
+        where = f"brought as wheels from {wheels}" if wheels else "missing"
+        summary.append(f"- {where} for the suite: {', '.join(dist for _, dist, _ in missing)}")
+    return missing
+
+
+def _how_to_bring(missing: list) -> list:
+    names = " ".join(dist for _, dist, _ in missing)
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return ["", "The suite needs packages this Python lacks. On a machine with network access:", "",
+            f"    pip download --no-deps --only-binary=:all: --python-version {version} -d wheels {names}",
+            "", "then copy the wheels folder here and run again with --wheels wheels (nothing is installed "
+            "into this Python: they go into the check's own temporary environment)."]
+
+
+def _checkout_in_use(scratch: Path, wheels) -> dict:
+    """The variables under which this Python runs this checkout as an editable install would:
+    ``PYTHONPATH`` names the checkout and a folder holding a dist-info, whose entry points
+    register the pytest plugin and the ``devshim`` command, and the wheels given, unpacked. No
+    build backend runs and nothing is written into the image's Python (whose setuptools may be
+    older than pyproject.toml asks, with no network to fetch another)."""
+    site = scratch / "site"
+    site.mkdir()
+    version = _checkout_version()
+    info = site / f"devshim-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: devshim\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text("[console_scripts]\ndevshim = devshim.cli:main\n\n"
+                                           "[pytest11]\ndevshim = devshim.pytest_plugin\n")
+    for wheel in sorted(Path(wheels).glob("*.whl")) if wheels else ():
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extractall(site)
+    paths = [str(ROOT), str(site), os.environ.get("PYTHONPATH", "")]
+    return {"PYTHONPATH": os.pathsep.join(path for path in paths if path)}
+
+
+def _checkout_version() -> str:
+    for line in (ROOT / "devshim" / "__init__.py").read_text().splitlines():
+        if line.startswith("__version__"):
+            return line.split("=", 1)[1].strip().strip("\"'")
+    return "0"
+
+
+# ------------------------------------------------------------------ the suite
+
+
+def _passes(backends: list, no_virtual: bool) -> list:
+    found = [(name, 0) for name in backends]
+    if not no_virtual:
+        found += [(name, VIRTUAL[name]) for name in backends if name in VIRTUAL]
+    return found
+
+
+def _suites(python: str, backends: list, args, out: Path, summary: list, started: float) -> bool:
+    passes = _passes(backends, args.no_virtual)
+    workers = args.workers or max(2, os.cpu_count() or 4)
+    parallel = max(1, min(args.parallel, len(passes)))
+    each = max(1, workers // parallel) if _installed("xdist") else 0
+    summary += ["", f"## Test suite ({len(passes)} passes, {parallel} at a time, {each or 'no'} xdist workers each)", "",
+                "| pass | passed | failed | errors | skipped | seconds |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
+        results = list(pool.map(lambda p: _one_pass(python, p, each, args, out), passes))
+    ok = True
+    failures = []
+    with open(out / "suites.log", "w") as log:
+        for (name, virtual), result in zip(passes, results):
+            label = f"{name}" + (f" on {virtual} virtual GPUs" if virtual else "")
+            counts, text, seconds = result
+            log.write(f"\n######## {label}\n{text}")
+            summary.append(f"| {label} | {counts.get('passed', '?')} | {counts.get('failed', '?')} | "
+                           f"{counts.get('errors', '?')} | {counts.get('skipped', '?')} | {seconds:.0f} |")
+            ok = ok and counts.get("failed") == 0 and counts.get("errors") == 0
+            failures += [f"- {label}: {line}" for line in counts.get("failures", [])]
+    if failures:
+        summary += ["", "Failures (first line of each; suites.log has the tracebacks):", "", *failures]
+    return ok
+
+
+def _one_pass(python: str, which: tuple, workers: int, args, out: Path):
+    name, virtual = which
+    report = out / f".junit-{name}-{virtual}.xml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEVSHIM_")}
+    env.update(SHARED_GPU, DEVSHIM_BACKEND=name)
+    if virtual:
+        env["DEVSHIM_VIRTUAL_DEVICES"] = str(virtual)
+    others = [f"tests/{pattern}" for other, patterns in OWN_FILES.items() if other != name for pattern in patterns]
+    selection = ["tests"]
+    if virtual and not args.full_virtual:  # (pytest collects a file named here even where --ignore-glob matches it)
+        selection = [path for path in VIRTUAL_TESTS if not any(fnmatch.fnmatch(path, other) for other in others)]
+    others = [f"--ignore-glob={pattern}" for pattern in others]
+    command = [python, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", f"--junitxml={report}",
+               *(["-n", str(workers)] if workers else []), *others, *args.pytest_args, *selection]
+    began = time.monotonic()
+    try:
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.pass_time)
+        text = done.stdout + done.stderr
+    except subprocess.TimeoutExpired as late:
+        text = f"{_text(late.stdout)}{_text(late.stderr)}\nTIMEOUT after {args.pass_time} s"
+    counts = _junit_counts(report)
+    report.unlink(missing_ok=True)
+    return counts, text, time.monotonic() - began
+
+
+def _text(value) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else (value or "")
+
+
+def _junit_counts(report: Path) -> dict:
+    if not report.exists():
+        return {"failures": ["no report: the pass did not finish (see suites.log)"]}
+    root = ElementTree.parse(report).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root)
+    total = {key: sum(int(s.get(key, 0)) for s in suites) for key in ("tests", "failures", "errors", "skipped")}
+    lines = []
+    for case in root.iter("testcase"):
+        for problem in list(case.findall("failure")) + list(case.findall("error")):
+            message = (problem.get("message") or "").strip().splitlines()
+            lines.append(f"{case.get('classname')}::{case.get('name')}: {message[0][:200] if message else ''}")
+    passed = total["tests"] - total["failures"] - total["errors"] - total["skipped"]
+    return {"passed": passed, "failed": total["failures"], "errors": total["errors"], "skipped": total["skipped"],
+            "failures": lines}
+
+
+# ------------------------------------------------------------------ selftest, bench, extras
+
+
+def _selftest(python: str, backends: list, out: Path, summary: list) -> bool:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEVSHIM_")}
+    env.update(SHARED_GPU)
+    selected = [part for name in backends for part in ("--backend", name)]
+    done = subprocess.run([python, "-m", "devshim", "selftest", *selected], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    (out / "selftest.txt").write_text(done.stdout + done.stderr)
+    verdict = next((line for line in reversed(done.stdout.splitlines()) if line.startswith("verdict:")), "no verdict")
+    failed = [line.strip() for line in done.stdout.splitlines() if line.strip().startswith("FAIL ")]
+    summary += ["", "## devshim selftest", "", verdict, *(f"- {line}" for line in failed)]
+    return done.returncode == 0
+
+
+def _bench(python: str, out: Path, summary: list, seconds: int) -> None:
+    listing = subprocess.run([python, "-c", "from devshim.bench.experiments import experiments\n"
+                              "import json; print(json.dumps({n: e.per_backend for n, e in experiments().items()}))"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+    summary += ["", "## devshim bench", ""]
+    if listing.returncode != 0:
+        summary.append(f"could not list the experiments: {listing.stderr[-500:]}")
+        return
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEVSHIM_")}
+    env.update(SHARED_GPU)
+    with open(out / "bench.txt", "w") as log:
+        for name, per_backend in json.loads(listing.stdout).items():
+            command = [python, "-m", "devshim", "bench", name, "--min-run-time", "0.05", "--no-progress",
+                       *(["--backend", "all"] if per_backend else [])]
+            try:
+                done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=seconds)
+                text, status = done.stdout + done.stderr, ("ok" if done.returncode == 0 else f"FAILED ({done.returncode})")
+            except subprocess.TimeoutExpired as late:
+                text, status = _text(late.stdout) + _text(late.stderr), f"stopped after {seconds} s"
+            log.write(f"\n######## bench {name}: {status}\n{text}")
+            table = [line for line in text.splitlines() if line.startswith("|") or line.startswith(("!", "*"))]
+            summary += [f"### {name}: {status}", "", *table, ""]
+
+
+def _extras(python: str, out: Path, summary: list) -> None:
+    """Checks in tools/ that compare devshim with the frameworks' own figures on this GPU."""
+    for script in ("gpu_memory_check.py",):
+        path = ROOT / "tools" / script
+        if not path.exists():
+            continue
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DEVSHIM_")}
+        env.update(SHARED_GPU)
+        done = subprocess.run([python, str(path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        (out / f"{path.stem}.txt").write_text(done.stdout + done.stderr)
+        summary += ["", f"## tools/{script} (exit {done.returncode})", "", "```", done.stdout[-6000:], "```"]
+
+
+def _finish(out: Path, summary: list, ok: bool) -> int:
+    summary.append(f"\nresult: {'PASSED' if ok else 'FAILED'}")
+    text = "\n".join(summary) + "\n"
+    (out / "summary.md").write_text(text)
+    print(text)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
