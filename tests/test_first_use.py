@@ -43,7 +43,7 @@ def first_calls(i):
     barrier.wait()
     kind = i % 4
     if kind == 0:
-        out = ds.to_device(x, "cpu")
+        out = ds.to_device(x, ds.device_of(x))  # (to "cpu" a CuPy array would become NumPy's)
         assert type(out) is type(x) and out is not x, out
     elif kind == 1:
         with ds.use_backend("numpy"):

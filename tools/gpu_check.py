@@ -188,8 +188,24 @@ def _checkout_in_use(scratch: Path, wheels) -> dict:
     for wheel in sorted(Path(wheels).glob("*.whl")) if wheels else ():
         with zipfile.ZipFile(wheel) as archive:
             archive.extractall(site)
+    (site / f"{_PLUGIN}.py").write_text(_PLUGIN_SOURCE)
     paths = [str(ROOT), str(site), os.environ.get("PYTHONPATH", "")]
     return {"PYTHONPATH": os.pathsep.join(path for path in paths if path)}
+
+
+#: A pytest plugin the passes load (-p): each test's outcome written as it is reported, so a pass
+#: stopped at its time limit still says what ran, and what failed with its first line.
+_PLUGIN = "devshim_gpu_check_outcomes"
+_PLUGIN_SOURCE = '''import json, os
+
+
+def pytest_runtest_logreport(report):
+    if report.when != "call" and report.outcome == "passed":
+        return
+    message = str(report.longrepr).strip().splitlines()[-1][:200] if report.failed and report.longrepr else ""
+    with open(os.environ["GPU_CHECK_OUTCOMES"], "a") as f:
+        f.write(json.dumps([report.nodeid, report.when, report.outcome, message]) + "\\n")
+'''
 
 
 def _checkout_version() -> str:
@@ -246,7 +262,9 @@ def _one_pass(python: str, which: tuple, workers: int, args, out: Path):
     if virtual and not args.full_virtual:  # (pytest collects a file named here even where --ignore-glob matches it)
         selection = [path for path in VIRTUAL_TESTS if not any(fnmatch.fnmatch(path, other) for other in others)]
     others = [f"--ignore-glob={pattern}" for pattern in others]
-    command = [python, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", f"--junitxml={report}",
+    outcomes = out / f".outcomes-{name}-{virtual}.jsonl"
+    env["GPU_CHECK_OUTCOMES"] = str(outcomes)
+    command = [python, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "-p", _PLUGIN, f"--junitxml={report}",
                *(["-n", str(workers)] if workers else []), *others, *args.pytest_args, *selection]
     began = time.monotonic()
     try:
@@ -254,8 +272,9 @@ def _one_pass(python: str, which: tuple, workers: int, args, out: Path):
         text = done.stdout + done.stderr
     except subprocess.TimeoutExpired as late:
         text = f"{_text(late.stdout)}{_text(late.stderr)}\nTIMEOUT after {args.pass_time} s"
-    counts = _junit_counts(report)
+    counts = _junit_counts(report) if report.exists() else _outcome_counts(outcomes)
     report.unlink(missing_ok=True)
+    outcomes.unlink(missing_ok=True)
     return counts, text, time.monotonic() - began
 
 
@@ -263,9 +282,23 @@ def _text(value) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else (value or "")
 
 
+def _outcome_counts(outcomes: Path) -> dict:
+    """The counts of a pass that did not finish, from the outcomes written as tests ran."""
+    found: dict = {}
+    lines = outcomes.read_text().splitlines() if outcomes.exists() else []
+    for nodeid, when, outcome, message in (json.loads(line) for line in lines):
+        state = "failed" if outcome == "failed" and when == "call" else "errors" if outcome == "failed" else outcome
+        if found.get(nodeid, ("passed", ""))[0] == "passed" or state in ("failed", "errors"):
+            found[nodeid] = (state, message)
+    counts = {key: sum(1 for state, _ in found.values() if state == key)
+              for key in ("passed", "failed", "errors", "skipped")}
+    counts["failures"] = [f"{nodeid}: {message}" for nodeid, (state, message) in found.items()
+                          if state in ("failed", "errors")]
+    counts["failures"].append("the pass did not finish in its time: these counts are of the tests that ran")
+    return counts
+
+
 def _junit_counts(report: Path) -> dict:
-    if not report.exists():
-        return {"failures": ["no report: the pass did not finish (see suites.log)"]}
     root = ElementTree.parse(report).getroot()
     suites = [root] if root.tag == "testsuite" else list(root)
     total = {key: sum(int(s.get(key, 0)) for s in suites) for key in ("tests", "failures", "errors", "skipped")}

@@ -13,19 +13,11 @@ import numpy as np
 import pytest
 
 import devshim as ds
+from helpers import gpus_reachable
 
 
 def framework_of(value) -> str:
     return ds.backends.backend_for_tensor(value).name
-
-
-def gpus_reachable(name: str) -> int:
-    """GPUs a NumPy array can reach under backend ``name``: its own, or CuPy's under numpy."""
-    if name != "numpy":
-        return ds.num_gpus()
-    if "cupy" not in ds.available_backends() or ds.settings.virtual_device_count():
-        return 0
-    return ds.num_gpus(backend="cupy")
 
 
 def test_host_specs_keep_a_numpy_array_and_copy_it(harness):
