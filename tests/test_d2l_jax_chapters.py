@@ -65,7 +65,7 @@ def test_the_gpus_chapter_under_disallow(gpus):
         out = X @ params["w"] + params["b"]
     assert report.total == 0
     assert only_device(total) is gpus[1] and only_device(out) is gpus[0]
-    assert ds.model_device(params) == ds.neutral_device(out)
+    assert ds.neutral_device(out) == ds.model_device(params)
     np.testing.assert_allclose(ds.to_numpy(out), np.full((2, 1), 1.5))
     np.testing.assert_allclose(ds.to_numpy(total), ds.to_numpy(Y) + 1.0)
 
@@ -102,7 +102,7 @@ def test_linear_regression_trains_on_a_virtual_gpu_under_disallow(gpus):
                 params, value = sgd_step(params, Xb, yb)
             losses.append(float(ds.to_numpy(value)))
     assert report.total == 0
-    assert ds.model_device(params) == ds.neutral_device(jax.device_put(jnp.zeros(()), device))
+    assert ds.neutral_device(jax.device_put(jnp.zeros(()), device)) == ds.model_device(params)
     np.testing.assert_allclose(ds.to_numpy(params["w"]).ravel(), true_w, atol=0.05)
     np.testing.assert_allclose(ds.to_numpy(params["b"]), [true_b], atol=0.05)
     assert losses[-1] < losses[0]

@@ -105,3 +105,34 @@ def test_to_device_cpu_brings_the_values_home_from_every_device(harness):
             home = ds.to_device(x, spec)
             assert ds.device_of(home) == ds.cpu() and ds.neutral_device(home) == "cpu:0"
             assert harness.values(home).tolist() == expected and harness.dtype_name(home) == "int32"
+
+
+def _devices_the_api_hands_back(harness) -> dict:
+    """Every public function that returns a device, asked on this backend: name -> device."""
+    x, y = harness.tensor([1.0]), harness.tensor([2.0])
+    found = {"ds.cpu()": ds.cpu(), "ds.try_gpu()": ds.try_gpu(), "ds.try_gpu(1)": ds.try_gpu(1),
+             "ds.device('cpu')": ds.device("cpu"), "ds.device_of(x)": ds.device_of(x),
+             "ds.ensure_same_device(x, y)": ds.ensure_same_device(x, {"y": [y]}),
+             "ds.process_info().device": ds.process_info().device}
+    found.update({f"ds.devices()[{i}]": d for i, d in enumerate(ds.devices())})
+    found.update({f"ds.try_all_gpus()[{i}]": d for i, d in enumerate(ds.try_all_gpus())})
+    if ds.num_gpus():
+        found["ds.gpu(0)"] = ds.gpu(0)
+    if ds.get_backend().spec.has_module("model"):
+        net = harness.mlp()
+        found["ds.model_device(net)"] = ds.model_device(net)
+        found.update({f"ds.model_devices(net) item {i}": d for i, d in enumerate(ds.model_devices(net))})
+    return found
+
+
+def test_every_device_devshim_hands_back_is_the_frameworks_own_and_goes_into_its_calls(harness):
+    """Issue 35's audit: whatever public function returns a device returns the framework's own
+    device object (ds.neutral_device alone returns a ds.Device), on a CPU box, on virtual GPUs
+    and on a real GPU alike."""
+    for how, device in _devices_the_api_hands_back(harness).items():
+        assert not isinstance(device, ds.Device), f"{how} is a ds.Device: {device!r}"
+        if harness.name != "numpy":  # NumPy's device is the string "cpu"
+            assert ds.backends.describe_native_device(device).backend == harness.name, how
+        made = harness.tensor([3.0], device=device)
+        assert ds.device_of(made) == device, how
+        assert ds.neutral_device(made) == (device if harness.name == "numpy" else ds.neutral_device(device)), how

@@ -31,7 +31,8 @@ def test_place_model_puts_every_parameter_on_the_device(harness, mlp):
     target = ds.try_gpu()
     placed = ds.place_model(mlp, target)
     where = ds.model_device(placed)
-    assert where == ds.neutral_device(harness.tensor([0.0], device=target)) and where == ds.device(target)
+    # (the ds.Device on the left: MXNet's Context says False to anything that is no Context)
+    assert ds.neutral_device(harness.tensor([0.0], device=target)) == where and where == ds.device(target)
     assert ds.model_devices(placed) == {ds.model_device(placed)}
     # the framework's own device object, as device_of's: it goes into the framework's calls
     assert ds.neutral_device(harness.tensor([0.0], device=where)) == ds.neutral_device(where) == ds.neutral_device(target)
@@ -45,7 +46,7 @@ def test_place_model_on_each_of_two_devices(harness, mlp, two_devices):
     on_first = ds.place_model(mlp, first)
     before = values(harness, on_first)
     on_second = ds.place_model(on_first, second)
-    assert ds.model_device(on_second) == ds.neutral_device(harness.tensor([0.0], device=second))
+    assert ds.neutral_device(harness.tensor([0.0], device=second)) == ds.model_device(on_second)
     for a, b in zip(values(harness, on_second), before):
         np.testing.assert_array_equal(a, b)
     x = harness.tensor(X, device=second)
@@ -119,8 +120,8 @@ def test_allreduce_gives_each_device_the_sum(harness, two_devices):
 
 def test_replicas_are_independent_with_equal_weights(harness, mlp, two_devices):
     replicas = ds.replicate(mlp, list(two_devices))
-    assert [ds.model_device(r) for r in replicas] == [
-        ds.neutral_device(harness.tensor([0.0], device=d)) for d in two_devices]
+    assert [ds.neutral_device(harness.tensor([0.0], device=d)) for d in two_devices] == [
+        ds.model_device(r) for r in replicas]
     for replica in replicas:
         for a, b in zip(values(harness, replica), values(harness, mlp)):
             np.testing.assert_array_equal(a, b)

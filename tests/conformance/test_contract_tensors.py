@@ -158,7 +158,7 @@ def test_ensure_same_device_finds_a_nests_device_past_its_other_leaves(harness):
         t = harness.tensor([1.0, 2.0, 3.0], device=place)
         for nest in ([1, "a", t], {"a": 1, "b": t}, (None, {"deep": [t, t]})):
             found = ds.ensure_same_device(nest)
-            assert found == ds.neutral_device(t) and ds.device(found) == ds.device_of(t)
+            assert ds.neutral_device(t) == found and ds.device(found) == ds.device_of(t)
             assert ds.same_device(nest)
     assert ds.same_device([1, "a"])  # no tensor: nothing apart, and nothing to find
 
