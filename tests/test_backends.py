@@ -315,3 +315,28 @@ def test_the_fast_paths_forget_resolved_devices_when_settings_change(setenv):
     settings.reload()
     assert "cpu" not in adapter._targets
     assert ds.copy_if_needed(x, "cpu") is x
+
+
+@pytest.mark.parametrize("kind", ["cpu", "nvidia", "mac"])
+def test_install_hints_give_the_commands_the_readme_recommends_on_each_kind_of_machine(monkeypatch, kind):
+    """devshim info and the not-installed errors name what the README recommends for this machine:
+    PyTorch's CPU build and tensorflow-cpu without an NVIDIA GPU, the CUDA builds with one."""
+    from pathlib import Path
+
+    from devshim.backends import spec
+
+    monkeypatch.setattr(spec, "machine_kind", lambda: kind)
+    hints = {name: backends.specs()[name].install_hint() for name in ("torch", "tensorflow", "jax")}
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    if kind == "cpu":
+        assert hints["torch"].startswith("pip install torch --index-url https://download.pytorch.org/whl/cpu")
+        assert hints["tensorflow"].startswith("pip install tensorflow-cpu")
+        assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in readme
+        assert "tensorflow-cpu" in readme
+    elif kind == "nvidia":
+        assert hints["torch"].startswith("pip install torch,")  # its Linux wheel is the CUDA build
+        assert hints["tensorflow"].startswith('pip install "tensorflow[and-cuda]"')
+        assert hints["jax"].startswith('pip install "jax[cuda12]"')
+    else:
+        assert hints["torch"].startswith("pip install torch,") and hints["tensorflow"].startswith("pip install tensorflow,")
+    assert all('"devshim[' in hint for hint in hints.values())

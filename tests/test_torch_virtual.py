@@ -718,6 +718,33 @@ def test_turning_virtual_gpus_off_again(vgpu):
 # ------------------------------------------------------------ fresh processes
 
 
+def test_after_virtual_gpus_are_turned_off_devshim_sees_the_machine_as_before():
+    """torch keeps the vgpu device registered for the process (a pytest worker's later tests run
+    there): once virtual GPUs are off again, devshim's view of the machine and its waits on the
+    real accelerator are what they were before they were ever on."""
+    result = run_python("""
+        import torch
+        import devshim as ds
+
+        def view():
+            return ds.num_gpus(), [str(ds.neutral_device(d)) for d in ds.devices()], ds.get_backend().accelerator_platform()
+
+        before = view()
+        ds.testing.virtual_devices(2)
+        ds.synchronize(torch.ones(2, device=ds.try_gpu(1)))
+        ds.testing.virtual_devices(0)
+        assert view() == before, (before, view())
+        x = torch.ones(64, 64, device=ds.try_gpu())  # the real GPU where there is one, else the CPU
+        ds.synchronize(), ds.synchronize(x), ds.synchronize(ds.try_gpu())
+        with ds.Timer() as timer:
+            (x @ x).sum().item()
+        assert timer.avg() >= 0 and ds.benchmark(lambda: x @ x, warmup=1, min_run_time=0.01).median > 0
+        print("AS BEFORE")
+    """, DEVSHIM_BACKEND="torch")
+    assert result.returncode == 0, result.stderr
+    assert "AS BEFORE" in result.stdout
+
+
 def test_the_variable_turns_them_on_in_a_fresh_process():
     result = run_python("""
         import torch, devshim as ds

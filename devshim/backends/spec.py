@@ -10,9 +10,10 @@ device contract is read from which modules its folder has (``ops.py``,
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
-__all__ = ["BackendSpec", "CAPABILITY_MODULES"]
+__all__ = ["BackendSpec", "CAPABILITY_MODULES", "machine_kind"]
 
 #: capability name -> the module of a backend package that provides it.
 CAPABILITY_MODULES = {
@@ -41,6 +42,9 @@ class BackendSpec:
                        CuPy): that backend hands GPU transfers of its arrays to this one,
                        and this one's copies to the CPU are that backend's arrays.
     ``title``          the framework's name for people ("PyTorch").
+    ``installs``       how to install the framework on each kind of machine (``machine_kind()``):
+                       kind -> the hint, the commands the README recommends there; other kinds
+                       get ``pip install <distributions[0]>``, then the extra.
     ``package``        the backend's package (filled in by the registry).
 
     Example:
@@ -50,7 +54,7 @@ class BackendSpec:
     """
 
     __slots__ = ("name", "aliases", "import_name", "distributions", "extra", "auto_rank",
-                 "virtual_devices", "host_partner", "title", "package")
+                 "virtual_devices", "host_partner", "title", "installs", "package")
 
     def __init__(
         self,
@@ -64,6 +68,7 @@ class BackendSpec:
         auto_rank=None,
         virtual_devices: bool = False,
         host_partner=None,
+        installs=None,
         package=None,
     ) -> None:
         self.name = name
@@ -75,6 +80,7 @@ class BackendSpec:
         self.virtual_devices = virtual_devices
         self.host_partner = host_partner
         self.title = title
+        self.installs = dict(installs or {})
         self.package = package or f"devshim.backends.{name}"
 
     def is_installed(self) -> bool:
@@ -152,14 +158,18 @@ class BackendSpec:
         return importlib.import_module(f"{self.package}.{module}")
 
     def install_hint(self) -> str:
-        """How to install the framework, for error messages: its own package first, which works
-        however devshim came (a checkout, a wheel, an index), then devshim's extra, which works
-        where devshim is installed (pip finds the installed devshim and adds the extra's packages).
+        """How to install the framework, for error messages and ``devshim info``: the command the
+        README recommends on this kind of machine (``machine_kind()``: PyTorch's CPU build where
+        there is no NVIDIA GPU, say), its own package first, which works however devshim came,
+        then devshim's extra, which works where devshim is installed.
 
         Example:
-            >>> SPEC.install_hint()
-            'pip install torch, or pip install "devshim[torch]" where devshim is installed'
+            >>> SPEC.install_hint()  # on a Linux machine without an NVIDIA GPU
+            'pip install torch --index-url https://download.pytorch.org/whl/cpu (the CPU build; ...'
         """
+        special = self.installs.get(machine_kind())
+        if special is not None:
+            return special
         own = f"pip install {self.distributions[0]}"
         if not self.extra:
             return own
@@ -167,3 +177,18 @@ class BackendSpec:
 
     def __repr__(self) -> str:
         return f"BackendSpec({self.name!r}, import_name={self.import_name!r})"
+
+
+def machine_kind() -> str:
+    """What kind of machine this is, for install hints, found without importing anything or
+    starting a driver: "nvidia" (an NVIDIA driver is loaded), "mac", or "cpu" (no NVIDIA GPU).
+
+    Example:
+        >>> machine_kind()
+        'cpu'
+    """
+    if sys.platform == "darwin":
+        return "mac"
+    if os.path.exists("/proc/driver/nvidia/version") or os.path.exists(r"C:\Windows\System32\nvidia-smi.exe"):
+        return "nvidia"
+    return "cpu"

@@ -11,4 +11,5 @@ SPEC = BackendSpec(
     extra="jax",
     auto_rank=30,
     virtual_devices=True,
+    installs={"nvidia": 'pip install "jax[cuda12]", then pip install "devshim[jax]" where devshim is installed'},
 )

@@ -12,4 +12,8 @@ SPEC = BackendSpec(
     extra="tensorflow",
     auto_rank=20,
     virtual_devices=True,
+    # What the README recommends: the smaller CPU package without a GPU, TensorFlow's CUDA extra
+    # with an NVIDIA GPU, the plain package on macOS.
+    installs={"cpu": 'pip install tensorflow-cpu, or pip install "devshim[tensorflow-cpu]" where devshim is installed',
+              "nvidia": 'pip install "tensorflow[and-cuda]", then pip install "devshim[tensorflow]" where devshim is installed'},
 )

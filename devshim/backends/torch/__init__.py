@@ -14,4 +14,9 @@ SPEC = BackendSpec(
     extra="torch",
     auto_rank=10,
     virtual_devices=True,
+    # A plain `pip install torch` on Linux is a CUDA build of several GB: without an NVIDIA GPU,
+    # the README recommends PyTorch's CPU build.
+    installs={"cpu": "pip install torch --index-url https://download.pytorch.org/whl/cpu (the CPU build; a "
+                     "plain pip install torch downloads several GB of CUDA packages), then pip install "
+                     "\"devshim[torch]\" where devshim is installed"},
 )
