@@ -132,6 +132,19 @@ class Harness:
         per input) as the framework's own custom-gradient function; None without autodiff."""
         return None
 
+    #: whether the framework differentiates its custom-gradient functions a second time (MXNet's
+    #: ``autograd.Function`` backward is opaque to its autograd).
+    custom_second_order: bool = True
+
+    def stop_gradient(self, x: Any) -> Any:
+        """``x`` as a value the framework's autodiff does not differentiate through."""
+        return x
+
+    def cast(self, x: Any, dtype: str) -> Any:
+        """``x`` converted to ``dtype`` (a NumPy name) by the framework's own op (recorded by its
+        autodiff)."""
+        raise NotImplementedError
+
 
 def backends_with_harness() -> List[str]:
     """Every registered backend that has a harness module here, in registry order."""

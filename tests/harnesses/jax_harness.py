@@ -122,5 +122,11 @@ class JaxHarness(Harness):
                         lambda inputs, grad: tuple(backward(*inputs, grad)))
         return function
 
+    def stop_gradient(self, x):
+        return jax.lax.stop_gradient(x)
+
+    def cast(self, x, dtype):
+        return x.astype(dtype)
+
 
 HARNESS = JaxHarness()

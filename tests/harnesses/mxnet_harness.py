@@ -114,5 +114,13 @@ class MxnetHarness(Harness):
 
         return lambda *inputs: Function()(*inputs)
 
+    custom_second_order = False
+
+    def stop_gradient(self, x):
+        return x.detach()
+
+    def cast(self, x, dtype):
+        return x.astype(dtype)
+
 
 HARNESS = MxnetHarness()

@@ -148,6 +148,12 @@ class TensorflowHarness(Harness):
 
         return function
 
+    def stop_gradient(self, x):
+        return tf.stop_gradient(x)
+
+    def cast(self, x, dtype):
+        return tf.cast(x, dtype)
+
 
 HARNESS = TensorflowHarness()
 

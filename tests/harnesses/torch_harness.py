@@ -117,6 +117,12 @@ class TorchHarness(Harness):
 
         return Function.apply
 
+    def stop_gradient(self, x):
+        return x.detach()
+
+    def cast(self, x, dtype):
+        return x.to(getattr(torch, dtype))
+
 
 HARNESS = TorchHarness()
 
