@@ -69,14 +69,16 @@ class Input:
             return self.autodiff.can_change_in_place(tensor)
         return getattr(getattr(tensor, "flags", None), "writeable", True)  # NumPy, CuPy
 
-    def check_unchanged(self, tensor, expected, when: str, restore: bool = False) -> None:
+    def check_unchanged(self, tensor, expected, when, restore: bool = False) -> None:
         """Raise ``InputMutatedError`` when ``tensor`` (what ``f`` was given for this input) no
-        longer holds ``expected``; with ``restore`` (the caller's own array), put it back first."""
+        longer holds ``expected``; with ``restore`` (the caller's own array), put it back first.
+        ``when``: the call, in words (or a function that says it)."""
         if not self.changeable(tensor):
             return
-        now = _values.read(tensor, "check_backward").host
+        now = transfer.to_host(self.adapter, tensor)
         if host.same_bytes(now, expected):
             return
+        when = when() if callable(when) else when
         changed = host.changed_count(expected, now)
         if restore:
             self.assign(tensor, self.host)

@@ -75,7 +75,10 @@ class Evaluator:
             expected[position] = host.with_element(self.bases[position], index, value)
             arguments[position] = self.items[position].copy(expected[position])
         result = self.f(*arguments)
-        when = self._when(position, index, value)
+
+        def when() -> str:
+            return self._when(position, index, value)
+
         for item, argument, values in zip(self.items, arguments, expected):
             item.check_unchanged(argument, values, when)
         return result
@@ -87,7 +90,10 @@ class Evaluator:
             if item is not None:
                 item.set_element(index, value)
             result = self.f()
-            when = self._when(position, index, value)
+
+            def when() -> str:
+                return self._when(position, index, value)
+
             for other, base in zip(self.items, self.bases):
                 expected = host.with_element(base, index, value) if other is item else base
                 other.check_unchanged(other.value, expected, when, restore=True)

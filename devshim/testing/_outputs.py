@@ -89,7 +89,8 @@ class Selection:
         """The selected outputs of ``result`` read to the host (explicit copies)."""
         found = []
         for output, leaf in zip(self.outputs, self.pick(result)):
-            value = _values.read(leaf, self.function).host
+            adapter = backend_for_tensor(leaf)
+            value = _values.read(leaf, self.function).host if adapter is None else transfer.to_host(adapter, leaf)
             if tuple(value.shape) != output.shape:
                 raise GradientCheckUsageError(
                     f"{output.title} of f had shape {output.shape} on f's first call and {tuple(value.shape)} on a "

@@ -17,7 +17,7 @@ import numpy as np
 
 __all__ = [
     "host_array", "is_scalar", "dtype_name", "is_floating", "default_tolerances", "mismatch", "Mismatch",
-    "float64_copy", "rounded_steps", "with_element", "directional_sum", "zeros", "cast", "uniform",
+    "float64_copy", "rounded_steps", "with_element", "zeros", "cast", "uniform",
     "element_indices", "python_value", "suggested_eps", "TOLERANCES", "GRADIENT_RTOL", "NOISE_FACTOR",
     "unit_roundoff", "float_dtype", "is_half", "gradient_rtol", "loss_difference", "loss", "gradient_mismatch",
     "same_bytes", "changed_count", "allowed_difference", "largest_magnitude", "is_finite_number",
@@ -47,6 +47,8 @@ GRADIENT_RTOL = {
 #: How many times its estimated rounding noise a numerical gradient may be off: the estimate is
 #: the last rounding of each output; reductions and a few ops before it round several times.
 NOISE_FACTOR = 16.0
+#: ``unit_roundoff``'s answers by dtype object (a dtype's name is slow to read in a loop).
+_ROUNDOFF_BY_DTYPE: dict = {}
 #: Unit roundoff (half the spacing of the values at 1) of each floating dtype.
 _UNIT_ROUNDOFF = {
     "float64": 2.0 ** -53, "complex128": 2.0 ** -53, "float32": 2.0 ** -24, "complex64": 2.0 ** -24,
@@ -236,22 +238,6 @@ def with_element(array, index: tuple, value: float):
     return changed
 
 
-def directional_sum(outputs_plus: list, outputs_minus: list, grad_outputs: list) -> float:
-    """``sum((y+ - y-) * gy)`` over every output, in float64 (outputs whose ``gy`` is None
-    are left out).
-
-    Example:
-        >>> directional_sum([np.ones(2)], [np.zeros(2)], [np.full(2, 0.5)])
-        1.0
-    """
-    total = 0.0
-    for plus, minus, gy in zip(outputs_plus, outputs_minus, grad_outputs):
-        if gy is None:
-            continue
-        total += float(np.sum((plus.astype(np.float64) - minus.astype(np.float64)) * gy))
-    return total
-
-
 def zeros(shape: tuple):
     """A float64 array of zeros.
 
@@ -312,7 +298,10 @@ def unit_roundoff(dtype) -> float:
         >>> unit_roundoff(np.dtype("float32"))
         5.960464477539063e-08
     """
-    return _UNIT_ROUNDOFF.get(np.dtype(dtype).name, 0.0)
+    found = _ROUNDOFF_BY_DTYPE.get(dtype)
+    if found is None:
+        found = _ROUNDOFF_BY_DTYPE[dtype] = _UNIT_ROUNDOFF.get(np.dtype(dtype).name, 0.0)
+    return found
 
 
 def float_dtype(value):
