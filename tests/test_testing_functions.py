@@ -222,7 +222,8 @@ def test_the_noise_of_a_central_difference_is_the_rounding_of_the_outputs_that_m
     minus = [np.float32([0.5, 4.0]), np.float16([2.0])]
     total, noise, changed = host.loss_difference(plus, minus, [np.array([2.0, 3.0]), np.array([1.0])])
     assert total == 1.0 and changed
-    assert noise == 2.0 ** -24 * 2.0 * 1.5  # the first element moved; the unmoved ones carry no noise
+    assert noise == 16 * 2.0 ** -24 * 2.0 * 1.5  # the first element moved (16 roundings); the others carry none
+    assert host.loss_difference(plus, minus, [np.array([2.0, 3.0]), None], 2.0 ** -53)[1] == (2.0 ** -24 + 15 * 2.0 ** -53) * 3.0
     assert host.loss_difference(plus, minus, [None, None]) == (0.0, 0.0, False)
     assert host.unit_roundoff(np.dtype("float64")) == 2.0 ** -53 and host.unit_roundoff(np.dtype("int32")) == 0.0
 
@@ -319,6 +320,28 @@ def test_torch_checks_run_f_in_full_float32_precision_and_put_the_settings_back(
         assert (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32) == ("high", before[1])
     finally:
         torch.set_float32_matmul_precision(before[0])
+
+
+@pytest.mark.skipif(not installed["torch"], reason="torch is not installed in this environment")
+def test_torch_default_tolerance_follows_the_outputs_dtype_and_bfloat16_is_checked_in_float32():
+    import torch
+
+    x = torch.rand(3, 2) + 0.5
+
+    def half_output(x):  # float32 in, float16 out; 20% more than autograd sees
+        return (x * x + (x * x).detach() * 0.2).half()
+
+    with pytest.raises(ds.GradientCheckUsageError, match=r"central differences of the output of f in float16"):
+        ds.testing.check_backward(half_output, (x,))
+    with pytest.raises(ds.GradientMismatchError, match=r"rtol=0\.05 \(float16's default\)"):
+        ds.testing.check_backward(half_output, (x,), eps=2 ** -4)
+    ds.testing.check_backward(lambda x: (x * x).half(), (x,), eps=2 ** -4)
+    brain = torch.rand(3, 2, dtype=torch.bfloat16) + 0.5
+    with pytest.raises(ds.GradientCheckUsageError, match=r"in bfloat16.*Pass dtype='float32'"):
+        ds.testing.check_backward(torch.exp, (brain,))
+    ds.testing.check_backward(torch.exp, (brain,), dtype=torch.float32)
+    with pytest.raises(ds.GradientMismatchError, match=r"rtol=0\.1 \(bfloat16's default\)"):
+        ds.testing.check_backward(lambda x: torch.exp(x) + torch.exp(x).detach() * 0.5, (brain,), dtype="float32")
 
 
 @pytest.mark.skipif(not installed["torch"], reason="torch is not installed in this environment")

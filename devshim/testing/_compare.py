@@ -1,9 +1,9 @@
 """Comparing the autodiff's gradients with the numerical ones, and saying how they differ.
 
 For each input, element by element: ``|autodiff - numerical| <= atol + rtol * |numerical| +
-NOISE_FACTOR * noise``, where ``noise`` is the rounding of ``f``'s outputs that went into that
-central difference (measured, per element), ``rtol`` comes from the least precise dtype of the
-check, and ``atol`` (unless given) is ``rtol`` times the input's greatest numerical gradient:
+noise``, where ``noise`` bounds the rounding of ``f``'s outputs that went into that central
+difference (from the outputs that moved, per element: see ``loss_difference``), ``rtol`` comes
+from the least precise dtype of the check, and ``atol`` (unless given) is ``rtol`` times the input's greatest numerical gradient:
 a backward is judged against the size of its own gradient, however small. Elements that fail
 are looked at more closely (four more calls of ``f`` each): where the slopes on either side
 differ as only a kink makes them, the element is a non-differentiable point, not a wrong
@@ -109,9 +109,9 @@ def _mismatch_text(finding: _Finding, rtol_source: str, settings: Settings) -> s
     found, names = finding.found, ("autodiff", "numerical")
     lines = [
         f"{settings.subject} {finding.item.title} differs from the numerical gradient (central differences, "
-        f"eps={settings.eps:g}) beyond |autodiff - numerical| <= atol + rtol * |numerical| + "
-        f"{host.NOISE_FACTOR:g} * noise, with rtol={finding.rtol:g} ({rtol_source}), atol={finding.atol:.3g} "
-        f"({finding.atol_source}) and noise up to {finding.noise:.2g} (the rounding of f's outputs, over the step):",
+        f"eps={settings.eps:g}) beyond |autodiff - numerical| <= atol + rtol * |numerical| + noise, with "
+        f"rtol={finding.rtol:g} ({rtol_source}), atol={finding.atol:.3g} ({finding.atol_source}) and noise up to "
+        f"{finding.noise:.2g} (the rounding f's outputs can carry, over the step):",
         f"  mismatched elements: {found.count} / {found.total}",
         f"  greatest absolute difference: {found.abs_diff:g} at index {found.abs_index} "
         f"({found.value_at(found.abs_index, names)})",

@@ -134,6 +134,8 @@ class Differences:
         self.evaluator, self.eps, self.half_check = evaluator, eps, half_check
         self.output_dtypes: list = []
         self._center = None
+        #: the least precise input's unit roundoff: the precision ``f``'s arithmetic runs at
+        self.roundoff = max(host.unit_roundoff(base.dtype) for base in evaluator.bases)
         if half_check is not None:
             self._refuse_half_inputs()
 
@@ -160,7 +162,7 @@ class Differences:
                 f"eps={host.suggested_eps(value, base.dtype):g}.")
         outputs_plus = self._outputs(position, index, plus)
         outputs_minus = self._outputs(position, index, minus)
-        total, noise, _ = host.loss_difference(outputs_plus, outputs_minus, self._grad_outputs())
+        total, noise, _ = host.loss_difference(outputs_plus, outputs_minus, self._grad_outputs(), self.roundoff)
         return total / step, noise / step
 
     def slopes(self, position: int, index: tuple):

@@ -187,8 +187,9 @@ def check_backward(f, inputs, grad_outputs=None, *, eps=None, atol=None, rtol=No
     float32 precision (TF32 off on GPUs).
 
     The comparison, element by element: ``|autodiff - numerical| <= atol + rtol * |numerical|
-    + 16 * noise``. ``noise`` is the rounding of ``f``'s outputs in that central difference,
-    measured; ``rtol`` defaults by the least precise dtype of the inputs and outputs (float64
+    + noise``. ``noise`` bounds the rounding that ``f``'s outputs (those that moved) carry into
+    that central difference: one rounding to each output's dtype, after 15 at the inputs'
+    precision for the arithmetic before it; ``rtol`` defaults by the least precise dtype of the inputs and outputs (float64
     1e-4, float32 1e-2, float16 5e-2, bfloat16 1e-1); ``atol`` defaults to ``rtol`` times the
     input's greatest numerical gradient, so a wrong backward fails however small its true
     gradient. Half-precision inputs or outputs need ``dtype='float32'`` (the numerical pass

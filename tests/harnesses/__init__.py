@@ -145,6 +145,17 @@ class Harness:
         autodiff)."""
         raise NotImplementedError
 
+    def gather_rows(self, weight: Any, rows: Sequence[int]) -> Any:
+        """``weight[rows]`` (a 2-D ``weight``) the way whose gradient is the framework's sparse
+        kind, where it has one (torch ``F.embedding(sparse=True)``, TensorFlow ``tf.gather``'s
+        ``IndexedSlices``, MXNet ``row_sparse``); a plain gather elsewhere."""
+        return weight[np.asarray(rows)]
+
+    def special_kind(self, x: Any) -> Any:
+        """A copy of ``x`` as the framework's other kind of input a check must keep (a torch
+        ``nn.Parameter``, a ``tf.Variable``, an MXNet classic ``nd`` array); ``x`` where it has none."""
+        return x
+
 
 def backends_with_harness() -> List[str]:
     """Every registered backend that has a harness module here, in registry order."""

@@ -128,5 +128,8 @@ class JaxHarness(Harness):
     def cast(self, x, dtype):
         return x.astype(dtype)
 
+    def gather_rows(self, weight, rows):
+        return jnp.take(weight, jnp.asarray(list(rows)), axis=0)
+
 
 HARNESS = JaxHarness()

@@ -122,5 +122,13 @@ class MxnetHarness(Harness):
     def cast(self, x, dtype):
         return x.astype(dtype)
 
+    def gather_rows(self, weight, rows):
+        table = weight.as_nd_ndarray()
+        indices = mx.nd.array(list(rows), ctx=weight.context)
+        return mx.nd.Embedding(indices, table, table.shape[0], table.shape[1], sparse_grad=True)
+
+    def special_kind(self, x):
+        return x.as_nd_ndarray().copy()
+
 
 HARNESS = MxnetHarness()

@@ -44,9 +44,9 @@ GRADIENT_RTOL = {
     "float8_e4m3fn": 0.25, "float8_e4m3fnuz": 0.25, "float8_e4m3b11fnuz": 0.25, "float8_e5m2": 0.5,
     "float8_e5m2fnuz": 0.5,
 }
-#: How many times its estimated rounding noise a numerical gradient may be off: the estimate is
-#: the last rounding of each output; reductions and a few ops before it round several times.
-NOISE_FACTOR = 16.0
+#: How many roundings at the inputs' precision the noise of a central difference allows for
+#: before each output's own last rounding: reductions and a few operations round several times.
+NOISE_FACTOR = 15.0
 #: ``unit_roundoff``'s answers by dtype object (a dtype's name is slow to read in a loop).
 _ROUNDOFF_BY_DTYPE: dict = {}
 #: Unit roundoff (half the spacing of the values at 1) of each floating dtype.
@@ -361,10 +361,13 @@ def gradient_rtol(dtypes: list) -> tuple:
     return GRADIENT_RTOL[least], least
 
 
-def loss_difference(outputs_plus: list, outputs_minus: list, grad_outputs: list) -> tuple:
+def loss_difference(outputs_plus: list, outputs_minus: list, grad_outputs: list, roundoff: float = 0.0) -> tuple:
     """``(sum((y+ - y-) * gy), noise, changed)`` over every output (those whose ``gy`` is None
     left out), in float64. ``noise`` bounds the rounding of the outputs that changed: each
-    rounded once to its dtype, ``u * |gy| * (|y+| + |y-|)``; ``changed``: whether any did.
+    rounded once to its dtype (unit roundoff ``u``), after up to ``NOISE_FACTOR`` roundings in
+    the arithmetic before, at ``roundoff`` (the inputs' unit roundoff; at most ``u``):
+    ``(u + NOISE_FACTOR * min(u, roundoff)) * |gy| * (|y+| + |y-|)``. ``changed``: whether any
+    output moved.
 
     Example:
         >>> loss_difference([np.ones(2)], [np.zeros(2)], [np.full(2, 0.5)])[0]
@@ -381,7 +384,9 @@ def loss_difference(outputs_plus: list, outputs_minus: list, grad_outputs: list)
             if moved.any():
                 changed = True
                 spread = np.abs(gy) * (np.abs(a) + np.abs(b))
-                noise += unit_roundoff(plus.dtype) * float(np.nansum(np.where(moved, spread, 0.0)))
+                u = unit_roundoff(plus.dtype)
+                weight = u + NOISE_FACTOR * (min(u, roundoff) if roundoff else u)
+                noise += weight * float(np.nansum(np.where(moved, spread, 0.0)))
     return total, noise, changed
 
 
@@ -401,13 +406,13 @@ def loss(outputs: list, grad_outputs: list) -> float:
 
 
 def allowed_difference(numerical, noise, rtol: float, atol: float):
-    """``atol + rtol * |numerical| + NOISE_FACTOR * noise``, element by element, in float64.
+    """``atol + rtol * |numerical| + noise``, element by element, in float64.
 
     Example:
         >>> allowed_difference(np.ones(2), np.zeros(2), 0.1, 0.0)
         array([0.1, 0.1])
     """
-    return atol + rtol * np.abs(numerical) + NOISE_FACTOR * noise
+    return atol + rtol * np.abs(numerical) + noise
 
 
 def gradient_mismatch(autodiff, numerical, allowed, limit: int) -> tuple:
