@@ -14,6 +14,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 from devshim import transfer
 from devshim.backends.dispatch import backend_for_tensor
 from devshim.backends.numpy import _testing as host
@@ -90,7 +92,8 @@ class Selection:
         found = []
         for output, leaf in zip(self.outputs, self.pick(result)):
             adapter = backend_for_tensor(leaf)
-            value = _values.read(leaf, self.function).host if adapter is None else transfer.to_host(adapter, leaf)
+            value: Any = (_values.read(leaf, self.function).host if adapter is None
+                          else transfer.to_host(adapter, leaf))
             if tuple(value.shape) != output.shape:
                 raise GradientCheckUsageError(
                     f"{output.title} of f had shape {output.shape} on f's first call and {tuple(value.shape)} on a "

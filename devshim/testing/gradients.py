@@ -133,7 +133,7 @@ def _autodiff_of(items: list, function: str):
     return found
 
 
-def _prepare(f, inputs, function: str, options: _Options) -> tuple:
+def _prepare(f, inputs, function: str) -> tuple:
     _inputs.check_callable(f, function)
     items = _inputs.read_inputs(inputs, function)
     found = _autodiff_of(items, function)
@@ -213,7 +213,7 @@ def check_backward(f, inputs, grad_outputs=None, *, eps=None, atol=None, rtol=No
         >>> ds.testing.check_backward(Exp.apply, (x,))
     """
     options = _Options("check_backward", eps, rtol, atol, seed, dtype)
-    items, found = _prepare(f, inputs, "check_backward", options)
+    items, found = _prepare(f, inputs, "check_backward")
     with _running(items):
         _check(f, items, found, grad_outputs, options.seed, options, "The gradient of")
 
@@ -245,7 +245,7 @@ def check_double_backward(f, inputs, grad_outputs=None, grad_grad_inputs=None, *
         >>> ds.testing.check_double_backward(lambda x: torch.sin(x) * x, (x,))
     """
     options = _Options("check_double_backward", eps, rtol, atol, seed, dtype)
-    items, found = _prepare(f, inputs, "check_double_backward", options)
+    items, found = _prepare(f, inputs, "check_double_backward")
     with _running(items):
         result = Evaluator(f, items, False, None, options.function).result()
         selection = Selection.build(result, grad_outputs, options.seed, options.function)
