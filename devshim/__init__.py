@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name load
         UnsupportedPlacementError, UnsupportedValueError, VirtualDataParallelError, VirtualDeviceCountError,
         NotCloseError, GradientMismatchError, NoAutodiffError, ImmutableInputError, GradientCheckUsageError,
         FrameworkReleaseError, FrameworkInternalWarning, VirtualDLPackError, TorchCompileReleaseError,
+        NondifferentiableError, InputMutatedError, GradientFunctionError,
     )
     from devshim.generic import array_module, get_array_module
     from devshim.guard import TransferReport
@@ -80,7 +81,7 @@ _EXPORTS = {
          "TorchCompileReleaseError", "DevshimWarning",
          "ImplicitTransferWarning", "SharedDeviceWarning", "FrameworkInternalWarning",
          "NotCloseError", "GradientMismatchError", "NoAutodiffError", "ImmutableInputError",
-         "GradientCheckUsageError"),
+         "GradientCheckUsageError", "NondifferentiableError", "InputMutatedError", "GradientFunctionError"),
         "devshim.errors",
     ),
 }
@@ -107,7 +108,8 @@ __all__ = [
     "VirtualDeviceCountError", "VirtualDataParallelError", "VirtualDLPackError",
     "FrameworkReleaseError", "TorchCompileReleaseError", "DevshimWarning", "ImplicitTransferWarning",
     "SharedDeviceWarning", "FrameworkInternalWarning", "NotCloseError", "GradientMismatchError",
-    "NoAutodiffError", "ImmutableInputError", "GradientCheckUsageError", "testing", "settings", "backends"
+    "NoAutodiffError", "ImmutableInputError", "GradientCheckUsageError", "NondifferentiableError",
+    "InputMutatedError", "GradientFunctionError", "testing", "settings", "backends"
 ]
 
 

@@ -56,6 +56,7 @@ __all__ = [
     "FrameworkInternalWarning",
     "NotCloseError", "GradientMismatchError", "NoAutodiffError", "ImmutableInputError", "GradientCheckUsageError",
     "TorchCompileReleaseError",
+    "NondifferentiableError", "InputMutatedError", "GradientFunctionError",
 ]
 
 
@@ -636,4 +637,50 @@ class TorchCompileReleaseError(FrameworkReleaseError, AssertionError):
         >>> torch.compile(lambda x: ds.to_device(x, "cpu"))(torch.ones(2))   # torch 2.4.1
         Traceback (most recent call last):
         devshim.errors.TorchCompileReleaseError: ds.to_device inside torch.compile needs torch 2.13 ...
+    """
+
+
+# ------------------------------------------------------------------ ds.testing (issue 37)
+
+
+class NondifferentiableError(DevshimError, ValueError):
+    """``ds.testing.check_backward`` (or ``check_double_backward``) found the autodiff and the
+    numerical gradient apart only at elements where ``f`` has no derivative: its slopes just
+    below and just above the input differ (a kink, as relu and abs have at 0, or a jump), so the
+    central difference there is no derivative to compare with. Neither side is wrong; the
+    message names the input, the elements and both slopes, and says to move the inputs away from
+    the kink (further than twice ``eps``) or to pass a smaller ``eps``.
+
+    Example:
+        >>> ds.testing.check_backward(torch.relu, (torch.zeros(3),))
+        Traceback (most recent call last):
+        devshim.errors.NondifferentiableError: f is not differentiable at input 0 ...
+    """
+
+
+class InputMutatedError(DevshimError, RuntimeError):
+    """The function given to ``ds.testing.numerical_grad``, ``check_backward`` or
+    ``check_double_backward`` changed one of its inputs in place. A gradient check calls ``f``
+    many times and needs each call to see the inputs it was given; the message names the input
+    and the call, and says to write ``f`` without in-place changes to its inputs (or to clone
+    them first). The caller's own tensors are left as they were: ``f`` got copies (or, when it
+    reads the arrays it closes over, they are restored).
+
+    Example:
+        >>> ds.testing.check_backward(lambda x: x.add_(1), (x,))
+        Traceback (most recent call last):
+        devshim.errors.InputMutatedError: f changed input 0 ... in place ...
+    """
+
+
+class GradientFunctionError(GradientCheckUsageError, TypeError):
+    """The function given to a ``ds.testing`` gradient check cannot be called the way the
+    check calls it: it is not callable, or it takes another number of arguments than the
+    inputs given. A ``GradientCheckUsageError`` and a ``TypeError``; the message shows the
+    call the check makes and what to pass.
+
+    Example:
+        >>> ds.testing.check_backward(lambda x: x * 2, (x, y))
+        Traceback (most recent call last):
+        devshim.errors.GradientFunctionError: check_backward() calls f with the 2 inputs ...
     """

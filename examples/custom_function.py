@@ -6,13 +6,17 @@ once with ``xp = ds.array_module(x)``, become each framework's custom-gradient f
 (``torch.autograd.Function``, ``jax.custom_vjp``, ``tf.custom_gradient``,
 ``mx.autograd.Function``), and are tested on the CPU and on every GPU (virtual ones too) with
 
-    ds.testing.check_backward(f, inputs)       # the framework's autodiff against numbers
-    ds.testing.numerical_grad(f, inputs, gys)  # central differences, on the inputs' device
-    ds.testing.assert_allclose(a, b)           # any framework, any device, mixed
+    ds.testing.check_backward(f, inputs)          # the framework's autodiff against numbers
+    ds.testing.check_double_backward(f, inputs)   # and the gradient of the backward (second order)
+    ds.testing.numerical_grad(f, inputs, gys)     # central differences, on the inputs' device
+    ds.testing.assert_allclose(a, b)              # any framework, any device, mixed
 
-A backward with a mistake in it is caught too. NumPy has no autodiff: there the example
-compares the hand-written backward with ``numerical_grad`` itself, as the tutorial's first
-test does. Run it with DEVSHIM_BACKEND=torch (tensorflow, jax, mxnet, numpy), and
+A backward with a mistake in it is caught too. The backward written with ``xp`` is made of the
+framework's own operations, so the framework differentiates it again: ``check_double_backward``
+checks that second order against central differences of the backward (MXNet 1.9 differentiates
+its custom functions once only: there the second order is checked on ``exp`` itself). NumPy
+has no autodiff: there the example compares the hand-written backward with ``numerical_grad``
+itself, as the tutorial's first test does, and the backward's own derivative the same way. Run it with DEVSHIM_BACKEND=torch (tensorflow, jax, mxnet, numpy), and
 DEVSHIM_VIRTUAL_DEVICES=2 for two virtual GPUs.
 """
 
@@ -128,13 +132,25 @@ def on(device):
     return device if ds.get_backend().name == "tensorflow" else contextlib.nullcontext()
 
 
+def check_second_order(expadd, name: str, x, y) -> str:
+    """check_double_backward of ExpAdd (of exp alone on MXNet, whose autograd.Function backward
+    it cannot differentiate); what was checked, for the report."""
+    if name == "mxnet":
+        xp = ds.array_module(x)
+        ds.testing.check_double_backward(lambda x: xp.exp(x), (x,))
+        return "check_double_backward of exp passed (MXNet differentiates a custom function once)"
+    ds.testing.check_double_backward(expadd, (x, y))
+    return "check_double_backward of ExpAdd passed"
+
+
 def check_with_autodiff(wrap, name: str, where: str, device) -> None:
     expadd = wrap(expadd_forward, expadd_backward)
     muladd = wrap(muladd_forward, muladd_backward)
     x, y, z = random_inputs(3, device, seed=0)
     ds.testing.check_backward(expadd, (x, y))
     ds.testing.check_backward(muladd, (x, y, z))
-    print(f"{name}: ExpAdd and MulAdd on {where}: check_backward passed")
+    second = check_second_order(expadd, name, x, y)
+    print(f"{name}: ExpAdd and MulAdd on {where}: check_backward passed; {second}")
     with on(device):
         z = expadd(x, y)
     ds.testing.assert_allclose(z, np.exp(ds.to_numpy(x)) + np.exp(ds.to_numpy(y)))
@@ -154,6 +170,9 @@ def check_by_hand(name: str, where: str, device) -> None:
     gz, = random_inputs(1, device, seed=1)
     gx, gy = ds.testing.numerical_grad(expadd_forward, (x, y), (gz,))
     ds.testing.assert_allclose(expadd_backward(x, y, gz), (gx, gy), rtol=1e-2, atol=1e-3)
+    # The second order by hand: the backward's own derivative in x is gz * exp(x), again by numbers.
+    gxx, = ds.testing.numerical_grad(lambda x: expadd_backward(x, y, gz)[0], (x,), (np.ones((3, 2)),))
+    ds.testing.assert_allclose(gxx, gz * np.exp(ds.to_numpy(x)), rtol=1e-2, atol=1e-3)
     print(f"{name}: ExpAdd's backward on {where} equals numerical_grad's")
     try:
         ds.testing.check_backward(expadd_forward, (x, y))

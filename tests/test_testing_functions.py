@@ -118,6 +118,27 @@ def test_nests_of_different_structures_fail_saying_so():
         ds.testing.assert_allclose(np.ones(2), [[1.0, 1.0], [1.0]])  # ragged: no one array
 
 
+def test_mappings_match_by_key_in_any_order_and_integer_keys_are_no_list_positions():
+    ds.testing.assert_allclose({"a": np.ones(2), "b": 2.0}, {"b": 2.0, "a": [1.0, 1.0]})
+    ds.testing.assert_allclose({0: 1.0, 1: 2.0}, {1: 2.0, 0: 1.0})
+    with pytest.raises(ds.NotCloseError, match=r"At \['b'\]: Not equal to tolerance"):
+        ds.testing.assert_allclose({"a": 1.0, "b": 2.0}, {"b": 3.0, "a": 1.0})
+    with pytest.raises(ds.NotCloseError, match=r"actual has a mapping there, desired a sequence"):
+        ds.testing.assert_allclose({0: 1.0, 1: 2.0}, [1.0, 2.0])
+    with pytest.raises(ds.NotCloseError, match=r"actual has a single value there, desired a mapping"):
+        ds.testing.assert_allclose(np.ones(2), {0: 1.0, 1: 1.0})
+    with pytest.raises(ds.NotCloseError, match=r"first differ at \['w'\]: keys only actual has: 'x'; only desired "
+                                               r"has: 'y'"):
+        ds.testing.assert_allclose({"w": {"x": 1.0}}, {"w": {"y": 1.0}})
+
+
+def test_none_is_an_empty_part_of_a_nest():
+    ds.testing.assert_allclose({"a": 1.0, "b": None}, {"b": None, "a": 1.0})
+    with pytest.raises(ds.NotCloseError, match=r"actual has 1 leaves \(\['a'\]\), desired has 2 leaves \(\['a'\], \['b'\]\)\. They first differ at "
+                                               r"\['b'\]: actual has None there, desired a single value"):
+        ds.testing.assert_allclose({"a": 1.0, "b": None}, {"a": 1.0, "b": 2.0})
+
+
 def test_values_that_are_no_numbers_are_refused():
     with pytest.raises(ds.NotATensorError, match=r"assert_allclose\(\) expects a tensor"):
         ds.testing.assert_allclose("1.0", 1.0)
@@ -161,17 +182,70 @@ def test_numerical_grad_refuses_what_cannot_work():
         ds.testing.numerical_grad(lambda x, s: x, (x, "label"), (x,))
     with pytest.raises(ds.GradientCheckUsageError, match=r"f returned 1 output, but grad_outputs has 2"):
         ds.testing.numerical_grad(lambda x: x, (x,), (x, x))
-    with pytest.raises(ds.GradientCheckUsageError, match=r"grad_outputs 0 has shape \(2,\), but output 0 of f has "
-                                                         r"shape \(3,\)"):
+    with pytest.raises(ds.GradientCheckUsageError, match=r"grad_outputs for the output of f has shape \(2,\), but the "
+                                                         r"output of f has shape \(3,\)"):
         ds.testing.numerical_grad(lambda x: x, (x,), (np.ones(2),))
-    with pytest.raises(ds.GradientCheckUsageError, match=r"this f\(a, b\) takes neither"):
+    with pytest.raises(ds.GradientFunctionError, match=r"this f\(a, b\) cannot be called so"):
         ds.testing.numerical_grad(lambda a, b: a, (x,), (x,))
+    with pytest.raises(ds.GradientCheckUsageError, match=r"grad_outputs gives a gradient for output \[1\] of f, which "
+                                                         r"is a int64 tensor: it has no gradient"):
+        ds.testing.numerical_grad(lambda x: (x * 2, np.argsort(x)), (x,), (x, x))
+    with pytest.raises(ds.GradientCheckUsageError, match=r"found no output of f to differentiate"):
+        ds.testing.numerical_grad(lambda x: (x * 2, np.argsort(x)), (x,), (None, None))
+    with pytest.raises(ds.GradientCheckUsageError, match=r"numerical_grad\(dtype=\.\.\.\) casts copies of the inputs"):
+        ds.testing.numerical_grad(lambda: x * 2, (x,), (x,), dtype="float32")
     with pytest.raises(ds.GradientCheckUsageError, match=r"got no inputs"):
         ds.testing.numerical_grad(lambda: x, (), (x,))
     frozen = np.ones(3)
     frozen.flags.writeable = False
     with pytest.raises(ds.ImmutableInputError, match=r"input 0 \(numpy float64 \(3,\) on cpu:0\) cannot be changed"):
         ds.testing.numerical_grad(lambda: frozen * 2, (frozen,), (x,))
+
+
+def test_numerical_grad_in_a_wider_dtype_answers_in_the_inputs_dtype():
+    x = np.array([0.3, -1.7], dtype=np.float16)
+    seen = []
+
+    def f(x):
+        seen.append(x.dtype)
+        return x * x
+
+    gx, = ds.testing.numerical_grad(f, (x,), (np.ones(2),), dtype="float64")
+    assert gx.dtype == np.float16 and set(seen) == {np.dtype("float64")}
+    np.testing.assert_allclose(gx.astype(np.float64), 2 * x.astype(np.float64), rtol=1e-3)
+
+
+def test_the_noise_of_a_central_difference_is_the_rounding_of_the_outputs_that_moved():
+    from devshim.backends.numpy import _testing as host
+
+    plus = [np.float32([1.0, 4.0]), np.float16([2.0])]
+    minus = [np.float32([0.5, 4.0]), np.float16([2.0])]
+    total, noise, changed = host.loss_difference(plus, minus, [np.array([2.0, 3.0]), np.array([1.0])])
+    assert total == 1.0 and changed
+    assert noise == 16 * 2.0 ** -24 * 2.0 * 1.5  # the first element moved (16 roundings); the others carry none
+    assert host.loss_difference(plus, minus, [np.array([2.0, 3.0]), None], 2.0 ** -53)[1] == (2.0 ** -24 + 15 * 2.0 ** -53) * 3.0
+    assert host.loss_difference(plus, minus, [None, None]) == (0.0, 0.0, False)
+    assert host.unit_roundoff(np.dtype("float64")) == 2.0 ** -53 and host.unit_roundoff(np.dtype("int32")) == 0.0
+
+
+def test_dtype_arguments_are_read_from_any_framework_spelling():
+    from devshim.backends.numpy import _testing as host
+
+    class FrameworkDtype:  # as torch.float32 prints, and tf.float32 names itself
+        name = "float32"
+
+        def __str__(self):
+            return "torch.float32"
+
+    assert host.float_dtype("float32") == np.float32 and host.float_dtype(np.float64) == np.float64
+    assert host.float_dtype(FrameworkDtype()) == np.float32
+    assert host.float_dtype("int8") is None and host.float_dtype("complex64") is None and host.float_dtype(3) is None
+    assert host.is_half(np.dtype("float16")) and not host.is_half(np.dtype("float32"))
+
+
+def test_check_double_backward_refuses_numpy_saying_what_to_use():
+    with pytest.raises(ds.NoAutodiffError, match=r"so check_double_backward\(\) has no backward to check"):
+        ds.testing.check_double_backward(np.exp, (np.ones(3),))
 
 
 def test_check_backward_refuses_numpy_saying_what_to_use():
@@ -187,28 +261,87 @@ def test_check_backward_refuses_numpy_saying_what_to_use():
 
 
 @pytest.mark.skipif(not installed["torch"], reason="torch is not installed in this environment")
-def test_torch_check_backward_leaves_the_callers_tensors_alone_and_checks_float64_tightly():
+def test_torch_checks_leave_the_callers_tensors_parameters_and_modules_alone():
     import torch
 
     x = torch.rand(3, 2, dtype=torch.float64, requires_grad=True)
     y = torch.rand(3, 2, dtype=torch.float64)
-    ds.testing.check_backward(lambda x, y: torch.sin(x) * y, (x, y))
-    assert x.grad is None and y.grad is None and not y.requires_grad
-    # float64's default tolerances (rtol=1e-4) catch a backward that is off by 1%
-    class Off(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            return torch.sin(x)
+    weight = torch.nn.Parameter(torch.rand(2, 2, dtype=torch.float64))
+    layer = torch.nn.Linear(2, 2, dtype=torch.float64)
+    layer.weight.grad = torch.full_like(layer.weight, 7.0)
+    before = [t.detach().clone() for t in (x, y, weight, layer.weight)]
+    seen = []
 
-        @staticmethod
-        def backward(ctx, gy):
-            x, = ctx.saved_tensors
-            return gy * torch.cos(x) * 1.01
+    def f(x, y, w):
+        seen.append(w)
+        return torch.tanh(layer(x @ w)) * y
 
-    with pytest.raises(ds.GradientMismatchError, match=r"rtol=0\.0001, atol=1e-05"):
-        ds.testing.check_backward(Off.apply, (x,))
-    ds.testing.check_backward(Off.apply, (x,), rtol=0.02)
+    for check in (ds.testing.check_backward, ds.testing.check_double_backward):
+        check(f, (x, y, weight))
+    ds.testing.numerical_grad(f, (x, y, weight), (torch.ones(3, 2),))
+    assert all(type(w) is torch.nn.Parameter and w is not weight for w in seen)  # a parameter as a parameter
+    assert x.grad is None and y.grad is None and weight.grad is None and not y.requires_grad and x.requires_grad
+    assert torch.equal(layer.weight.grad, torch.full_like(layer.weight, 7.0))  # not written by the checks
+    for tensor, old in zip((x, y, weight, layer.weight), before):
+        assert torch.equal(tensor.detach(), old)
+
+
+@pytest.mark.skipif(not installed["torch"], reason="torch is not installed in this environment")
+def test_torch_sparse_gradients_are_compared_dense():
+    import torch
+    import torch.nn.functional as F
+
+    weight = torch.rand(5, 3)
+    indices = torch.tensor([[0, 2], [4, 2]])
+    ds.testing.check_backward(lambda w: F.embedding(indices, w, sparse=True), (weight,))
+
+    def wrong(w):  # 1.1 times the embedding, whose gradient autograd sees only once
+        return F.embedding(indices, w, sparse=True) + F.embedding(indices, w.detach(), sparse=True) * 0.1
+
+    with pytest.raises(ds.GradientMismatchError, match=r"The gradient of input 0 \(of 1: torch float32 \(5, 3\)"):
+        ds.testing.check_backward(wrong, (weight,))
+
+
+@pytest.mark.skipif(not installed["torch"], reason="torch is not installed in this environment")
+def test_torch_checks_run_f_in_full_float32_precision_and_put_the_settings_back():
+    import torch
+
+    seen = []
+    before = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+
+    def f(x):
+        seen.append((torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32))
+        return x @ x.T
+
+    torch.set_float32_matmul_precision("high")  # TF32 matrix products, where a GPU has them
+    try:
+        ds.testing.check_backward(f, (torch.rand(3, 3),))
+        assert set(seen) == {("highest", False)}
+        assert (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32) == ("high", before[1])
+    finally:
+        torch.set_float32_matmul_precision(before[0])
+
+
+@pytest.mark.skipif(not installed["torch"], reason="torch is not installed in this environment")
+def test_torch_default_tolerance_follows_the_outputs_dtype_and_bfloat16_is_checked_in_float32():
+    import torch
+
+    x = torch.rand(3, 2) + 0.5
+
+    def half_output(x):  # float32 in, float16 out; 20% more than autograd sees
+        return (x * x + (x * x).detach() * 0.2).half()
+
+    with pytest.raises(ds.GradientCheckUsageError, match=r"central differences of the output of f in float16"):
+        ds.testing.check_backward(half_output, (x,))
+    with pytest.raises(ds.GradientMismatchError, match=r"rtol=0\.05 \(float16's default\)"):
+        ds.testing.check_backward(half_output, (x,), eps=2 ** -4)
+    ds.testing.check_backward(lambda x: (x * x).half(), (x,), eps=2 ** -4)
+    brain = torch.rand(3, 2, dtype=torch.bfloat16) + 0.5
+    with pytest.raises(ds.GradientCheckUsageError, match=r"in bfloat16.*Pass dtype='float32'"):
+        ds.testing.check_backward(torch.exp, (brain,))
+    ds.testing.check_backward(torch.exp, (brain,), dtype=torch.float32)
+    with pytest.raises(ds.GradientMismatchError, match=r"rtol=0\.1 \(bfloat16's default\)"):
+        ds.testing.check_backward(lambda x: torch.exp(x) + torch.exp(x).detach() * 0.5, (brain,), dtype="float32")
 
 
 @pytest.mark.skipif(not installed["torch"], reason="torch is not installed in this environment")
@@ -246,6 +379,64 @@ def test_tensorflow_variables_can_be_changed_in_place_and_tensors_cannot():
         ds.testing.numerical_grad(lambda: tensor * tensor, (tensor,), (np.ones(2),))
 
 
+@pytest.mark.skipif(not installed["tensorflow"], reason="tensorflow is not installed in this environment")
+def test_tensorflow_variables_reach_f_as_copies_that_are_variables():
+    import tensorflow as tf
+
+    variable = tf.Variable([[0.5, 1.5], [-0.5, 0.25]], trainable=False)
+    seen = []
+
+    def f(v):
+        seen.append(v)
+        return tf.sin(v) * 2.0
+
+    ds.testing.check_backward(f, (variable,))
+    ds.testing.check_double_backward(f, (variable,))
+    ds.testing.numerical_grad(f, (variable,), (np.ones((2, 2)),))
+    assert seen and all(isinstance(v, tf.Variable) and v is not variable and not v.trainable for v in seen)
+    np.testing.assert_array_equal(variable.numpy(), np.float32([[0.5, 1.5], [-0.5, 0.25]]))
+
+    def assigns(v):
+        v.assign_add(tf.ones_like(v))
+        return v * 2.0
+
+    with pytest.raises(ds.InputMutatedError, match=r"f changed input 0 \(of 1: tensorflow float32 \(2, 2\)"):
+        ds.testing.check_backward(assigns, (variable,))
+    np.testing.assert_array_equal(variable.numpy(), np.float32([[0.5, 1.5], [-0.5, 0.25]]))
+
+
+@pytest.mark.skipif(not installed["tensorflow"], reason="tensorflow is not installed in this environment")
+def test_tensorflow_indexed_slices_gradients_are_compared_dense():
+    import tensorflow as tf
+
+    params = tf.constant(np.random.default_rng(0).uniform(-1, 1, (5, 3)).astype(np.float32))
+    indices = tf.constant([0, 2, 2, 4])
+    ds.testing.check_backward(lambda p: tf.gather(p, indices), (params,))
+    ds.testing.check_backward(lambda p: tf.nn.embedding_lookup(p, indices) * 3.0, (params,))
+
+    def wrong(p):  # 1.1 times the rows, whose gradient the tape sees only once
+        return tf.gather(p, indices) + tf.gather(tf.stop_gradient(p), indices) * 0.1
+
+    with pytest.raises(ds.GradientMismatchError, match=r"The gradient of input 0 \(of 1: tensorflow float32 \(5, 3\)"):
+        ds.testing.check_backward(wrong, (params,))
+
+
+@pytest.mark.skipif(not installed["tensorflow"], reason="tensorflow is not installed in this environment")
+def test_tensorflow_checks_run_f_without_tf32_and_put_the_setting_back():
+    import tensorflow as tf
+
+    seen = []
+
+    def f(x):
+        seen.append(tf.config.experimental.tensor_float_32_execution_enabled())
+        return tf.matmul(x, x)
+
+    before = tf.config.experimental.tensor_float_32_execution_enabled()
+    ds.testing.check_backward(f, (tf.constant([[0.5, 1.0], [2.0, -1.0]]),))
+    assert set(seen) == {False}
+    assert tf.config.experimental.tensor_float_32_execution_enabled() == before
+
+
 @pytest.mark.skipif(not installed["jax"], reason="jax is not installed in this environment")
 def test_jax_functions_with_several_outputs_in_a_dict():
     import jax.numpy as jnp
@@ -257,6 +448,88 @@ def test_jax_functions_with_several_outputs_in_a_dict():
     ds.testing.assert_allclose(grads, (2 * x,), rtol=1e-3)
     ds.testing.check_backward(lambda x: {"square": x * x, "sine": jnp.sin(x)}, (x,),
                               {"sine": np.ones(2), "square": np.full(2, -1.0)})
+
+
+@pytest.mark.skipif(not installed["jax"], reason="jax is not installed in this environment")
+def test_jax_dicts_with_sorted_keys_and_none_leaves_match_the_callers_nests():
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.array([0.5, 1.5, -0.25], dtype=jnp.float32)
+    step = jax.jit(lambda x: {"w": x * 2, "b": jnp.sum(x), "unused": None})
+    ds.testing.assert_allclose(step(x), {"w": 2 * np.asarray(x), "b": float(np.sum(np.asarray(x))), "unused": None})
+    ds.testing.check_backward(step, (x,))
+    ds.testing.check_backward(step, (x,), {"b": 1.0, "w": np.ones(3), "unused": None})
+    ds.testing.check_double_backward(lambda x: (jnp.sin(x), None, x > 0), (x,))
+    with pytest.raises(ds.NotCloseError, match=r"They first differ at \['unused'\]"):
+        ds.testing.assert_allclose(step(x), {"w": 2 * np.asarray(x), "b": 0.0, "unused": 1.0})
+
+
+@pytest.mark.skipif(not installed["jax"], reason="jax is not installed in this environment")
+def test_jax_checks_run_f_at_the_highest_matmul_precision():
+    import jax
+    import jax.numpy as jnp
+
+    seen = []
+
+    def f(x):
+        seen.append(jax.config.jax_default_matmul_precision)
+        return x @ x
+
+    ds.testing.check_backward(f, (jnp.array([[0.5, 1.0], [2.0, -1.0]]),))
+    assert set(seen) == {"highest"}
+
+
+@pytest.mark.skipif(not installed["mxnet"], reason="mxnet is not installed in this environment")
+def test_mxnet_nd_arrays_stay_nd_arrays():
+    import mxnet as mx
+
+    x = mx.nd.array([[0.5, -1.0], [0.25, 2.0]])
+    seen = []
+
+    def f(x):
+        seen.append(type(x))
+        return mx.nd.exp(x) * 2
+
+    gx, = ds.testing.numerical_grad(f, (x,), (np.ones((2, 2)),))
+    assert type(gx) is mx.nd.NDArray
+    np.testing.assert_allclose(gx.asnumpy(), 2 * np.exp(x.asnumpy()), rtol=1e-3)
+    ds.testing.check_backward(f, (x,))
+    assert set(seen) == {mx.nd.NDArray}
+
+
+@pytest.mark.skipif(not installed["mxnet"], reason="mxnet is not installed in this environment")
+def test_mxnet_checks_leave_a_gluon_blocks_parameter_gradients_and_the_callers_arrays_alone():
+    import mxnet as mx
+    from mxnet import gluon
+
+    net = gluon.nn.Dense(3, in_units=2)
+    net.initialize()
+    for parameter in net.collect_params().values():
+        parameter.grad()[:] = 7.0
+    front = mx.np if mx.util.is_np_array() else mx.nd  # what the block takes: numpy semantics may be on
+    x = front.array([[0.5, -1.0], [0.25, 2.0]])
+    x.attach_grad()
+    ds.testing.check_backward(lambda x: net(x), (x,))
+    ds.testing.numerical_grad(lambda x: net(x), (x,), (np.ones((2, 3)),))
+    for parameter in net.collect_params().values():
+        np.testing.assert_array_equal(parameter.grad().asnumpy(), 7.0)
+    np.testing.assert_array_equal(x.grad.asnumpy(), 0.0)
+
+
+@pytest.mark.skipif(not installed["mxnet"], reason="mxnet is not installed in this environment")
+def test_mxnet_row_sparse_gradients_and_outputs_that_depend_on_no_input():
+    import mxnet as mx
+
+    weight = mx.nd.array(np.random.default_rng(0).uniform(-1, 1, (5, 2)).astype(np.float32))
+    indices = mx.nd.array([1, 3, 3])
+    ds.testing.check_backward(lambda w: mx.nd.Embedding(indices, w, 5, 2, sparse_grad=True), (weight,))
+    constant = mx.np.array([1.0, 2.0])
+    x = mx.np.array([0.5, -0.5])
+    ds.testing.check_backward(lambda x, w: (x * 2, constant), (x, weight))
+    ds.testing.check_double_backward(lambda x: mx.np.exp(x), (x,))
+    with pytest.raises(ds.NoAutodiffError, match=r"its operator _backward_npi_broadcast_mul"):
+        ds.testing.check_double_backward(lambda x: x * x, (x,))
 
 
 @pytest.mark.skipif(not installed["jax"], reason="jax is not installed in this environment")

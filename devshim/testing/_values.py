@@ -9,17 +9,17 @@ Example:
 
 from __future__ import annotations
 
-import re
+import dataclasses
+from typing import Any
 
 from devshim import _tree, transfer
 from devshim.backends.dispatch import backend_for_tensor
 from devshim.backends.numpy import _testing as host
-from devshim.errors import MultiDeviceValueError, NotATensorError
+from devshim.errors import MultiDeviceValueError, NestCycleError, NotATensorError
 
-__all__ = ["Value", "read", "number_group", "leaves"]
+__all__ = ["Value", "read", "number_array", "node", "leaves", "path_text", "check_no_cycle"]
 
 _NUMBERS = (bool, int, float, complex)
-_INDEX_PATH = re.compile(r"(\[\d+\])+")
 
 
 class Value:
@@ -78,47 +78,114 @@ def read(value, function: str = "assert_allclose") -> Value:
     return Value(array, adapter.name, host.dtype_name(array), device, False)
 
 
-def number_group(found: list, start: int, prefix: str):
-    """``(Value, count)`` for the leaves of ``found`` (a ``leaves`` list) from ``start`` on that
-    lie under ``prefix`` in a list (of lists) of Python numbers, read as one array; None
-    when there are none, or they are ragged.
+def number_array(value):
+    """``value`` read as one array when it is a list or tuple (of lists or tuples) of Python
+    numbers of a rectangular shape, as a host ``Value``; None otherwise.
 
     Example:
-        >>> number_group(leaves({"w": [[1, 2], [3, 4]]}), 0, "['w']")[0].shape
+        >>> number_array([[1, 2], [3, 4]]).shape
         (2, 2)
     """
-    indices, numbers = [], []
-    for path, leaf in found[start:]:
-        suffix = path[len(prefix):] if path.startswith(prefix) else ""
-        if not suffix or not isinstance(leaf, _NUMBERS) or backend_for_tensor(leaf) is not None:
-            break
-        position = _INDEX_PATH.fullmatch(suffix)
-        if position is None:
-            break
-        indices.append(tuple(int(i) for i in suffix[1:-1].split("][")))
-        numbers.append(leaf)
-    if not numbers or len({len(index) for index in indices}) != 1:
+    shape = _number_shape(value)
+    if shape is None or not shape:
         return None
-    shape = tuple(max(index[level] for index in indices) + 1 for level in range(len(indices[0])))
-    if _count(shape) != len(numbers):
+    return Value(host.host_array(_flatten(value)).reshape(shape), "Python list", None, "the host", False)
+
+
+def _number_shape(value: Any):
+    """The shape of a rectangular list of Python numbers (``()`` for one number), else None."""
+    if isinstance(value, _NUMBERS) and backend_for_tensor(value) is None:
+        return ()
+    if type(value) not in (list, tuple) or not value:
         return None
-    array = host.host_array(numbers).reshape(shape)
-    return Value(array, "Python list", None, "the host", False), len(numbers)
+    items: Any = value
+    shapes = {_number_shape(item) for item in items}
+    if len(shapes) != 1 or None in shapes:
+        return None
+    return (len(items), *shapes.pop())
 
 
-def _count(shape: tuple) -> int:
-    total = 1
-    for size in shape:
-        total *= size
-    return total
+def _flatten(value) -> list:
+    if isinstance(value, (list, tuple)):
+        return [number for item in value for number in _flatten(item)]
+    return [value]
 
 
-def leaves(nest) -> list:
-    """``(path, leaf)`` for every leaf of ``nest`` (devshim's nest walking: dicts, lists,
-    tuples, namedtuples, dataclasses); a lone tensor is one leaf at path ``""``.
+# ------------------------------------------------------------------ nests, with exact paths
+
+#: What a nest node is: one value to compare, nothing (None, as JAX's trees have it), or a
+#: container whose children are found by key (mappings), field name (namedtuples, dataclasses)
+#: or position (lists, tuples, deques; sets in iteration order).
+LEAF, EMPTY, MAPPING, FIELDS, SEQUENCE, SET = "leaf", "empty", "mapping", "fields", "sequence", "set"
+_KINDS = {_tree.DICT: MAPPING, _tree.DICT_SUB: MAPPING, _tree.MAPPING: MAPPING, _tree.NAMEDTUPLE: FIELDS,
+          _tree.DATACLASS: FIELDS, _tree.SET: SET}
+
+
+def node(value: Any, none_is_leaf: bool = False) -> tuple:
+    """``(kind, children)`` of one nest node: children are ``(step, child)`` pairs, a step
+    ``(kind, key)``; a leaf has none. None is an empty node unless ``none_is_leaf``.
+
+    Example:
+        >>> node({"a": 1})
+        ('mapping', [(('mapping', 'a'), 1)])
+    """
+    if value is None and not none_is_leaf:
+        return EMPTY, []
+    container: Any = value
+    shape = _tree.container_kind(type(container))
+    if shape == _tree.LEAF:
+        return LEAF, []
+    kind = _KINDS.get(shape, SEQUENCE)
+    if kind == MAPPING:
+        return kind, [((kind, key), item) for key, item in container.items()]
+    if kind == FIELDS:
+        names = (type(container)._fields if shape == _tree.NAMEDTUPLE
+                 else [field.name for field in dataclasses.fields(container)])
+        return kind, [((kind, name), getattr(container, name)) for name in names if hasattr(container, name)]
+    return kind, [((kind, i), item) for i, item in enumerate(container)]
+
+
+def path_text(steps: tuple) -> str:
+    """A path of steps as Python would index it: ``['w'][0].bias``.
+
+    Example:
+        >>> path_text((("mapping", "w"), ("sequence", 0), ("fields", "bias")))
+        "['w'][0].bias"
+    """
+    parts = []
+    for kind, key in steps:
+        parts.append(f".{key}" if kind == FIELDS else f"{{item {key}}}" if kind == SET else f"[{key!r}]")
+    return "".join(parts)
+
+
+def leaves(nest, none_is_leaf: bool = False) -> list:
+    """``(steps, leaf)`` for every leaf of ``nest``, in order; a lone value is one leaf at
+    ``()``. A nest that contains itself raises ``NestCycleError``.
 
     Example:
         >>> leaves({"w": [1.0]})
-        [("['w'][0]", 1.0)]
+        [((('mapping', 'w'), ('sequence', 0)), 1.0)]
     """
-    return list(_tree.iter_leaves(nest))
+    found: list = []
+    _collect(nest, (), none_is_leaf, found, [])
+    return found
+
+
+def _collect(value, steps: tuple, none_is_leaf: bool, found: list, open_nodes: list) -> None:
+    kind, children = node(value, none_is_leaf)
+    if kind == LEAF:
+        found.append((steps, value))
+        return
+    check_no_cycle(value, steps, open_nodes)
+    open_nodes.append(value)
+    for step, child in children:
+        _collect(child, (*steps, step), none_is_leaf, found, open_nodes)
+    open_nodes.pop()
+
+
+def check_no_cycle(value, steps: tuple, open_nodes: list) -> None:
+    """Raise ``NestCycleError`` when ``value`` is one of the containers being walked."""
+    if any(value is other for other in open_nodes):
+        raise NestCycleError(
+            f"This nest contains itself at {path_text(steps) or 'its top level'}: walking it would never end. "
+            f"Pass a nest without the loop.")

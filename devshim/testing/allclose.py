@@ -22,7 +22,10 @@ def assert_allclose(actual, desired, *, rtol=None, atol=None, equal_nan: bool = 
     on a GPU against a JAX array on the CPU), a NumPy array, a Python or NumPy scalar (which
     stands for an array of any shape), a list of numbers (read as one array), or a nest of
     these (dicts, lists, tuples, namedtuples, dataclasses) of the same structure on both
-    sides. Other shapes must be equal: they are not broadcast. Every tensor is read with an
+    sides (mappings match by key, in whatever order each was written: a dict ``jax.jit``
+    returned with its keys sorted matches yours; an integer key is a key, never a list
+    position). None is an empty part of a nest, as in JAX's trees. Other shapes must be equal:
+    they are not broadcast. Every tensor is read with an
     explicit copy to the host (``ds.to_numpy``'s), so this works inside
     ``ds.transfer_guard("disallow")`` and counts no implicit transfer.
 
@@ -64,38 +67,83 @@ def assert_allclose(actual, desired, *, rtol=None, atol=None, equal_nan: bool = 
 
 
 def _pairs(actual, desired) -> list:
-    """``(path, actual Value, desired Value)`` for each pair of leaves; a list (of lists) of
-    Python numbers facing one tensor is read as one array. NotCloseError when the two nests
-    have different structures."""
-    got, want = _values.leaves(actual), _values.leaves(desired)
-    pairs, i, j = [], 0, 0
-    while i < len(got) and j < len(want):
-        (path, a), (other, d) = got[i], want[j]
-        if path == other:
-            pairs.append((path, _values.read(a), _values.read(d)))
-            i, j = i + 1, j + 1
-            continue
-        group = _values.number_group(want, j, path)
-        if group is not None:
-            pairs.append((path, _values.read(a), group[0]))
-            i, j = i + 1, j + group[1]
-            continue
-        group = _values.number_group(got, i, other)
-        if group is None:
-            break
-        pairs.append((other, group[0], _values.read(d)))
-        i, j = i + group[1], j + 1
-    if i < len(got) or j < len(want):
+    """``(path, actual Value, desired Value)`` for each pair of leaves, the two nests walked
+    together: mappings matched by key (in whatever order each was written or rebuilt),
+    namedtuples and dataclasses by field, sequences by position; a list (of lists) of Python
+    numbers facing one value is read as one array. NotCloseError when the structures differ."""
+    pairs: list = []
+    try:
+        _pair(actual, desired, (), pairs, [])
+    except _Differ as differ:
+        where = _values.path_text(differ.steps)
         raise NotCloseError(
-            f"The nests differ in structure: actual has {_listing(got)}, desired has {_listing(want)}. "
-            f"assert_allclose compares leaf by leaf; pass nests of one structure.")
+            f"The nests differ in structure: actual has {_listing(_values.leaves(actual))}, desired has "
+            f"{_listing(_values.leaves(desired))}. They first differ at {where or 'the top level'}: {differ.why}. "
+            f"assert_allclose compares leaf by leaf (mappings by key, in any order); pass nests of one "
+            f"structure.") from None
     return pairs
 
 
+class _Differ(Exception):
+    """Where two nests first differ in structure, and how."""
+
+    def __init__(self, steps: tuple, why: str) -> None:
+        super().__init__(why)
+        self.steps, self.why = steps, why
+
+
+#: How a structure error names each kind of node.
+_KIND_NAMES = {_values.MAPPING: "a mapping", _values.FIELDS: "a namedtuple or dataclass",
+               _values.SEQUENCE: "a sequence", _values.SET: "a set", _values.EMPTY: "None",
+               _values.LEAF: "a single value"}
+
+
+def _pair(actual, desired, steps: tuple, pairs: list, open_nodes: list) -> None:
+    (kind_a, children_a), (kind_d, children_d) = _values.node(actual), _values.node(desired)
+    path = _values.path_text(steps)
+    if kind_a == kind_d == _values.LEAF:
+        pairs.append((path, _values.read(actual), _values.read(desired)))
+        return
+    if _values.LEAF in (kind_a, kind_d):
+        numbers = _values.number_array(desired if kind_a == _values.LEAF else actual)
+        if numbers is None:
+            raise _Differ(steps, _difference(kind_a, kind_d, [], []))
+        value = _values.read(actual if kind_a == _values.LEAF else desired)
+        pairs.append((path, value, numbers) if kind_a == _values.LEAF else (path, numbers, value))
+        return
+    keys_a, keys_d = [step for step, _ in children_a], [step for step, _ in children_d]
+    if kind_a != kind_d or set(keys_a) != set(keys_d) or len(keys_a) != len(keys_d):
+        raise _Differ(steps, _difference(kind_a, kind_d, keys_a, keys_d))
+    _values.check_no_cycle(actual, steps, open_nodes)
+    open_nodes.append(actual)
+    wanted = dict(children_d) if kind_a in (_values.MAPPING, _values.FIELDS) else None
+    for position, (step, child) in enumerate(children_a):
+        other = children_d[position][1] if wanted is None else wanted[step]
+        _pair(child, other, (*steps, step), pairs, open_nodes)
+    open_nodes.pop()
+
+
+def _difference(kind_a: str, kind_d: str, keys_a: list, keys_d: list) -> str:
+    if kind_a != kind_d:
+        return f"actual has {_KIND_NAMES[kind_a]} there, desired {_KIND_NAMES[kind_d]}"
+    if kind_a in (_values.SEQUENCE, _values.SET):
+        return f"actual has {len(keys_a)} items there, desired {len(keys_d)}"
+    only_a = [key for _, key in keys_a if (kind_a, key) not in set(keys_d)]
+    only_d = [key for _, key in keys_d if (kind_d, key) not in set(keys_a)]
+    names = "keys" if kind_a == _values.MAPPING else "fields"
+    return f"{names} only actual has: {_short(only_a)}; only desired has: {_short(only_d)}"
+
+
+def _short(keys: list) -> str:
+    if not keys:
+        return "none"
+    return ", ".join(repr(key) for key in keys[:6]) + (", ..." if len(keys) > 6 else "")
+
+
 def _listing(found: list) -> str:
-    if len(found) == 1 and found[0][0] == "":
+    if len(found) == 1 and found[0][0] == ():
         return f"one value ({type(found[0][1]).__name__})"
-    paths = [path for path, _ in found]
+    paths = [_values.path_text(steps) for steps, _ in found]
     shown = ", ".join(paths[:6]) + (", ..." if len(paths) > 6 else "")
     return f"{len(paths)} leaves ({shown})"
 

@@ -1,5 +1,10 @@
-"""Conformance: ds.testing.assert_allclose, numerical_grad and check_backward on every backend and
-every device it has (the CPU, and each virtual GPU in the virtual pass)."""
+"""Conformance: ds.testing.assert_allclose, numerical_grad, check_backward and check_double_backward on
+every backend and every device it has (the CPU, and each virtual GPU in the virtual pass).
+
+The gradient checks are tried as a hostile user would: no false failures (integer and boolean
+outputs, outputs left out, dicts in any key order, half precision), no false passes (a zero backward
+of a mean, a backward off by 1%), the caller's tensors untouched and an f that changes its inputs named,
+outputs and inputs that do not depend on each other, second order, kinks, and misuse."""
 
 from __future__ import annotations
 
@@ -18,11 +23,16 @@ def where(x) -> str:
     return f"{place} (virtual)" if place.virtual else str(place)
 
 
-def inputs(harness, device, count: int, seed: int = 0, dtype: str = "float32") -> tuple:
-    """``count`` arrays of shape (3, 2) with values in [-1, 1), made the framework's own way."""
+def inputs(harness, device, count: int, seed: int = 0, dtype: str = "float32", shape=(3, 2)) -> tuple:
+    """``count`` arrays of ``shape`` with values in [-1, 1), made the framework's own way."""
     rng = np.random.default_rng(seed)
-    return tuple(harness.tensor(rng.uniform(-1, 1, (3, 2)).astype(dtype).tolist(), device, dtype)
+    return tuple(harness.tensor(rng.uniform(-1, 1, shape).astype(dtype).tolist(), device, dtype)
                  for _ in range(count))
+
+
+def needs_autodiff(harness) -> None:
+    if harness.custom_gradient(muladd_forward, muladd_backward) is None:
+        pytest.skip(f"{harness.name} has no autodiff: check_backward refuses it (see the first check_backward test)")
 
 
 # The Chainer tutorial's functions, forward and backward written once with xp.
@@ -87,8 +97,23 @@ def test_assert_allclose_says_when_shapes_or_structures_differ(harness):
     with pytest.raises(ds.NotCloseError, match=r"^Shapes differ: actual \(2, 2\), desired \(4,\)\.\n actual: "):
         ds.testing.assert_allclose(x, ROWS.reshape(4))
     with pytest.raises(ds.NotCloseError, match=r"The nests differ in structure: actual has 2 leaves \(\['a'\], "
-                                               r"\['b'\]\), desired has 1 leaves \(\['a'\]\)"):
+                                               r"\['b'\]\), desired has 1 leaves \(\['a'\]\)\. They first differ at "
+                                               r"the top level: keys only actual has: 'b'; only desired has: none"):
         ds.testing.assert_allclose({"a": x, "b": x}, {"a": ROWS})
+
+
+def test_assert_allclose_matches_mappings_by_key_in_any_order_and_integer_keys_are_no_positions(harness):
+    for device in ds.devices():
+        x = harness.tensor(ROWS.tolist(), device, "float32")
+        ds.testing.assert_allclose({"w": x, "b": x[0]}, {"b": ROWS[0], "w": ROWS})
+        ds.testing.assert_allclose({1: x, 0: x[0]}, {0: ROWS[0], 1: ROWS})
+        with pytest.raises(ds.NotCloseError) as info:
+            ds.testing.assert_allclose({"w": x, "b": x[0]}, {"b": ROWS, "w": ROWS[0]})
+        assert "At ['w']: Shapes differ" in str(info.value)
+        with pytest.raises(ds.NotCloseError, match=r"actual has a mapping there, desired a sequence"):
+            ds.testing.assert_allclose({0: x[0], 1: x[1]}, [ROWS[0], ROWS[1]])  # a key is no list position
+        with pytest.raises(ds.NotCloseError, match=r"actual has a single value there, desired a mapping"):
+            ds.testing.assert_allclose(x, {0: [1.0, 2.0], 1: [3.0, 4.0]})
 
 
 def test_assert_allclose_default_tolerance_is_the_less_precise_sides(harness):
@@ -140,6 +165,43 @@ def test_numerical_grad_of_a_function_reading_its_inputs_changes_them_in_place_a
     np.testing.assert_array_equal(harness.values(x), before)
 
 
+def test_numerical_grad_calls_f_with_copies_and_names_an_f_that_changes_its_inputs(harness):
+    x, y = inputs(harness, ds.devices()[-1], 2)
+    before = harness.values(y).copy()
+    seen = []
+
+    def f(a, b):
+        seen.append(b)
+        return a * b
+
+    ds.testing.numerical_grad(f, (x, y), (np.ones((3, 2)),))
+    assert all(b is not y for b in seen)
+    if not harness.mutable:
+        return  # its arrays cannot be changed in place: f cannot change its inputs
+
+    def changes_y(a, b):
+        harness.fill(b, 5.0)
+        return a * b
+
+    with pytest.raises(ds.InputMutatedError, match=r"^f changed input 1 \(of 2: .*\) in place \(6 of 6 elements "
+                                                   r"differ after its call with input 0's element \(0, 0\) moved to "):
+        ds.testing.numerical_grad(changes_y, (x, y), (np.ones((3, 2)),))
+    np.testing.assert_array_equal(harness.values(y), before)
+    with pytest.raises(ds.InputMutatedError, match=r"Your array has been put back as it was"):
+        ds.testing.numerical_grad(lambda: changes_y(x, y), (x, y), (np.ones((3, 2)),))
+    np.testing.assert_array_equal(harness.values(y), before)
+
+
+def test_numerical_grad_takes_the_differences_in_a_wider_dtype_when_asked(harness):
+    if "float16" not in harness.dtypes:
+        pytest.skip(f"{harness.name} has no float16")
+    for device in ds.devices():
+        x, = inputs(harness, device, 1, dtype="float16")
+        gx, = ds.testing.numerical_grad(lambda x: x * x, (x,), (np.ones((3, 2)),), dtype="float32")
+        assert harness.dtype_name(gx) == "float16" and ds.neutral_device(gx) == ds.neutral_device(x)
+        np.testing.assert_allclose(harness.values(gx).astype(np.float64), 2 * harness.values(x), rtol=2e-3)
+
+
 # ------------------------------------------------------------------ check_backward
 
 
@@ -160,14 +222,16 @@ def test_check_backward_passes_a_right_backward_and_names_the_input_a_wrong_one_
         message = str(info.value)
         assert message.startswith(f"The gradient of input 1 (of 3: {harness.name} float32 (3, 2) on {where(x)}) "
                                   f"differs from the numerical gradient (central differences, eps=0.001) beyond "
-                                  f"rtol=0.01, atol=0.001:\n  mismatched elements: ")
+                                  f"|autodiff - numerical| <= atol + rtol * |numerical| + noise, with "
+                                  f"rtol=0.01 (float32's default), atol=")
+        assert "(rtol times the greatest numerical gradient, " in message
+        assert "\n  mismatched elements: " in message
         assert "input 0" not in message and "input 2" not in message
         assert "  greatest absolute difference: " in message and "(autodiff " in message
 
 
 def test_check_backward_draws_its_grad_outputs_from_the_seed(harness):
-    if harness.custom_gradient(muladd_forward, muladd_backward) is None:
-        pytest.skip(f"{harness.name} has no autodiff")
+    needs_autodiff(harness)
     x, y, z = inputs(harness, ds.devices()[-1], 3)
     wrong = harness.custom_gradient(muladd_forward, muladd_wrong_backward)
 
@@ -180,8 +244,7 @@ def test_check_backward_draws_its_grad_outputs_from_the_seed(harness):
 
 
 def test_check_backward_with_several_outputs_and_grad_outputs_given(harness):
-    if harness.custom_gradient(muladd_forward, muladd_backward) is None:
-        pytest.skip(f"{harness.name} has no autodiff")
+    needs_autodiff(harness)
     x, y = inputs(harness, ds.devices()[-1], 2)
     gys = (np.full((3, 2), 0.5), np.full((3, 2), -2.0))
     ds.testing.check_backward(lambda x, y: (x * y, x + y), (x, y), gys)
@@ -189,14 +252,265 @@ def test_check_backward_with_several_outputs_and_grad_outputs_given(harness):
         ds.testing.check_backward(lambda x, y: (x * y, x + y), (x, y), gys[:1])
 
 
-def test_the_checks_copy_explicitly_inside_a_guard(harness):
+def test_check_backward_gives_boolean_outputs_no_gradient_and_leaves_out_outputs_given_none(harness):
+    """A mask that flips within eps of its threshold, and an output of NaN left out, do not fail a
+    correct function: neither takes part in either pass."""
+    needs_autodiff(harness)
+    for device in ds.devices():
+        x = harness.tensor([[0.3004, -0.5], [0.2997, 0.7], [0.1, 0.3]], device, "float32")
+        ds.testing.check_backward(lambda x: (x * 2, x > 0.3), (x,))
+        ds.testing.check_backward(lambda x: {"mask": x > 0.3, "y": x * x}, (x,))
+        def nan_out(x):
+            return x * 2, x * float("nan")
+
+        ds.testing.check_backward(nan_out, (x,), (np.ones((3, 2)), None))
+        gx, = ds.testing.numerical_grad(nan_out, (x,), (np.ones((3, 2)), None))
+        np.testing.assert_allclose(harness.values(gx), 2.0, rtol=1e-3)
+        with pytest.raises(ds.GradientCheckUsageError, match=r"grad_outputs gives a gradient for output \[1\] of f, "
+                                                             r"which is a bool tensor: it has no gradient\. Pass None"):
+            ds.testing.check_backward(lambda x: (x * 2, x > 0.3), (x,), (np.ones((3, 2)), np.ones((3, 2))))
+
+
+def test_check_backward_matches_dict_outputs_and_their_grad_outputs_by_key(harness):
+    needs_autodiff(harness)
+    x, = inputs(harness, ds.devices()[-1], 1)
+    xp = ds.array_module(x)
+
+    def f(x):
+        return {"b": x * 3, "a": xp.sin(x)}
+
+    gys = {"a": np.full((3, 2), 2.0), "b": np.full((3, 2), -1.0)}
+    ds.testing.check_backward(f, (x,), gys)
+    gx, = ds.testing.numerical_grad(f, (x,), gys)
+    np.testing.assert_allclose(harness.values(gx), 2 * np.cos(harness.values(x)) - 3, rtol=1e-3, atol=1e-4)
+    ds.testing.check_backward(f, (x,), {"a": None, "b": np.ones((3, 2))})
+
+
+def test_check_backward_refuses_half_precision_by_name_and_checks_it_with_dtype(harness):
+    needs_autodiff(harness)
+    if "float16" not in harness.dtypes:
+        pytest.skip(f"{harness.name} has no float16")
+    for device in ds.devices():
+        x16, = inputs(harness, device, 1, dtype="float16")
+        with pytest.raises(ds.GradientCheckUsageError, match=r"input 0 \(.*float16.*\) in float16.*Pass "
+                                                             r"dtype='float32'"):
+            ds.testing.check_backward(lambda x: x * x, (x16,))
+        ds.testing.check_backward(lambda x: x * x, (x16,), dtype="float32")
+        ds.testing.check_backward(lambda x: x * x, (x16,), eps=2 ** -4)
+        x32, = inputs(harness, device, 1)
+
+        def to_half(x):
+            return harness.cast(x * x, "float16")
+
+        with pytest.raises(ds.GradientCheckUsageError, match=r"central differences of the output of f in float16.*Pass eps"):
+            ds.testing.check_backward(to_half, (x32,))
+        ds.testing.check_backward(to_half, (x32,), eps=2 ** -4)
+
+
+def test_check_backward_fails_an_all_zero_backward_of_a_mean_of_1000_values(harness):
+    """The mean's true gradient (1/1000 of the output's gradient) is below the old fixed atol of
+    1e-3: the tolerance follows the gradient's own size."""
+    needs_autodiff(harness)
+    x, = inputs(harness, ds.devices()[-1], 1, shape=(1000,))
+    xp = ds.array_module(x)
+    ds.testing.check_backward(lambda x: xp.mean(x), (x,))
+    zero = harness.custom_gradient(lambda x: xp.mean(x), lambda x, gy: (x * 0,))
+    with pytest.raises(ds.GradientMismatchError, match=r"mismatched elements: 1000 / 1000"):
+        ds.testing.check_backward(zero, (x,))
+    small = harness.custom_gradient(lambda x: x * x * 1e-4, lambda x, gy: (gy * x * 2.2e-4,))
+    with pytest.raises(ds.GradientMismatchError, match=r"mismatched elements: [1-6] / 6"):
+        ds.testing.check_backward(small, inputs(harness, ds.devices()[-1], 1))  # 10% off, but below 1e-3
+
+
+def test_check_backward_fails_a_backward_off_by_one_percent_in_float64(harness):
+    needs_autodiff(harness)
+    if "float64" not in harness.dtypes:
+        pytest.skip(f"{harness.name} has no float64")
+    x, = inputs(harness, ds.devices()[-1], 1, dtype="float64")
+    xp = ds.array_module(x)
+    off = harness.custom_gradient(lambda x: xp.sin(x), lambda x, gy: (gy * xp.cos(x) * 1.01,))
+    with pytest.raises(ds.GradientMismatchError, match=r"rtol=0\.0001 \(float64's default\)"):
+        ds.testing.check_backward(off, (x,))
+    ds.testing.check_backward(off, (x,), rtol=0.02)
+
+
+def test_check_backward_leaves_the_callers_tensors_alone_and_names_an_f_that_changes_its_inputs(harness):
+    needs_autodiff(harness)
+    x, y = inputs(harness, ds.devices()[-1], 2)
+    before = [harness.values(x).copy(), harness.values(y).copy()]
+    seen = []
+
+    def f(a, b):
+        seen.extend([a, b])
+        return a * b
+
+    ds.testing.check_backward(f, (x, y))
+    ds.testing.check_double_backward(f, (x, y)) if harness.custom_second_order else None
+    assert seen and all(v is not x and v is not y for v in seen)
+    for value, old in zip((x, y), before):
+        np.testing.assert_array_equal(harness.values(value), old)
+    if not harness.mutable:
+        return  # its arrays cannot be changed in place: f cannot change its inputs
+
+    def changes_y(a, b):
+        harness.fill(b, 5.0)
+        return a * b
+
+    with pytest.raises(ds.InputMutatedError, match=r"f changed input 1 .* in place .*Your own tensors are "
+                                                   r"unchanged: f was given copies"):
+        ds.testing.check_backward(changes_y, (x, y))
+    np.testing.assert_array_equal(harness.values(y), before[1])
+
+
+def test_check_backward_compares_outputs_and_inputs_that_depend_on_nothing(harness):
+    needs_autodiff(harness)
+    for device in ds.devices():
+        x, y = inputs(harness, device, 2)
+        constant = harness.tensor([1.0, 2.0], device, "float32")
+        ds.testing.check_backward(lambda x, y, c=constant: (x * 2, c), (x, y))
+        ds.testing.check_backward(lambda x, y, c=constant: c * 1.0, (x, y))
+        ds.testing.check_backward(lambda x, y: x * 2, (x, y))
+        with pytest.raises(ds.GradientMismatchError, match=r"The gradient of input 1 \(of 2"):
+            ds.testing.check_backward(lambda x, y: x * 2 + harness.stop_gradient(y), (x, y))
+
+
+def test_check_backward_compares_every_gradient_kind_the_framework_gives(harness):
+    """Gathered rows: torch's sparse gradient, TensorFlow's IndexedSlices, MXNet's row_sparse (JAX's is
+    dense), each compared as a dense one; and None in f's result, an empty part of it."""
+    needs_autodiff(harness)
+    rows = [0, 2, 2, 4]
+    for device in ds.devices():
+        weight, = inputs(harness, device, 1, shape=(5, 3))
+        ds.testing.check_backward(lambda w: harness.gather_rows(w, rows), (weight,))
+        ds.testing.check_backward(lambda w: (harness.gather_rows(w, rows) * 2, None), (weight,))
+
+        def wrong(w):  # 1.1 times the rows, whose gradient the autodiff sees once
+            return harness.gather_rows(w, rows) + harness.gather_rows(harness.stop_gradient(w), rows) * 0.1
+
+        with pytest.raises(ds.GradientMismatchError, match=rf"The gradient of input 0 \(of 1: {harness.name} float32 "
+                                                           rf"\(5, 3\)"):
+            ds.testing.check_backward(wrong, (weight,))
+
+
+def test_each_input_reaches_f_as_a_private_copy_of_its_kind(harness):
+    """A torch parameter as a parameter, a tf.Variable as a variable, an MXNet nd array as one, on its
+    device; the caller's keeps its values; numerical_grad's gradients come back on its device."""
+    for device in ds.devices():
+        x, = inputs(harness, device, 1)
+        special = harness.special_kind(x)
+        before = harness.values(special).copy()
+        seen: list = []
+
+        def f(v, seen=seen):
+            seen.append(v)
+            return v * v
+
+        gx, = ds.testing.numerical_grad(f, (special,), (np.ones((3, 2)),))
+        assert seen and all(type(v) is type(special) and ds.neutral_device(v) == ds.neutral_device(special)
+                            for v in seen)
+        if harness.custom_gradient(muladd_forward, muladd_backward) is not None:
+            ds.testing.check_backward(f, (special,))  # JAX's vjp hands f tracers: their kind is JAX's
+        assert all(v is not special for v in seen)
+        assert ds.neutral_device(gx) == ds.neutral_device(special)
+        np.testing.assert_array_equal(harness.values(special), before)
+        np.testing.assert_allclose(harness.values(gx), 2 * before, rtol=1e-3, atol=1e-4)
+
+
+def test_check_backward_reports_a_kink_as_a_point_where_f_is_not_differentiable(harness):
+    needs_autodiff(harness)
+    for device in ds.devices():
+        near_zero = harness.tensor([0.0004, -0.0003, 0.0, 0.0007], device, "float32")
+        with pytest.raises(ds.NondifferentiableError) as info:
+            ds.testing.check_backward(lambda x: abs(x) + x, (near_zero,), np.ones(4))
+        assert isinstance(info.value, ValueError)
+        message = str(info.value)
+        assert message.startswith(f"f is not differentiable where check_backward() compares input 0 (of 1: "
+                                  f"{harness.name} float32 (4,) on {where(near_zero)}): at index ")
+        assert "its slope is 0 just below and " in message and "Move the inputs further than 2 * eps" in message
+        away = harness.tensor([0.5, -0.3, 0.2, -0.7], device, "float32")
+        ds.testing.check_backward(lambda x: abs(x) + x, (away,))
+        wrong = harness.custom_gradient(lambda x: abs(x) + x, lambda x, gy: (gy * 3,))
+        with pytest.raises(ds.GradientMismatchError):
+            ds.testing.check_backward(wrong, (away,))
+
+
+def test_the_checks_name_misuse_and_say_what_to_pass(harness):
+    x, y = inputs(harness, ds.devices()[-1], 2)
+    checks = [ds.testing.check_backward, ds.testing.check_double_backward]
+    for check in checks:
+        with pytest.raises(ds.GradientFunctionError, match=r"takes the function to check first.*Pass the function "
+                                                           r"first") as info:
+            check(x, (x,))
+        assert isinstance(info.value, TypeError) and isinstance(info.value, ds.GradientCheckUsageError)
+        for keyword in ({"eps": float("nan")}, {"eps": 0}, {"eps": -1e-3}, {"eps": True}, {"rtol": -1.0},
+                        {"atol": float("inf")}, {"dtype": "int32"}, {"seed": 1.5}):
+            with pytest.raises(ds.GradientCheckUsageError, match=rf"{check.__name__}\({next(iter(keyword))}="):
+                check(lambda x: x * 2, (x,), **keyword)
+    with pytest.raises(ds.GradientCheckUsageError, match=r"numerical_grad\(eps=nan\)"):
+        ds.testing.numerical_grad(lambda x: x, (x,), (np.ones((3, 2)),), eps=float("nan"))
+    with pytest.raises(ds.GradientFunctionError, match=r"calls f with the 2 inputs as arguments, or, when f takes "
+                                                       r"none, .*this f\(a, b, c\) cannot be called so"):
+        ds.testing.numerical_grad(lambda a, b, c: a, (x, y), (np.ones((3, 2)),))
     if harness.custom_gradient(muladd_forward, muladd_backward) is None:
-        pytest.skip(f"{harness.name} has no autodiff")
+        return
+    with pytest.raises(ds.GradientFunctionError, match=r"check_backward\(\) calls f with the 2 inputs as arguments; "
+                                                       r"this f\(x\) cannot be called so"):
+        ds.testing.check_backward(lambda x: x * 2, (x, y))
+
+
+def test_the_checks_copy_explicitly_inside_a_guard(harness):
+    needs_autodiff(harness)
     x, y, z = inputs(harness, ds.devices()[-1], 3)
     muladd = harness.custom_gradient(muladd_forward, muladd_backward)
+    xp = ds.array_module(x)
     with ds.transfer_guard("log") as report:
         ds.testing.check_backward(muladd, (x, y, z))
         ds.testing.numerical_grad(muladd_forward, (x, y, z), (np.ones((3, 2)),))
+        ds.testing.check_double_backward(lambda x: xp.exp(x), (x,))
     assert report.total == 0, f"devshim's own copies were not explicit:\n{report}"
     with ds.transfer_guard("disallow"):
         ds.testing.check_backward(muladd, (x, y, z))
+
+
+# ------------------------------------------------------------------ check_double_backward
+
+
+def cube_forward(x):
+    return x * x * x
+
+
+def cube_backward(x, gy):
+    return (gy * 3 * x * x,)
+
+
+def test_check_double_backward_passes_a_right_second_order_and_catches_a_wrong_one(harness):
+    needs_autodiff(harness)
+    cube = harness.custom_gradient(cube_forward, cube_backward)
+    first_order_only = harness.custom_gradient(
+        cube_forward, lambda x, gy: (gy * 3 * harness.stop_gradient(x) * harness.stop_gradient(x),))
+    for device in ds.devices():
+        x, y = inputs(harness, device, 2)
+        xp = ds.array_module(x)
+        ds.testing.check_double_backward(lambda x, xp=xp: xp.exp(xp.tanh(x)), (x,))
+        ds.testing.check_backward(first_order_only, (x,))  # right at first order
+        if not harness.custom_second_order:
+            with pytest.raises(ds.NoAutodiffError, match=r"no second-order gradient for this f: its operator"):
+                ds.testing.check_double_backward(cube, (x,))
+            continue
+        ds.testing.check_double_backward(cube, (x,))
+        ds.testing.check_double_backward(harness.custom_gradient(expadd_forward, expadd_backward), (x, y))
+        ds.testing.check_double_backward(lambda x, y, xp=xp: x * y * xp.sin(x), (x, y))
+        with pytest.raises(ds.GradientMismatchError) as info:
+            ds.testing.check_double_backward(first_order_only, (x,))
+        assert str(info.value).startswith(f"The gradient of f's backward with respect to input 0 (of 1: "
+                                          f"{harness.name} float32 (3, 2) on {where(x)}) differs")
+
+
+def test_check_double_backward_takes_grad_outputs_and_grad_grad_inputs(harness):
+    needs_autodiff(harness)
+    x, = inputs(harness, ds.devices()[-1], 1)
+    xp = ds.array_module(x)
+    gy, ggx = np.full((3, 2), 0.5), np.full((3, 2), -1.5)
+    ds.testing.check_double_backward(lambda x: xp.exp(x), (x,), (gy,), (ggx,))
+    with pytest.raises(ds.GradientCheckUsageError, match=r"f returned 1 output, but grad_outputs has 2"):
+        ds.testing.check_double_backward(lambda x: xp.exp(x), (x,), (ggx,), (ggx, ggx))

@@ -132,6 +132,30 @@ class Harness:
         per input) as the framework's own custom-gradient function; None without autodiff."""
         return None
 
+    #: whether the framework differentiates its custom-gradient functions a second time (MXNet's
+    #: ``autograd.Function`` backward is opaque to its autograd).
+    custom_second_order: bool = True
+
+    def stop_gradient(self, x: Any) -> Any:
+        """``x`` as a value the framework's autodiff does not differentiate through."""
+        return x
+
+    def cast(self, x: Any, dtype: str) -> Any:
+        """``x`` converted to ``dtype`` (a NumPy name) by the framework's own op (recorded by its
+        autodiff)."""
+        raise NotImplementedError
+
+    def gather_rows(self, weight: Any, rows: Sequence[int]) -> Any:
+        """``weight[rows]`` (a 2-D ``weight``) the way whose gradient is the framework's sparse
+        kind, where it has one (torch ``F.embedding(sparse=True)``, TensorFlow ``tf.gather``'s
+        ``IndexedSlices``, MXNet ``row_sparse``); a plain gather elsewhere."""
+        return weight[np.asarray(rows)]
+
+    def special_kind(self, x: Any) -> Any:
+        """A copy of ``x`` as the framework's other kind of input a check must keep (a torch
+        ``nn.Parameter``, a ``tf.Variable``, an MXNet classic ``nd`` array); ``x`` where it has none."""
+        return x
+
 
 def backends_with_harness() -> List[str]:
     """Every registered backend that has a harness module here, in registry order."""

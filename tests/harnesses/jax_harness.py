@@ -122,5 +122,14 @@ class JaxHarness(Harness):
                         lambda inputs, grad: tuple(backward(*inputs, grad)))
         return function
 
+    def stop_gradient(self, x):
+        return jax.lax.stop_gradient(x)
+
+    def cast(self, x, dtype):
+        return x.astype(dtype)
+
+    def gather_rows(self, weight, rows):
+        return jnp.take(weight, jnp.asarray(list(rows)), axis=0)
+
 
 HARNESS = JaxHarness()

@@ -43,5 +43,8 @@ class NumpyHarness(Harness):
     def aliases(self, a, b):
         return np.shares_memory(a, b)
 
+    def cast(self, x, dtype):
+        return x.astype(dtype)
+
 
 HARNESS = NumpyHarness()

@@ -148,6 +148,20 @@ class TensorflowHarness(Harness):
 
         return function
 
+    def stop_gradient(self, x):
+        return tf.stop_gradient(x)
+
+    def cast(self, x, dtype):
+        return tf.cast(x, dtype)
+
+    def gather_rows(self, weight, rows):
+        with tf.device(weight.device):
+            return tf.gather(weight, tf.constant(list(rows)))
+
+    def special_kind(self, x):
+        with tf.device(x.device):
+            return tf.Variable(tf.identity(x))
+
 
 HARNESS = TensorflowHarness()
 

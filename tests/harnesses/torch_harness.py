@@ -117,6 +117,25 @@ class TorchHarness(Harness):
 
         return Function.apply
 
+    def stop_gradient(self, x):
+        return x.detach()
+
+    def cast(self, x, dtype):
+        return x.to(getattr(torch, dtype))
+
+    def gather_rows(self, weight, rows):
+        import torch.nn.functional as F
+
+        import devshim as ds
+
+        # Sparse gradients where torch has sparse kernels: on devshim's virtual GPUs the sparse
+        # embedding backward aborts the process (torch 2.13), so there the gradient is dense.
+        sparse = not ds.neutral_device(weight).virtual
+        return F.embedding(torch.tensor(list(rows), device=weight.device), weight, sparse=sparse)
+
+    def special_kind(self, x):
+        return torch.nn.Parameter(x.detach().clone())
+
 
 HARNESS = TorchHarness()
 

@@ -17,8 +17,10 @@ import numpy as np
 
 __all__ = [
     "host_array", "is_scalar", "dtype_name", "is_floating", "default_tolerances", "mismatch", "Mismatch",
-    "float64_copy", "rounded_steps", "with_element", "directional_sum", "zeros", "cast", "uniform",
-    "element_indices", "python_value", "suggested_eps", "TOLERANCES", "GRADIENT_TOLERANCES",
+    "float64_copy", "rounded_steps", "with_element", "zeros", "cast", "uniform",
+    "element_indices", "python_value", "suggested_eps", "TOLERANCES", "GRADIENT_RTOL", "NOISE_FACTOR",
+    "unit_roundoff", "float_dtype", "is_half", "gradient_rtol", "loss_difference", "loss", "gradient_mismatch",
+    "same_bytes", "changed_count", "allowed_difference", "largest_magnitude", "is_finite_number",
 ]
 
 #: dtype name -> (rtol, atol) ``assert_allclose`` uses when none is given: about two units in
@@ -32,12 +34,26 @@ TOLERANCES = {
     "float8_e4m3fn": (0.25, 1e-2), "float8_e4m3fnuz": (0.25, 1e-2), "float8_e4m3b11fnuz": (0.25, 1e-2),
     "float8_e5m2": (0.5, 1e-2), "float8_e5m2fnuz": (0.5, 1e-2),
 }
-#: dtype name -> (rtol, atol) ``check_backward`` uses when none is given. Central differences
-#: with eps=1e-3 are exact to about eps**2 in float64, but in float32 the rounding of each
-#: output (a unit in its last place, 6e-8 relative) is divided by the step: about 1e-4 of the
-#: outputs' size. Half-precision types need a larger eps (2**-4, say) and looser tolerances.
-GRADIENT_TOLERANCES = {
-    "float64": (1e-4, 1e-5), "float32": (1e-2, 1e-3), "float16": (5e-2, 5e-2), "bfloat16": (1e-1, 1e-1),
+#: dtype name -> the rtol ``check_backward`` uses when none is given, by the least precise dtype
+#: of the check (inputs, outputs, the numerical pass). The autodiff and the central differences
+#: agree to about the dtype's rounding of the gradient's own arithmetic (a few units in the last
+#: place, more through deep graphs) plus the differences' truncation error, ``eps**2`` relative.
+#: The rounding of ``f``'s outputs is not in it: ``check_backward`` adds that, measured.
+GRADIENT_RTOL = {
+    "float64": 1e-4, "float32": 1e-2, "float16": 5e-2, "bfloat16": 1e-1,
+    "float8_e4m3fn": 0.25, "float8_e4m3fnuz": 0.25, "float8_e4m3b11fnuz": 0.25, "float8_e5m2": 0.5,
+    "float8_e5m2fnuz": 0.5,
+}
+#: How many roundings at the inputs' precision the noise of a central difference allows for
+#: before each output's own last rounding: reductions and a few operations round several times.
+NOISE_FACTOR = 15.0
+#: ``unit_roundoff``'s answers by dtype object (a dtype's name is slow to read in a loop).
+_ROUNDOFF_BY_DTYPE: dict = {}
+#: Unit roundoff (half the spacing of the values at 1) of each floating dtype.
+_UNIT_ROUNDOFF = {
+    "float64": 2.0 ** -53, "complex128": 2.0 ** -53, "float32": 2.0 ** -24, "complex64": 2.0 ** -24,
+    "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float8_e4m3fn": 2.0 ** -4, "float8_e4m3fnuz": 2.0 ** -4,
+    "float8_e4m3b11fnuz": 2.0 ** -4, "float8_e5m2": 2.0 ** -3, "float8_e5m2fnuz": 2.0 ** -3,
 }
 #: Floating dtypes by precision, least precise first (ml_dtypes' types are not kind "f").
 _PRECISION = ("float8_e5m2fnuz", "float8_e5m2", "float8_e4m3b11fnuz", "float8_e4m3fnuz", "float8_e4m3fn",
@@ -222,22 +238,6 @@ def with_element(array, index: tuple, value: float):
     return changed
 
 
-def directional_sum(outputs_plus: list, outputs_minus: list, grad_outputs: list) -> float:
-    """``sum((y+ - y-) * gy)`` over every output, in float64 (outputs whose ``gy`` is None
-    are left out).
-
-    Example:
-        >>> directional_sum([np.ones(2)], [np.zeros(2)], [np.full(2, 0.5)])
-        1.0
-    """
-    total = 0.0
-    for plus, minus, gy in zip(outputs_plus, outputs_minus, grad_outputs):
-        if gy is None:
-            continue
-        total += float(np.sum((plus.astype(np.float64) - minus.astype(np.float64)) * gy))
-    return total
-
-
 def zeros(shape: tuple):
     """A float64 array of zeros.
 
@@ -258,8 +258,8 @@ def cast(array, dtype):
     return np.array(array, dtype=dtype)
 
 
-def uniform(shape: tuple, dtype, seed: int):
-    """Values drawn uniformly from [-1, 1) with ``seed``, as ``dtype``.
+def uniform(shape: tuple, dtype, seed):
+    """Values drawn uniformly from [-1, 1) with ``seed`` (an int or a tuple of ints), as ``dtype``.
 
     Example:
         >>> uniform((2,), np.dtype("float32"), 0).dtype
@@ -286,3 +286,199 @@ def python_value(array, index: tuple) -> float:
         1.5
     """
     return float(np.asarray(array[index], dtype=np.float64))
+
+
+# ------------------------------------------------------------------ gradient checks (issue 37)
+
+
+def unit_roundoff(dtype) -> float:
+    """Half the spacing of ``dtype``'s values at 1 (0 for integers and booleans: they are exact).
+
+    Example:
+        >>> unit_roundoff(np.dtype("float32"))
+        5.960464477539063e-08
+    """
+    found = _ROUNDOFF_BY_DTYPE.get(dtype)
+    if found is None:
+        found = _ROUNDOFF_BY_DTYPE[dtype] = _UNIT_ROUNDOFF.get(np.dtype(dtype).name, 0.0)
+    return found
+
+
+def float_dtype(value):
+    """``value`` (a NumPy dtype or type, a dtype's name, or a framework's dtype object such as
+    ``torch.float32`` or ``tf.float32``) as a real floating NumPy (or ml_dtypes) dtype; None
+    when it names none.
+
+    Example:
+        >>> float_dtype("float32"), float_dtype("int8")
+        (dtype('float32'), None)
+    """
+    names = [getattr(value, "name", None), str(value).rsplit(".", 1)[-1], value]
+    for name in names:
+        if name is None or isinstance(name, bool):
+            continue
+        found = _dtype_named(name)
+        if found is not None and is_floating(np.empty(0, found)):
+            return found
+    return None
+
+
+def _dtype_named(name):
+    try:
+        return np.dtype(name)
+    except (TypeError, ValueError):
+        pass
+    if isinstance(name, str) and name in _PRECISION:  # bfloat16, float8: ml_dtypes' types
+        try:
+            import ml_dtypes
+        except ImportError:
+            return None
+        kind = getattr(ml_dtypes, name, None)
+        return None if kind is None else np.dtype(kind)
+    return None
+
+
+def is_half(dtype) -> bool:
+    """Whether ``dtype`` is less precise than float32 (float16, bfloat16, the float8 types).
+
+    Example:
+        >>> is_half(np.dtype("float16")), is_half(np.dtype("float32"))
+        (True, False)
+    """
+    return unit_roundoff(dtype) > _UNIT_ROUNDOFF["float32"]
+
+
+def gradient_rtol(dtypes: list) -> tuple:
+    """(rtol, dtype name) for a gradient check over values of these dtypes: the least precise
+    floating one's ``GRADIENT_RTOL``.
+
+    Example:
+        >>> gradient_rtol(["float64", "float32"])
+        (0.01, 'float32')
+    """
+    floating = [name for name in dtypes if name in GRADIENT_RTOL]
+    least = min(floating, key=_PRECISION.index) if floating else "float64"
+    return GRADIENT_RTOL[least], least
+
+
+def loss_difference(outputs_plus: list, outputs_minus: list, grad_outputs: list, roundoff: float = 0.0) -> tuple:
+    """``(sum((y+ - y-) * gy), noise, changed)`` over every output (those whose ``gy`` is None
+    left out), in float64. ``noise`` bounds the rounding of the outputs that changed: each
+    rounded once to its dtype (unit roundoff ``u``), after up to ``NOISE_FACTOR`` roundings in
+    the arithmetic before, at ``roundoff`` (the inputs' unit roundoff; at most ``u``):
+    ``(u + NOISE_FACTOR * min(u, roundoff)) * |gy| * (|y+| + |y-|)``. ``changed``: whether any
+    output moved.
+
+    Example:
+        >>> loss_difference([np.ones(2)], [np.zeros(2)], [np.full(2, 0.5)])[0]
+        1.0
+    """
+    total, noise, changed = 0.0, 0.0, False
+    for plus, minus, gy in zip(outputs_plus, outputs_minus, grad_outputs):
+        if gy is None:
+            continue
+        a, b = plus.astype(np.float64), minus.astype(np.float64)
+        moved = a != b
+        with np.errstate(invalid="ignore", over="ignore"):
+            total += float(np.sum((a - b) * gy))
+            if moved.any():
+                changed = True
+                spread = np.abs(gy) * (np.abs(a) + np.abs(b))
+                u = unit_roundoff(plus.dtype)
+                weight = u + NOISE_FACTOR * (min(u, roundoff) if roundoff else u)
+                noise += weight * float(np.nansum(np.where(moved, spread, 0.0)))
+    return total, noise, changed
+
+
+def loss(outputs: list, grad_outputs: list) -> float:
+    """``sum(y * gy)`` over every output whose ``gy`` is not None, in float64.
+
+    Example:
+        >>> loss([np.ones(2)], [np.full(2, 0.5)])
+        1.0
+    """
+    total = 0.0
+    for y, gy in zip(outputs, grad_outputs):
+        if gy is not None:
+            with np.errstate(invalid="ignore", over="ignore"):
+                total += float(np.sum(y.astype(np.float64) * gy))
+    return total
+
+
+def allowed_difference(numerical, noise, rtol: float, atol: float):
+    """``atol + rtol * |numerical| + noise``, element by element, in float64.
+
+    Example:
+        >>> allowed_difference(np.ones(2), np.zeros(2), 0.1, 0.0)
+        array([0.1, 0.1])
+    """
+    return atol + rtol * np.abs(numerical) + noise
+
+
+def gradient_mismatch(autodiff, numerical, allowed, limit: int) -> tuple:
+    """``(Mismatch or None, worst)``: where ``|autodiff - numerical| > allowed`` (NaN on either
+    side included), and the indices of up to ``limit`` such elements, greatest difference first.
+
+    Example:
+        >>> found, worst = gradient_mismatch(np.zeros(2), np.ones(2), np.full(2, 0.5), 8)
+        >>> found.count, worst
+        (2, [(0,), (1,)])
+    """
+    with np.errstate(invalid="ignore", over="ignore"):
+        difference = np.abs(autodiff - numerical)
+        bad = ~(difference <= allowed)
+    count = int(np.count_nonzero(bad))
+    if not count:
+        return None, []
+    rank = np.where(bad, np.nan_to_num(difference, nan=np.inf), -1.0).ravel()
+    order = np.argsort(-rank, kind="stable")[:min(limit, count)]
+    worst = [tuple(int(i) for i in np.unravel_index(int(flat), bad.shape)) for flat in order]
+    return _describe(autodiff, numerical, bad, count), worst
+
+
+def same_bytes(a, b) -> bool:
+    """Whether two arrays hold exactly the same values, bit for bit (NaN payloads and the sign
+    of zero included).
+
+    Example:
+        >>> same_bytes(np.zeros(2), np.zeros(2))
+        True
+    """
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def changed_count(before, after) -> int:
+    """How many elements differ between two arrays of one shape (NaN equal to NaN).
+
+    Example:
+        >>> changed_count(np.zeros(3), np.array([0.0, 1.0, 0.0]))
+        1
+    """
+    if before.shape != after.shape:
+        return int(before.size)
+    a, b = before.astype(np.float64), after.astype(np.float64)
+    return int(np.count_nonzero(~((a == b) | (np.isnan(a) & np.isnan(b)))))
+
+
+def largest_magnitude(array) -> float:
+    """The greatest ``|element|`` of ``array``, NaN left out (0 when there is none).
+
+    Example:
+        >>> largest_magnitude(np.array([1.0, -3.0, np.nan]))
+        3.0
+    """
+    magnitudes = np.abs(array.astype(np.float64)).ravel()
+    magnitudes = magnitudes[~np.isnan(magnitudes)]
+    return float(magnitudes.max()) if magnitudes.size else 0.0
+
+
+def is_finite_number(value) -> bool:
+    """Whether ``value`` is a real number (int or float, not bool) that is finite.
+
+    Example:
+        >>> is_finite_number(1e-3), is_finite_number(float("nan")), is_finite_number(True)
+        (True, False, False)
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return False
+    return bool(np.isfinite(value))

@@ -1,24 +1,39 @@
-"""TensorFlow's autodiff for ``ds.testing.check_backward``: a ``tf.GradientTape`` watching
-the inputs (which runs a ``tf.custom_gradient`` function's own gradient). Only
-``tf.Variable``\\ s can be changed in place, so ``numerical_grad`` calls a function of
-plain tensors with the inputs as arguments."""
+"""TensorFlow's autodiff for ``ds.testing``'s gradient checks: a ``tf.GradientTape`` watching
+the inputs (which runs a ``tf.custom_gradient`` function's own gradient), two nested tapes
+for second order. Only ``tf.Variable``\\ s can be changed in place, so ``numerical_grad``
+calls a function of plain tensors with the inputs as arguments; a variable input reaches ``f``
+as a variable (a copy). ``IndexedSlices`` gradients (``tf.gather``) come back dense."""
 
 from __future__ import annotations
 
+import contextlib
+
 import tensorflow as tf
 
-from devshim._tree import iter_leaves
 from devshim.backends.autodiff_base import Autodiff
 
 __all__ = ["TensorFlowAutodiff"]
+
+
+def _dense(gradient):
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.convert_to_tensor(gradient)
+    return gradient
+
+
+def _gradients(tape, outputs: list, inputs: list, grad_outputs: list, unconnected) -> list:
+    if not outputs:
+        return [None if unconnected == tf.UnconnectedGradients.NONE else tf.zeros_like(x) for x in inputs]
+    found = tape.gradient(outputs, inputs, output_gradients=grad_outputs, unconnected_gradients=unconnected)
+    return [_dense(g) for g in found]
 
 
 class TensorFlowAutodiff(Autodiff):
     """``tape.gradient`` of ``f``'s outputs with respect to its inputs.
 
     Example:
-        >>> outputs, pullback = TensorFlowAutodiff().vjp(tf.exp, (tf.zeros(2),))
-        >>> pullback(tf.ones(2))
+        >>> outputs, pullback = TensorFlowAutodiff().vjp(lambda x: [tf.exp(x)], (tf.zeros(2),))
+        >>> pullback([tf.ones(2)])
         [<tf.Tensor: shape=(2,), dtype=float32, numpy=array([1., 1.], dtype=float32)>]
     """
 
@@ -28,12 +43,36 @@ class TensorFlowAutodiff(Autodiff):
                 tape.watch(x)
             outputs = f(*inputs)
 
-        def pullback(grad_outputs) -> list:
-            ys = [y for _, y in iter_leaves(outputs)]
-            gys = [gy for _, gy in iter_leaves(grad_outputs)]
-            return list(tape.gradient(ys, list(inputs), output_gradients=gys))
+        def pullback(grad_outputs: list) -> list:
+            return _gradients(tape, list(outputs), list(inputs), list(grad_outputs), tf.UnconnectedGradients.NONE)
 
         return outputs, pullback
+
+    def gradient_function(self, f, count: int):
+        def first_order(*arguments) -> list:
+            xs, gys = list(arguments[:count]), list(arguments[count:])
+            with tf.GradientTape(watch_accessed_variables=False) as tape:
+                for x in xs:
+                    tape.watch(x)
+                ys = f(*xs)
+            return _gradients(tape, list(ys), xs, gys, tf.UnconnectedGradients.ZERO)
+
+        return first_order
+
+    def copy_like(self, x, fresh):
+        if isinstance(x, tf.Variable):
+            with tf.device(fresh.device):
+                return tf.Variable(fresh, trainable=x.trainable)
+        return fresh
+
+    @contextlib.contextmanager
+    def full_precision(self):
+        enabled = tf.config.experimental.tensor_float_32_execution_enabled()
+        tf.config.experimental.enable_tensor_float_32_execution(False)
+        try:
+            yield
+        finally:
+            tf.config.experimental.enable_tensor_float_32_execution(enabled)
 
     def can_change_in_place(self, x) -> bool:
         return isinstance(x, tf.Variable)
@@ -44,3 +83,7 @@ class TensorFlowAutodiff(Autodiff):
                 x.assign(tf.constant(value, dtype=x.dtype))
             else:
                 x.scatter_nd_update([list(index)], tf.constant([value], dtype=x.dtype))
+
+    def assign(self, x, fresh) -> None:
+        with tf.device(x.device):
+            x.assign(fresh)
