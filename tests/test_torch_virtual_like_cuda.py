@@ -226,6 +226,19 @@ def test_quantized_tensors_on_a_virtual_gpu_are_refused_by_name(vgpu, how):
         call()
 
 
+def test_an_embedding_with_sparse_gradients_is_refused_by_name_in_its_forward(vgpu):
+    """Its backward would make a sparse gradient, which a virtual GPU cannot hold; raised inside
+    torch's autograd engine, that error ended the whole process. The dense embedding works."""
+    weight = torch.randn(5, 3, device="vgpu:1", requires_grad=True)
+    indices = torch.tensor([0, 2, 2], device="vgpu:1")
+    for call in (lambda: nn.functional.embedding(indices, weight, sparse=True),
+                 lambda: nn.Embedding(5, 3, sparse=True).to("vgpu:1")(indices)):
+        with pytest.raises(ds.UnsupportedValueError, match="sparse=True makes a sparse gradient"):
+            call()
+    nn.functional.embedding(indices, weight).sum().backward()
+    assert weight.grad.device == torch.device("vgpu", 1) and weight.grad.sum().item() == 9.0
+
+
 def test_block_diag_keeps_its_own_device_message(vgpu):
     with pytest.raises(RuntimeError, match="torch.block_diag: input tensors must all be on the same device. "
                                            "Input 0 is on device cpu and input 1 is on device vgpu:1"):

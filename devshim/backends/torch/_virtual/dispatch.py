@@ -17,7 +17,7 @@ from devshim.backends.torch._names import VIRTUAL_TYPE
 from devshim.backends.torch._virtual.count import is_virtual_type as _is_virtual_type
 from devshim.backends.torch._virtual.count import target as _target
 from devshim.backends.torch._virtual import generators as _random
-from devshim.backends.torch._virtual.rnn import HOST_KERNELS as _HOST_KERNELS
+from devshim.backends.torch._virtual.rnn import HOST_KERNELS as _RNN_KERNELS
 from devshim.backends.torch._virtual.saving import host_storage as _host_storage
 from devshim.errors import DeviceMismatchError, UnsupportedValueError, VirtualDLPackError
 
@@ -32,6 +32,26 @@ _OpOverload, _kernel_of, _schema_of = _internals.OP_PARTS.get()
 
 _aten = torch.ops.aten
 _CPU = torch.device("cpu")
+_embedding = _kernel_of(_aten.embedding.default)
+
+
+def _dense_embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    """``aten::embedding`` on a virtual GPU, refusing ``sparse=True`` by name in the forward: its
+    backward would make a sparse gradient, which a virtual GPU cannot hold, and an error raised
+    inside torch's autograd engine there ends the process (torch 2.13: "terminate called without
+    an active exception")."""
+    if sparse:
+        raise UnsupportedValueError(
+            "devshim's virtual GPUs hold dense tensors only, and an embedding with sparse=True makes a "
+            "sparse gradient in its backward. Use sparse=False (nn.Embedding(..., sparse=False), "
+            "F.embedding(..., sparse=False)): the gradient is the same, dense; or run the "
+            "embedding on the CPU."
+        )
+    return _embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse)
+
+
+# Operators run by a host implementation of devshim's own instead of torch's kernel.
+_HOST_KERNELS = {**_RNN_KERNELS, _aten.embedding.default: _dense_embedding}
 _STRIDED = torch.strided
 _Tensor = torch.Tensor
 _make_wrapper_subclass = _internals.WRAPPER_SUBCLASS.get()
