@@ -11,11 +11,16 @@ either: each public name is loaded the first time it is used, and each
 framework the first time a function needs it.
 """
 
-from typing import TYPE_CHECKING, Any
+from __future__ import annotations
 
 __version__ = "0.1.0"
 
-if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name loads on first use
+# What type checkers and IDEs see; at run time each name loads on first use. TYPE_CHECKING is
+# spelt here rather than imported from typing, whose import would take most of `import devshim`.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
     from devshim import backends, settings, testing
     from devshim._device import Device
     from devshim.api import (
