@@ -118,6 +118,6 @@ def test_type_checkers_see_every_public_name_that_devshim_loads_lazily():
     tree = ast.parse((ROOT / "devshim" / "__init__.py").read_text(encoding="utf-8"))
     guarded = next(node for node in tree.body if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING")
     seen = {alias.asname or alias.name for node in ast.walk(guarded) if isinstance(node, ast.ImportFrom)
-            for alias in node.names}
+            and node.module != "typing" for alias in node.names}  # (typing's Any types __getattr__)
     assert seen == set(devshim._EXPORTS) | {"backends", "settings", "testing"}
     assert devshim.__all__ == list(devshim._EXPORTS) + ["testing", "settings", "backends"]
