@@ -37,6 +37,15 @@ def test_import_devshim_imports_no_framework_and_none_of_its_own_modules():
     assert json.loads(result.stdout) == [[], []]
 
 
+def test_import_devshim_loads_no_module_but_itself():
+    """Not even typing, which was most of the time `import devshim` took (its names for type
+    checkers are spelt under TYPE_CHECKING)."""
+    result = run_python("import sys, json\nbefore = set(sys.modules)\nimport devshim\n"
+                        "print(json.dumps(sorted(set(sys.modules) - before)))")
+    assert result.returncode == 0, result.stderr
+    assert set(json.loads(result.stdout)) <= {"devshim", "__future__"}
+
+
 def test_using_devshim_imports_only_the_frameworks_it_needs():
     result = run_python(
         "import sys, json, devshim as ds\n"
