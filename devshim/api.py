@@ -14,7 +14,7 @@ through ``devshim.transfer``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Collection, Hashable, Union
 
 from devshim import _tree, transfer
 from devshim.backends.dispatch import ANSWERED_BY_ATTRIBUTE, FAST_PATHS, compile_entry_points, fast_paths
@@ -23,6 +23,7 @@ from devshim.backends.registry import describe_native_device
 from devshim.backends.selection import get_backend
 from devshim._device import Device
 from devshim.errors import DeviceMismatchError, MultiDeviceValueError, NotATensorError
+from devshim.types import DeviceSpec, NativeDevice, Nest, Tensor
 
 __all__ = [
     "cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "devices", "device",
@@ -33,7 +34,7 @@ __all__ = [
 # ------------------------------------------------------------------ devices
 
 
-def cpu(*, backend: str | None = None) -> Any:
+def cpu(*, backend: str | None = None) -> NativeDevice:
     """The CPU as the backend's native device.
 
     Example:
@@ -43,7 +44,7 @@ def cpu(*, backend: str | None = None) -> Any:
     return get_backend(backend).cpu()
 
 
-def gpu(i: int | None = None, *, backend: str | None = None) -> Any:
+def gpu(i: int | None = None, *, backend: str | None = None) -> NativeDevice:
     """GPU ``i`` as the backend's native device; DeviceUnavailableError if absent.
 
     Without ``i``: this process's GPU, which is GPU 0 except under a launcher
@@ -69,7 +70,7 @@ def num_gpus(*, backend: str | None = None) -> int:
     return get_backend(backend).num_gpus()
 
 
-def try_gpu(i: int | None = None, *, backend: str | None = None) -> Any:
+def try_gpu(i: int | None = None, *, backend: str | None = None) -> NativeDevice:
     """GPU ``i`` if it exists, else the CPU.
 
     Without ``i``: this process's GPU if there is one, else the CPU. That is GPU 0,
@@ -83,7 +84,7 @@ def try_gpu(i: int | None = None, *, backend: str | None = None) -> Any:
     return get_backend(backend).try_gpu(i)
 
 
-def try_all_gpus(*, backend: str | None = None) -> list:
+def try_all_gpus(*, backend: str | None = None) -> list[NativeDevice]:
     """Every GPU, or ``[cpu()]`` when there is none (never an empty list).
 
     Under a launcher that started several processes: ``[try_gpu()]``, this
@@ -96,7 +97,7 @@ def try_all_gpus(*, backend: str | None = None) -> list:
     return get_backend(backend).try_all_gpus()
 
 
-def devices(*, backend: str | None = None) -> list:
+def devices(*, backend: str | None = None) -> list[NativeDevice]:
     """The CPU followed by every GPU, as native devices.
 
     Example:
@@ -106,7 +107,7 @@ def devices(*, backend: str | None = None) -> list:
     return get_backend(backend).devices()
 
 
-def device(spec: Any, *, backend: str | None = None) -> Any:
+def device(spec: DeviceSpec, *, backend: str | None = None) -> NativeDevice:
     """The backend's native device for a spec: ``"cpu"``, ``"gpu:1"``, ``"cuda:1"``,
     ``"mps"``, ``"meta"``, a native device object, or a ``ds.Device``.
 
@@ -120,7 +121,7 @@ def device(spec: Any, *, backend: str | None = None) -> Any:
 # ------------------------------------------------------------------ tensors
 
 
-def device_of(x: Any) -> Any:
+def device_of(x: Tensor) -> NativeDevice:
     """The device tensor ``x`` lives on, as its framework's own device object.
 
     What comes back goes straight into the framework's ``device=`` (and into the
@@ -155,7 +156,7 @@ def device_of(x: Any) -> Any:
     return paths.device_of(x)
 
 
-def neutral_device(x: Any) -> Device:
+def neutral_device(x: Union[Tensor, NativeDevice]) -> Device:
     """The framework-neutral ``ds.Device`` tensor ``x`` lives on, or that a framework's device
     object ``x`` names (what ``ds.device_of``, ``ds.try_gpu`` or ``ds.model_device`` return).
 
@@ -186,7 +187,8 @@ def neutral_device(x: Any) -> Device:
     return paths.neutral_device(x)
 
 
-def to_device(x: Any, device: Any, *, non_blocking: bool = False, skip_keys: Any = None) -> Any:
+def to_device(x: Nest, device: DeviceSpec, *, non_blocking: bool = False,
+              skip_keys: Union[Hashable, Collection[Hashable], None] = None) -> Nest:
     """Copy ``x`` (a tensor or a nest of them) to ``device``: always new storage.
 
     Even when ``x`` already lives on ``device`` the result is a copy, so
@@ -208,7 +210,8 @@ def to_device(x: Any, device: Any, *, non_blocking: bool = False, skip_keys: Any
     return copy(x, device, non_blocking)
 
 
-def copy_if_needed(x: Any, device: Any, *, non_blocking: bool = False, skip_keys: Any = None) -> Any:
+def copy_if_needed(x: Nest, device: DeviceSpec, *, non_blocking: bool = False,
+                   skip_keys: Union[Hashable, Collection[Hashable], None] = None) -> Nest:
     """``x`` itself when it already lives on ``device``, else ``to_device(x, device)``.
 
     For nests, only the tensors that are elsewhere are copied, and a container
@@ -266,7 +269,7 @@ def _copy_if_needed_async(adapter, x, device):
     return x if adapter.same_place(x, native) else transfer.copy(adapter, x, native, True)
 
 
-def to_numpy(x: Any) -> Any:
+def to_numpy(x: Nest) -> Nest:
     """Copy ``x`` (or every tensor in a nest) to a host NumPy array.
 
     The result never shares memory with ``x``.
@@ -296,7 +299,7 @@ def _tensor_devices(xs: tuple) -> list:
     return found
 
 
-def same_device(*xs: Any) -> bool:
+def same_device(*xs: Nest) -> bool:
     """Whether every tensor in ``xs`` (nests walked) lives on one device.
 
     Non-tensor leaves are ignored; with no tensors at all the answer is True.
@@ -311,7 +314,7 @@ def same_device(*xs: Any) -> bool:
     return all(dev == placed[0][1] for _, dev in placed[1:])
 
 
-def ensure_same_device(*xs: Any) -> Any:
+def ensure_same_device(*xs: Nest) -> NativeDevice:
     """The one device all tensors in ``xs`` share, as the first tensor's framework's own device
     object (what ``ds.device_of`` returns); DeviceMismatchError otherwise.
 

@@ -32,7 +32,10 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
 from devshim import _tree, transfer
+from devshim.types import DeviceSpec, Nest
 from devshim.guard import marker
 from devshim.backends import backend_for_tensor, canonical_name, interop, load_backend, specs
 from devshim.errors import (
@@ -85,7 +88,7 @@ def target_backend(to):
     )
 
 
-def convert(x, to, *, device=None, copy=None):
+def convert(x: Nest, to: Any, *, device: Optional[DeviceSpec] = None, copy: Optional[bool] = None) -> Nest:
     """``x`` (a tensor or a nest of them) as tensors of the framework ``to``.
 
     ``to`` is a framework name (``"torch"``, ``"jax"``, ``"tensorflow"``,

@@ -16,8 +16,11 @@ Every copy these make goes through ``devshim.transfer``, so a
 
 from __future__ import annotations
 
+from typing import Mapping, Optional, Sequence, Union
+
 from devshim import transfer
 from devshim.backends import backend_for_tensor, get_backend, model_placement, specs
+from devshim.types import DeviceSpec, Model, NativeDevice, Tensor
 from devshim.errors import (
     BatchSplitError, DeviceMismatchError, InvalidDeviceError, MixedFrameworksError, NotAModelError,
     NotATensorError, ReduceMismatchError, UnknownSubmoduleError,
@@ -50,7 +53,8 @@ def _model_module(net):
 # ------------------------------------------------------------------ one device, or a map
 
 
-def place_model(net, device, *, input_shape=None):
+def place_model(net: Model, device: Union[DeviceSpec, Mapping[str, DeviceSpec]], *,
+                input_shape: Optional[tuple] = None) -> Model:
     """Put every parameter and buffer of ``net`` on ``device``; always use the return value.
 
     ``device`` is a device spec (``ds.try_gpu()``, ``"gpu:1"``), or, to split the
@@ -108,7 +112,7 @@ def _balanced(adapter, module, net) -> dict:
     return mapping
 
 
-def unplace(net):
+def unplace(net: Model) -> Model:
     """Remove the input-copying hooks a split ``place_model`` added; the parameters stay put.
 
     Example:
@@ -119,7 +123,7 @@ def unplace(net):
     return net
 
 
-def model_devices(net) -> set:
+def model_devices(net: Model) -> set[NativeDevice]:
     """The set of devices ``net``'s parameters and buffers live on, as the framework's own
     device objects (what ``ds.device_of`` returns for a tensor).
 
@@ -133,7 +137,7 @@ def model_devices(net) -> set:
     return {place.native for _, place in module.named_places(net, adapter)}
 
 
-def model_device(net):
+def model_device(net: Model) -> NativeDevice:
     """The one device all of ``net``'s parameters and buffers share, as the framework's own
     device object: it goes into the framework's calls (``torch.ones(2, device=...)``,
     ``x.to(...)``, TensorFlow's and MXNet's ``with`` blocks) as ``ds.device_of(x)``'s does.
@@ -167,7 +171,7 @@ def model_device(net):
 # ------------------------------------------------------------------ data parallel
 
 
-def split_batch(*tensors, devices=None):
+def split_batch(*tensors: Tensor, devices: Optional[Sequence[DeviceSpec]] = None) -> Union[list, tuple]:
     """Split each tensor along its first axis into one shard per device, each on its device.
 
     ``split_batch(X, y, devices)`` (D2L's call) returns ``(X_shards, y_shards)``;
@@ -190,7 +194,8 @@ def split_batch(*tensors, devices=None):
                 "split_batch needs the devices to split over after the tensors: "
                 "split_batch(X, y, ds.try_all_gpus()), or split_batch(X, devices=[...])."
             )
-        *tensors, devices = tensors
+        *leading, devices = tensors
+        tensors = tuple(leading)
     if not tensors:
         raise NotATensorError("split_batch needs at least one tensor to split: split_batch(X, y, devices).")
     devices = _device_list(devices, "split_batch")
@@ -265,7 +270,7 @@ def _adapter_of(x, function: str):
     return adapter
 
 
-def replicate(net, devices) -> list:
+def replicate(net: Model, devices: Sequence[DeviceSpec]) -> list[Model]:
     """Independent copies of ``net``, one on each device, with equal weights.
 
     Example:
@@ -277,7 +282,7 @@ def replicate(net, devices) -> list:
         return module.replicate(net, natives, adapter)
 
 
-def allreduce(tensors) -> list:
+def allreduce(tensors: Sequence[Tensor]) -> list[Tensor]:
     """The sum of ``tensors``, one result on each tensor's own device (D2L's allreduce).
 
     Everything is added on the first tensor's device, then copied to each
