@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+import typing
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,9 @@ def documented_objects() -> list:
         obj = resolve(path)
         if inspect.ismodule(obj):
             members = getattr(obj, "__all__", [])
-            found += [(f"{path}.{n}", getattr(obj, n)) for n in members if callable(getattr(obj, n))]
+            # (a type alias, devshim.types', is Any at run time: its docstring is the module's text)
+            found += [(f"{path}.{n}", getattr(obj, n)) for n in members
+                      if callable(getattr(obj, n)) and getattr(obj, n) is not typing.Any]
             continue
         found.append((path, obj))
         if inspect.isclass(obj) and not issubclass(obj, BaseException):
