@@ -44,6 +44,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name load
         allreduce, model_device, model_devices, place_model, replicate, split_batch, unplace,
     )
     from devshim.timing import Measurement, Timer, benchmark, synchronize
+    from devshim.device_memory import MemoryInfo, MemoryPeak, memory, memory_peak
+    from devshim.errors import DeviceOutOfMemoryError, VirtualMemorySizeError
 
 # public name -> the module that defines it; loaded on first attribute access (PEP 562).
 _EXPORTS = {
@@ -84,6 +86,10 @@ _EXPORTS = {
         "devshim.errors",
     ),
 }
+_EXPORTS.update({
+    **dict.fromkeys(("memory", "memory_peak", "MemoryInfo", "MemoryPeak"), "devshim.device_memory"),
+    **dict.fromkeys(("DeviceOutOfMemoryError", "VirtualMemorySizeError"), "devshim.errors"),
+})
 _SUBMODULES = ("api", "backends", "bench", "conversion", "distributed", "errors", "generic", "guard", "placement", "selftest",
                "settings",
                "testing", "timing", "transfer")
@@ -107,7 +113,8 @@ __all__ = [
     "VirtualDeviceCountError", "VirtualDataParallelError", "VirtualDLPackError",
     "FrameworkReleaseError", "TorchCompileReleaseError", "DevshimWarning", "ImplicitTransferWarning",
     "SharedDeviceWarning", "FrameworkInternalWarning", "NotCloseError", "GradientMismatchError",
-    "NoAutodiffError", "ImmutableInputError", "GradientCheckUsageError", "testing", "settings", "backends"
+    "NoAutodiffError", "ImmutableInputError", "GradientCheckUsageError", "testing", "settings", "backends",
+    "memory", "memory_peak", "MemoryInfo", "MemoryPeak", "DeviceOutOfMemoryError", "VirtualMemorySizeError",
 ]
 
 

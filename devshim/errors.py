@@ -56,6 +56,7 @@ __all__ = [
     "FrameworkInternalWarning",
     "NotCloseError", "GradientMismatchError", "NoAutodiffError", "ImmutableInputError", "GradientCheckUsageError",
     "TorchCompileReleaseError",
+    "DeviceOutOfMemoryError", "VirtualMemorySizeError",
 ]
 
 
@@ -636,4 +637,38 @@ class TorchCompileReleaseError(FrameworkReleaseError, AssertionError):
         >>> torch.compile(lambda x: ds.to_device(x, "cpu"))(torch.ones(2))   # torch 2.4.1
         Traceback (most recent call last):
         devshim.errors.TorchCompileReleaseError: ds.to_device inside torch.compile needs torch 2.13 ...
+    """
+
+
+class DeviceOutOfMemoryError(DevshimError, MemoryError):
+    """A device ran out of memory in one of devshim's own calls (``ds.to_device``,
+    ``ds.copy_if_needed``, ``ds.place_model``, ``ds.replicate``, ``ds.split_batch``,
+    ``ds.convert``). The framework's own error (``torch.OutOfMemoryError``, JAX's
+    ``RESOURCE_EXHAUSTED``, TensorFlow's ``ResourceExhaustedError``, CuPy's
+    ``OutOfMemoryError``, ...) is its ``__cause__``; the message names the device, the bytes
+    asked for and the bytes free there, and says what to do. ``device`` (a ``ds.Device``),
+    ``requested`` and ``free`` (bytes; None where unknown) and ``call`` hold the same facts.
+
+    Example:
+        >>> try:
+        ...     ds.to_device(batch, "gpu:0")
+        ... except ds.DeviceOutOfMemoryError as err:   # also a MemoryError
+        ...     print(err.device, err.requested, err.free, type(err.__cause__).__name__)
+        gpu:0 134217728 67108864 OutOfMemoryError
+    """
+
+    def __init__(self, message: str = "", *, device=None, requested=None, free=None, call: str = "") -> None:
+        super().__init__(message)
+        self.device, self.requested, self.free, self.call = device, requested, free, call
+
+
+class VirtualMemorySizeError(DevshimError, ValueError):
+    """``DEVSHIM_VIRTUAL_MEMORY`` (the size of each virtual GPU), the pytest plugin's
+    ``--devshim-virtual-memory`` or ``ds.settings.set_virtual_memory`` got a value that is not
+    a size: a positive number of bytes with an optional unit (``64MiB``, ``16GB``, ``1.5G``).
+
+    Example:
+        >>> ds.settings.set_virtual_memory("lots")
+        Traceback (most recent call last):
+        devshim.errors.VirtualMemorySizeError: DEVSHIM_VIRTUAL_MEMORY='lots' is not a size ...
     """

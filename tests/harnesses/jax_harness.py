@@ -122,5 +122,13 @@ class JaxHarness(Harness):
                         lambda inputs, grad: tuple(backward(*inputs, grad)))
         return function
 
+    def out_of_memory(self):
+        try:
+            with on_the_host():
+                jnp.ones((10**6, 10**6))  # 4 TB: RESOURCE_EXHAUSTED at once
+        except RuntimeError as error:
+            return error
+        raise AssertionError("JAX allocated 4 TB")
+
 
 HARNESS = JaxHarness()
