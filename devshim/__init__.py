@@ -113,8 +113,9 @@ __all__ = [
     "VirtualDeviceCountError", "VirtualDataParallelError", "VirtualDLPackError",
     "FrameworkReleaseError", "TorchCompileReleaseError", "DevshimWarning", "ImplicitTransferWarning",
     "SharedDeviceWarning", "FrameworkInternalWarning", "NotCloseError", "GradientMismatchError",
-    "NoAutodiffError", "ImmutableInputError", "GradientCheckUsageError", "testing", "settings", "backends",
+    "NoAutodiffError", "ImmutableInputError", "GradientCheckUsageError",
     "memory", "memory_peak", "MemoryInfo", "MemoryPeak", "DeviceOutOfMemoryError", "VirtualMemorySizeError",
+    "testing", "settings", "backends",
 ]
 
 

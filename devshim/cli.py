@@ -26,7 +26,7 @@ __all__ = ["main", "collect_info", "print_info", "build_parser", "setting_proble
 
 #: The variables ``devshim info`` shows and checks.
 ENVIRONMENT_VARS = (settings.BACKEND_VAR, settings.DEVICE_VAR, settings.VIRTUAL_DEVICES_VAR,
-                    settings.TRANSFER_GUARD_VAR)
+                    settings.TRANSFER_GUARD_VAR, settings.VIRTUAL_MEMORY_VAR)
 
 
 def _check_backend() -> None:
@@ -46,6 +46,7 @@ _SETTING_CHECKS: tuple = (
     (settings.VIRTUAL_DEVICES_VAR, settings.virtual_device_count),
     (settings.TRANSFER_GUARD_VAR, settings.default_guard_level),
     ("launcher variables", settings.launcher),
+    (settings.VIRTUAL_MEMORY_VAR, settings.virtual_memory),
 )
 
 
