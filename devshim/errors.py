@@ -640,7 +640,7 @@ class TorchCompileReleaseError(FrameworkReleaseError, AssertionError):
     """
 
 
-class DeviceOutOfMemoryError(DevshimError, MemoryError):
+class DeviceOutOfMemoryError(DevshimError, MemoryError, RuntimeError):
     """A device ran out of memory in one of devshim's own calls (``ds.to_device``,
     ``ds.copy_if_needed``, ``ds.place_model``, ``ds.replicate``, ``ds.split_batch``,
     ``ds.convert``). The framework's own error (``torch.OutOfMemoryError``, JAX's
@@ -648,6 +648,8 @@ class DeviceOutOfMemoryError(DevshimError, MemoryError):
     ``OutOfMemoryError``, ...) is its ``__cause__``; the message names the device, the bytes
     asked for and the bytes free there, and says what to do. ``device`` (a ``ds.Device``),
     ``requested`` and ``free`` (bytes; None where unknown) and ``call`` hold the same facts.
+    A ``MemoryError``, and a ``RuntimeError`` as PyTorch's and JAX's own are, so code that
+    catches those keeps working.
 
     Example:
         >>> try:

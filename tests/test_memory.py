@@ -5,7 +5,6 @@ out-of-memory error). What every backend must do is in tests/conformance/test_co
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
@@ -16,6 +15,8 @@ from devshim import settings
 from devshim.backends.memory_base import MemoryInfo, covered_bytes, format_bytes
 from devshim.device_memory import MemoryPeak
 from helpers import run_python
+
+pytest_plugins = ["pytester"]
 
 MiB = 2**20
 
@@ -110,7 +111,7 @@ class _Counts:
 
 def _peak(counts, interval=0.001) -> MemoryPeak:
     adapter = ds.get_backend("numpy")
-    return MemoryPeak(adapter, adapter.gpu(0) if adapter.num_gpus() else adapter.cpu(), counts, interval)
+    return MemoryPeak(adapter, adapter.cpu(), counts, interval)
 
 
 def test_a_resettable_counter_gives_each_nested_block_its_own_peak():
@@ -138,13 +139,11 @@ def test_a_counter_that_cannot_be_reset_gives_the_peak_when_it_rose():
 
 def test_without_a_counter_a_thread_samples_what_is_in_use():
     counts = _Counts(resets=False, top=None)
-    seen = threading.Event()
     with _peak(counts, interval=0.001) as peak:
         counts.use(1000)
         deadline = time.monotonic() + 5
         while peak._seen != 1000 and time.monotonic() < deadline:  # until the sampler has read it
             time.sleep(0.001)
-        seen.set()
         counts.use(-1000)
     assert (peak.method, peak.peak, peak.start, peak.end) == ("sampled", 1000, 0, 0)
 
@@ -351,3 +350,30 @@ def test_past_the_size_inside_a_backward_pass_the_pass_ends_in_torchs_error(vgpu
     loss = (x * 2).sum()
     loss.backward()  # the same pass, with room: no error left over from the refused one
     assert x.grad is not None and float(x.grad[0]) == 2.0
+
+
+# ------------------------------------------------------------ the pytest plugin's option
+
+
+def test_the_plugin_option_gives_virtual_gpus_a_size_and_puts_it_back(pytester):
+    before = settings.virtual_memory()
+    pytester.makepyfile("""
+        import os
+        import devshim as ds
+
+        def test_size():
+            assert ds.settings.virtual_memory() == 64 * 2**20
+            assert os.environ["DEVSHIM_VIRTUAL_MEMORY"] == str(64 * 2**20)
+    """)
+    result = pytester.runpytest_inprocess("--devshim-virtual-memory", "64MiB", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert settings.virtual_memory() == before
+    pytester.makeini("[pytest]\ndevshim_virtual_memory = 64MiB\n")
+    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_a_plugin_size_that_is_no_size_is_a_usage_error(pytester):
+    pytester.makepyfile("def test_nothing(): pass")
+    result = pytester.runpytest_inprocess("--devshim-virtual-memory", "lots", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--devshim-virtual-memory='lots' is not a size*"])
