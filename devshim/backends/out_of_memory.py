@@ -78,7 +78,7 @@ def out_of_memory_error(error: BaseException, call: str, value=None, devices=(),
 
 def _named(error: BaseException, found: tuple, call: str, value, devices, model) -> DeviceOutOfMemoryError:
     adapter, contract = found
-    asked, what = _asked(adapter, contract, value, model)
+    asked, what = _safely(lambda: _asked(contract, value, model)) or (None, "")
     places = _places(adapter, contract, devices)
     device, free = _fullest(places, asked)
     where = str(device) if device is not None else "a device"
@@ -115,7 +115,7 @@ def _owners(value) -> list:
     return list(owners.values())
 
 
-def _asked(adapter, contract, value, model) -> tuple:
+def _asked(contract, value, model) -> tuple:
     """(bytes asked for or None, the words saying what they are)."""
     if model is not None:
         size = _safely(lambda: contract.model_bytes(model))
