@@ -50,6 +50,8 @@ if TYPE_CHECKING:
         allreduce, model_device, model_devices, place_model, replicate, split_batch, unplace,
     )
     from devshim.timing import Measurement, Timer, benchmark, synchronize
+    from devshim.device_memory import MemoryInfo, MemoryPeak, memory, memory_peak
+    from devshim.errors import DeviceOutOfMemoryError, VirtualMemorySizeError
 
 # public name -> the module that defines it; loaded on first attribute access (PEP 562).
 _EXPORTS = {
@@ -90,6 +92,10 @@ _EXPORTS = {
         "devshim.errors",
     ),
 }
+_EXPORTS.update({
+    **dict.fromkeys(("memory", "memory_peak", "MemoryInfo", "MemoryPeak"), "devshim.device_memory"),
+    **dict.fromkeys(("DeviceOutOfMemoryError", "VirtualMemorySizeError"), "devshim.errors"),
+})
 _SUBMODULES = ("api", "backends", "bench", "conversion", "distributed", "errors", "generic", "guard", "placement", "selftest",
                "settings",
                "testing", "timing", "transfer")
@@ -114,7 +120,9 @@ __all__ = [
     "FrameworkReleaseError", "TorchCompileReleaseError", "DevshimWarning", "ImplicitTransferWarning",
     "SharedDeviceWarning", "FrameworkInternalWarning", "NotCloseError", "GradientMismatchError",
     "NoAutodiffError", "ImmutableInputError", "GradientCheckUsageError", "NondifferentiableError",
-    "InputMutatedError", "GradientFunctionError", "testing", "settings", "backends"
+    "InputMutatedError", "GradientFunctionError",
+    "memory", "memory_peak", "MemoryInfo", "MemoryPeak", "DeviceOutOfMemoryError", "VirtualMemorySizeError",
+    "testing", "settings", "backends",
 ]
 
 

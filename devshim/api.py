@@ -20,6 +20,7 @@ from devshim import _tree, transfer
 from devshim.backends.dispatch import ANSWERED_BY_ATTRIBUTE, FAST_PATHS, compile_entry_points, fast_paths
 from devshim.backends.nests import copy_nest, copy_nest_if_needed, nest_to_numpy
 from devshim.backends.registry import describe_native_device
+from devshim.backends.out_of_memory import raise_if_out_of_memory
 from devshim.backends.selection import get_backend
 from devshim._device import Device
 from devshim.errors import DeviceMismatchError, MultiDeviceValueError, NotATensorError
@@ -197,7 +198,8 @@ def to_device(x: Nest, device: DeviceSpec, *, non_blocking: bool = False,
     memory; synchronise before reading a result copied asynchronously to the
     host. In nests, ``skip_keys`` (a key or a collection of keys) names mapping
     entries left as they are, at any depth; objects with a ``.to(device)``
-    method get it called.
+    method get it called. A device that runs out of memory raises
+    ``ds.DeviceOutOfMemoryError`` (a ``MemoryError``; the framework's error is its cause).
 
     Example:
         >>> Z = ds.to_device(X, ds.try_gpu(1))
@@ -206,8 +208,14 @@ def to_device(x: Nest, device: DeviceSpec, *, non_blocking: bool = False,
     try:
         copy = FAST_PATHS[type(x)].copy  # (then a call: `paths.copy(...)` is a slower method lookup)
     except KeyError:  # a nest, or a tensor class met for the first time: the nest layer learns it
-        return copy_nest(x, device, non_blocking, "to_device", skip_keys)
-    return copy(x, device, non_blocking)
+        copy = None
+    try:  # costs nothing until something is raised
+        if copy is None:
+            return copy_nest(x, device, non_blocking, "to_device", skip_keys)
+        return copy(x, device, non_blocking)
+    except Exception as error:
+        raise_if_out_of_memory(error, "to_device", x, (device,))  # a device out of memory: named
+        raise
 
 
 def copy_if_needed(x: Nest, device: DeviceSpec, *, non_blocking: bool = False,
@@ -226,7 +234,7 @@ def copy_if_needed(x: Nest, device: DeviceSpec, *, non_blocking: bool = False,
     try:
         paths = FAST_PATHS[type(x)]
     except KeyError:  # a nest, or a tensor class met for the first time: the nest layer learns it
-        return copy_nest_if_needed(x, device, "copy_if_needed", skip_keys, non_blocking)
+        return _copy_nest_if_needed(x, device, skip_keys, non_blocking)
     # Where a tensor's Device says it all (torch, NumPy): "already there" is two lookups and an `is`.
     targets = paths.targets
     if targets is not None:
@@ -236,10 +244,22 @@ def copy_if_needed(x: Nest, device: DeviceSpec, *, non_blocking: bool = False,
                 return x
         except (KeyError, TypeError):  # a spec or a device not resolved yet: the backend decides
             pass
-    if non_blocking:
-        return _copy_if_needed_async(paths.adapter, x, device)
-    copy = paths.copy_if_needed
-    return copy(x, device)
+    try:  # costs nothing until something is raised
+        if non_blocking:
+            return _copy_if_needed_async(paths.adapter, x, device)
+        copy = paths.copy_if_needed
+        return copy(x, device)
+    except Exception as error:
+        raise_if_out_of_memory(error, "copy_if_needed", x, (device,))  # a device out of memory: named
+        raise
+
+
+def _copy_nest_if_needed(x, device, skip_keys, non_blocking):
+    try:
+        return copy_nest_if_needed(x, device, "copy_if_needed", skip_keys, non_blocking)
+    except Exception as error:
+        raise_if_out_of_memory(error, "copy_if_needed", x, (device,))
+        raise
 
 
 def _described_device(x):

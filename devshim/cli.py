@@ -26,7 +26,7 @@ __all__ = ["main", "collect_info", "print_info", "build_parser", "setting_proble
 
 #: The variables ``devshim info`` shows and checks.
 ENVIRONMENT_VARS = (settings.BACKEND_VAR, settings.DEVICE_VAR, settings.VIRTUAL_DEVICES_VAR,
-                    settings.TRANSFER_GUARD_VAR)
+                    settings.TRANSFER_GUARD_VAR, settings.VIRTUAL_MEMORY_VAR)
 
 
 def _check_backend() -> None:
@@ -46,6 +46,7 @@ _SETTING_CHECKS: tuple = (
     (settings.VIRTUAL_DEVICES_VAR, settings.virtual_device_count),
     (settings.TRANSFER_GUARD_VAR, settings.default_guard_level),
     ("launcher variables", settings.launcher),
+    (settings.VIRTUAL_MEMORY_VAR, settings.virtual_memory),
 )
 
 
@@ -78,6 +79,7 @@ def _framework_entry(name: str, spec: Any) -> dict:
         adapter = load_backend(name)
         entry["devices"] = adapter.device_details()
         entry["status"] = "ok"
+        entry["memory"] = _memory_of(name, [dev["device"] for dev in entry["devices"]])
     except Exception as err:  # report any framework failure, keep listing the rest
         entry["status"] = f"error: {type(err).__name__}: {err}"
     return entry
@@ -148,6 +150,7 @@ def print_info(info: dict, out: Optional[TextIO] = None) -> None:
     _print_capabilities(info["frameworks"], write)
     _print_process(info.get("process"), write)
     _print_devices(info["frameworks"], write)
+    _print_memory(info["frameworks"], write)
 
 
 def _print_problems(problems: list, write: Callable[..., None]) -> None:
@@ -245,3 +248,39 @@ def main(argv: Optional[list] = None) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+# ------------------------------------------------------------------ memory
+
+
+def _memory_of(name: str, devices: list) -> list:
+    """``ds.memory`` of each of the backend's devices (as ``devshim info`` lists them), as plain
+    data; an entry with the error for a device whose figures could not be read."""
+    from devshim.device_memory import memory
+
+    found = []
+    for device in devices:
+        try:
+            found.append(memory(device, backend=name).as_dict())
+        except Exception as err:  # report it, keep printing the rest (as for the frameworks)
+            found.append({"device": device, "error": f"{type(err).__name__}: {err}"})
+    return found
+
+
+def _print_memory(frameworks: list, write: Callable[..., None]) -> None:
+    """Each device's memory (``ds.memory``): "-" where the framework cannot say."""
+    from devshim.backends.memory_base import format_bytes
+
+    def shown(value: object) -> str:
+        return "-" if value is None else format_bytes(value)
+
+    write()
+    write("memory (ds.memory; '-': the framework does not say):")
+    write(f"  {'':<11} {'device':<7} {'in use':>10} {'reserved':>10} {'peak':>10} {'total':>10} {'free':>10}")
+    for fw in frameworks:
+        for entry in fw.get("memory", []):
+            if "error" in entry:
+                write(f"  {fw['name']:<11} {entry['device']:<7} error: {entry['error']}")
+                continue
+            figures = " ".join(f"{shown(entry[k]):>10}" for k in ("in_use", "reserved", "peak", "total", "free"))
+            write(f"  {fw['name']:<11} {entry['device']:<7} {figures}  {entry['source']}")

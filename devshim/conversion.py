@@ -21,6 +21,9 @@ another (no guard is involved), but their memories are kept apart as real
 GPUs' are: converting between two frameworks' virtual GPUs copies on the
 target device, so ``copy=False`` refuses there.
 
+A device that runs out of memory raises ``ds.DeviceOutOfMemoryError``, the framework's error
+as its cause.
+
 Framework-specific code lives in each backend's optional ``interop.py``: one
 subclass of ``devshim.backends.interop_base.Interop`` (docs/adapters.md).
 
@@ -38,6 +41,7 @@ from devshim import _tree, transfer
 from devshim.types import DeviceSpec, Nest
 from devshim.guard import marker
 from devshim.backends import backend_for_tensor, canonical_name, interop, load_backend, specs
+from devshim.backends.out_of_memory import raise_if_out_of_memory
 from devshim.errors import (
     BackendError, CopyRequiredError, CrossDeviceConversionError, DevshimError, NotATensorError,
 )
@@ -140,6 +144,22 @@ def convert(x: Nest, to: Any, *, device: Optional[DeviceSpec] = None, copy: Opti
 
 
 def _leaf(x, source, target, want, copy, name: str):
+    try:  # costs nothing until something is raised
+        return _convert_leaf(x, source, target, want, copy, name)
+    except Exception as error:
+        where = want[0] if want is not None else _safe_device(source, x)
+        raise_if_out_of_memory(error, "convert", x, [where] if where is not None else [])
+        raise
+
+
+def _safe_device(adapter, x):
+    try:
+        return adapter.tensor_device(x)
+    except DevshimError:
+        return None
+
+
+def _convert_leaf(x, source, target, want, copy, name: str):
     here = source.tensor_device(x)
     if want is None:
         native = _same_place(target, here)

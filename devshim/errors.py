@@ -57,6 +57,7 @@ __all__ = [
     "NotCloseError", "GradientMismatchError", "NoAutodiffError", "ImmutableInputError", "GradientCheckUsageError",
     "TorchCompileReleaseError",
     "NondifferentiableError", "InputMutatedError", "GradientFunctionError",
+    "DeviceOutOfMemoryError", "VirtualMemorySizeError",
 ]
 
 
@@ -683,4 +684,40 @@ class GradientFunctionError(GradientCheckUsageError, TypeError):
         >>> ds.testing.check_backward(lambda x: x * 2, (x, y))
         Traceback (most recent call last):
         devshim.errors.GradientFunctionError: check_backward() calls f with the 2 inputs ...
+    """
+
+
+class DeviceOutOfMemoryError(DevshimError, MemoryError, RuntimeError):
+    """A device ran out of memory in one of devshim's own calls (``ds.to_device``,
+    ``ds.copy_if_needed``, ``ds.place_model``, ``ds.replicate``, ``ds.split_batch``,
+    ``ds.convert``). The framework's own error (``torch.OutOfMemoryError``, JAX's
+    ``RESOURCE_EXHAUSTED``, TensorFlow's ``ResourceExhaustedError``, CuPy's
+    ``OutOfMemoryError``, ...) is its ``__cause__``; the message names the device, the bytes
+    asked for and the bytes free there, and says what to do. ``device`` (a ``ds.Device``),
+    ``requested`` and ``free`` (bytes; None where unknown) and ``call`` hold the same facts.
+    A ``MemoryError``, and a ``RuntimeError`` as PyTorch's and JAX's own are, so code that
+    catches those keeps working.
+
+    Example:
+        >>> try:
+        ...     ds.to_device(batch, "gpu:0")
+        ... except ds.DeviceOutOfMemoryError as err:   # also a MemoryError
+        ...     print(err.device, err.requested, err.free, type(err.__cause__).__name__)
+        gpu:0 134217728 67108864 OutOfMemoryError
+    """
+
+    def __init__(self, message: str = "", *, device=None, requested=None, free=None, call: str = "") -> None:
+        super().__init__(message)
+        self.device, self.requested, self.free, self.call = device, requested, free, call
+
+
+class VirtualMemorySizeError(DevshimError, ValueError):
+    """``DEVSHIM_VIRTUAL_MEMORY`` (the size of each virtual GPU), the pytest plugin's
+    ``--devshim-virtual-memory`` or ``ds.settings.set_virtual_memory`` got a value that is not
+    a size: a positive number of bytes with an optional unit (``64MiB``, ``16GB``, ``1.5G``).
+
+    Example:
+        >>> ds.settings.set_virtual_memory("lots")
+        Traceback (most recent call last):
+        devshim.errors.VirtualMemorySizeError: DEVSHIM_VIRTUAL_MEMORY='lots' is not a size ...
     """

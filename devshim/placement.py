@@ -11,15 +11,18 @@ Keras models (each framework's code is its backend package's ``model.py``):
   sums across processes when a torch.distributed process group runs.
 
 Every copy these make goes through ``devshim.transfer``, so a
-``ds.transfer_guard("disallow")`` block lets them all through.
+``ds.transfer_guard("disallow")`` block lets them all through. A device that runs out of
+memory in ``place_model``, ``replicate`` or ``split_batch`` raises ``ds.DeviceOutOfMemoryError``.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Mapping, Optional, Sequence, Union
 
 from devshim import transfer
 from devshim.backends import backend_for_tensor, get_backend, model_placement, specs
+from devshim.backends.out_of_memory import raise_if_out_of_memory
 from devshim.types import DeviceSpec, Model, NativeDevice, Tensor
 from devshim.errors import (
     BatchSplitError, DeviceMismatchError, InvalidDeviceError, MixedFrameworksError, NotAModelError,
@@ -90,11 +93,21 @@ def place_model(net: Model, device: Union[DeviceSpec, Mapping[str, DeviceSpec]],
                     f"{{'{name}': device}} with the name as a string."
                 )
         natives = {name: adapter.device(spec) for name, spec in device.items()}
-        with transfer.explicit():
+        with transfer.explicit(), _named_out_of_memory("place_model", list(natives.values()), model=net):
             return module.place_map(net, natives, adapter)
     native = adapter.device(device)
-    with transfer.explicit():
+    with transfer.explicit(), _named_out_of_memory("place_model", [native], model=net):
         return module.place(net, native, adapter, input_shape=input_shape)
+
+
+@contextlib.contextmanager
+def _named_out_of_memory(call: str, devices: list, value=None, model=None):
+    """A framework's out-of-memory error inside the block as ``DeviceOutOfMemoryError``."""
+    try:
+        yield
+    except Exception as error:
+        raise_if_out_of_memory(error, call, value, devices, model=model)
+        raise
 
 
 def _balanced(adapter, module, net) -> dict:
@@ -226,7 +239,9 @@ def split_batch(*tensors: Tensor, devices: Optional[Sequence[DeviceSpec]] = None
             shards, start = [], 0
             for i, native in enumerate(natives):
                 stop = start + base + (1 if i < extra else 0)
-                shards.append(adapter.copy_if_needed(adapter.narrow(x, start, stop), native))
+                shard = adapter.narrow(x, start, stop)
+                with _named_out_of_memory("split_batch", [native], shard):
+                    shards.append(adapter.copy_if_needed(shard, native))
                 start = stop
             results.append(shards)
     return results[0] if len(results) == 1 else tuple(results)
@@ -278,7 +293,7 @@ def replicate(net: Model, devices: Sequence[DeviceSpec]) -> list[Model]:
     """
     adapter, module = _model_module(net)
     natives = [adapter.device(d) for d in _device_list(devices, "replicate")]
-    with transfer.explicit():
+    with transfer.explicit(), _named_out_of_memory("replicate", natives, model=net):
         return module.replicate(net, natives, adapter)
 
 

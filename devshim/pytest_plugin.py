@@ -9,6 +9,9 @@ imports no framework until a test (or this run's options) asks for one:
                                            selected backend (``DEVSHIM_BACKEND``, or auto).
 ``--devshim-virtual-devices N``            N virtual GPUs on every backend, set before
                                            any framework starts (ini: ``devshim_virtual_devices``).
+``--devshim-virtual-memory SIZE``          the size of each virtual GPU (``16GiB``; ini:
+                                           ``devshim_virtual_memory``): torch's refuse an
+                                           allocation past it with ``torch.OutOfMemoryError``.
 
 Fixtures: ``ds_backend`` (the backend's name; parametrised over the chosen backends,
 with the backend selected by ``ds.use_backend`` while the test runs), ``ds_device``
@@ -132,6 +135,7 @@ def pytest_addoption(parser) -> None:
     )
     parser.addini(_BACKEND_INI, f"default for {_BACKEND_OPTION}: NAME[,NAME...] or all", default=None)
     parser.addini(_VIRTUAL_INI, f"default for {_VIRTUAL_OPTION}: N virtual GPUs", default=None)
+    _add_memory_option(group, parser)
 
 
 def _option(config, dest: str, ini: str, flag: str) -> tuple:
@@ -200,10 +204,12 @@ def pytest_configure(config) -> None:
         plan.saved_env = (variable in os.environ, os.environ.get(variable))
         os.environ[variable] = str(plan.virtual)
         settings.set_virtual_devices(plan.virtual)
+    _configure_memory(config, plan)
 
 
 def pytest_unconfigure(config) -> None:
     plan = config.stash.get(_PLAN, None)
+    _unconfigure_memory(plan)
     if plan is None or plan.saved_env is None:
         return
     had, value = plan.saved_env
@@ -466,3 +472,48 @@ def pytest_runtest_call(item):
         return
     with guard:
         yield
+
+
+# ------------------------------------------------------------------ the size of a virtual GPU
+
+_MEMORY_OPTION = "--devshim-virtual-memory"
+_MEMORY_INI = "devshim_virtual_memory"
+
+
+def _add_memory_option(group, parser) -> None:
+    group.addoption(
+        _MEMORY_OPTION, dest="devshim_virtual_memory", default=None, metavar="SIZE",
+        help="the size of each virtual GPU, e.g. 16GiB or 64MiB (overrides DEVSHIM_VIRTUAL_MEMORY): "
+             "torch's virtual GPUs refuse an allocation past it with torch.OutOfMemoryError, as a GPU "
+             "of that size would; ds.memory reports it on every backend.",
+    )
+    parser.addini(_MEMORY_INI, f"default for {_MEMORY_OPTION}: the size of each virtual GPU", default=None)
+
+
+def _configure_memory(config, plan: _Plan) -> None:
+    value, source = _option(config, "devshim_virtual_memory", _MEMORY_INI, _MEMORY_OPTION)
+    if value is None:
+        return
+    from devshim.errors import VirtualMemorySizeError
+
+    try:
+        size = settings.parse_size(value, source=source)
+    except VirtualMemorySizeError as err:
+        raise pytest.UsageError(str(err)) from None
+    plan.explicit = True
+    variable = settings.VIRTUAL_MEMORY_VAR
+    plan.saved_memory_env = (variable in os.environ, os.environ.get(variable))
+    os.environ[variable] = str(size)  # interpreters the tests start see the same size
+    settings.set_virtual_memory(size)
+
+
+def _unconfigure_memory(plan) -> None:
+    saved = getattr(plan, "saved_memory_env", None)
+    if saved is None:
+        return
+    had, value = saved
+    if had:
+        os.environ[settings.VIRTUAL_MEMORY_VAR] = value
+    else:
+        os.environ.pop(settings.VIRTUAL_MEMORY_VAR, None)
+    settings.set_virtual_memory(None)

@@ -7,6 +7,7 @@ Environment variables are parsed once, the first time a setting is needed
 ``DEVSHIM_DEVICE``           ``cpu`` hides every accelerator; unset, ``auto`` or ``gpu`` does not.
 ``DEVSHIM_VIRTUAL_DEVICES``  N virtual accelerators backed by host memory (backends that can).
 ``DEVSHIM_TRANSFER_GUARD``   ``log`` or ``disallow``: the process's transfer-guard level (default ``allow``).
+``DEVSHIM_VIRTUAL_MEMORY``   the size of each virtual GPU (``16GiB``, ``64MiB``); unset: no size.
 
 A launcher's variables are environment too, read here once like the others
 (``launcher()``): torchrun's ``LOCAL_RANK``, Open MPI's ``OMPI_COMM_WORLD_*``,
@@ -37,6 +38,7 @@ from contextvars import ContextVar
 
 from devshim.errors import (
     InvalidDeviceError, InvalidGuardLevelError, LauncherEnvironmentError, VirtualDeviceCountError,
+    VirtualMemorySizeError,
 )
 from devshim.guard.levels import LEVELS as GUARD_LEVELS
 
@@ -46,6 +48,7 @@ __all__ = [
     "requested_backend", "accelerators_hidden", "virtual_device_count", "virtual_devices_from_environment",
     "default_guard_level",
     "launcher", "set_virtual_devices", "reload", "on_change", "scoped_backend",
+    "VIRTUAL_MEMORY_VAR", "virtual_memory", "set_virtual_memory", "parse_size",
 ]
 
 BACKEND_VAR = "DEVSHIM_BACKEND"
@@ -456,3 +459,86 @@ def _notify() -> None:
             error = error or err
     if error is not None:
         raise error
+
+
+# ------------------------------------------------------------------ the size of a virtual GPU
+
+VIRTUAL_MEMORY_VAR = "DEVSHIM_VIRTUAL_MEMORY"
+_virtual_memory_override = None  # set by set_virtual_memory(); wins over the environment
+# unit -> bytes: decimal (kB, MB, GB, TB), binary (KiB, MiB, GiB, TiB), and K, M, G, T as binary.
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+          "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+def parse_size(value, source: str = VIRTUAL_MEMORY_VAR) -> int:
+    """Bytes from a size: an int, or a string of a number and an optional unit (``"64MiB"``,
+    ``"16GB"``, ``"1.5G"``; kB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB and K/M/G/T of 1024).
+    ``VirtualMemorySizeError`` (naming ``source``) for anything else, or a size below one byte.
+
+    Example:
+        >>> ds.settings.parse_size("64MiB"), ds.settings.parse_size("1GB")
+        (67108864, 1000000000)
+    """
+    import re
+
+    if isinstance(value, int) and not isinstance(value, bool):
+        number, unit = float(value), ""
+    else:
+        found = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", str(value))
+        if found is None or found.group(2).lower() not in _UNITS:
+            number, unit = -1.0, ""
+        else:
+            number, unit = float(found.group(1)), found.group(2).lower()
+    size = int(number * _UNITS[unit])
+    if size < 1:
+        raise VirtualMemorySizeError(
+            f"{source}={value!r} is not a size devshim can give a virtual GPU: write a positive number "
+            f"of bytes with an optional unit, e.g. {VIRTUAL_MEMORY_VAR}=16GiB or 64MiB (KiB, MiB, GiB "
+            f"are powers of 1024, kB, MB, GB of 1000), or unset it for virtual GPUs without a size."
+        )
+    return size
+
+
+def _parse_virtual_memory() -> object:
+    raw = os.environ.get(VIRTUAL_MEMORY_VAR, "").strip()
+    if not raw:
+        return None
+    try:
+        return parse_size(raw)
+    except VirtualMemorySizeError as err:
+        return err
+
+
+_PARSERS["virtual_memory"] = _parse_virtual_memory
+
+
+def virtual_memory():
+    """The size of each virtual GPU in bytes (``DEVSHIM_VIRTUAL_MEMORY``, or
+    ``set_virtual_memory``), or None when they have none (then they take what the host has).
+
+    Example:
+        >>> ds.settings.virtual_memory()        # DEVSHIM_VIRTUAL_MEMORY=64MiB
+        67108864
+    """
+    if _virtual_memory_override is not None:
+        return _virtual_memory_override or None  # 0: no size, whatever the environment says
+    return _get("virtual_memory")
+
+
+def set_virtual_memory(size) -> None:
+    """Give each virtual GPU ``size`` (bytes, or a string such as ``"16GiB"``) in this process;
+    ``0`` takes the size away, ``None`` goes back to ``DEVSHIM_VIRTUAL_MEMORY``. On torch's
+    virtual GPUs an allocation past it raises ``torch.OutOfMemoryError``, as on a GPU of that size.
+
+    Example:
+        >>> ds.settings.set_virtual_memory("64MiB")
+        >>> ds.memory("gpu:0").total
+        67108864
+    """
+    global _virtual_memory_override
+    if size is not None and size != 0:
+        size = parse_size(size, source="set_virtual_memory")
+    if size != _virtual_memory_override:
+        _virtual_memory_override = size
+        _notify()

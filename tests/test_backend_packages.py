@@ -16,6 +16,7 @@ import devshim as ds
 from devshim.backends import Backend, BackendSpec, specs
 from devshim.backends.autodiff_base import Autodiff
 from devshim.backends.interop_base import Interop
+from devshim.backends.memory_base import DeviceMemory
 from devshim.backends.model_base import ModelPlacement
 from devshim.backends.spec import CAPABILITY_MODULES
 from devshim.guard.hooks import GuardHooks
@@ -84,6 +85,7 @@ CONTRACTS = {
     "model": (ModelPlacement, "model placement"),
     "interop": (Interop, "ds.convert's side of the framework"),
     "autodiff": (Autodiff, "the framework's autodiff, for ds.testing.check_backward"),
+    "memory": (DeviceMemory, "the framework's memory figures, for ds.memory"),
 }
 
 
@@ -102,7 +104,8 @@ def test_optional_modules_implement_their_contract(name, module_name):
     assert len(classes) == 1, f"{module.__name__} must define exactly one {base.__name__} subclass"
     assert not inspect.isabstract(classes[0]), f"abstract methods left: {classes[0].__abstractmethods__}"
     found = {"guard": ds.backends.guard_hooks, "model": ds.backends.model_placement,
-             "interop": ds.backends.interop, "autodiff": ds.backends.autodiff}[module_name](name)
+             "interop": ds.backends.interop, "autodiff": ds.backends.autodiff,
+             "memory": ds.backends.memory}[module_name](name)
     assert type(found) is classes[0]
 
 

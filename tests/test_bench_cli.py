@@ -25,6 +25,7 @@ TINY = {
     "startup": [],
     "convert": ["--sizes", "64", "1024"],
     "virtual": ["--examples", "32", "--batch-size", "16", "--rounds", "1"],
+    "memory": ["--megabytes", "1", "--width", "256", "--batch", "4"],
 }
 FAST = ["--min-run-time", "0.002"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -46,7 +46,8 @@ def test_info_json_is_machine_readable(capsys):
     numpy_entry = next(fw for fw in data["frameworks"] if fw["name"] == "numpy")
     assert numpy_entry["status"] == "ok" and numpy_entry["devices"][0]["device"] == "cpu:0"
     assert set(data["environment"]) == {"DEVSHIM_BACKEND", "DEVSHIM_DEVICE", "DEVSHIM_VIRTUAL_DEVICES",
-                                        "DEVSHIM_TRANSFER_GUARD"}
+                                        "DEVSHIM_TRANSFER_GUARD", "DEVSHIM_VIRTUAL_MEMORY"}
+    assert all("in_use" in entry for fw in data["frameworks"] for entry in fw.get("memory", []))
     assert data["problems"] == []
 
 

@@ -17,7 +17,7 @@ VIRTUAL = {"torch": "2", "tensorflow": "2", "mxnet": "2"}
 D2L = ("torch", "tensorflow", "mxnet", "jax")
 # Every example and the tests that run it: a new example without a test fails here.
 TESTED = {"use_gpu.py", "check_gpu.py", "logging_on_gpu.py", "generic_softplus.py", "model_parallel.py",
-          "data_parallel.py", "custom_function.py"}
+          "data_parallel.py", "custom_function.py", "largest_batch.py"}
 #: Examples run by another test file, which must name them.
 TESTED_ELSEWHERE = {"ddp.py": "test_distributed.py"}
 #: Example projects (folders): a user's package with its own tests, which a test here runs.
@@ -187,3 +187,12 @@ def test_the_plugin_project_runs_its_tests_on_every_installed_backend(virtual):
     assert outcomes == expected, result.stdout
     if virtual:
         assert f"{virtual} virtual GPUs (--devshim-virtual-devices {virtual})" in result.stdout
+
+
+def test_largest_batch_finds_the_batch_that_fits_a_virtual_gpu_and_the_next_that_does_not():
+    pytest.importorskip("torch")
+    out = run_example("largest_batch.py", "torch", "--size", "8MiB", "--hidden", "64")
+    assert "virtual GPU gpu:0 of 8.00 MiB; the model's parameters take 0.19 MiB" in out
+    largest = int(out.split("largest batch that fits: ")[1].split()[0])
+    assert f"batch {largest + 1} does not fit: OutOfMemoryError" in out
+    assert "of 8.00 MiB)" in out and "total 8.0 MiB" in out

@@ -9,10 +9,12 @@ here, lowest first:
 ``model_base`` ``ModelPlacement``, the contract of a backend's ``model.py``;
 ``interop_base`` ``Interop``, the contract of a backend's ``interop.py`` (``ds.convert``);
 ``autodiff_base`` ``Autodiff``, the contract of a backend's ``autodiff.py`` (``ds.testing``);
+``memory_base`` ``DeviceMemory``, the contract of a backend's ``memory.py`` (``ds.memory``);
 ``registry``   the table built from the rows, and one adapter per backend;
 ``dispatch``   which backend owns a tensor: one ``FastPaths`` record per tensor class;
 ``selection``  which backend functions without a tensor use;
-``nests``      the leaf functions that copy nests (``devshim._tree`` walks them).
+``nests``      the leaf functions that copy nests (``devshim._tree`` walks them);
+``out_of_memory`` the named error for a device out of memory in devshim's own calls.
 
 (A backend's ``guard.py`` implements ``devshim.guard.hooks.GuardHooks``, which
 lives with the rest of the guard, below this package.)
@@ -37,6 +39,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time each name loads on firs
         guard_hooks, interop, load_backend, model_placement, native_for, register_backend, specs,
         unregister_backend, virtual_capable_backends,
     )
+    from devshim.backends.registry import memory
     from devshim.backends.selection import get_backend, reset_backend, selection_reason, set_backend, use_backend
     from devshim.backends.spec import BackendSpec
 
@@ -63,4 +66,7 @@ __all__ = [
     "autodiff", "get_backend", "set_backend", "use_backend", "reset_backend", "selection_reason",
     "backend_for_tensor", "learn_type", "forget_types"
 ]
+_EXPORTS["memory"] = "devshim.backends.registry"
+_SUBMODULES += ("memory_base", "out_of_memory")
+__all__ += ["memory"]
 __getattr__, __dir__ = lazy_names(globals(), _EXPORTS, _SUBMODULES)

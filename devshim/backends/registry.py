@@ -423,3 +423,19 @@ def autodiff(name: str):
 
 
 __all__ += ["autodiff"]
+
+
+def memory(name: str):
+    """The ``DeviceMemory`` of backend ``name`` (from its ``memory.py``, made once), or None
+    without one (``ds.memory`` then has the host's figures only).
+
+    Example:
+        >>> ds.backends.memory("torch").is_out_of_memory(torch.OutOfMemoryError("out of memory"))
+        True
+    """
+    from devshim.backends.memory_base import DeviceMemory
+
+    return _contract_instance(name, "memory", DeviceMemory, "its memory figures, for ds.memory")
+
+
+__all__ += ["memory"]

@@ -4,7 +4,7 @@ A backend is one folder, ``devshim/backends/<name>/``, whose ``__init__.py``
 holds one ``BackendSpec`` called ``SPEC`` and imports no framework. The
 registry is built from those rows alone. What the backend can do beyond the
 device contract is read from which modules its folder has (``ops.py``,
-``guard.py``, ``model.py``, ``interop.py``, ``autodiff.py``): a missing module means the capability is absent.
+``guard.py``, ``model.py``, ``interop.py``, ``autodiff.py``, ``memory.py``): a missing module means the capability is absent.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ CAPABILITY_MODULES = {
     "model": "model",
     "interop": "interop",
     "autodiff": "autodiff",
+    "memory": "memory",
 }
 
 

@@ -119,6 +119,7 @@ def format_report(document: dict) -> str:
         for device in section.get("devices", []):
             virtual = ", virtual" if device.get("virtual") else ""
             lines.append(f"  device {device['device']}: {device['name']}{_memory(device.get('memory_bytes'))}{virtual}")
+        lines += _memory_lines(section.get("memory", []))
         for line in _result_lines(section["results"]):
             lines.append(f"  {line}")
         for line in _highlights(section):
@@ -131,3 +132,18 @@ def format_report(document: dict) -> str:
     lines += ["", f"{summary['passed']} passed, {summary['failed']} failed, {summary['skipped']} skipped "
                   f"in {summary['seconds']:g} s", f"verdict: {document['verdict']}"]
     return "\n".join(lines)
+
+
+def _memory_lines(records: list) -> list:
+    """One line per device: what ``ds.memory`` says of it ("-": the framework does not say)."""
+    from devshim.backends.memory_base import format_bytes
+
+    lines = []
+    for record in records:
+        if "error" in record:
+            lines.append(f"  memory {record['device']}: error: {record['error']}")
+            continue
+        figures = ", ".join(f"{name.replace('_', ' ')} {'-' if record[name] is None else format_bytes(record[name])}"
+                            for name in ("in_use", "reserved", "peak", "total", "free"))
+        lines.append(f"  memory {record['device']}: {figures} ({record['source']})")
+    return lines

@@ -77,7 +77,21 @@ def _backend_event(name: str) -> dict:
     except Exception as err:  # reported as the load check's failure too
         event["devices"] = []
         event["devices_error"] = _failure(err)
+    event["memory"] = _memory(name, event["devices"])
     return event
+
+
+def _memory(name: str, devices: list) -> list:
+    """``ds.memory`` of each device, as plain data (an error instead where it fails)."""
+    from devshim.device_memory import memory
+
+    found = []
+    for device in devices:
+        try:
+            found.append(memory(device["device"], backend=name).as_dict())
+        except Exception as err:  # the memory checks report it as their failure
+            found.append({"device": device["device"], "error": _failure(err)})
+    return found
 
 
 def run_backend(name: str, emit, *, measure: bool = True) -> None:
@@ -90,6 +104,7 @@ def run_backend(name: str, emit, *, measure: bool = True) -> None:
         ['passed', 'passed']
     """
     import devshim as ds
+    from devshim.selftest import memory_checks  # noqa: F401 - its checks join CHECKS
     from devshim.selftest.checks import CHECKS, Context, Skip, targets
 
     def result(group: str, check: str, where: str, status: str, detail: str, seconds: float = 0.0,

@@ -156,6 +156,11 @@ class Harness:
         ``nn.Parameter``, a ``tf.Variable``, an MXNet classic ``nd`` array); ``x`` where it has none."""
         return x
 
+    def out_of_memory(self) -> Optional[BaseException]:
+        """The framework's own out-of-memory error, made by the framework where that is cheap (an
+        allocation far past any machine's memory), else built as the framework builds it."""
+        return None
+
 
 def backends_with_harness() -> List[str]:
     """Every registered backend that has a harness module here, in registry order."""

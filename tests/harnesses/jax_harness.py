@@ -131,5 +131,13 @@ class JaxHarness(Harness):
     def gather_rows(self, weight, rows):
         return jnp.take(weight, jnp.asarray(list(rows)), axis=0)
 
+    def out_of_memory(self):
+        try:
+            with on_the_host():
+                jnp.ones((10**6, 10**6))  # 4 TB: RESOURCE_EXHAUSTED at once
+        except RuntimeError as error:
+            return error
+        raise AssertionError("JAX allocated 4 TB")
+
 
 HARNESS = JaxHarness()

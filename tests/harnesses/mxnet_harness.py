@@ -130,5 +130,10 @@ class MxnetHarness(Harness):
     def special_kind(self, x):
         return x.as_nd_ndarray().copy()
 
+    def out_of_memory(self):
+        # MXNet refuses a huge array by its element count, not its memory: the error its GPU
+        # allocator raises when cudaMalloc fails, built as MXNet builds it.
+        return mx.base.MXNetError("cudaMalloc retry failed: out of memory")
+
 
 HARNESS = MxnetHarness()

@@ -46,5 +46,12 @@ class NumpyHarness(Harness):
     def cast(self, x, dtype):
         return x.astype(dtype)
 
+    def out_of_memory(self):
+        try:
+            np.empty(2**62, dtype=np.uint8)  # 4 EiB: MemoryError at once
+        except MemoryError as error:
+            return error
+        raise AssertionError("NumPy allocated 4 EiB")
+
 
 HARNESS = NumpyHarness()

@@ -162,6 +162,11 @@ class TensorflowHarness(Harness):
         with tf.device(x.device):
             return tf.Variable(tf.identity(x))
 
+    def out_of_memory(self):
+        # Built as TensorFlow builds it: its allocator waits 10 s for memory before it refuses.
+        return tf.errors.ResourceExhaustedError(
+            None, None, "OOM when allocating tensor with shape[1000000,1000000] and type float")
+
 
 HARNESS = TensorflowHarness()
 

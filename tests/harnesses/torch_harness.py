@@ -136,6 +136,13 @@ class TorchHarness(Harness):
     def special_kind(self, x):
         return torch.nn.Parameter(x.detach().clone())
 
+    def out_of_memory(self):
+        try:
+            torch.empty(2**62, dtype=torch.uint8)  # 4 EiB: the CPU allocator refuses at once
+        except RuntimeError as error:
+            return error
+        raise AssertionError("torch allocated 4 EiB")
+
 
 HARNESS = TorchHarness()
 

@@ -67,6 +67,19 @@ def forward(params, x):
     hidden = jax.nn.relu(x @ params["w1"] + params["b1"])
     return hidden @ params["w2"] + params["b2"]
 
+def train_step(params, x, y, lr=0.01):
+    """One SGD step of ``small_model``'s parameters on squared error: the loss and its gradient
+    (``jax.value_and_grad``), then new parameters. Returns ``(loss, params)`` (``devshim bench memory``).
+
+    Example:
+        >>> loss, params = train_step(params, x, y)
+    """
+    def loss_of(p):
+        return jnp.mean((forward(p, x) - y) ** 2)
+
+    loss, grads = jax.value_and_grad(loss_of)(params)
+    return loss, jax.tree_util.tree_map(lambda p, g: p - lr * g, params, grads)
+
 
 # The framework's own spelling of devshim's calls: the overhead experiment's baselines.
 

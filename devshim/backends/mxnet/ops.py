@@ -71,6 +71,22 @@ def small_model(n_in, n_out, seed=0):
 def forward(model, x):
     return model(x)
 
+def train_step(model, x, y, lr=0.01):
+    """One SGD step of a Gluon block on squared error: forward under ``autograd.record``,
+    backward, then each parameter's data less ``lr`` times its gradient. Returns
+    ``(loss, model)`` (``devshim bench memory``).
+
+    Example:
+        >>> loss, model = train_step(model, x, y)
+    """
+    with mx.autograd.record():
+        loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    for parameter in model.collect_params().values():
+        for data, grad in zip(parameter.list_data(), parameter.list_grad()):
+            data[:] = data - lr * grad
+    return loss, model
+
 
 # The framework's own spelling of devshim's calls: the overhead experiment's baselines.
 

@@ -86,6 +86,21 @@ def forward(model, x):
     with _where(x):
         return model(x)
 
+def train_step(model, x, y, lr=0.01):
+    """One SGD step of ``model`` on squared error, under ``x``'s device: forward and gradient
+    (``tf.GradientTape``), then ``assign_sub``. Returns ``(loss, model)`` (``devshim bench memory``).
+
+    Example:
+        >>> loss, model = train_step(model, x, y)
+    """
+    with _where(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x) - y) ** 2)
+        variables = model.trainable_variables
+        for variable, grad in zip(variables, tape.gradient(loss, variables)):
+            variable.assign_sub(lr * grad)
+    return loss, model
+
 
 # The framework's own spelling of devshim's calls: the overhead experiment's baselines.
 # TensorFlow has no "copy only if needed": identity under a scope is the idiom for both.

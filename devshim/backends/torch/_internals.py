@@ -331,6 +331,18 @@ VIRTUAL_GPU_INTERNALS = (
 )
 
 
+QUEUE_CALLBACK = INTERNALS.add(
+    "torch.autograd.Variable._execution_engine.queue_callback",
+    feature="a virtual GPU's size (DEVSHIM_VIRTUAL_MEMORY) refusing an allocation inside a backward pass: "
+            "torch.OutOfMemoryError is raised when the pass ends (an error raised inside one of torch's own "
+            "backward nodes on an out-of-tree device ends the process)",
+    fallback="an allocation past the size is refused where it happens, which inside a backward pass ends "
+             "the process (torch's device guard cannot unwind past a Python error).",
+    find=dotted("torch.autograd.Variable._execution_engine"),
+    since=_VIRTUAL_FLOOR,
+)
+
+
 def missing_for_virtual_gpus() -> list:
     """The names of the internals in ``VIRTUAL_GPU_INTERNALS`` this torch lacks (probing each).
 
@@ -359,4 +371,4 @@ __all__ = ["INTERNALS", "TESTED", "DYNAMO_INLINE_ATTRIBUTE", "DYNAMO_INLINE", "F
            "DISABLE_TORCH_FUNCTION_SUBCLASS", "DISABLED_TORCH_FUNCTION_IMPL", "TENSOR_DATA", "AUTOGRAD_THREADS",
            "OP_PARTS", "CPU_KEYS", "C_GENERATOR", "PARSE_TO", "LAZY_ALLOWED", "EXCEPTION_WRAPPER",
            "DEVICE_TYPE_LOOKUPS", "TENSOR_TEXT", "PARAMETER_MARK", "UNTYPED_DTYPES", "REBUILD_FUNCTIONS",
-           "DEVICE_TEST_MODULES"]
+           "DEVICE_TEST_MODULES", "QUEUE_CALLBACK"]

@@ -53,6 +53,21 @@ def forward(model, x):
     with torch.no_grad():
         return model(x)
 
+def train_step(model, x, y, lr=0.01):
+    """One SGD step of ``model`` on squared error: forward, backward, update in place.
+    Returns ``(loss, model)``, the loss on the device (``devshim bench memory``).
+
+    Example:
+        >>> loss, model = train_step(model, x, y)
+    """
+    model.zero_grad(set_to_none=True)
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter -= lr * parameter.grad
+    return loss.detach(), model
+
 
 # The framework's own spelling of devshim's calls: the overhead experiment's baselines.
 

@@ -17,6 +17,7 @@ from devshim.backends.torch._names import VIRTUAL_TYPE
 from devshim.backends.torch._virtual.count import is_virtual_type as _is_virtual_type
 from devshim.backends.torch._virtual.count import target as _target
 from devshim.backends.torch._virtual import generators as _random
+from devshim.backends.torch._virtual import memory as _memory
 from devshim.backends.torch._virtual.rnn import HOST_KERNELS as _RNN_KERNELS
 from devshim.backends.torch._virtual.saving import host_storage as _host_storage
 from devshim.errors import DeviceMismatchError, UnsupportedValueError, VirtualDLPackError
@@ -55,6 +56,7 @@ _HOST_KERNELS = {**_RNN_KERNELS, _aten.embedding.default: _dense_embedding}
 _STRIDED = torch.strided
 _Tensor = torch.Tensor
 _make_wrapper_subclass = _internals.WRAPPER_SUBCLASS.get()
+_account = _memory.account
 
 
 def new(cls, host, device):
@@ -62,12 +64,15 @@ def new(cls, host, device):
     ``host``. The wrapper carries ``host``'s sizes, strides and storage offset itself, so torch
     reads them in C++ without calling back into Python; the operations that change them in
     place make the wrapper follow (``follow_host``). Its device is also kept as the plain
-    attribute ``_device``, which the hot path reads without going through torch."""
+    attribute ``_device``, which the hot path reads without going through torch. Its storage
+    is counted against the virtual GPU (``memory.account``), which refuses one past the GPU's
+    size with ``torch.OutOfMemoryError``."""
     if host.layout != _STRIDED:
         raise UnsupportedValueError(
             f"devshim's virtual GPUs hold dense (strided) tensors only, not {host.layout}. "
             f"Keep this tensor on the CPU, or convert it first, e.g. x.to_dense()."
         )
+    _account(host, device)
     # layout (strided) and requires_grad (False) are the defaults: fewer keywords to parse.
     self = _make_wrapper_subclass(
         cls, host.size(), strides=host.stride(), storage_offset=host.storage_offset(),
@@ -99,6 +104,7 @@ def follow_host(tensor) -> None:
     fresh = new_view(type(tensor), tensor._host, tensor._device)  # shares the host: set_data asks both its kind
     with _DisableTorchFunction():
         _set_data(tensor, fresh)
+    _memory.recount(tensor._host, tensor._device)  # a resize_ or set_ may have changed its storage
 
 
 _DisableTorchFunction = _internals.DISABLE_TORCH_FUNCTION.get()

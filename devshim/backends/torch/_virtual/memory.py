@@ -1,0 +1,194 @@
+"""The memory each virtual GPU holds, and its size (``DEVSHIM_VIRTUAL_MEMORY``).
+
+Every tensor on a virtual GPU is made by ``dispatch.new``, which hands its host tensor here
+(``account``): the first time a host storage is met it is counted against its virtual GPU,
+with a weak reference that takes it off again when torch frees the storage (views and
+tensors sharing one storage count it once). So ``in_use`` is the bytes of the live storages
+on each virtual GPU, as ``torch.cuda.memory_allocated`` is on CUDA (without the caching
+allocator's rounding), and ``peak`` the most since ``reset_peak``.
+
+With a size set, a new storage that would take a virtual GPU past it raises torch's own
+``torch.OutOfMemoryError``, as a GPU of that size would. The host kernel has run by then (the
+bytes to allocate are known only from its result); the result is dropped with the error. Inside
+a backward pass the error is raised when the pass ends (``_deferred``), as ``loss.backward()``
+does on a GPU that ran out; what the pass allocated meanwhile is counted.
+
+Example:
+    >>> set_count(1)
+    >>> x = torch.ones(1000, device="vgpu:0")
+    >>> in_use(0)
+    4000
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from devshim import settings
+from devshim.backends.memory_base import format_bytes
+from devshim.backends.torch import _internals
+from devshim.backends.torch._names import VIRTUAL_TYPE
+
+__all__ = ["account", "recount", "in_use", "peak", "reset_peak", "capacity", "INDICES"]
+
+#: torch keeps a device index in 8 bits: at most 128 virtual GPUs (core.py's max_virtual_devices).
+INDICES = 128
+_UNREAD = object()
+
+# No lock: every update below is one read and one write of a list item with no call between
+# them, which the GIL does not interrupt (the thread switch and the collector run at calls and
+# loops); the weak references' callbacks, which may run in any thread at any allocation, make
+# only such updates too. A lock here cost more than the rest of ``account`` (LeNet's step makes
+# about 70 storages).
+_in_use = [0] * INDICES
+_peak = [0] * INDICES
+_held: dict = {}          # id(host storage) -> its _Held reference, while the storage lives
+_capacity = _UNREAD       # settings.virtual_memory(), read again after a settings change
+
+
+class _Held(weakref.ref):
+    """A weak reference to a counted host storage, knowing what to take off when it goes."""
+
+    __slots__ = ("key", "index", "size")
+
+
+def _release(ref) -> None:
+    if _held.get(ref.key) is ref:
+        _in_use[ref.index] -= ref.size
+        del _held[ref.key]
+
+
+def _forget_capacity() -> None:
+    global _capacity
+    _capacity = _UNREAD
+
+
+settings.on_change(_forget_capacity)
+
+
+def capacity():
+    """The size of each virtual GPU in bytes, or None without one (raises for a bad value).
+
+    Example:
+        >>> capacity()        # DEVSHIM_VIRTUAL_MEMORY=64MiB
+        67108864
+    """
+    global _capacity
+    found = _capacity
+    if found is _UNREAD:
+        found = _capacity = settings.virtual_memory()
+    return found
+
+
+def account(host, device) -> None:
+    """Count host tensor ``host``'s storage against virtual GPU ``device`` (a torch.device) the
+    first time it is met; ``torch.OutOfMemoryError`` when that takes the GPU past its size."""
+    storage = host.untyped_storage()
+    key = id(storage)
+    if key in _held:
+        return
+    size = storage.nbytes()
+    index = device.index or 0
+    limit = _capacity
+    if limit is not None:
+        if limit is _UNREAD:
+            limit = capacity()
+        if limit is not None and _in_use[index] + size > limit and not _deferred(index, size, limit):
+            # Raised, not kept in a variable: a frame that held its own exception would keep every
+            # tensor of the frames below alive until the garbage collector ran.
+            raise _out_of_memory(index, size, limit)
+    ref = _Held(storage, _release)
+    ref.key, ref.index, ref.size = key, index, size
+    used = _in_use[index] + size  # (no call from here to the store: see the note on the lock)
+    _in_use[index] = used
+    if used > _peak[index]:
+        _peak[index] = used
+    _held[key] = ref
+
+
+def recount(host, device) -> None:
+    """Count ``host``'s storage again after an operation changed its size in place
+    (``resize_``, an ``out=`` that grew): the bytes it holds now. The growth is counted even
+    past the size (the memory is held), and then refused with ``torch.OutOfMemoryError``."""
+    storage = host.untyped_storage()
+    ref = _held.get(id(storage))
+    if ref is None:
+        account(host, device)
+        return
+    size = storage.nbytes()
+    limit = capacity()
+    grown = size - ref.size
+    ref.size = size
+    used = _in_use[ref.index] + grown
+    _in_use[ref.index] = used
+    if used > _peak[ref.index]:
+        _peak[ref.index] = used
+    if grown > 0 and limit is not None and used > limit and not _deferred(ref.index, grown, limit, counted=True):
+        raise _out_of_memory(ref.index, grown, limit, counted=True)
+
+
+def _deferred(*refused, counted: bool = False) -> bool:
+    """Whether the error for allocation ``refused`` (index, size, limit) will be raised when the
+    backward pass running in this thread ends, not now: torch's device guard for an out-of-tree
+    device cannot unwind through one of torch's own backward nodes past a Python error (the
+    process ends), so inside a backward pass the allocation is made and counted, and the pass
+    ends in ``torch.OutOfMemoryError``, as ``loss.backward()`` does on a GPU that ran out.
+    False outside a backward pass."""
+    engine = _ENGINE
+    if engine is None:
+        return False
+    message = str(_out_of_memory(*refused, counted=counted))
+
+    def refuse() -> None:
+        raise torch.OutOfMemoryError(message)
+
+    try:
+        engine.queue_callback(refuse)
+    except RuntimeError:  # "Final callbacks can only be installed during backward pass."
+        return False
+    return True
+
+
+_ENGINE = _internals.QUEUE_CALLBACK.get()
+
+
+def in_use(index: int) -> int:
+    """Bytes of the live storages on virtual GPU ``index``.
+
+    Example:
+        >>> in_use(0)
+        4000
+    """
+    return _in_use[index]
+
+
+def peak(index: int) -> int:
+    """The most bytes in use on virtual GPU ``index`` since ``reset_peak`` (or since start).
+
+    Example:
+        >>> peak(0)
+        8000
+    """
+    return _peak[index]
+
+
+def reset_peak(index: int) -> None:
+    """Start virtual GPU ``index``'s peak over at the bytes in use now.
+
+    Example:
+        >>> reset_peak(0)
+    """
+    _peak[index] = _in_use[index]
+
+
+def _out_of_memory(index: int, size: int, limit: int, counted: bool = False):
+    used = _in_use[index] - (size if counted else 0)
+    free = max(0, limit - used)
+    return torch.OutOfMemoryError(
+        f"{VIRTUAL_TYPE} out of memory: tried to allocate {format_bytes(size)} on {VIRTUAL_TYPE}:{index}, a devshim "
+        f"virtual GPU of {format_bytes(limit)} ({settings.VIRTUAL_MEMORY_VAR}), of which {format_bytes(free)} is free and "
+        f"{format_bytes(used)} is held by live tensors. Free tensors you no longer need (del), use a smaller batch, "
+        f"or give the virtual GPUs more memory ({settings.VIRTUAL_MEMORY_VAR})."
+    )

@@ -1,0 +1,379 @@
+"""What is specific to memory: the size setting, peaks taken each way, and torch's virtual GPUs,
+where devshim sees every allocation (a size set refuses one past it with torch's own
+out-of-memory error). What every backend must do is in tests/conformance/test_contract_memory.py.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import devshim as ds
+from devshim import settings
+from devshim.backends.memory_base import MemoryInfo, covered_bytes, format_bytes
+from devshim.device_memory import MemoryPeak
+from helpers import run_python
+
+pytest_plugins = ["pytester"]
+
+MiB = 2**20
+
+
+@pytest.fixture(autouse=True)
+def _no_size_left_behind():
+    yield
+    settings.set_virtual_memory(None)
+
+
+# ------------------------------------------------------------ the size of a virtual GPU
+
+
+@pytest.mark.parametrize("text, size", [
+    ("64MiB", 64 * MiB), ("64 MiB", 64 * MiB), ("1GB", 10**9), ("1.5G", 3 * 2**29), ("2k", 2048),
+    ("1000", 1000), (4096, 4096), ("16gib", 16 * 2**30), ("1e3", 1000),
+])
+def test_sizes_are_read_with_their_units(text, size):
+    assert settings.parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["lots", "-1MiB", "0", "12 parsecs", "", "1.5.2G", True])
+def test_a_value_that_is_no_size_is_refused_by_name(text):
+    with pytest.raises(ds.VirtualMemorySizeError, match="DEVSHIM_VIRTUAL_MEMORY") as info:
+        settings.parse_size(text)
+    assert isinstance(info.value, ValueError) and "64MiB" in str(info.value)
+
+
+def test_the_size_comes_from_the_environment_and_set_virtual_memory_wins(setenv):
+    setenv(settings.VIRTUAL_MEMORY_VAR, None)
+    assert settings.virtual_memory() is None
+    setenv(settings.VIRTUAL_MEMORY_VAR, "64MiB")
+    assert settings.virtual_memory() == 64 * MiB
+    settings.set_virtual_memory("1GiB")
+    assert settings.virtual_memory() == 2**30
+    settings.set_virtual_memory(0)  # no size, whatever the environment says
+    assert settings.virtual_memory() is None
+    settings.set_virtual_memory(None)  # the environment's again
+    assert settings.virtual_memory() == 64 * MiB
+    setenv(settings.VIRTUAL_MEMORY_VAR, "huge")
+    with pytest.raises(ds.VirtualMemorySizeError):
+        settings.virtual_memory()
+
+
+def test_covered_bytes_counts_overlapping_ranges_once():
+    assert covered_bytes([]) == 0
+    assert covered_bytes([(0, 100), (50, 150), (200, 210)]) == 160
+    assert covered_bytes([(0, 100), (10, 20)]) == 100
+
+
+def test_byte_counts_read_for_people():
+    assert format_bytes(None) == "unknown" and format_bytes(512) == "512 B"
+    assert format_bytes(64 * MiB) == "64.0 MiB" and format_bytes(3 * 2**30) == "3.0 GiB"
+
+
+def test_info_names_the_cpu_in_devshim_info(capsys):
+    from devshim import cli
+
+    assert cli.main(["info"]) in (0, 2)
+    out = capsys.readouterr().out
+    assert "memory (ds.memory" in out
+    host = ds.memory("cpu")
+    if host.total is not None:
+        assert format_bytes(host.total) in out
+
+
+# ------------------------------------------------------------ peaks, each way
+
+
+class _Counts:
+    """A stand-in framework's counts: ``used`` in use, ``top`` its peak counter (None: none)."""
+
+    def __init__(self, resets: bool, top=0) -> None:
+        self.used, self.top, self.resets = 0, top, resets
+
+    def figures(self, adapter, native):
+        return MemoryInfo(adapter.describe(native), in_use=self.used, peak=self.top)
+
+    def in_use(self, adapter, native):
+        return self.used
+
+    def reset_peak(self, adapter, native):
+        if self.resets:
+            self.top = self.used
+        return self.resets
+
+    def use(self, amount: int) -> None:
+        self.used += amount
+        if self.top is not None:
+            self.top = max(self.top, self.used)
+
+
+def _peak(counts, interval=0.001) -> MemoryPeak:
+    adapter = ds.get_backend("numpy")
+    return MemoryPeak(adapter, adapter.cpu(), counts, interval)
+
+
+def test_a_resettable_counter_gives_each_nested_block_its_own_peak():
+    counts = _Counts(resets=True)
+    counts.use(100)
+    with _peak(counts) as outer:
+        counts.use(50), counts.use(-50)                   # outer alone: 150
+        with _peak(counts) as inner:                      # resets the counter to 100
+            counts.use(20), counts.use(-20)               # inner: 120
+        counts.use(5)
+    assert (inner.method, inner.peak, inner.added) == ("reset", 120, 20)
+    assert (outer.method, outer.peak, outer.start, outer.end) == ("reset", 150, 100, 105)
+
+
+def test_a_counter_that_cannot_be_reset_gives_the_peak_when_it_rose():
+    counts = _Counts(resets=False, top=500)
+    counts.use(100)
+    with _peak(counts) as rose:
+        counts.use(700), counts.use(-700)
+    assert (rose.method, rose.peak) == ("counter", 800)
+    with _peak(counts) as below:  # under the old peak: sampled instead
+        counts.use(10)
+    assert below.method == "sampled" and below.peak == 110
+
+
+def test_without_a_counter_a_thread_samples_what_is_in_use():
+    counts = _Counts(resets=False, top=None)
+    with _peak(counts, interval=0.001) as peak:
+        counts.use(1000)
+        deadline = time.monotonic() + 5
+        while peak._seen != 1000 and time.monotonic() < deadline:  # until the sampler has read it
+            time.sleep(0.001)
+        counts.use(-1000)
+    assert (peak.method, peak.peak, peak.start, peak.end) == ("sampled", 1000, 0, 0)
+
+
+# ------------------------------------------------------------ torch's virtual GPUs
+
+
+@pytest.fixture
+def vgpu(setenv):
+    """Two virtual torch GPUs for this test (conftest and the fixture above restore settings)."""
+    torch = pytest.importorskip("torch")
+    from devshim.backends.probes import release
+
+    if release("torch") < (2, 10):
+        pytest.skip("torch's virtual GPUs need torch 2.10 or later")
+    setenv("DEVSHIM_DEVICE", None)
+    ds.testing.virtual_devices(2)
+    with ds.use_backend("torch"):
+        assert ds.num_gpus() == 2
+        yield torch
+
+
+def test_a_64_mib_virtual_gpu_refuses_a_100_mib_tensor_with_torchs_own_error(vgpu):
+    torch = vgpu
+    settings.set_virtual_memory("64MiB")
+    before = ds.memory("gpu:0").in_use
+    with pytest.raises(torch.OutOfMemoryError) as info:
+        torch.empty(100 * MiB, dtype=torch.uint8, device=ds.gpu(0))
+    message = str(info.value)
+    assert "vgpu:0" in message and "100.0 MiB" in message and "64.0 MiB" in message
+    assert "DEVSHIM_VIRTUAL_MEMORY" in message
+    assert ds.memory("gpu:0").in_use == before  # nothing was kept
+    kept = torch.empty(40 * MiB, dtype=torch.uint8, device=ds.gpu(0))  # what fits still fits
+    with pytest.raises(torch.OutOfMemoryError):  # but not twice
+        torch.ones(40 * MiB, dtype=torch.uint8, device=ds.gpu(0))
+    other = torch.empty(40 * MiB, dtype=torch.uint8, device=ds.gpu(1))  # each GPU has its own 64 MiB
+    info = ds.memory("gpu:0")
+    assert (info.total, info.in_use, info.free) == (64 * MiB, before + 40 * MiB, 24 * MiB - before)
+    del kept, other
+
+
+def test_operations_results_count_too_and_are_refused_past_the_size(vgpu):
+    torch = vgpu
+    x = torch.ones(4 * MiB, device=ds.gpu(0))  # 16 MiB
+    settings.set_virtual_memory(ds.memory("gpu:0").in_use + 20 * MiB)
+    y = x * 2  # 16 MiB more: fits
+    with pytest.raises(torch.OutOfMemoryError):
+        x + y  # and 16 MiB more does not
+    x.mul_(3)  # in place: no new memory
+    del x, y
+
+
+def test_views_and_shared_storage_count_once_and_go_with_their_last_tensor(vgpu):
+    torch = vgpu
+    before = ds.memory("gpu:1").in_use
+    x = torch.zeros(1000, device=ds.gpu(1))
+    views = [x[10:], x.view(10, 100), x.t() if x.dim() == 2 else x.unsqueeze(0), x.detach()]
+    assert ds.memory("gpu:1").in_use - before == 4000
+    del x
+    assert ds.memory("gpu:1").in_use - before == 4000  # the views hold the storage
+    del views
+    assert ds.memory("gpu:1").in_use == before
+
+
+def test_a_tensor_grown_in_place_is_counted_at_its_new_size(vgpu):
+    torch = vgpu
+    before = ds.memory("gpu:0").in_use
+    x = torch.zeros(10, device=ds.gpu(0))
+    x.resize_(1000)
+    assert ds.memory("gpu:0").in_use - before == 4000
+    out = torch.empty(0, device=ds.gpu(0))
+    torch.add(x, 1, out=out)  # out= grows to 1000 elements
+    assert ds.memory("gpu:0").in_use - before == 8000
+    del x, out
+    assert ds.memory("gpu:0").in_use == before
+
+
+def test_a_peak_on_a_virtual_gpu_is_reset_and_exact(vgpu):
+    torch = vgpu
+    with ds.memory_peak("gpu:0") as peak:
+        a = torch.ones(MiB, device=ds.gpu(0))
+        b = a * 2
+        del a, b
+        c = torch.ones(MiB // 2, device=ds.gpu(0))
+    assert peak.method == "reset" and peak.added == 8 * MiB and peak.end - peak.start == 2 * MiB
+    del c
+
+
+# A small model whose inference peak can be counted by hand: Linear(I, H), ReLU, Linear(H, O),
+# no biases, under no_grad. nn.Sequential keeps each layer's input until the next layer's output
+# exists, so the peak (H >= O) is the weights, the batch, and two (B, H) activations at once:
+# the first linear's output while ReLU makes its own.
+I_, H_, O_ = 256, 128, 10
+
+
+def _hand_count_largest_batch(capacity: int, weights: int) -> int:
+    per_example = 4 * (I_ + 2 * H_)  # float32: the input row, the hidden row, ReLU's row
+    return (capacity - weights) // per_example
+
+
+def test_the_largest_batch_that_fits_is_the_one_a_hand_count_of_the_bytes_gives(vgpu):
+    torch = vgpu
+    nn = torch.nn
+    device = ds.gpu(0)
+    model = ds.place_model(nn.Sequential(nn.Linear(I_, H_, bias=False), nn.ReLU(),
+                                         nn.Linear(H_, O_, bias=False)), device)
+    weights = 4 * (I_ * H_ + H_ * O_)
+    base = ds.memory(device).in_use  # the model, and whatever else lives on gpu:0
+    capacity = base + 3 * MiB
+    settings.set_virtual_memory(capacity)
+
+    def fits(batch: int) -> bool:
+        try:
+            x = ds.to_device(torch.randn(batch, I_), device)
+            with torch.no_grad():
+                model(x)
+        except (torch.OutOfMemoryError, ds.DeviceOutOfMemoryError):
+            return False
+        return True
+
+    low, high = 1, 2
+    while fits(high):
+        low, high = high, high * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    assert low == _hand_count_largest_batch(capacity - (base - weights), weights)
+    settings.set_virtual_memory(0)
+    with ds.memory_peak(device) as peak:
+        fits(low)
+    assert peak.added == 4 * low * (I_ + 2 * H_)  # the measured peak agrees, byte for byte
+
+
+def test_devshims_own_calls_name_the_out_of_memory_error(vgpu):
+    torch = vgpu
+    nn = torch.nn
+    # gpu:0 keeps 8 MiB free, gpu:1 40 MiB or more: the 10 MiB copies fail on gpu:0 alone.
+    settings.set_virtual_memory(max(ds.memory("gpu:0").in_use, ds.memory("gpu:1").in_use) + 40 * MiB)
+    filler = torch.empty(ds.memory("gpu:0").free - 8 * MiB, dtype=torch.uint8, device=ds.gpu(0))
+    big = torch.empty(10 * MiB, dtype=torch.uint8)
+    calls = {
+        "to_device": lambda: ds.to_device(big, "gpu:0"),
+        "to_device nest": lambda: ds.to_device({"x": [big]}, "gpu:0"),
+        "copy_if_needed": lambda: ds.copy_if_needed(big, "gpu:0"),
+        "place_model": lambda: ds.place_model(nn.Linear(2048, 1280), "gpu:0"),
+        "replicate": lambda: ds.replicate(nn.Linear(2048, 1280), ["gpu:1", "gpu:0"]),
+        "split_batch": lambda: ds.split_batch(torch.empty(2, 10 * MiB, dtype=torch.uint8), ["gpu:1", "gpu:0"]),
+        "convert": lambda: ds.convert(np.empty(10 * MiB, dtype=np.uint8), "torch", device="gpu:0"),
+    }
+    for what, call in calls.items():
+        with pytest.raises(ds.DeviceOutOfMemoryError) as info:
+            call()
+        error = info.value
+        assert isinstance(error.__cause__, torch.OutOfMemoryError), what
+        assert error.device == "gpu:0" and error.free is not None and error.free <= 8 * MiB, (what, error)
+        message = str(error)
+        assert f"{error.call} ran out of memory on gpu:0" in message and "smaller batch" in message, message
+        assert "DEVSHIM_VIRTUAL_MEMORY is" in message and format_bytes(error.free) in message, message
+        if what in ("to_device", "copy_if_needed", "convert"):
+            assert error.requested == 10 * MiB and "asked for 10.0 MiB" in message, message
+    with pytest.raises(ds.DeviceOutOfMemoryError) as info:
+        ds.place_model(nn.Linear(2048, 1280), "gpu:0")
+    assert info.value.requested == 4 * (2048 * 1280 + 1280)
+    del filler
+
+
+def test_a_bad_size_fails_what_needs_it_by_name(vgpu, setenv):
+    torch = vgpu
+    setenv(settings.VIRTUAL_MEMORY_VAR, "plenty")
+    with pytest.raises(ds.VirtualMemorySizeError):
+        ds.memory("gpu:0")
+    with pytest.raises(ds.VirtualMemorySizeError):
+        torch.ones(3, device=ds.gpu(0))
+    setenv(settings.VIRTUAL_MEMORY_VAR, None)
+    assert torch.ones(3, device=ds.gpu(0)).sum().item() == 3
+
+
+def test_the_size_set_for_the_process_reaches_a_fresh_interpreter():
+    pytest.importorskip("torch")
+    code = (
+        "import torch, devshim as ds\n"
+        "ds.set_backend('torch')\n"
+        "print(ds.memory('gpu:0').total)\n"
+        "try:\n"
+        "    torch.empty(2**21, device=ds.gpu(0))\n"
+        "except torch.OutOfMemoryError:\n"
+        "    print('refused')\n"
+    )
+    done = run_python(code, DEVSHIM_VIRTUAL_DEVICES="1", DEVSHIM_VIRTUAL_MEMORY="4MiB")
+    assert done.stdout.split() == [str(4 * MiB), "refused"], done.stderr
+
+
+def test_past_the_size_inside_a_backward_pass_the_pass_ends_in_torchs_error(vgpu):
+    """Raised where the pass ends (an error inside one of torch's own backward nodes would end the
+    process on an out-of-tree device), as loss.backward() raises it on a GPU that ran out."""
+    torch = vgpu
+    x = torch.ones(MiB, device=ds.gpu(0), requires_grad=True)  # 4 MiB
+    loss = (x * 2).sum()
+    settings.set_virtual_memory(ds.memory("gpu:0").in_use + 2 * MiB)  # x's 4 MiB gradient does not fit
+    with pytest.raises(torch.OutOfMemoryError, match="vgpu:0"):
+        loss.backward()
+    settings.set_virtual_memory(0)
+    x.grad = None  # what the refused pass computed is kept, as after an out-of-memory error on a GPU
+    loss = (x * 2).sum()
+    loss.backward()  # the same pass, with room: no error left over from the refused one
+    assert x.grad is not None and float(x.grad[0]) == 2.0
+
+
+# ------------------------------------------------------------ the pytest plugin's option
+
+
+def test_the_plugin_option_gives_virtual_gpus_a_size_and_puts_it_back(pytester):
+    before = settings.virtual_memory()
+    pytester.makepyfile("""
+        import os
+        import devshim as ds
+
+        def test_size():
+            assert ds.settings.virtual_memory() == 64 * 2**20
+            assert os.environ["DEVSHIM_VIRTUAL_MEMORY"] == str(64 * 2**20)
+    """)
+    result = pytester.runpytest_inprocess("--devshim-virtual-memory", "64MiB", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert settings.virtual_memory() == before
+    pytester.makeini("[pytest]\ndevshim_virtual_memory = 64MiB\n")
+    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_a_plugin_size_that_is_no_size_is_a_usage_error(pytester):
+    pytester.makepyfile("def test_nothing(): pass")
+    result = pytester.runpytest_inprocess("--devshim-virtual-memory", "lots", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--devshim-virtual-memory='lots' is not a size*"])
