@@ -212,7 +212,7 @@ def test_only_rows_whose_runs_stalled_are_marked_and_the_footnote_says_what_to_d
     lines = format_table(experiments()["matmul"], rows).splitlines()
     assert lines[2].startswith("| ~ torch") and "32 ms ±0.5%" in lines[2]
     assert lines[3].startswith("|   torch")  # the same busy machine, but its runs held steady
-    assert lines[4].startswith("~ runs jumped between states: ") and "--threads 1" in lines[4]
+    assert lines[4].startswith("~ runs stalled: ") and "--threads 1" in lines[4]
     assert len(lines) == 5 and "!" not in "".join(lines[:4])
 
 
@@ -249,7 +249,7 @@ def test_the_plot_carries_the_tables_marks(tmp_path, monkeypatch):
             {"backend": "torch", "operation": "to_device 64 B", "ratio": 1.2, "ratio_low": 1.1, "ratio_high": 1.3}]
     plot.plot(experiments()["overhead"], bars, str(tmp_path / "bars.png"))
     assert drawn["labels"] == ["~ torch: device_of", "torch: to_device 64 B"]
-    assert drawn["notes"].startswith("~ runs jumped between states")
+    assert drawn["notes"].startswith("~ runs stalled")
     points = [{"backend": "torch", "device": "cpu:0", "size": n, "gflops": g, "gflops_low": g, "gflops_high": g,
                "noisy": n == 64} for n, g in ((16, 5.0), (64, 50.0))]
     plot.plot(experiments()["matmul"], points, str(tmp_path / "line.png"))
@@ -269,3 +269,25 @@ def test_the_spread_shown_exceeds_the_footnotes_threshold_exactly_when_the_row_i
     shown = float(format_spread(share * 2.0, 2.0).strip("±%"))
     flagged = ds.Measurement([2.0 - 2 * share, 2.0, 2.0 + 2 * share], number_per_run=1).noisy  # IQR 2 * share
     assert (shown > NOISE_SHARE * 50) == flagged == (share > NOISE_SHARE)
+
+
+def test_threads_apply_where_the_framework_can_set_them_and_the_others_say_so(capsys):
+    """--threads N with --backend all: torch measures on N threads; a framework that cannot change
+    its threads while running keeps its own, and stderr says so (its rows show none)."""
+    argv = ["bench", "matmul", "--backend", "all", "--sizes", "4", "--threads", "2", *FAST, "--no-progress"]
+    assert cli.main(argv) == 0
+    captured = capsys.readouterr()
+    backends, _ = bench.all_backends()
+    for name in backends:
+        settable = hasattr(experiment_ops(name), "set_threads")
+        said = f"--threads: {name} cannot change its CPU threads while running" in captured.err
+        assert said != settable
+    if "torch" in backends:
+        rows = [line for line in captured.out.splitlines() if line.startswith("| ") and "torch" in line]
+        assert rows and all(line.rstrip(" |").endswith("2") for line in rows if "cpu:0" in line)
+
+
+def experiment_ops(name):
+    from devshim.bench.experiment import ops_for
+
+    return ops_for(name)

@@ -120,16 +120,14 @@ def footnotes(rows: list) -> list:
     stalled = [row for row in rows if row.get("stalled")]
     if stalled:
         threaded = sorted({row["threads"] for row in stalled if (row.get("threads") or 0) > 1})
-        advice = (f"measure again with --threads 1 (these rows ran on {', '.join(map(str, threaded))} threads, "
-                  f"which wait for each other), or when the machine is quieter (see uptime)"
-                  if threaded else "measure again when the machine is quieter (see uptime)")
+        advice = (f"with --threads 1 (these rows ran on {', '.join(map(str, threaded))} threads, which wait "
+                  f"for each other) or when the machine is quieter (see uptime)"
+                  if threaded else "when the machine is quieter (see uptime)")
         lines.append(
-            f"{STALLED_MARK} runs jumped between states: in {STALLED_RUNS:.0%} of the runs or more this "
-            f"process's threads waited for a CPU for {STALL_SHARE:.0%} of the run or longer, or the run "
-            f"took over {SETTLE_RATIO:g}x the fastest, so these figures come from a machine holding "
-            f"the work up (another process on the CPUs, or a framework's threads waiting for each other) "
-            f"and may be several times too slow; a ratio was measured side by side, but one side may "
-            f"have stalled more than the other: {advice}.")
+            f"{STALLED_MARK} runs stalled: in {STALLED_RUNS:.0%} of the runs or more this process waited "
+            f"for a CPU for {STALL_SHARE:.0%} of the run or longer (another process held it, or a "
+            f"framework's threads waited for each other), or the run took over {SETTLE_RATIO:g}x the "
+            f"fastest, so these figures may be several times too slow: measure again {advice}.")
     elif any(row.get("busy") for row in rows):
         lines.append(
             "The machine was busy (its load average was above its CPU count while measuring), but no "

@@ -225,12 +225,11 @@ def stalling(stalled: int, runs: int) -> Optional[str]:
 
     Example:
         >>> stalling(12, 40)
-        'runs jumped between states: 12 of 40 runs stalled ...'
+        'runs stalled: 12 of 40 runs waited for a CPU for 25% of the run or longer ...'
     """
     if not stalls_matter(stalled, runs):
         return None
-    return (f"runs jumped between states: {stalled} of {runs} runs stalled (this process's threads "
-            f"waited for a CPU for {STALL_SHARE:.0%} of the run or more, or the run took over "
-            f"{SETTLE_RATIO:g}x the fastest), so another process held the CPUs this work needed, or a "
-            f"framework's threads waited for each other: measure again on a quieter machine (see "
-            f"uptime), or with one thread")
+    return (f"runs stalled: {stalled} of {runs} runs waited for a CPU for {STALL_SHARE:.0%} of the run "
+            f"or longer (another process held it, or a framework's threads waited for each other), or "
+            f"took over {SETTLE_RATIO:g}x the fastest, so this figure may be several times too slow: "
+            f"measure again with one thread, or when the machine is quieter (see uptime)")

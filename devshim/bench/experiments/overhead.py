@@ -92,6 +92,6 @@ EXPERIMENT = Experiment(
         Column("ratio", "devshim/native", form="ratio"), Column("threads", "threads", form="number"),
     ],
     plot=BarPlot(label="operation", value="ratio", reference=1.0,
-                 xlabel="devshim time / native time (1 = no overhead; bars: quartiles of the per-pair ratios)"),
+                 xlabel="devshim time / native time (1: no overhead; bars: quartiles over the pairs)"),
 )
 
