@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from typing import Optional, Sequence, Tuple
 
 __all__ = [
@@ -162,28 +163,63 @@ def busy(load: Optional[float], cpus: Optional[int]) -> Optional[str]:
             f"slower than on an idle machine, even when its runs agree")
 
 
+class _Waits:
+    """Reads the run-queue wait of this process's threads through files kept open (a read of an
+    open /proc file costs a few microseconds; opening one, tens). The threads are listed again
+    at most every ``RELIST`` seconds, and when one has gone: a framework's thread pool starts
+    during the warm-up, before the measured runs read the waits."""
+
+    RELIST = 0.25
+
+    def __init__(self) -> None:
+        self.files: dict = {}  # thread id -> open file descriptor of its schedstat
+        self.listed = None     # time.monotonic() of the last listing
+        self.pid = None        # the process that opened the files (a forked child lists its own)
+
+    def _relist(self) -> None:
+        if self.pid == os.getpid():
+            for fd in self.files.values():
+                os.close(fd)
+        self.files, self.pid = {}, os.getpid()
+        for task in os.listdir(_TASKS):
+            try:
+                self.files[task] = os.open(f"{_TASKS}/{task}/schedstat", os.O_RDONLY)
+            except OSError:  # a thread that ended since the listing
+                continue
+        self.listed = time.monotonic()
+
+    def read(self, again: bool = True) -> int:
+        if self.pid != os.getpid() or self.listed is None or time.monotonic() - self.listed > self.RELIST:
+            self._relist()
+        total = 0
+        for fd in self.files.values():
+            try:
+                total += int(os.pread(fd, 64, 0).split()[1])
+            except (OSError, IndexError, ValueError):  # a thread that ended: list them again, once
+                if not again:
+                    raise
+                self.listed = None
+                return self.read(again=False)
+        return total
+
+
+_waits = _Waits()
+
+
 def cpu_wait() -> Optional[float]:
     """Seconds the threads of this process have spent ready to run but waiting for a CPU, summed
     over the threads alive now (Linux's per-thread scheduler statistics), or None where the
     system does not tell. The difference across a run is how long another process (or a sibling
-    thread) held the CPUs that run needed; reading it costs tens of microseconds, so
-    ``benchmark`` reads it between runs, outside the timed part.
+    thread) held the CPUs that run needed; ``benchmark`` reads it between runs, outside the
+    timed part (a few microseconds per thread).
 
     Example:
         >>> before = cpu_wait(); work(); waited = cpu_wait() - before
     """
     try:
-        tasks = os.listdir(_TASKS)
-    except OSError:
+        return _waits.read() / 1e9
+    except (OSError, IndexError, ValueError):
         return None
-    total = 0
-    for task in tasks:
-        try:
-            with open(f"{_TASKS}/{task}/schedstat", "rb") as handle:
-                total += int(handle.read().split()[1])
-        except (OSError, IndexError, ValueError):  # a thread that ended since the listing
-            continue
-    return total / 1e9
 
 
 def stalled_runs(times: Sequence[float], waits: Optional[Sequence[float]], number: int = 1,
