@@ -20,9 +20,9 @@ marking that row (`*`, `+` or `~`).
    comparison without load (a quiet run against the reference). Both commands record the load
    average before and after each bench run in their JSON (`--out`).
 
-Run it with the Python whose devshim and torch you mean to check (for example
-`.tox/torch/bin/python tools/busy_bench_check.py ...`); the benches run in child processes
-(`python -m devshim bench ... --backend torch`).
+Run it with a Python that has torch (for example `.tox/torch/bin/python tools/busy_bench_check.py
+...`); the benches run in child processes (`python -m devshim bench ... --backend torch`) that
+import this checkout's devshim.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ FIGURES = {
 }
 RATIO_LIMIT, TIME_LIMIT = 2.0, 5.0
 LOADER = "import torch\na = torch.rand({n}, {n})\nwhile True:\n    a @ a\n"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _load() -> float:
@@ -65,6 +66,13 @@ def _marked(row: dict) -> str:
         ("~" if row.get("stalled") else "")
 
 
+def _environment() -> dict:
+    """This checkout's devshim first on the path (not an older copy installed in the env)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
+    return env
+
+
 def run_bench(experiment: str, extra: list) -> dict:
     """One `devshim bench` run in a child process; its JSON document, with the load around it."""
     with tempfile.TemporaryDirectory() as folder:
@@ -72,7 +80,7 @@ def run_bench(experiment: str, extra: list) -> dict:
         before = _load()
         command = [sys.executable, "-m", "devshim", "bench", *BENCHES[experiment], "--backend", "torch",
                    "--no-progress", "--json", path, *extra]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=_environment())
         if done.returncode != 0:
             raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr}")
         with open(path, encoding="utf-8") as handle:

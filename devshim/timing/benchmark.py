@@ -151,7 +151,8 @@ class WaitMeter:
     """
 
     def __init__(self, clock) -> None:
-        self.read = settle.cpu_wait if clock is None else getattr(clock, "cpu_wait", None)
+        default = clock is None or clock is time.perf_counter  # waits are wall time: not for a CPU clock
+        self.read = settle.cpu_wait if default else getattr(clock, "cpu_wait", None)
         self.last = None
 
     def reset(self) -> None:

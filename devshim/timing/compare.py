@@ -63,11 +63,21 @@ class Comparison:
 
     @property
     def ratio(self) -> float:
-        """The median of the per-pair ratios ``second / first``."""
+        """The median of the per-pair ratios ``second / first``.
+
+        Example:
+            >>> compare(native, ours, min_run_time=0.05).ratio
+            1.04
+        """
         return statistics.median(self.ratios)
 
     def quartiles(self) -> tuple:
-        """(first quartile, third quartile) of the per-pair ratios."""
+        """(first quartile, third quartile) of the per-pair ratios.
+
+        Example:
+            >>> c.quartiles()
+            (1.02, 1.07)
+        """
         if len(self.ratios) < 2:
             return self.ratios[0], self.ratios[0]
         q1, _, q3 = statistics.quantiles(self.ratios, n=4, method="inclusive")
@@ -75,16 +85,32 @@ class Comparison:
 
     @property
     def spread(self) -> float:
-        """The IQR of the per-pair ratios as a share of their median."""
+        """The IQR of the per-pair ratios as a share of their median.
+
+        Example:
+            >>> f"{c.spread:.1%}"
+            '4.8%'
+        """
         return spread_share(self.ratios)
 
     @property
     def noisy(self) -> bool:
+        """Whether the per-pair ratios disagree: their IQR is above 10% of their median.
+
+        Example:
+            >>> c.noisy
+            False
+        """
         return disagrees(self.spread)
 
     @property
     def stalls(self) -> int:
-        """Pairs in which either run stalled."""
+        """Pairs in which either run stalled (``Measurement.stalls`` says when a run did).
+
+        Example:
+            >>> c.stalls, len(c.ratios)
+            (2, 40)
+        """
         first, second = self.first, self.second
         count = 0
         for i in range(len(self.ratios)):
@@ -97,15 +123,33 @@ class Comparison:
 
     @property
     def stalled(self) -> bool:
-        return stalls_matter(self.stalls, len(self.ratios)) or self.first.stalled or self.second.stalled
+        """Whether a quarter of the pairs or more had a stalled run: the ratio may compare a
+        stalled side with a free one.
+
+        Example:
+            >>> c.stalled
+            False
+        """
+        return stalls_matter(self.stalls, len(self.ratios))
 
     @property
     def settled(self) -> bool:
+        """Whether both sides' warm-ups settled.
+
+        Example:
+            >>> c.settled
+            True
+        """
         return self.first.settled and self.second.settled
 
     @property
     def confident(self) -> bool:
-        """Whether the ratio can be quoted: settled, ratios that agree, no stalls that matter."""
+        """Whether the ratio can be quoted: settled, ratios that agree, no stalls that matter.
+
+        Example:
+            >>> c.confident
+            True
+        """
         return self.settled and not self.noisy and not self.stalled
 
     def __repr__(self) -> str:
