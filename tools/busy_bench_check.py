@@ -104,6 +104,8 @@ def collect(runs: int, extra: list) -> dict:
 def reference(args) -> int:
     print(f"load average now: {_load():.2f} (the lower, the better the reference)")
     documents = collect(args.runs, args.bench_args)
+    # Each figure's median over the runs whose row was not marked: on a shared machine even the
+    # quietest moment has stalls, and a marked row says its figure is not the machine's best.
     figures: dict = {}
     for experiment, docs in documents.items():
         for field, _ in FIGURES[experiment]:
@@ -111,10 +113,13 @@ def reference(args) -> int:
                 for row in document["rows"]:
                     value = row.get(field)
                     if value is not None:
-                        figures.setdefault(experiment, {}).setdefault(_row_key(experiment, row), {}) \
-                            .setdefault(field, []).append(value)
-    medians = {e: {k: {f: statistics.median(v) for f, v in fs.items()} for k, fs in rows.items()}
-               for e, rows in figures.items()}
+                        kept = figures.setdefault(experiment, {}).setdefault(_row_key(experiment, row), {}) \
+                            .setdefault(field, {"all": [], "unmarked": []})
+                        kept["all"].append(value)
+                        if not _marked(row):
+                            kept["unmarked"].append(value)
+    medians = {e: {k: {f: statistics.median(v["unmarked"] or v["all"]) for f, v in fs.items()}
+                   for k, fs in rows.items()} for e, rows in figures.items()}
     result = {"medians": medians, "runs": documents,
               "loads": {e: [(d["load_before"], d["load_after"]) for d in docs] for e, docs in documents.items()}}
     with open(args.out, "w", encoding="utf-8") as handle:
