@@ -20,7 +20,7 @@ TINY = {
     "logging": ["--size", "4", "--steps", "3"],
     "parallel": ["--size", "8", "--repeats", "2"],
     "transfer": ["--sizes", "0.01", "0.02"],
-    "overhead": ["--rounds", "1"],
+    "overhead": ["--threads", "1"],
     "guard": ["--size", "4"],
     "startup": [],
     "convert": ["--sizes", "64", "1024"],
@@ -48,10 +48,12 @@ def test_each_experiment_prints_a_table_and_writes_json_and_png(experiment, tmp_
     assert document["experiment"] == experiment
     if backend:
         backends, _ = bench.all_backends()
-        assert {row["backend"] for row in document["rows"]} == set(backends)
+        assert {row["backend"] for row in document["rows"] + document["omitted"]} == set(backends)
         assert set(document["setup"]["backends"]) == set(backends)
     table = [line for line in out.splitlines() if line.startswith("|")]
-    assert len(table) == 2 + len(document["rows"])  # heading, rule, one line per row
+    # heading, rule, one line per row; none at all when every row was left out (with a line why)
+    assert len(table) == (2 + len(document["rows"]) if document["rows"] else 0)
+    assert all(row["omitted"] in out for row in document["omitted"]) and (document["rows"] or document["omitted"])
     assert picture.read_bytes().startswith(PNG_MAGIC)
     assert f"wrote {data}" in out and f"wrote {picture}" in out
     for row in document["rows"]:  # every row carries its spread into the JSON
@@ -200,12 +202,60 @@ def test_rows_whose_warm_up_did_not_settle_get_their_own_mark_and_footnote():
     assert lines[5].startswith("* runs disagree") and lines[6].startswith("+ warm-up did not settle")
 
 
-def test_rows_measured_on_a_busy_machine_are_marked_and_explained():
-    rows = [{"backend": "torch", "device": "cpu:0", "n": 64, "seconds": 0.032, "seconds_iqr": 3e-4,
-             "noisy": False, "settled": True, "busy": True}]
+def test_only_rows_whose_runs_stalled_are_marked_and_the_footnote_says_what_to_do():
+    """A busy machine no longer marks every row: only those whose runs stalled (waited for a CPU,
+    or jumped to a slower state) get "~", with advice that names --threads 1 where they ran on
+    several threads."""
+    rows = [{"backend": "torch", "device": "cpu:0", "size": 64, "seconds": 0.032, "seconds_iqr": 3e-4,
+             "noisy": False, "settled": True, "busy": True, "stalled": True, "threads": 2},
+            {"backend": "torch", "device": "cpu:0", "size": 256, "seconds": 3e-4, "seconds_iqr": 3e-6,
+             "noisy": False, "settled": True, "busy": True, "stalled": False, "threads": 2}]
     lines = format_table(experiments()["matmul"], rows).splitlines()
-    assert lines[2].startswith("| ! torch") and "32 ms ±0.5%" in lines[2]
-    assert lines[3].startswith("! the machine was busy: its load average was above its CPU count")
+    assert lines[2].startswith("| ~ torch") and "32 ms ±0.5%" in lines[2]
+    assert lines[3].startswith("|   torch")  # the same busy machine, but its runs held steady
+    assert lines[4].startswith("~ runs stalled: ") and "--threads 1" in lines[4]
+    assert len(lines) == 5 and "!" not in "".join(lines[:4])
+
+
+def test_a_busy_machine_without_stalls_gets_a_line_and_no_mark():
+    rows = [{"backend": "torch", "device": "cpu:0", "size": 64, "seconds": 7e-6, "seconds_iqr": 1e-8,
+             "noisy": False, "settled": True, "busy": True, "stalled": False}]
+    lines = format_table(experiments()["matmul"], rows).splitlines()
+    assert lines[2].startswith("| torch") and lines[3].startswith("The machine was busy") and len(lines) == 4
+
+
+def test_rows_an_experiment_left_out_are_a_line_not_a_row():
+    rows = [{"backend": "numpy", "omitted": "no device here: left out"}]
+    assert format_table(experiments()["transfer"], rows) == "no device here: left out"
+
+
+def test_the_plot_carries_the_tables_marks(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from devshim.bench import plot
+
+    drawn = {}
+    saved = Figure.savefig
+
+    def keep(fig, path, **kwargs):
+        drawn["labels"] = [t.get_text() for ax in fig.axes for t in ax.get_yticklabels()]
+        drawn["texts"] = [t.get_text() for ax in fig.axes for t in ax.texts]
+        drawn["notes"] = fig._supxlabel.get_text() if fig._supxlabel is not None else ""
+        return saved(fig, path, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    bars = [{"backend": "torch", "operation": "device_of", "ratio": 1.5, "ratio_low": 1.4, "ratio_high": 1.6,
+             "stalled": True},
+            {"backend": "torch", "operation": "to_device 64 B", "ratio": 1.2, "ratio_low": 1.1, "ratio_high": 1.3}]
+    plot.plot(experiments()["overhead"], bars, str(tmp_path / "bars.png"))
+    assert drawn["labels"] == ["~ torch: device_of", "torch: to_device 64 B"]
+    assert drawn["notes"].startswith("~ runs stalled")
+    points = [{"backend": "torch", "device": "cpu:0", "size": n, "gflops": g, "gflops_low": g, "gflops_high": g,
+               "noisy": n == 64} for n, g in ((16, 5.0), (64, 50.0))]
+    plot.plot(experiments()["matmul"], points, str(tmp_path / "line.png"))
+    assert drawn["texts"] == ["*"] and drawn["notes"].startswith("* runs disagree")
+    assert (tmp_path / "line.png").read_bytes().startswith(PNG_MAGIC)
 
 
 def test_a_time_from_a_single_run_shows_no_spread():
@@ -220,3 +270,25 @@ def test_the_spread_shown_exceeds_the_footnotes_threshold_exactly_when_the_row_i
     shown = float(format_spread(share * 2.0, 2.0).strip("±%"))
     flagged = ds.Measurement([2.0 - 2 * share, 2.0, 2.0 + 2 * share], number_per_run=1).noisy  # IQR 2 * share
     assert (shown > NOISE_SHARE * 50) == flagged == (share > NOISE_SHARE)
+
+
+def test_threads_apply_where_the_framework_can_set_them_and_the_others_say_so(capsys):
+    """--threads N with --backend all: torch measures on N threads; a framework that cannot change
+    its threads while running keeps its own, and stderr says so (its rows show none)."""
+    argv = ["bench", "matmul", "--backend", "all", "--sizes", "4", "--threads", "2", *FAST, "--no-progress"]
+    assert cli.main(argv) == 0
+    captured = capsys.readouterr()
+    backends, _ = bench.all_backends()
+    for name in backends:
+        settable = hasattr(experiment_ops(name), "set_threads")
+        said = f"--threads: {name} cannot change its CPU threads while running" in captured.err
+        assert said != settable
+    if "torch" in backends:
+        rows = [line for line in captured.out.splitlines() if line.startswith("| ") and "torch" in line]
+        assert rows and all(line.rstrip(" |").endswith("2") for line in rows if "cpu:0" in line)
+
+
+def experiment_ops(name):
+    from devshim.bench.experiment import ops_for
+
+    return ops_for(name)

@@ -508,4 +508,6 @@ def test_the_bench_rows_compare_sizes_on_one_device_and_the_native_calls_across_
         rows = run(src, backend="numpy", min_run_time=0.003, sizes=[64])
         (cross,) = [r for r in rows if r["case"] == "cross device"]
         assert cross["device"] == "gpu:0 (virtual)"
-        assert cross["vs_native"] == pytest.approx(cross["seconds"] / cross["native_seconds"])
+        # measured side by side: the median of the per-pair ratios, inside their quartiles
+        assert cross["vs_native_low"] <= cross["vs_native"] * 1.000001
+        assert cross["vs_native"] <= cross["vs_native_high"] * 1.000001 and cross["native_seconds"] > 0

@@ -539,3 +539,164 @@ def test_benchmark_with_a_device_waits_for_it(harness, sync_calls):
     m = ds.benchmark(lambda: None, device=ds.cpu(), min_run_time=0.005)
     assert m.device == "cpu:0"
     assert len(sync_calls) >= m.runs
+
+
+# --------------------------------------------------------------- stalls, and comparisons side by side
+
+
+class StallingClock(FakeClock):
+    """A fake clock whose work can stall: ``work(cost, stall)`` moves the clock by ``cost`` plus
+    ``stall``; with ``counts_waits`` the stalled time is also counted as this process's time
+    waiting for a CPU (``cpu_wait``, what Linux reports), else the stall shows in times only."""
+
+    def __init__(self, counts_waits: bool) -> None:
+        super().__init__()
+        self.waited = 0.0
+        if counts_waits:
+            self.cpu_wait = lambda: self.waited
+
+    def work(self, cost: float, stall: float = 0.0) -> None:
+        self.now += cost + stall
+        self.waited += stall
+
+
+# The warm-up on a fake clock: the first call, then three one-call blocks that agree.
+WARM_UP_CALLS = 4
+
+
+def _stalling(clock: StallingClock, cost: float, share: float, factor: float):
+    """A function costing ``cost`` per call whose measured calls (those after the warm-up) stall,
+    ``share`` of them, spread out (exactly that share of any ten in a row), to ``factor`` times
+    their cost."""
+    calls = itertools.count()
+
+    def fn():
+        k = next(calls) - WARM_UP_CALLS
+        stalled = k >= 0 and (k * 3) % 10 < round(share * 10)
+        clock.work(cost, cost * (factor - 1) if stalled else 0.0)
+
+    return fn
+
+
+SHARES = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0)
+FACTORS = (1.2, 1.4, 2.0, 5.0, 1000.0)
+
+
+@pytest.mark.parametrize("counts_waits", [True, False], ids=["waits-counted", "times-only"])
+@pytest.mark.parametrize("side", ["first", "second"])
+@pytest.mark.parametrize("factor", FACTORS)
+@pytest.mark.parametrize("share", SHARES)
+def test_a_stall_in_one_sides_runs_cannot_produce_a_confident_ratio(idle_machine, counts_waits, side,
+                                                                    factor, share):
+    """Whatever share of one side's runs stall, and by however much, a ratio reported as
+    confident is within what an unstalled run may be off by: 1/(1 - STALL_SHARE) where the
+    system counts waits, SETTLE_RATIO from times alone (both well inside the 2x a wrong ratio
+    would need). Stalls that matter (a quarter of the runs or more, by more than that bound)
+    make the comparison not confident."""
+    from devshim.timing.compare import compare
+
+    clock = StallingClock(counts_waits)
+    true = 1.25  # second / first
+    steady_first = lambda: clock.work(MS)  # noqa: E731
+    steady_second = lambda: clock.work(true * MS)  # noqa: E731
+    if side == "first":
+        first, second = _stalling(clock, MS, share, factor), steady_second
+    else:
+        first, second = steady_first, _stalling(clock, true * MS, share, factor)
+    c = compare(first, second, min_run_time=40 * MS, clock=clock)
+    bound = 1 / (1 - settle.STALL_SHARE) if counts_waits else settle.SETTLE_RATIO
+    off = max(c.ratio / true, true / c.ratio)
+    assert c.confident is False or off <= bound + 1e-9, (c, off)
+    if share >= settle.STALLED_RUNS + 0.05 and factor > bound:
+        assert not c.confident, c  # a stall that moves the quartiles is always caught
+    if share == 0.0:
+        assert c.confident and c.ratio == pytest.approx(true) and c.stalls == 0
+
+
+def test_a_comparison_interleaves_the_two_sides_runs(idle_machine):
+    """Both sides warm up, then their blocks take turns (first-second, second-first, ...), so a
+    slow spell of the machine lands on both: here the machine slows down 3x for a while, the
+    ratio of each pair stays 2 and the comparison is confident."""
+    from devshim.timing.compare import MIN_PAIRS, compare
+
+    clock = FakeClock()
+    order: list = []
+    slow = {"on": False}
+
+    def first():
+        order.append("a")
+        clock.advance(MS * (3 if slow["on"] else 1))
+
+    def second():
+        order.append("b")
+        clock.advance(2 * MS * (3 if slow["on"] else 1))
+
+    calls = itertools.count()
+
+    def switching_first():
+        slow["on"] = 30 <= next(calls) < 60  # a slow spell in the middle of the measured runs
+        first()
+
+    c = compare(switching_first, second, min_run_time=100 * MS, clock=clock)
+    measured = order[-2 * len(c.ratios):]
+    pairs = [measured[i:i + 2] for i in range(0, len(measured), 2)]
+    assert pairs[:4] == [["a", "b"], ["b", "a"], ["a", "b"], ["b", "a"]]
+    assert len(c.ratios) >= MIN_PAIRS and c.first.runs == c.second.runs == len(c.ratios)
+    assert c.ratio == pytest.approx(2.0) and c.quartiles() == pytest.approx((2.0, 2.0))
+    # The slow spell is in a third of the pairs: the ratio holds, but the times jumped (3x the
+    # fastest), so the comparison is marked as stalled rather than quoted as confident.
+    assert c.stalled and not c.confident and c.first.median == pytest.approx(MS)
+    calls, order[:] = itertools.count(), []
+
+    def briefly_slow_first():
+        slow["on"] = 20 <= next(calls) < 25  # five pairs of some fifty: under a quarter
+        first()
+
+    c = compare(briefly_slow_first, second, min_run_time=100 * MS, clock=clock)
+    assert c.confident and c.ratio == pytest.approx(2.0) and 0 < c.stalls < len(c.ratios) / 4
+
+
+def test_a_figure_whose_runs_waited_for_a_cpu_is_stalled_even_when_they_agree(idle_machine):
+    """The issue's 64x64 torch matmul at 16 ms on a busy machine: every run the same, each held
+    up by threads waiting for a CPU. The runs agree, so no spread gives it away; the wait does."""
+    clock = StallingClock(counts_waits=True)
+    calls = itertools.count()
+
+    def matmul():
+        clock.work(7e-6, 0.016 if next(calls) >= WARM_UP_CALLS else 0.0)  # the warm-up got the CPU, no run did
+
+    m = ds.benchmark(matmul, min_run_time=0.2, clock=clock)
+    assert not m.noisy and m.stalled and m.stalls == m.runs
+    assert "Warning: runs stalled: " in str(m) and m.to_dict()["stalled"] is True
+    clock = StallingClock(counts_waits=True)
+    steady = ds.benchmark(lambda: clock.work(7e-6), min_run_time=0.01, clock=clock)
+    assert not steady.stalled and steady.stalls == 0 and steady.waits == [0.0] * steady.runs
+
+
+def test_a_few_stalled_runs_leave_the_figure_alone():
+    times = [1.0] * 9 + [3.0]  # one run in ten stalled: the median is the others'
+    m = ds.Measurement(times, number_per_run=1)
+    assert m.stalls == 1 and not m.stalled and m.median == 1.0
+    m = ds.Measurement([1.0] * 6 + [3.0] * 4, number_per_run=1)
+    assert m.stalls == 4 and m.stalled
+
+
+def test_cpu_wait_counts_the_time_another_process_held_this_processs_cpu():
+    """Linux only: a child pinned to one CPU with a busy competitor pinned to the same CPU
+    waits for it about half the time, and cpu_wait says so."""
+    if settle.cpu_wait() is None or not hasattr(os, "sched_setaffinity"):
+        pytest.skip("this system does not report per-thread scheduler waits (/proc/self/task/*/schedstat)")
+    code = (
+        "import os, subprocess, sys, time\n"
+        "from devshim.timing.settle import cpu_wait\n"
+        "cpu = min(os.sched_getaffinity(0)); os.sched_setaffinity(0, {cpu})\n"
+        "rival = subprocess.Popen([sys.executable, '-c', 'while True: pass'])\n"
+        "time.sleep(0.2)\n"
+        "before, start = cpu_wait(), time.perf_counter()\n"
+        "while time.perf_counter() - start < 0.5: pass\n"
+        "print(round((cpu_wait() - before) / (time.perf_counter() - start), 3))\n"
+        "rival.kill()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout) >= 0.2  # waited a fifth of the time at least (about half, alone)

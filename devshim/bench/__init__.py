@@ -7,8 +7,11 @@ The experiments (``devshim bench --help`` lists them, ``devshim bench
 EXPERIMENT --help`` shows each one's options) live one per module in
 ``devshim/bench/experiments/``. A progress bar goes to stderr (tqdm when
 installed, plain lines otherwise), the table to stdout. Every time carries
-its spread; a measurement too noisy to trust is measured again, and flagged
-if it stays noisy. Plots need matplotlib: ``pip install matplotlib`` (or the ``plot`` extra).
+its spread; a measurement too noisy to trust, or whose runs stalled, is
+measured again, and marked if it stays so. Two ways of doing one thing are
+measured side by side (their runs take turns), as a ratio with its spread.
+Experiments run the framework on one CPU thread unless ``--threads`` says
+otherwise. Plots need matplotlib: ``pip install matplotlib`` (or the ``plot`` extra).
 
 This package is an application on top of devshim's public API and the
 backends' ``ops`` modules.
@@ -111,7 +114,10 @@ def setup_info(backends: list) -> dict:
     if "torch" in backends:
         import torch
 
+        # torch's own setting in this process; each row's "threads" is what it was measured on
         info["torch_threads"] = torch.get_num_threads()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    info["load_average"] = load
     return info
 
 
@@ -134,12 +140,26 @@ def _backends_for(args, experiment) -> list:
     return [get_backend(args.backend).name]
 
 
+def _for_backend(keywords: dict, backend) -> dict:
+    """The run keywords for one backend: ``--threads`` only where the framework can be set
+    while running (with ``--backend all`` the others keep their own setting, and say so)."""
+    if keywords.get("threads") is None or backend is None:
+        return keywords
+    from devshim.bench.experiment import ops_for
+
+    if hasattr(ops_for(backend), "set_threads"):
+        return keywords
+    print(f"--threads: {backend} cannot change its CPU threads while running; its rows use its own "
+          f"setting (set OMP_NUM_THREADS before starting, for NumPy's BLAS and MXNet)", file=sys.stderr)
+    return {k: v for k, v in keywords.items() if k != "threads"}
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``devshim bench`` for parsed arguments; returns the exit status."""
     from devshim.bench.experiments import experiments
     from devshim.bench.plot import check_plot_path, plot
     from devshim.bench.progress import make_progress
-    from devshim.bench.table import format_table
+    from devshim.bench.table import format_table, table_rows
 
     experiment = experiments()[args.experiment]
     # Everything that can fail without measuring fails before measuring.
@@ -157,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         title = f"{experiment.name} on {backend}" if backend else experiment.name
         progress = make_progress(title, enabled=not args.no_progress)
         try:
-            rows.extend(experiment.run(backend=backend, progress=progress, **keywords))
+            rows.extend(experiment.run(backend=backend, progress=progress, **_for_backend(keywords, backend)))
         finally:
             if progress is not None:
                 progress.close()
@@ -167,7 +187,8 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(experiment, rows))
     if args.json:
         document = {"experiment": experiment.name, "parameters": keywords,
-                    "setup": setup_info(named), "rows": rows}
+                    "setup": setup_info(named), "rows": table_rows(rows),
+                    "omitted": [row for row in rows if "omitted" in row]}
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(document, handle, indent=2, default=str)
             handle.write("\n")

@@ -6,14 +6,14 @@ import math
 from typing import Any
 
 from devshim.timing import format_seconds
-from devshim.timing.settle import NOISE_SHARE, SETTLE_BLOCKS, SETTLE_RATIO
+from devshim.timing.settle import NOISE_SHARE, SETTLE_BLOCKS, SETTLE_RATIO, STALL_SHARE, STALLED_RUNS
 
-__all__ = ["format_table", "format_value", "format_spread", "footnotes", "NOISY_MARK", "UNSETTLED_MARK",
-           "BUSY_MARK"]
+__all__ = ["format_table", "format_value", "format_spread", "footnotes", "row_marks", "table_rows",
+           "omitted_lines", "NOISY_MARK", "UNSETTLED_MARK", "STALLED_MARK"]
 
-#: Marks before a row whose runs disagree, one whose warm-up never settled, and one measured on
-#: a machine with more threads wanting to run than CPUs.
-NOISY_MARK, UNSETTLED_MARK, BUSY_MARK = "*", "+", "!"
+#: Marks before a row whose runs disagree, one whose warm-up never settled, and one whose runs
+#: jumped between states (stalled: the machine held the work up).
+NOISY_MARK, UNSETTLED_MARK, STALLED_MARK = "*", "+", "~"
 
 
 def format_spread(iqr: float, median: float) -> str:
@@ -60,15 +60,46 @@ def _iqr_key(key: str) -> str:
     return f"{key[:-len('_seconds')]}_iqr" if key.endswith("_seconds") else f"{key}_iqr"
 
 
-def _marks(row: dict) -> str:
+def row_marks(row: dict) -> str:
+    """The marks of one row, as the table shows them before its first cell ("" for none).
+
+    Example:
+        >>> row_marks({"noisy": True, "stalled": True})
+        '*~'
+    """
     return ((NOISY_MARK if row.get("noisy") else "")
             + (UNSETTLED_MARK if row.get("settled") is False else "")
-            + (BUSY_MARK if row.get("busy") else ""))
+            + (STALLED_MARK if row.get("stalled") else ""))
+
+
+def table_rows(rows: list) -> list:
+    """The rows a table or plot shows: all but those an experiment left out (``"omitted"``).
+
+    Example:
+        >>> table_rows([{"omitted": "no device here"}, {"seconds": 1.0}])
+        [{'seconds': 1.0}]
+    """
+    return [row for row in rows if "omitted" not in row]
+
+
+def omitted_lines(rows: list) -> list:
+    """One line per distinct reason an experiment left rows out (its ``"omitted"`` entries).
+
+    Example:
+        >>> omitted_lines([{"omitted": "no device here: left out"}])
+        ['no device here: left out']
+    """
+    lines: list = []
+    for row in rows:
+        if "omitted" in row and row["omitted"] not in lines:
+            lines.append(row["omitted"])
+    return lines
 
 
 def footnotes(rows: list) -> list:
-    """The lines under a table that explain its marks, each readable on its own; none when no
-    row is marked.
+    """The lines under a table that explain its marks, each readable on its own and saying what
+    to do; none when no row is marked. Where the machine was busy but no row stalled, one line
+    says so (the rows stand all the same).
 
     Example:
         >>> footnotes([{"noisy": True}])
@@ -78,19 +109,29 @@ def footnotes(rows: list) -> list:
     if any(row.get("noisy") for row in rows):
         lines.append(
             f"{NOISY_MARK} runs disagree: the middle half of the runs spread over more than "
-            f"±{NOISE_SHARE * 50:g}% of the median (the ± after each time is that spread), even "
-            f"after measuring again. The machine was busy or the work varies: measure again "
-            f"before trusting these rows.")
+            f"±{NOISE_SHARE * 50:g}% of the median (the ± after each time is that spread; for a ratio, "
+            f"the spread of the per-pair ratios), even after measuring again. The machine was busy or "
+            f"the work varies: measure again before trusting these rows.")
     if any(row.get("settled") is False for row in rows):
         lines.append(
             f"{UNSETTLED_MARK} warm-up did not settle: {SETTLE_BLOCKS} blocks of calls in a row never "
             f"agreed within {SETTLE_RATIO:g}x before the warm-up time ran out, so these rows may "
             f"still hold warm-up (a first compilation, a cold cache) or a busy machine.")
-    if any(row.get("busy") for row in rows):
+    stalled = [row for row in rows if row.get("stalled")]
+    if stalled:
+        threaded = sorted({row["threads"] for row in stalled if (row.get("threads") or 0) > 1})
+        advice = (f"with --threads 1 (these rows ran on {', '.join(map(str, threaded))} threads, which wait "
+                  f"for each other) or when the machine is quieter (see uptime)"
+                  if threaded else "when the machine is quieter (see uptime)")
         lines.append(
-            f"{BUSY_MARK} the machine was busy: its load average was above its CPU count while "
-            f"measuring, so threads (a framework's worker threads too) waited for a CPU; these rows "
-            f"may be far slower than on an idle machine even where their runs agree.")
+            f"{STALLED_MARK} runs stalled: in {STALLED_RUNS:.0%} of the runs or more this process waited "
+            f"for a CPU for {STALL_SHARE:.0%} of the run or longer (another process held it, or a "
+            f"framework's threads waited for each other), or the run took over {SETTLE_RATIO:g}x the "
+            f"fastest, so these figures may be several times too slow: measure again {advice}.")
+    elif any(row.get("busy") for row in rows):
+        lines.append(
+            "The machine was busy (its load average was above its CPU count while measuring), but no "
+            "row's runs stalled: these figures held steady.")
     return lines
 
 
@@ -99,15 +140,20 @@ def format_table(experiment: Any, rows: list) -> str:
 
     Times read "median ±half the IQR as a share of the median". Rows whose
     runs disagree even after re-measuring are marked ``*``, rows whose
-    warm-up never settled ``+``, rows measured on a busy machine ``!``; the
-    lines under the table say what each mark means.
+    warm-up never settled ``+``, rows whose runs stalled ``~``; the lines
+    under the table say what each mark means and what to do, and which rows
+    the experiment left out (``"omitted"`` entries) and why.
 
     Example:
         >>> print(format_table(EXPERIMENT, rows))
     """
+    left_out = omitted_lines(rows)
+    rows = table_rows(rows)
+    if not rows:
+        return "\n".join(left_out)
     columns = [c for c in experiment.columns if any(r.get(c.key) not in (None, "") for r in rows)]
     cells = [[format_value(c, r) for c in columns] for r in rows]
-    marks = [_marks(r) for r in rows]
+    marks = [row_marks(r) for r in rows]
     width = max(len(m) for m in marks) if marks else 0
     headings = [c.heading for c in columns]
     if width and columns:
@@ -124,4 +170,4 @@ def format_table(experiment: Any, rows: list) -> str:
 
     rule = "|" + "|".join(("-" * (w + 1) + ":") if num else ("-" * (w + 2))
                           for w, num in zip(widths, numeric)) + "|"
-    return "\n".join([line(headings), rule] + [line(c) for c in cells] + footnotes(rows))
+    return "\n".join([line(headings), rule] + [line(c) for c in cells] + footnotes(rows) + left_out)

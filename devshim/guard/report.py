@@ -3,11 +3,18 @@
 Backends' hooks call ``implicit(...)`` for each implicit transfer they are about
 to let happen; the levels in force for the calling thread or task decide, and
 every report of the enclosing blocks records the event with the user's
-``file:line``.
+``file:line``. A hook that calls the framework after deciding uses the two halves
+instead: ``check(...)`` before the call (under "disallow" it raises, before anything
+moves) and ``logged(pending)`` once the call returned, so that under "log" a transfer the
+framework then refused (an op on tensors it will not combine) is neither warned about nor
+counted: the log says only what happened.
 
 Example:
     >>> from devshim.guard.report import implicit, READ
     >>> implicit("device_to_host", READ, "float(t)", gpu0, cpu0)   # under "disallow": raises
+    >>> pending = check("device_to_device", OP_INPUT, "add", gpu1, gpu0)
+    >>> result = framework_add(x, y)      # raises: nothing is logged
+    >>> logged(pending)                   # returned: now the warning, and the report's event
 """
 
 from __future__ import annotations
@@ -23,8 +30,8 @@ from devshim.guard.levels import ALLOW, DIRECTIONS, DISALLOW, KINDS, LOG, OP_INP
 from devshim.guard.state import GuardState, current
 
 __all__ = [
-    "TransferEvent", "TransferReport", "implicit", "crossing", "read_name", "direction_of",
-    "READ", "OP_INPUT", "TO_DEVICE", "KINDS",
+    "TransferEvent", "TransferReport", "implicit", "check", "logged", "crossing", "read_name",
+    "direction_of", "READ", "OP_INPUT", "TO_DEVICE", "KINDS",
 ]
 
 _DEVSHIM_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -140,27 +147,73 @@ def implicit(direction: str, kind: str, what: str, source, target, state: Option
     tensor really is elsewhere). It does nothing for explicit transfers
     (``marker.is_explicit()``) or where the direction's level is "allow". Under
     "disallow" it raises ``error`` when given (an exception, or a callable making one from
-    the ``TransferEvent``, which knows the call site), else the guard's own error.
+    the ``TransferEvent``, which knows the call site), else the guard's own error. A hook
+    that makes the transfer by calling the framework afterwards, which may still refuse it,
+    uses ``check`` and ``logged`` instead.
 
     Example:
         >>> implicit("device_to_host", READ, "float(t)", gpu0, cpu0)
+    """
+    logged(check(direction, kind, what, source, target, state, error))
+
+
+class Pending:
+    """A transfer ``check`` let through under "log", to be recorded by ``logged`` once it happened.
+
+    Example:
+        >>> pending = check("device_to_host", READ, "float(t)", gpu0, cpu0)
+        >>> pending.event.action
+        'logged'
+    """
+
+    __slots__ = ("event", "reports")
+
+    def __init__(self, event: TransferEvent, reports: tuple) -> None:
+        self.event, self.reports = event, reports
+
+
+def check(direction: str, kind: str, what: str, source, target, state: Optional[GuardState] = None,
+          error: Optional[Exception] = None) -> Optional[Pending]:
+    """The first half of ``implicit``, for a transfer the framework makes after the hook
+    returns: under "disallow" it records and raises now, before anything moves; under "log"
+    it returns a ``Pending`` for ``logged`` to record (and warn about) once the framework's
+    call returned; None where nothing is to be recorded ("allow", an explicit transfer).
+
+    Example:
+        >>> pending = check("device_to_device", OP_INPUT, "add", gpu1, gpu0)
+        >>> out = original_add(x, y)     # PyTorch may refuse: then nothing was logged
+        >>> logged(pending)
     """
     if state is None:
         state = current()
     level = getattr(state, direction)
     if level == ALLOW or marker.is_explicit():
-        return
+        return None
     site = _user_site()
     action = "refused" if level == DISALLOW else "logged"
     event = TransferEvent(kind, direction, what, source, target, site, action)
+    if level == LOG:
+        return Pending(event, state.reports)
     for report in state.reports:
         report.events.append(event)
-    if level == LOG:
-        _warn_once(event)
-        return
     if error is None:
         raise _error(event)
     raise error(event) if callable(error) else error
+
+
+def logged(pending) -> None:
+    """The second half: record in the reports, and warn once per call site, the transfers
+    ``check`` let through (a ``Pending``, a list of them, or None), now that they happened.
+
+    Example:
+        >>> logged(check("device_to_host", READ, "float(t)", gpu0, cpu0))
+    """
+    if pending is None:
+        return
+    for one in (pending if isinstance(pending, list) else (pending,)):
+        for report in one.reports:
+            report.events.append(one.event)
+        _warn_once(one.event)
 
 
 def crossing(direction: str, what: str, source, target, *, explicit: bool, error=None) -> None:

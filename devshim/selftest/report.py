@@ -17,8 +17,7 @@ def _measurement_tables(document: dict) -> list:
 
     lines = []
     for name, heading in (("matmul", "matmul (float32, n x n): GFLOP/s on the CPU and each GPU"),
-                          ("transfer", "bandwidth between the host and each GPU (the CPU's own memory "
-                                       "copies when there is none)")):
+                          ("transfer", "bandwidth between the host and each GPU")):
         rows = [row for section in document["backends"] for row in section["measurements"].get(name, [])]
         if rows:
             lines += ["", f"{heading}:", format_table(experiments()[name], rows)]
@@ -41,7 +40,9 @@ def _highlights(section: dict) -> list:
                          f"{row['cpu_over_device']:.1f}x the CPU's {cpu['gflops']:.0f}{virtual}"
                          f"{_doubt(row, cpu)}")
     for row in section["measurements"].get("transfer", []):
-        if row["direction"] == "host->device":
+        if "omitted" in row:  # no device: a host-to-host copy is no transfer (the experiment says so)
+            lines.append("host -> device: not measured, no device here (no GPU, real or virtual)")
+        elif row["direction"] == "host->device":
             lines.append(f"host -> {row['device']}: {row['gb_per_s']:.1f} GB/s ({row['megabytes']:g} MiB)"
                          f"{_doubt(row)}")
     return lines
@@ -54,8 +55,8 @@ def _doubt(*rows: dict) -> str:
         said.append("runs disagree")
     if any(row.get("settled") is False for row in rows):
         said.append("warm-up did not settle")
-    if any(row.get("busy") for row in rows):
-        said.append("the machine was busy")
+    if any(row.get("stalled") for row in rows):
+        said.append("its runs stalled")
     return f" ({' and '.join(said)}: measure again before trusting it)" if said else ""
 
 

@@ -162,7 +162,9 @@ def _has(ctx, module: str) -> bool:
 
 def _measure(name: str, ctx, emit, result) -> None:
     """The matmul experiment on the CPU and each GPU, and the transfer experiment on each GPU
-    (on the CPU without one): the same code ``devshim bench`` runs, shorter."""
+    (without one it leaves its rows out, with a line saying so): the same code ``devshim
+    bench`` runs, shorter, on the same CPU threads (one: ``devshim.bench.threads``), so the
+    figures of the two agree."""
     import devshim as ds
     from devshim.bench.experiments import matmul, transfer
 

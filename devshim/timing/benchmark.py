@@ -17,7 +17,7 @@ from devshim.timing import settle
 from devshim.timing.settle import SETTLE_BLOCKS, agree
 from devshim.timing.sync import Waiter
 
-__all__ = ["benchmark"]
+__all__ = ["benchmark", "Side", "WaitMeter"]
 
 # How much of a measured block the timer reads and the wait after it may take.
 _MAX_OVERHEAD_SHARE = 0.01
@@ -102,11 +102,16 @@ def benchmark(
        themselves. A device runs its queue in order, so waiting after the
        last call covers the block. Garbage collection is paused, as timeit does.
     3. The Measurement summarises the runs; ``noisy`` says whether they
-       disagree (IQR above 10% of the median), ``busy`` whether the machine
+       disagree (IQR above 10% of the median), ``stalled`` whether a quarter
+       of them or more jumped to a slower state (this process's threads
+       waited for a CPU, read between runs where the system tells, or the run
+       took over 1.5x the fastest block seen), ``busy`` whether the machine
        had more threads wanting to run than CPUs (its load average), and
        printing it says so in words.
 
-    ``clock`` (default ``time.perf_counter``) is there for tests.
+    ``clock`` (default ``time.perf_counter``) is there for tests; a test clock with a
+    ``cpu_wait()`` method also stands in for the system's count of the time this process's
+    threads waited for a CPU (``Measurement.waits``; read with the default clock only).
 
     Example:
         >>> a = torch.randn(512, 512, device=ds.try_gpu()); b = a.clone()
@@ -115,35 +120,102 @@ def benchmark(
         >>> m.to_dict()["median"], m.noisy, m.settled
     """
     _check_arguments(fn, warmup, min_run_time, max_runs, max_warmup_time)
-    clock = clock or time.perf_counter
-    wait = Waiter(device, backend)
-    name = label if label is not None else getattr(fn, "__name__", None) or repr(fn)
     budget = max(_WARMUP_FLOOR, 2 * min_run_time) if max_warmup_time is None else max_warmup_time
+    meter = WaitMeter(clock)
+    side = Side(fn, args, Waiter(device, backend), clock or time.perf_counter, meter)
+    name = label if label is not None else getattr(fn, "__name__", None) or repr(fn)
 
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        started = clock()
-        outputs = fn(*args)  # the first call, thrown away: it shows what to wait on
-        wait(outputs)
-        first = clock() - started
-        overhead = _measure_overhead(wait, outputs, clock)
-        where = _describe_target(device, outputs, backend)
-        outputs = None
-        warm = _warm_up(fn, args, wait, clock, _Plan(overhead, min_run_time, warmup, budget), first)
-        times: list = []
+        side.start(_Plan(0.0, min_run_time, warmup, budget), device, backend)
         measured = 0.0
         at_least = min(_MIN_RUNS, max_runs)
-        while len(times) < max_runs and (measured < min_run_time or len(times) < at_least):
-            elapsed = _run_block(fn, args, wait, clock, warm.number)
-            times.append(elapsed / warm.number)
-            measured += elapsed
+        meter.reset()
+        while len(side.times) < max_runs and (measured < min_run_time or len(side.times) < at_least):
+            measured += side.run()
     finally:
         if gc_was_enabled:
             gc.enable()
-    load, cpus = settle.machine_load() or (None, None)
-    return Measurement(times, warm.number, label=name, device=where, warmup=warm.calls, overhead=overhead,
-                       settled=warm.settled, warmup_seconds=warm.seconds, load=load, cpus=cpus)
+    return side.measurement(name)
+
+
+class WaitMeter:
+    """How long this process's threads waited for a CPU since the last reading (``settle.cpu_wait``,
+    or a test clock's ``cpu_wait``); ``since()`` returns None where that is not known. One meter
+    serves every side of a comparison, so each reading closes one run and opens the next.
+
+    Example:
+        >>> meter = WaitMeter(None); meter.reset(); work(); meter.since()
+        0.0
+    """
+
+    def __init__(self, clock) -> None:
+        default = clock is None or clock is time.perf_counter  # waits are wall time: not for a CPU clock
+        self.read = settle.cpu_wait if default else getattr(clock, "cpu_wait", None)
+        self.last = None
+
+    def reset(self) -> None:
+        self.last = self.read() if self.read is not None else None
+        if self.last is None:
+            self.read = None
+
+    def since(self):
+        if self.read is None or self.last is None:
+            return None
+        now = self.read()
+        if now is None:
+            return None
+        waited, self.last = max(now - self.last, 0.0), now
+        return waited
+
+
+class Side:
+    """One function being measured: its first call, warm-up and block size, then its runs.
+
+    ``benchmark`` measures one side; ``devshim.timing.compare`` two, their runs taking turns.
+
+    Example:
+        >>> side = Side(fn, (), Waiter(None, None), time.perf_counter, WaitMeter(None))
+        >>> side.start(plan, None, None); side.run(); side.measurement("fn").median
+    """
+
+    def __init__(self, fn, args, wait, clock, meter: WaitMeter) -> None:
+        self.fn, self.args, self.wait, self.clock, self.meter = fn, args, wait, clock, meter
+        self.times: list = []
+        self.waits: list = []
+        self.where, self.overhead = "", 0.0
+        self.warm = _WarmUp(1, 0, 0.0, False, None)  # until start() has warmed up
+
+    def start(self, plan: "_Plan", device, backend) -> None:
+        """The first call (thrown away: it shows what to wait on), the overhead, the warm-up."""
+        clock, wait = self.clock, self.wait
+        started = clock()
+        outputs = self.fn(*self.args)
+        wait(outputs)
+        first = clock() - started
+        self.overhead = _measure_overhead(wait, outputs, clock)
+        self.where = _describe_target(device, outputs, backend)
+        outputs = None
+        self.warm = _warm_up(self.fn, self.args, wait, clock, plan._replace(overhead=self.overhead), first)
+
+    def run(self) -> float:
+        """One measured block of the warm-up's size; returns the seconds it took."""
+        number = self.warm.number
+        elapsed = _run_block(self.fn, self.args, self.wait, self.clock, number)
+        self.times.append(elapsed / number)
+        waited = self.meter.since()
+        if waited is not None:
+            self.waits.append(waited)
+        return elapsed
+
+    def measurement(self, label: str) -> Measurement:
+        load, cpus = settle.machine_load() or (None, None)
+        warm = self.warm
+        waits = self.waits if len(self.waits) == len(self.times) else None
+        return Measurement(self.times, warm.number, label=label, device=self.where, warmup=warm.calls,
+                           overhead=self.overhead, settled=warm.settled, warmup_seconds=warm.seconds,
+                           load=load, cpus=cpus, waits=waits, fastest=warm.fastest)
 
 
 def _run_block(fn, args, wait, clock, number: int) -> float:
@@ -179,6 +251,7 @@ class _WarmUp(NamedTuple):
     calls: int       # warm-up calls made, the first one included
     seconds: float   # what they took
     settled: bool    # whether the last blocks agreed
+    fastest: Optional[float]  # the quickest per-call time of its blocks of that size (None: none)
 
 
 def _warm_up(fn, args, wait, clock, plan: _Plan, first: float) -> _WarmUp:
@@ -199,11 +272,11 @@ def _warm_up(fn, args, wait, clock, plan: _Plan, first: float) -> _WarmUp:
             continue
         per_call.append(elapsed / number)
         if calls >= plan.at_least and agree(per_call):
-            return _WarmUp(number, calls, spent, True)
+            return _WarmUp(number, calls, spent, True, min(per_call))
         improving = per_call.index(min(per_call)) >= len(per_call) - SETTLE_BLOCKS
         if spent >= plan.budget and not improving:
             break
-    return _WarmUp(number, calls, spent, False)
+    return _WarmUp(number, calls, spent, False, min(per_call) if per_call else None)
 
 
 def _grow(number: int, needed: float, elapsed: float) -> int:

@@ -6,7 +6,9 @@ import statistics
 from typing import Optional, Sequence
 
 from devshim.errors import TimingError
-from devshim.timing.settle import busy, disagreement, disagrees, spread_share, unsettled
+from devshim.timing.settle import (
+    busy, disagreement, disagrees, spread_share, stalled_runs, stalling, stalls_matter, unsettled,
+)
 
 __all__ = ["Measurement", "format_seconds"]
 
@@ -32,10 +34,12 @@ class Measurement:
     summarise them. ``overhead`` is what one clock reading plus the wait
     after a block cost, in seconds. ``warmup`` calls (``warmup_seconds``)
     were made first and not measured; ``settled`` says whether the warm-up
-    reached steady times, ``noisy`` whether the runs disagree, ``busy``
-    whether the load average (``load``) was above the CPU count (``cpus``)
-    when measured, and ``warnings`` says each in words (printing the
-    Measurement shows them).
+    reached steady times, ``noisy`` whether the runs disagree, ``stalled``
+    whether a quarter of the runs or more jumped to a slower state (this
+    process's threads waited for a CPU, ``waits``, or a run took over 1.5x
+    the fastest), ``busy`` whether the load average (``load``) was above the
+    CPU count (``cpus``) when measured, and ``warnings`` says each in words
+    (printing the Measurement shows them).
 
     Example:
         >>> m = ds.benchmark(torch.matmul, a, b)
@@ -57,6 +61,8 @@ class Measurement:
         warmup_seconds: float = 0.0,
         load: Optional[float] = None,
         cpus: Optional[int] = None,
+        waits: Optional[Sequence[float]] = None,
+        fastest: Optional[float] = None,
     ) -> None:
         if not times:
             raise TimingError("A Measurement needs at least one time; benchmark() made none.")
@@ -69,6 +75,10 @@ class Measurement:
         self.settled = settled
         self.warmup_seconds = warmup_seconds
         self.load, self.cpus = load, cpus
+        #: Seconds this process's threads waited for a CPU during each run (None: not known here).
+        self.waits = list(waits) if waits is not None else None
+        #: The quickest per-call time the warm-up's full-size blocks took (None: not known).
+        self.fastest = fastest
         #: How many benchmark() runs this figure took: 1; ``devshim bench`` re-measures noisy ones.
         self.tries = 1
 
@@ -166,6 +176,29 @@ class Measurement:
         return disagrees(self.spread)
 
     @property
+    def stalls(self) -> int:
+        """How many runs stalled: this process's threads waited for a CPU for a quarter of the
+        run or more, or the run took over 1.5x the fastest (warm-up included).
+
+        Example:
+            >>> m.stalls, m.runs
+            (0, 40)
+        """
+        return stalled_runs(self.times, self.waits, self.number_per_run, self.fastest)
+
+    @property
+    def stalled(self) -> bool:
+        """Whether the runs jumped between states often enough to hold the figure up: a quarter
+        of them or more stalled (``stalls``). Runs held up the same way each time agree with each
+        other, so this can be True where ``noisy`` is False.
+
+        Example:
+            >>> m.stalled
+            False
+        """
+        return stalls_matter(self.stalls, self.runs)
+
+    @property
     def busy(self) -> bool:
         """Whether more threads wanted to run than there were CPUs while measuring (the
         one-minute load average above the CPU count; False where the system does not tell).
@@ -178,8 +211,8 @@ class Measurement:
 
     @property
     def warnings(self) -> list:
-        """Why this figure may not be trusted, in words: runs that disagree, a warm-up that did
-        not settle. Empty when neither.
+        """Why this figure may not be trusted, in words: runs that disagree, runs that stalled, a
+        warm-up that did not settle, a busy machine. Empty when none.
 
         Example:
             >>> m.warnings
@@ -188,7 +221,7 @@ class Measurement:
         found = []
         if not self.settled:
             found.append(unsettled(self.warmup, self.warmup_seconds))
-        for said in (disagreement(self.spread), busy(self.load, self.cpus)):
+        for said in (disagreement(self.spread), stalling(self.stalls, self.runs), busy(self.load, self.cpus)):
             if said:
                 found.append(said)
         return found
@@ -219,8 +252,11 @@ class Measurement:
             "load": self.load,
             "cpus": self.cpus,
             "busy": self.busy,
+            "stalls": self.stalls,
+            "stalled": self.stalled,
             "overhead": self.overhead,
             "times": list(self.times),
+            "waits": self.waits,
         }
 
     def __str__(self) -> str:

@@ -4,20 +4,26 @@ A first call pays for what later calls reuse (a cuBLAS handle, an XLA compilatio
 pool, allocator growth), so ``benchmark`` keeps warming up until the per-call times of
 ``SETTLE_BLOCKS`` consecutive blocks agree within ``SETTLE_RATIO``. Once measured, runs whose
 interquartile range is above ``NOISE_SHARE`` of their median disagree: something else was
-running, or the work itself varies. Both verdicts are written out in plain words wherever a
-figure is printed (``Measurement``, ``Timer``, the tables of ``devshim bench`` and
-``devshim selftest``).
+running, or the work itself varies. Runs can also jump between states and still agree with
+each other: a run *stalled* when this process's threads waited for a CPU for ``STALL_SHARE``
+of its time or more (Linux counts that wait per thread: ``cpu_wait``), or when it took over
+``SETTLE_RATIO`` times the fastest run; when ``STALLED_RUNS`` of the runs or more stalled, the
+figure comes from a machine that was holding the work up, not from the work. These verdicts
+are written out in plain words wherever a figure is printed (``Measurement``, ``Timer``, the
+tables of ``devshim bench`` and ``devshim selftest``).
 """
 
 from __future__ import annotations
 
 import os
 import statistics
+import time
 from typing import Optional, Sequence, Tuple
 
 __all__ = [
     "SETTLE_RATIO", "SETTLE_BLOCKS", "NOISE_SHARE", "agree", "spread_share", "cold_prefix",
     "disagrees", "disagreement", "unsettled", "machine_load", "busy",
+    "STALL_SHARE", "STALLED_RUNS", "cpu_wait", "stalled_runs", "stalls_matter", "stalling",
 ]
 
 #: Consecutive warm-up blocks whose per-call times must agree before measuring starts.
@@ -26,6 +32,12 @@ SETTLE_BLOCKS = 3
 SETTLE_RATIO = 1.5
 #: Runs disagree when their interquartile range is above this share of their median.
 NOISE_SHARE = 0.10
+#: A run stalled when this process's threads waited for a CPU for at least this share of its time.
+STALL_SHARE = 0.25
+#: A figure is held up by stalls when at least this share of its runs stalled (the quartile:
+#: from there on the spread, and soon the median, come from stalled runs).
+STALLED_RUNS = 0.25
+_TASKS = "/proc/self/task"
 
 
 def agree(per_call: Sequence[float]) -> bool:
@@ -149,3 +161,111 @@ def busy(load: Optional[float], cpus: Optional[int]) -> Optional[str]:
     return (f"the machine was busy: load {load:.1f} on {cpus} CPU{'s' if cpus != 1 else ''} while measuring; "
             f"threads waited for a CPU (a framework's worker threads too), so this figure may be far "
             f"slower than on an idle machine, even when its runs agree")
+
+
+class _Waits:
+    """Reads the run-queue wait of this process's threads through files kept open (a read of an
+    open /proc file costs a few microseconds; opening one, tens). The threads are listed again
+    at most every ``RELIST`` seconds, and when one has gone: a framework's thread pool starts
+    during the warm-up, before the measured runs read the waits."""
+
+    RELIST = 0.25
+
+    def __init__(self) -> None:
+        self.files: dict = {}  # thread id -> open file descriptor of its schedstat
+        self.listed = None     # time.monotonic() of the last listing
+        self.pid = None        # the process that opened the files (a forked child lists its own)
+
+    def _relist(self) -> None:
+        if self.pid == os.getpid():
+            for fd in self.files.values():
+                os.close(fd)
+        self.files, self.pid = {}, os.getpid()
+        for task in os.listdir(_TASKS):
+            try:
+                self.files[task] = os.open(f"{_TASKS}/{task}/schedstat", os.O_RDONLY)
+            except OSError:  # a thread that ended since the listing
+                continue
+        self.listed = time.monotonic()
+
+    def read(self, again: bool = True) -> int:
+        if self.pid != os.getpid() or self.listed is None or time.monotonic() - self.listed > self.RELIST:
+            self._relist()
+        total = 0
+        for fd in self.files.values():
+            try:
+                total += int(os.pread(fd, 64, 0).split()[1])
+            except (OSError, IndexError, ValueError):  # a thread that ended: list them again, once
+                if not again:
+                    raise
+                self.listed = None
+                return self.read(again=False)
+        return total
+
+
+_waits = _Waits()
+
+
+def cpu_wait() -> Optional[float]:
+    """Seconds the threads of this process have spent ready to run but waiting for a CPU, summed
+    over the threads alive now (Linux's per-thread scheduler statistics), or None where the
+    system does not tell. The difference across a run is how long another process (or a sibling
+    thread) held the CPUs that run needed; ``benchmark`` reads it between runs, outside the
+    timed part (a few microseconds per thread).
+
+    Example:
+        >>> before = cpu_wait(); work(); waited = cpu_wait() - before
+    """
+    try:
+        return _waits.read() / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def stalled_runs(times: Sequence[float], waits: Optional[Sequence[float]], number: int = 1,
+                 fastest: Optional[float] = None) -> int:
+    """How many runs stalled: their threads waited for a CPU for ``STALL_SHARE`` of the run or
+    more (``waits``: seconds per run, None where unknown), or their time per call is over
+    ``SETTLE_RATIO`` times the fastest (``fastest``: the quickest per-call time seen, warm-up
+    included; default the quickest of ``times``). ``number`` calls make each run.
+
+    Example:
+        >>> stalled_runs([1e-3, 1e-3, 4e-3, 1e-3], None)   # one run four times the others
+        1
+        >>> stalled_runs([1e-3] * 4, [0.0, 0.0, 6e-4, 0.0])  # one waited 60% of its time
+        1
+    """
+    if not times:
+        return 0
+    quickest = min(times) if fastest is None else min(min(times), fastest)
+    count = 0
+    for i, seconds in enumerate(times):
+        waited = waits[i] if waits is not None and i < len(waits) else 0.0
+        if seconds > SETTLE_RATIO * quickest or waited >= STALL_SHARE * seconds * number:
+            count += 1
+    return count
+
+
+def stalls_matter(stalled: int, runs: int) -> bool:
+    """Whether ``stalled`` of ``runs`` is enough to hold the figure up (``STALLED_RUNS`` or more).
+
+    Example:
+        >>> stalls_matter(1, 40), stalls_matter(12, 40)
+        (False, True)
+    """
+    return runs > 0 and stalled > 0 and stalled >= STALLED_RUNS * runs - 1e-9
+
+
+def stalling(stalled: int, runs: int) -> Optional[str]:
+    """The plain-words warning for a figure whose runs stalled (``stalls_matter``), or None.
+
+    Example:
+        >>> stalling(12, 40)
+        'runs stalled: 12 of 40 runs waited for a CPU for 25% of the run or longer ...'
+    """
+    if not stalls_matter(stalled, runs):
+        return None
+    return (f"runs stalled: {stalled} of {runs} runs waited for a CPU for {STALL_SHARE:.0%} of the run "
+            f"or longer (another process held it, or a framework's threads waited for each other), or "
+            f"took over {SETTLE_RATIO:g}x the fastest, so this figure may be several times too slow: "
+            f"measure again with one thread, or when the machine is quieter (see uptime)")

@@ -59,9 +59,34 @@ def test_a_mixed_device_op_runs_under_allow_and_is_counted_under_log(harness, gu
                     harness.add(x, y)
                 except RuntimeError:
                     assert not harness.runs_mixed_ops  # the framework's own refusal
+    warned = [w for w in caught if issubclass(w.category, ds.ImplicitTransferWarning)]
+    if not harness.runs_mixed_ops:  # refused: nothing moved, so nothing is logged
+        assert report.total == 0 and not warned, (str(report), [str(w.message) for w in warned])
+        return
     assert report.total >= 3 and report.total % 3 == 0  # each run counted (one event per moved input)
     assert all(e.action == "logged" for e in report.events)
-    assert len([w for w in caught if issubclass(w.category, ds.ImplicitTransferWarning)]) == 1  # once per site
+    assert len(warned) == 1  # once per site
+
+
+def test_log_reports_no_transfer_for_a_mixed_device_op_that_raised(harness, guarded):
+    """An op the framework refuses (here: shapes that do not broadcast, on two devices) ran
+    nowhere: under "log" it is neither warned about nor counted; "disallow" still refuses it
+    first, with devshim's error."""
+    first, second, _ = guarded
+    x, y = harness.tensor([1.0, 2.0], device=first), harness.tensor([3.0, 4.0, 5.0], device=second)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with ds.transfer_guard("log") as report:
+            with pytest.raises(Exception) as info:
+                harness.add(x, y)
+    assert not isinstance(info.value, AssertionError)
+    warned = [str(w.message) for w in caught if issubclass(w.category, ds.ImplicitTransferWarning)]
+    assert report.total == 0 and not warned, (str(report), warned)
+    if harness.guard_sees_ops:
+        with ds.transfer_guard("disallow") as report:
+            with pytest.raises(ds.DeviceMismatchError):
+                harness.add(x, y)
+        assert report.total == 1 and report.events[0].action == "refused"
 
 
 @pytest.mark.parametrize("form", range(9))

@@ -54,7 +54,7 @@ from devshim.errors import DeviceMismatchError, DevshimError, ImplicitTransferEr
 from devshim.guard import marker
 from devshim.guard.hooks import GuardHooks, mark_wrapper, mixed_devices_refused
 from devshim.guard.levels import ALLOW, DISALLOW, OP_INPUT, READ, TO_DEVICE
-from devshim.guard.report import implicit
+from devshim.guard.report import check, implicit, logged
 from devshim.guard.state import current
 
 
@@ -181,10 +181,14 @@ def _needs_report(x, state):
     return place
 
 
-def _read_after_report(fn, *args, **kwargs):
-    """Run the read devshim has already reported, so no hook (devshim's or JAX's) reports it again."""
+def _read_after_report(pending, fn, *args, **kwargs):
+    """Run the read devshim has checked (``pending``, from ``check``), so no hook (devshim's or
+    JAX's) reports it again; under "log" it is recorded once the read was made (not when JAX
+    refuses it: an array deleted, a read that fails)."""
     with marker.explicit(), jax.transfer_guard_device_to_host(ALLOW):
-        return fn(*args, **kwargs)
+        value = fn(*args, **kwargs)
+    logged(pending)
+    return value
 
 
 def _guarded_value(original):
@@ -202,8 +206,8 @@ def _guarded_value(original):
                 if what is None:  # jax.device_get: JAX's explicit transfer
                     _remember_fetched(self, place)
                     return getter(self)
-                implicit("device_to_host", READ, what, place, Device("cpu"), state)
-                value = _read_after_report(getter, self)
+                pending = check("device_to_host", READ, what, place, Device("cpu"), state)
+                value = _read_after_report(pending, getter, self)
                 _remember_fetched(self, place)
                 return value
         return getter(self)
@@ -217,8 +221,8 @@ def _guarded_item(original):
         state = current()
         place = _needs_report(self, state)
         if place is not None:
-            implicit("device_to_host", READ, "x.item()", place, Device("cpu"), state)
-            value = _read_after_report(original, self, *args)
+            pending = check("device_to_host", READ, "x.item()", place, Device("cpu"), state)
+            value = _read_after_report(pending, original, self, *args)
             _remember_fetched(self, place)
             return value
         return original(self, *args)
@@ -235,8 +239,8 @@ def _guarded_numpy_reader(name, original):
             state = current()
             place = _needs_report(a, state)
             if place is not None:
-                implicit("device_to_host", READ, what, place, Device("cpu"), state)
-                value = _read_after_report(original, a, *args, **kwargs)
+                pending = check("device_to_host", READ, what, place, Device("cpu"), state)
+                value = _read_after_report(pending, original, a, *args, **kwargs)
                 _remember_fetched(a, place)
                 return value
         return original(a, *args, **kwargs)
@@ -263,16 +267,17 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
     state = current()
     what = f"np.{ufunc.__name__}{'' if method == '__call__' else '.' + method}(x, ...)"
     arrays = list(inputs) + list(kwargs.get("out", ()) or ())
-    reported = []
+    pending, reported = None, []
     for a in arrays:
         place = _needs_report(a, state)
         if place is not None:
-            if not reported:
-                implicit("device_to_host", READ, what, place, Device("cpu"), state)
+            if pending is None:
+                pending = check("device_to_host", READ, what, place, Device("cpu"), state)
             reported.append((a, place))
     getter = JaxGuardHooks.original(*_VALUE).fget
     with marker.explicit(), jax.transfer_guard_device_to_host(ALLOW):
         host = [_host_value(getter, a) for a in inputs]
+    logged(pending)  # the values were read (whatever NumPy then makes of them)
     for a, place in reported:
         _remember_fetched(a, place)
     return getattr(ufunc, method)(*host, **kwargs)
@@ -285,8 +290,8 @@ def _guarded_copy_to_host_async(original):
         if place is not None and _explicit_in_jax():
             place = None  # jax.device_get starts its explicit copy with this
         if place is not None:
-            implicit("device_to_host", READ, "x.copy_to_host_async()", place, Device("cpu"), state)
-            result = _read_after_report(original, self)
+            pending = check("device_to_host", READ, "x.copy_to_host_async()", place, Device("cpu"), state)
+            result = _read_after_report(pending, original, self)
         else:
             result = original(self)
         if state.checking:  # the value is on its way to the host: later reads are no transfer
@@ -388,14 +393,17 @@ def _guarded_device_put(original):
         if any(isinstance(x, _ArrayImpl) for x in xs):  # JAX arrays: a copy between devices
             return original(aval, sharding, xs, devices, *args, **kwargs)
         target = _accelerator_among(devices)
+        pending = None
         if target is not None:
             what = f"host data {aval.str_short()} into {_computation_name()}"
-            implicit("host_to_device", TO_DEVICE, what, Device("cpu"), target, state,
-                     error=_host_to_device_error)
+            pending = check("host_to_device", TO_DEVICE, what, Device("cpu"), target, state,
+                            error=_host_to_device_error)
         # devshim has decided (host data to the host CPU moves nowhere): JAX's own guard, set
         # by the block as a backstop, must not decide again, nor log it a second time.
         with jax.transfer_guard_host_to_device(ALLOW):
-            return original(aval, sharding, xs, devices, *args, **kwargs)
+            placed = original(aval, sharding, xs, devices, *args, **kwargs)
+        logged(pending)  # under "log": once JAX has sent the data
+        return placed
 
     return mark_wrapper(batched_device_put, original)
 

@@ -6,7 +6,8 @@ silently, on the first input's context. Every imperative op of both
 front-ends (``mx.nd``, ``mx.np``, ``mx.npx``) is generated to call one
 function, looked up in ``mxnet.ndarray.register`` when it runs; it is wrapped
 while a guard is active, and inputs on another context than the first are
-reported, comparing whole contexts (type and id). A 0-d host array is a number.
+reported, comparing whole contexts (type and id); under "log" once the op ran (one MXNet
+refuses, or that fails, is not counted). A 0-d host array is a number.
 
 The ``mx.np`` operators MXNet 1.9 calls through its packed-function interface
 (``np.tensordot``, ``np.zeros`` and others in ``mxnet.ndarray.numpy._api_internal``)
@@ -33,7 +34,7 @@ from devshim.backends.registry import load_backend
 from devshim.guard import marker
 from devshim.guard.hooks import GuardHooks, mark_wrapper, mixed_devices_refused
 from devshim.guard.levels import READ
-from devshim.guard.report import direction_of, implicit, read_name
+from devshim.guard.report import check, direction_of, logged, read_name
 from devshim.guard.state import current
 
 _READERS = {
@@ -65,9 +66,11 @@ def _guarded_asnumpy(original):
             place = _backend().describe(self.ctx)
             if place.kind != "cpu":
                 what = read_name(_READERS, "a.asnumpy()")
-                implicit("device_to_host", READ, what, place, Device("cpu"), state)
+                pending = check("device_to_host", READ, what, place, Device("cpu"), state)
                 with marker.explicit():
-                    return original(self)
+                    value = original(self)
+                logged(pending)  # only a read MXNet made
+                return value
         return original(self)
 
     mark_wrapper(asnumpy, original)
@@ -78,7 +81,11 @@ def _guarded_invoke(original):
     def _imperative_invoke(handle, ndargs, keys, vals, out, is_np_op, output_is_list):
         state = current()
         if state.checking and len(ndargs) > 1 and not marker.is_explicit():
-            _check(sys._getframe(1).f_code.co_name, ndargs, state)  # the generated op's name
+            pending = _check(sys._getframe(1).f_code.co_name, ndargs, state)  # the generated op's name
+            if pending:
+                result = original(handle, ndargs, keys, vals, out, is_np_op, output_is_list)
+                logged(pending)
+                return result
         return original(handle, ndargs, keys, vals, out, is_np_op, output_is_list)
 
     mark_wrapper(_imperative_invoke, original)
@@ -91,7 +98,11 @@ def _guarded_packed(name: str, original):
         if state.checking and not marker.is_explicit():
             arrays = _arrays(args)
             if len(arrays) > 1:
-                _check(name, arrays, state)
+                pending = _check(name, arrays, state)
+                if pending:
+                    result = original(*args)
+                    logged(pending)
+                    return result
         return original(*args)
 
     mark_wrapper(packed, original)
@@ -117,18 +128,23 @@ def _guarded_index(original):
                 backend = _backend()
                 source, target = backend.describe(idx.ctx), backend.describe(ctx)
                 direction, kind = direction_of(source, target)
-                implicit(direction, kind, "mxnet indexing A[I] (I an index array)", source, target, state)
+                pending = check(direction, kind, "mxnet indexing A[I] (I an index array)", source, target, state)
+                result = original(idx, ax_len, ctx)
+                logged(pending)
+                return result
         return original(idx, ax_len, ctx)
 
     mark_wrapper(_advanced_index_to_array, original)
     return staticmethod(_advanced_index_to_array)
 
 
-def _check(op_name: str, ndargs, state) -> None:
+def _check(op_name: str, ndargs, state) -> list:
+    """Refuse the op under "disallow"; under "log", the copies to record once MXNet ran it."""
+    pending: list = []
     contexts = [array.ctx for array in ndargs]  # one C call each: read once
     first = contexts[0]
     if all(context == first for context in contexts):
-        return  # the common case: every input where the op runs
+        return pending  # the common case: every input where the op runs
     backend = _backend()
     places = []
     for array, context in zip(ndargs, contexts):
@@ -137,13 +153,16 @@ def _check(op_name: str, ndargs, state) -> None:
             continue  # a 0-d host array is a number
         places.append(place)
     if len(places) < 2:
-        return
+        return pending
     target = places[0]  # MXNet runs the op on its first input's context
     for source in places[1:]:
         if source == target:
             continue
         direction, kind = direction_of(source, target)
-        implicit(direction, kind, f"mxnet op {op_name}", source, target, state)
+        found = check(direction, kind, f"mxnet op {op_name}", source, target, state)
+        if found is not None:
+            pending.append(found)
+    return pending
 
 
 # MXNet's refusal of inputs in different contexts (a hybridized block's CachedOp: "CachedOp

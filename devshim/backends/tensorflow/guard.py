@@ -11,7 +11,8 @@ word: the device scope's, or without a scope its own pick (GPU 0 when there
 is one, else ``/CPU:0``; an op with a variable input runs on the variable's
 device). The two calls every eager op goes through (the generated ops' fast
 path and ``execute``) are wrapped while a guard is active, and each input on
-another device than the op's is reported, for ops with one tensor input
+another device than the op's is reported (under "log" once the op ran: one TensorFlow
+refuses, or that fails, is not counted), for ops with one tensor input
 (``tf.exp(x)``, ``x * 2``) as for those with several. Python scalars, 0-d host tensors
 and int32 tensors wherever placed (TensorFlow keeps shapes and indices in host
 memory even on a GPU) are not transfers, and reading an int32 tensor is no
@@ -32,7 +33,7 @@ from devshim.backends.tensorflow import _internals
 from devshim.guard import marker
 from devshim.guard.hooks import GuardHooks, mark_wrapper, mixed_devices_refused
 from devshim.guard.levels import READ
-from devshim.guard.report import direction_of, implicit, read_name
+from devshim.guard.report import check, direction_of, logged, read_name
 from devshim.guard.state import current
 
 # Callers of the one reading method, as the read looks in the code that makes it.
@@ -85,10 +86,11 @@ def _guarded_numpy(original):
         state = current()
         if state.checking and not marker.is_explicit() and _on_accelerator(self):
             what = read_name(_READERS, "reading t on the host")
-            implicit("device_to_host", READ, what, _place(self.device),
-                           Device("cpu"), state)
+            pending = check("device_to_host", READ, what, _place(self.device), Device("cpu"), state)
             with marker.explicit():
-                return original(self)
+                value = original(self)
+            logged(pending)  # only a read TensorFlow made
+            return value
         return original(self)
 
     mark_wrapper(_numpy, original)
@@ -123,9 +125,12 @@ def _default_target(inputs: list):
     return _place(_default_name)
 
 
-def _check(op_name: str, device_name, inputs: list, state) -> None:
+def _check(op_name: str, device_name, inputs: list, state) -> list:
+    """Refuse the op under "disallow"; under "log", the copies to record once TensorFlow ran it
+    (an op it refuses, or one that fails, is not counted)."""
+    pending: list = []
     if op_name in _EXPLICIT_OPS or op_name in _FUNCTION_CALLS:
-        return
+        return pending
     names = [t.device for t in inputs]
     first = names[0]
     alike = names.count(first) == len(names)
@@ -133,14 +138,14 @@ def _check(op_name: str, device_name, inputs: list, state) -> None:
     if device_name:
         target = _place(device_name)
         if alike and _place(first) is target:
-            return  # the common case: inputs already where the op runs
+            return pending  # the common case: inputs already where the op runs
         for t in inputs:
             if t.dtype == _RESOURCE:
                 target = _place(t.device)  # a variable's ops run where it lives, scope or not
                 break
     else:
         if alike and _place(first) is _place(_default_name):
-            return
+            return pending
         target = _default_target(inputs)
     for t, name in zip(inputs, names):
         if not name:
@@ -150,7 +155,10 @@ def _check(op_name: str, device_name, inputs: list, state) -> None:
             continue
         direction, kind = direction_of(source, target)
         scope = "" if device_name else " (no device scope: TensorFlow's default device)"
-        implicit(direction, kind, f"tf op {op_name}{scope}", source, target, state)
+        found = check(direction, kind, f"tf op {op_name}{scope}", source, target, state)
+        if found is not None:
+            pending.append(found)
+    return pending
 
 
 def _guarded_fast_path(original):
@@ -159,7 +167,11 @@ def _guarded_fast_path(original):
         if state.checking and args and not marker.is_explicit():
             inputs = _tensors(args)
             if inputs:  # one input is enough: tf.exp(x) under another device's scope copies x
-                _check(op_name, ctx.device_name, inputs, state)
+                pending = _check(op_name, ctx.device_name, inputs, state)
+                if pending:
+                    result = original(ctx, op_name, name, *args)
+                    logged(pending)
+                    return result
         return original(ctx, op_name, name, *args)
 
     mark_wrapper(TFE_Py_FastPathExecute, original)
@@ -172,7 +184,11 @@ def _guarded_execute(original):
         if state.checking and not marker.is_explicit():
             tensors = _tensors(inputs)
             if tensors:
-                _check(op_name, device_name, tensors, state)
+                pending = _check(op_name, device_name, tensors, state)
+                if pending:
+                    result = original(ctx_handle, device_name, op_name, inputs, attrs, num_outputs)
+                    logged(pending)
+                    return result
         return original(ctx_handle, device_name, op_name, inputs, attrs, num_outputs)
 
     mark_wrapper(TFE_Py_Execute, original)

@@ -14,7 +14,8 @@ devices (a 0-d CPU tensor counts as a number). Inside a ``transfer_guard``
 block a ``TorchFunctionMode`` of devshim's scans each op's direct arguments
 (and lists of tensors among them): under "disallow" such an op raises
 ``DeviceMismatchError`` naming both devices and the fix instead of PyTorch's
-error, under "log" it is counted (then PyTorch runs or refuses it as usual),
+error, under "log" it is counted once PyTorch has run it (an op PyTorch refuses moved nothing: no
+warning, no count),
 and the few ops PyTorch lets through with mixed inputs (a CPU index into a
 GPU tensor) are caught too. Torch function modes are per thread, so this
 part applies in the threads that enter a block; ``DEVSHIM_TRANSFER_GUARD``
@@ -35,7 +36,7 @@ from devshim.backends.torch import _internals
 from devshim.guard import marker
 from devshim.guard.hooks import GuardHooks, mark_wrapper, mixed_devices_refused, original_of
 from devshim.guard.levels import ALLOW, READ
-from devshim.guard.report import direction_of, implicit, read_name
+from devshim.guard.report import check, direction_of, logged, read_name
 from devshim.guard.state import current
 
 #: torch.Tensor method -> how the read looks in the code that makes it.
@@ -58,10 +59,12 @@ def _reader(name: str, original, what: str):
         if state.checking and not marker.is_explicit() and not self.is_cpu:
             # The outermost reading method on the stack names the read (print(t) reaches
             # __bool__ through torch's formatting code).
-            implicit("device_to_host", READ, read_name(READS, what),
-                           load_backend("torch").tensor_device(self), Device("cpu"), state)
+            pending = check("device_to_host", READ, read_name(READS, what),
+                            load_backend("torch").tensor_device(self), Device("cpu"), state)
             with marker.explicit():  # the reads the framework makes inside are this one
-                return original(self, *args, **kwargs)
+                value = original(self, *args, **kwargs)
+            logged(pending)  # only a read PyTorch made (it refuses float() of many elements)
+            return value
         return original(self, *args, **kwargs)
 
     read.__name__ = name
@@ -111,7 +114,10 @@ class _Mode(torch.overrides.TorchFunctionMode):
             state = current()
             if (state.device_to_device != ALLOW or state.host_to_device != ALLOW) \
                     and not marker.is_explicit():
-                _check(func, _places(args, kwargs), state)
+                pending = _check(func, _places(args, kwargs), state)
+                result = func(*args, **kwargs)
+                logged(pending)  # PyTorch ran it: the copies happened (a refusal raised above)
+                return result
         return func(*args, **kwargs)
 
 
@@ -165,9 +171,11 @@ def _places(args, kwargs) -> list:
     return places
 
 
-def _check(func, places: list, state) -> None:
+def _check(func, places: list, state) -> list:
+    """Refuse the op under "disallow"; under "log", the copies to record once PyTorch ran it."""
+    pending: list = []
     if len(places) < 2:
-        return
+        return pending
     # PyTorch runs an op on its first non-CPU input's device: the others would move there.
     target = next((d for d in places if d.type != "cpu"), places[0])
     for source in places:
@@ -175,7 +183,10 @@ def _check(func, places: list, state) -> None:
             continue
         source, target_place = _describe(source), _describe(target)
         direction, kind = direction_of(source, target_place)
-        implicit(direction, kind, _name(func), source, target_place, state)
+        found = check(direction, kind, _name(func), source, target_place, state)
+        if found is not None:
+            pending.append(found)
+    return pending
 
 
 def _describe(native):

@@ -102,6 +102,11 @@ def native_copy_lists(nest: dict, device) -> dict:
 # ``devshim bench virtual``: the same epoch on the CPU and on a virtual GPU.
 
 
+def threads() -> int:
+    """How many threads torch runs its CPU kernels on."""
+    return torch.get_num_threads()
+
+
 def set_threads(count: int) -> int:
     """Run torch's CPU kernels on ``count`` threads; returns the count before."""
     before = torch.get_num_threads()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import devshim as ds
 from devshim.backends import available_backends, get_backend, specs
 from devshim.bench.experiment import BarPlot, Column, Experiment, Option, Steps, check_sizes, device_name, ops_for
-from devshim.bench.measure import measure, spread_fields
+from devshim.bench.measure import measure, measure_pair, spread_fields
 from devshim.conversion import interop_for, target_backend
 from devshim.errors import DevshimError, ExperimentError
 
@@ -20,7 +20,10 @@ def run(to=None, *, backend=None, min_run_time: float = 0.2, progress=None, size
     ``vs_smallest`` (this size's time over the smallest size's: about 1 for zero-copy). Case
     "cross device" (when the target has a GPU, virtual ones included): ``ds.convert(x, to,
     device=gpu)`` for each size against ``native``, the same two framework calls made directly
-    (the source's copy to a NumPy array, then the target's put on the GPU), with ``vs_native``.
+    (the source's copy to a NumPy array, then the target's put on the GPU), measured side by side
+    (their runs take turns: ``devshim.timing.compare``), with ``vs_native`` the median of the
+    per-pair ratios (``vs_native_low``/``_high``: their quartiles). Each framework keeps its own
+    CPU threads here (two frameworks: ``--threads`` would set only one of them).
 
     Example:
         >>> for row in run("jax", backend="torch"):
@@ -52,13 +55,16 @@ def run(to=None, *, backend=None, min_run_time: float = 0.2, progress=None, size
 
     def across(n: int) -> None:
         x = inputs[n]
-        m = measure(lambda: ds.convert(x, target.name, device=gpu), warmup=1, min_run_time=min_run_time,
-                    device=gpu, label=f"convert {n} B to {gpu}")
-        native = measure(lambda: put(target, get_to_host(x), gpu), warmup=1, min_run_time=min_run_time,
-                         device=gpu, label=f"native {n} B to {gpu}")
+        c = measure_pair(lambda: put(target, get_to_host(x), gpu), lambda: ds.convert(x, target.name, device=gpu),
+                         warmup=1, min_run_time=min_run_time, device=gpu,
+                         labels=(f"native {n} B to {gpu}", f"convert {n} B to {gpu}"))
+        low, high = c.quartiles()
         rows.append({"backend": source.name, "to": target.name, "case": "cross device",
-                     "device": device_name(gpu, target.name), "bytes": n, **spread_fields(m),
-                     "native_seconds": native.median, "vs_native": m.median / native.median})
+                     "device": device_name(gpu, target.name), "bytes": n, **spread_fields(c.second),
+                     "native_seconds": c.first.median, "native_iqr": c.first.iqr,
+                     "vs_native": c.ratio, "vs_native_low": low, "vs_native_high": high,
+                     "noisy": c.noisy or c.first.noisy or c.second.noisy, "stalled": c.stalled,
+                     "settled": c.settled, "tries": c.tries})
 
     for n in sizes:
         plan.add(f"{source.name}->{target.name} {n} B same device", lambda n=n: same(n))

@@ -8,6 +8,7 @@ from devshim.bench.experiment import (
     BarPlot, Column, Experiment, Option, Steps, check_sizes, device_name, native_device, ops_for,
 )
 from devshim.bench.measure import measure, spread_fields
+from devshim.bench.threads import THREADS_OPTION, on_threads
 
 CONDITIONS = (("no guard", None), ("allow block", "allow"), ("disallow block", "disallow"))
 #: Turns each condition is measured in; the quickest is kept.
@@ -24,6 +25,7 @@ class _Unguarded:
         return None
 
 
+@on_threads
 def run(size: int = 8, *, backend=None, device=None, min_run_time: float = 0.1, progress=None) -> list:
     """Time one small op (``add`` of two ``size``-element tensors on one device) and one
     implicit host read of a host tensor (``ops.item``: ``t.item()``, ``float(t)``,
@@ -86,12 +88,13 @@ EXPERIMENT = Experiment(
     options=[
         Option("--size", dest="size", type=int, metavar="N", help="elements of the added tensors (default 8)"),
         Option("--device", dest="device", metavar="D", help="where the op runs (default: try_gpu())"),
+        THREADS_OPTION,
     ],
     columns=[
         Column("backend", "backend"), Column("device", "device"), Column("operation", "operation"),
         Column("condition", "condition"), Column("seconds", "time", form="seconds"),
         Column("over_unguarded", "added", form="seconds"), Column("ratio", "vs unguarded", form="ratio"),
-        Column("note", "note"),
+        Column("threads", "threads", form="number"), Column("note", "note"),
     ],
     plot=BarPlot(label="condition", value="ratio", reference=1.0, xlabel="time / unguarded time"),
 )

@@ -7,20 +7,26 @@ from devshim.bench.experiment import (
     BarPlot, Column, Experiment, HostReads, Option, Steps, check_count, check_sizes, device_name,
     native_device, ops_for,
 )
-from devshim.bench.measure import measure, spread_fields
+from devshim.bench.measure import measure_pair, spread_fields
+from devshim.bench.threads import THREADS_OPTION, on_threads
 from devshim.errors import ExperimentError
 
 VARIANTS = ("log to host each step", "log on device, move once")
 
 
+@on_threads
 def run(steps: int = 1000, size: int = 100, *, backend=None, device=None, min_run_time: float = 0.3,
         progress=None) -> list:
     """Log a matmul's Frobenius norm to the host every step vs keep the log on
     the device and move it once.
 
-    Rows, one per variant: seconds (median for all ``steps``) with its spread,
-    host_reads (``steps`` vs 1, counted through ``HostReads``), and slowdown
-    (seconds / the on-device variant's seconds). Both variants must log the same values.
+    The two variants are measured side by side (their runs take turns:
+    ``devshim.timing.compare``). Rows, one per variant: seconds (median for all
+    ``steps``) with its spread, host_reads (``steps`` vs 1, counted through
+    ``HostReads``), and slowdown (this variant's time over the on-device variant's,
+    the median of the per-pair ratios, with slowdown_low/high their quartiles).
+    Both variants must log the same values. ``threads`` sets the framework's CPU
+    threads (default 1: ``devshim.bench.threads``).
 
     Example:
         >>> slow, fast = run(steps=1000)
@@ -42,21 +48,29 @@ def run(steps: int = 1000, size: int = 100, *, backend=None, device=None, min_ru
         return [float(v) for v in reads.read(ops.stack(log)).ravel()]
 
     variants = dict(zip(VARIANTS, (to_host_each_step, on_device_move_once)))
-    results: dict = {}
     logs: dict = {}
+    counts: dict = {}
+    rows: list = []
     plan = Steps(progress)
 
-    def one(label: str, variant) -> None:
-        counted = HostReads()
-        logs[label] = variant(counted)
-        m = measure(variant, HostReads(), warmup=1, min_run_time=min_run_time, device=target, label=label)
-        results[label] = {
-            "backend": name, "device": device_name(target, name), "variant": label,
-            "steps": steps, "size": size, **spread_fields(m), "host_reads": counted.count,
-        }
+    def both() -> None:
+        for label, variant in variants.items():
+            counted = HostReads()
+            logs[label] = variant(counted)
+            counts[label] = counted.count
+        slow, fast = variants[VARIANTS[0]], variants[VARIANTS[1]]
+        c = measure_pair(lambda: fast(HostReads()), lambda: slow(HostReads()), warmup=1,
+                         min_run_time=min_run_time, device=target, labels=VARIANTS[::-1])
+        low, high = c.quartiles()
+        for label, m, slowdown in ((VARIANTS[0], c.second, (c.ratio, low, high)),
+                                   (VARIANTS[1], c.first, (1.0, 1.0, 1.0))):
+            rows.append({"backend": name, "device": device_name(target, name), "variant": label,
+                         "steps": steps, "size": size, **spread_fields(m), "host_reads": counts[label],
+                         "slowdown": slowdown[0], "slowdown_low": slowdown[1], "slowdown_high": slowdown[2],
+                         "noisy": c.noisy or m.noisy, "stalled": c.stalled, "settled": c.settled,
+                         "tries": c.tries})
 
-    for label, variant in variants.items():
-        plan.add(f"{name} {label}", lambda label=label, variant=variant: one(label, variant))
+    plan.add(f"{name} {' vs '.join(VARIANTS)}", both)
     plan.run()
     first, second = (logs[label] for label in VARIANTS)
     if len(first) != len(second) or any(abs(x - y) > 1e-3 * max(1.0, abs(x)) for x, y in zip(first, second)):
@@ -64,10 +78,6 @@ def run(steps: int = 1000, size: int = 100, *, backend=None, device=None, min_ru
             f"The two logging variants logged different norms on {name}; the experiment is broken. "
             f"Please report it with the output of `devshim info`."
         )
-    fast = results[VARIANTS[1]]["seconds"]
-    rows = [results[label] for label in VARIANTS]
-    for row in rows:
-        row["slowdown"] = row["seconds"] / fast
     return rows
 
 
@@ -83,11 +93,13 @@ EXPERIMENT = Experiment(
         Option("--steps", dest="steps", type=int, metavar="N", help="steps to log (default 1000)"),
         Option("--size", dest="size", type=int, metavar="N", help="matrix size n of each step's matmul (default 100)"),
         Option("--device", dest="device", metavar="D", help="where to compute (default: try_gpu())"),
+        THREADS_OPTION,
     ],
     columns=[
         Column("backend", "backend"), Column("device", "device"), Column("variant", "variant"),
         Column("steps", "steps", form="number"), Column("seconds", "time", form="seconds"),
         Column("host_reads", "host reads", form="number"), Column("slowdown", "slowdown", form="ratio"),
+        Column("threads", "threads", form="number"),
     ],
     plot=BarPlot(label="variant", value="seconds", scale=1e3, xlabel="milliseconds (median, IQR bars)",
                  annotate=_reads),

@@ -6,17 +6,23 @@ from devshim.backends import get_backend
 from devshim.bench.experiment import (
     Column, Experiment, LinePlot, Option, Steps, check_sizes, device_name, native_device, ops_for,
 )
-from devshim.bench.measure import measure, spread_fields
+from devshim.bench.measure import measure, measure_pair, spread_fields
+from devshim.bench.threads import THREADS_OPTION, on_threads
 
 
+@on_threads
 def run(sizes=(16, 64, 256, 1024), *, backend=None, devices=None, min_run_time: float = 0.2,
         progress=None) -> list:
     """Time ``n x n`` float32 matmuls on the CPU and each GPU.
 
     Rows: backend, device, size, seconds (median per matmul) with its spread,
     gflops (with gflops_low/high from the quartiles), and cpu_over_device
-    (CPU seconds / this device's seconds: above 1, the device is faster).
-    ``devices`` limits the accelerators; the CPU is always measured, as the reference.
+    (CPU seconds / this device's seconds: above 1, the device is faster). Each
+    device's matmul is measured side by side with the CPU's (their runs take
+    turns: ``devshim.timing.compare``), so cpu_over_device is the median of the
+    per-pair ratios, with cpu_over_device_low/high their quartiles.
+    ``devices`` limits the accelerators; the CPU is always measured, as the
+    reference, on ``threads`` threads (default 1: ``devshim.bench.threads``).
 
     Example:
         >>> for row in run([64, 1024]):
@@ -29,22 +35,29 @@ def run(sizes=(16, 64, 256, 1024), *, backend=None, devices=None, min_run_time: 
     chosen = adapter.devices()[1:] if devices is None else [native_device(d, name) for d in devices]
     targets = [cpu] + [d for d in chosen if adapter.describe(d) != adapter.describe(cpu)]
     rows: list = []
-    cpu_seconds: dict = {}
     steps = Steps(progress)
+
+    def row_for(device, n: int, m, **extra) -> dict:
+        flops = 2 * n**3
+        q1, q3 = m.quartiles()
+        return {"backend": name, "device": device_name(device, name), "size": n, **spread_fields(m),
+                "gflops": flops / m.median / 1e9, "gflops_low": flops / q3 / 1e9, "gflops_high": flops / q1 / 1e9,
+                **extra}
 
     def one(device, n: int) -> None:
         a, b = ops.rand((n, n), device), ops.rand((n, n), device)
-        m = measure(ops.matmul, a, b, warmup=1, min_run_time=min_run_time, device=device)
         if device is cpu:
-            cpu_seconds[n] = m.median
-        flops = 2 * n**3
-        q1, q3 = m.quartiles()
-        rows.append({
-            "backend": name, "device": device_name(device, name), "size": n,
-            **spread_fields(m),
-            "gflops": flops / m.median / 1e9, "gflops_low": flops / q3 / 1e9, "gflops_high": flops / q1 / 1e9,
-            "cpu_over_device": cpu_seconds[n] / m.median,
-        })
+            m = measure(ops.matmul, a, b, warmup=1, min_run_time=min_run_time, device=device)
+            rows.append(row_for(device, n, m, cpu_over_device=1.0))
+            return
+        x, y = ops.rand((n, n), cpu), ops.rand((n, n), cpu)
+        c = measure_pair(lambda: ops.matmul(a, b), lambda: ops.matmul(x, y), warmup=1,
+                         min_run_time=min_run_time, labels=("device", "cpu"))
+        low, high = c.quartiles()
+        row = row_for(device, n, c.first, cpu_over_device=c.ratio, cpu_over_device_low=low,
+                      cpu_over_device_high=high)
+        row.update(noisy=c.noisy or c.first.noisy, stalled=c.stalled, settled=c.settled, tries=c.tries)
+        rows.append(row)
 
     for device in targets:
         for n in sizes:
@@ -62,11 +75,12 @@ EXPERIMENT = Experiment(
                help="matrix sizes n (n x n); default 16 64 256 1024"),
         Option("--device", dest="devices", action="append", metavar="D",
                help="an accelerator to measure (repeatable); the CPU is always measured, as the reference"),
+        THREADS_OPTION,
     ],
     columns=[
         Column("backend", "backend"), Column("device", "device"), Column("size", "n", form="number"),
         Column("seconds", "time", form="seconds"), Column("gflops", "GFLOP/s", form="number"),
-        Column("cpu_over_device", "CPU/device", form="ratio"),
+        Column("cpu_over_device", "CPU/device", form="ratio"), Column("threads", "threads", form="number"),
     ],
     plot=LinePlot(x="size", y="gflops", group=("backend", "device"),
                   xlabel="matrix size n (n x n, float32)", ylabel="GFLOP/s (median, IQR bars)"),

@@ -1,19 +1,18 @@
-"""devshim's own cost, against the framework's native call, as ratios measured in one run."""
+"""devshim's own cost, against the framework's native call, as ratios measured side by side."""
 
 from __future__ import annotations
 
 import devshim as ds
 from devshim.backends import get_backend
-from devshim.bench.experiment import (
-    BarPlot, Column, Experiment, Option, Steps, check_count, device_name, native_device, ops_for,
-)
-from devshim.bench.measure import measure
+from devshim.bench.experiment import BarPlot, Column, Experiment, Option, Steps, device_name, native_device, ops_for
+from devshim.bench.measure import measure, measure_pair, pair_fields, spread_fields
+from devshim.bench.threads import THREADS_OPTION, on_threads
 
 NEST_LEAVES = 1000
 
 
-def run(*, backend=None, device=None, min_run_time: float = 0.05, rounds: int = 3,
-        progress=None) -> list:
+@on_threads
+def run(*, backend=None, device=None, min_run_time: float = 0.05, progress=None) -> list:
     """devshim's ``device_of``, ``copy_if_needed`` and ``to_device`` against the native call.
 
     Cases: ``device_of``; ``copy_if_needed`` when nothing has to be copied;
@@ -21,17 +20,19 @@ def run(*, backend=None, device=None, min_run_time: float = 0.05, rounds: int = 
     nest of 8 small tensors, and of a dict of 1000 small tensors against a
     dict comprehension of native copies. Each native side is the expression a
     user writes (``t.device``, ``t.to(dev)``, ``np.asarray(a)``) inline in the
-    timed callable, from the backend's ``ops.native_calls``. Native and devshim runs alternate for
-    ``rounds`` rounds; each keeps its fastest median, which resists bursts of
-    load from elsewhere. Rows: operation, native_seconds and devshim_seconds
-    (each with its IQR), ratio (devshim / native; None when the framework has
-    no native equivalent) with ratio_low/high from the quartiles.
+    timed callable, from the backend's ``ops.native_calls``. The two sides are
+    measured side by side (``devshim.timing.compare``: their blocks of calls take
+    turns, so both see the same machine), and the ratio is the median of the
+    per-pair ratios. Rows: operation, native_seconds and devshim_seconds (each
+    with its IQR), ratio (devshim / native; None when the framework has no native
+    equivalent) with ratio_low/high (the quartiles of the per-pair ratios), and
+    the flags (noisy, stalled, settled) of the comparison. ``threads`` sets the
+    framework's CPU threads (default 1: ``devshim.bench.threads``).
 
     Example:
         >>> for row in run():
         ...     print(row["operation"], f"{row['ratio']:.2f}x")
     """
-    check_count(rounds, "rounds")
     adapter = get_backend(backend)
     name, ops = adapter.name, ops_for(adapter.name)
     target = adapter.try_gpu() if device is None else native_device(device, name)
@@ -59,16 +60,17 @@ def run(*, backend=None, device=None, min_run_time: float = 0.05, rounds: int = 
     plan = Steps(progress)
 
     def one(operation: str, native_fn, devshim_fn) -> None:
-        best: dict = {}
-        for _ in range(rounds):
-            for who, fn in (("native", native_fn), ("devshim", devshim_fn)):
-                if fn is None:
-                    continue
-                m = measure(fn, warmup=1, min_run_time=min_run_time, device=target)
-                if who not in best or m.median < best[who].median:
-                    best[who] = m
-        rows.append({"backend": name, "device": device_name(target, name), "operation": operation,
-                     **_comparison(best.get("native"), best["devshim"])})
+        where = {"backend": name, "device": device_name(target, name), "operation": operation}
+        if native_fn is None:
+            m = measure(devshim_fn, warmup=1, min_run_time=min_run_time, device=target)
+            fields = spread_fields(m, "devshim_seconds")
+            fields["devshim_iqr"] = fields.pop("devshim_seconds_iqr")
+            rows.append({**where, "native_seconds": None, "native_iqr": None, **fields,
+                         "ratio": None, "ratio_low": None, "ratio_high": None})
+            return
+        c = measure_pair(native_fn, devshim_fn, warmup=1, min_run_time=min_run_time, device=target,
+                         labels=("native", "devshim"))
+        rows.append({**where, **pair_fields(c, "native", "devshim")})
 
     for operation, native_fn, devshim_fn in cases:
         plan.add(f"{name} {operation}", lambda o=operation, n=native_fn, d=devshim_fn: one(o, n, d))
@@ -82,31 +84,14 @@ EXPERIMENT = Experiment(
     run=run,
     options=[
         Option("--device", dest="device", metavar="D", help="the target device (default: try_gpu())"),
-        Option("--rounds", dest="rounds", type=int, metavar="N",
-               help="alternating native/devshim rounds; each side keeps its fastest (default 3)"),
+        THREADS_OPTION,
     ],
     columns=[
         Column("backend", "backend"), Column("device", "device"), Column("operation", "operation"),
         Column("native_seconds", "native", form="seconds"), Column("devshim_seconds", "devshim", form="seconds"),
-        Column("ratio", "devshim/native", form="ratio"),
+        Column("ratio", "devshim/native", form="ratio"), Column("threads", "threads", form="number"),
     ],
     plot=BarPlot(label="operation", value="ratio", reference=1.0,
-                 xlabel="devshim time / native time (1 = no overhead; IQR bars)"),
+                 xlabel="devshim time / native time (1: no overhead; bars: quartiles over the pairs)"),
 )
 
-
-def _comparison(native, ours) -> dict:
-    """The row fields comparing devshim's measurement with the native one (None: no native call)."""
-    row: dict = {}
-    for who, m in (("native", native), ("devshim", ours)):
-        row[f"{who}_seconds"] = m.median if m else None
-        row[f"{who}_iqr"] = m.iqr if m else None
-    row["noisy"] = ours.noisy or bool(native and native.noisy)
-    row["settled"] = ours.settled and bool(native is None or native.settled)
-    row["busy"] = ours.busy or bool(native and native.busy)
-    if native is None:
-        row.update(ratio=None, ratio_low=None, ratio_high=None)
-    else:
-        (n1, n3), (d1, d3) = native.quartiles(), ours.quartiles()
-        row.update(ratio=ours.median / native.median, ratio_low=d1 / n3, ratio_high=d3 / n1)
-    return row

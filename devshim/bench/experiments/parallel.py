@@ -10,10 +10,12 @@ from devshim.bench.experiment import (
     BarPlot, Column, Experiment, Option, Steps, check_count, check_sizes, device_name, native_device,
     ops_for,
 )
-from devshim.bench.measure import measure, spread_fields
+from devshim.bench.measure import measure_pair, spread_fields
+from devshim.bench.threads import THREADS_OPTION, on_threads
 from devshim.errors import ExperimentError
 
 
+@on_threads
 def run(size: int = 512, repeats: int = 10, *, backend=None, devices=None, min_run_time: float = 0.3,
         progress=None) -> list:
     """Two streams of matmuls on two devices at once vs both in sequence on one device.
@@ -23,8 +25,11 @@ def run(size: int = 512, repeats: int = 10, *, backend=None, devices=None, min_r
     virtual devices), or the two given. With one device only (no second GPU,
     or the same device given twice) both streams run on it, and the second
     row says so in its variant and note: it shows what concurrency buys on
-    one device, not two. Rows: variant, devices, seconds with its spread, and
-    speedup (sequential / this).
+    one device, not two. The two variants are measured side by side (their
+    runs take turns: ``devshim.timing.compare``). Rows: variant, devices,
+    seconds with its spread, and speedup (sequential / this: the median of the
+    per-pair ratios, with speedup_low/high their quartiles). ``threads`` sets
+    the framework's CPU threads (default 1: ``devshim.bench.threads``).
 
     Example:
         >>> seq, both = run()
@@ -55,29 +60,34 @@ def run(size: int = 512, repeats: int = 10, *, backend=None, devices=None, min_r
         return [f.result() for f in futures]
 
     if one_device:
-        both = f"{device_name(first, name)} twice"
+        both_devices = f"{device_name(first, name)} twice"
         label = "at once on one device"
         note = "one device only: both streams share it"
     else:
-        both = f"{device_name(first, name)} + {device_name(second, name)}"
+        both_devices = f"{device_name(first, name)} + {device_name(second, name)}"
         label, note = "at once on two devices", ""
     rows: list = []
     plan = Steps(progress)
 
-    def one(variant: str, fn, where: str, row_note: str) -> None:
-        m = measure(fn, warmup=1, min_run_time=min_run_time, label=variant)
-        rows.append({"backend": name, "variant": variant, "devices": where, "size": size,
-                     "repeats": repeats, **spread_fields(m), "note": row_note})
+    def both() -> None:
+        c = measure_pair(at_once, sequential, warmup=1, min_run_time=min_run_time,
+                         labels=("at once", "in sequence"))
+        low, high = c.quartiles()
+        flags = {"stalled": c.stalled, "settled": c.settled, "tries": c.tries}
+        rows.append({"backend": name, "variant": "in sequence on one device", "devices": device_name(first, name),
+                     "size": size, "repeats": repeats, **spread_fields(c.second), "note": "",
+                     "speedup": 1.0, "speedup_low": 1.0, "speedup_high": 1.0,
+                     "noisy": c.noisy or c.second.noisy, **flags})
+        rows.append({"backend": name, "variant": label, "devices": both_devices, "size": size,
+                     "repeats": repeats, **spread_fields(c.first), "note": note,
+                     "speedup": c.ratio, "speedup_low": low, "speedup_high": high,
+                     "noisy": c.noisy or c.first.noisy, **flags})
 
-    plan.add(f"{name} sequential",
-             lambda: one("in sequence on one device", sequential, device_name(first, name), ""))
-    plan.add(f"{name} at once", lambda: one(label, at_once, both, note))
+    plan.add(f"{name} in sequence vs at once", both)
     try:
         plan.run()
     finally:
         pool.shutdown()
-    for row in rows:
-        row["speedup"] = rows[0]["seconds"] / row["seconds"]
     return rows
 
 
@@ -103,11 +113,12 @@ EXPERIMENT = Experiment(
         Option("--repeats", dest="repeats", type=int, metavar="N", help="matmuls per stream (default 10)"),
         Option("--device", dest="devices", action="append", metavar="D",
                help="a device for the streams (give two; default: the first two GPUs)"),
+        THREADS_OPTION,
     ],
     columns=[
         Column("backend", "backend"), Column("variant", "variant"), Column("devices", "devices"),
         Column("seconds", "time", form="seconds"), Column("speedup", "speedup", form="ratio"),
-        Column("note", "note"),
+        Column("threads", "threads", form="number"), Column("note", "note"),
     ],
     plot=BarPlot(label="variant", value="seconds", scale=1e3, xlabel="milliseconds (median, IQR bars)"),
 )

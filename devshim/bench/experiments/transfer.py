@@ -8,17 +8,28 @@ from devshim.bench.experiment import (
     Column, Experiment, LinePlot, Option, Steps, check_sizes, device_name, native_device, ops_for,
 )
 from devshim.bench.measure import measure, spread_fields
+from devshim.bench.threads import THREADS_OPTION, on_threads
+
+#: The line that stands for the rows left out when the device end is the host itself.
+NO_DEVICE = ("no device here (no GPU, real or virtual): host->device and device->host rows left out, "
+             "since a copy from the host to itself measures the host's memory, not a transfer. "
+             "Run on a machine with a GPU, or set DEVSHIM_VIRTUAL_DEVICES=1 to time devshim's code "
+             "path to a virtual GPU (a host copy as well).")
 
 
+@on_threads
 def run(sizes_mb=(1, 8, 64), *, backend=None, device=None, min_run_time: float = 0.2,
         progress=None) -> list:
     """Host-to-device (``ds.to_device``) and device-to-host (``ds.to_numpy``)
     bandwidth for float32 buffers of ``sizes_mb`` MiB.
 
-    ``device`` defaults to the first GPU; without one it is the CPU, and the
-    numbers are host memory-copy bandwidth. Rows: direction, device,
-    megabytes, seconds (median per copy) with its spread, gb_per_s (with
-    gb_per_s_low/high from the quartiles).
+    ``device`` defaults to the first GPU. Where the device end is the host CPU
+    itself (no GPU, real or virtual, or ``device="cpu"``) there is no transfer
+    to time: the one row returned is ``{"backend": ..., "omitted": NO_DEVICE}``,
+    which the table prints as a line. Rows: direction, device, megabytes,
+    seconds (median per copy) with its spread, gb_per_s (with gb_per_s_low/high
+    from the quartiles), and threads where a virtual GPU copies on the host
+    (default 1: ``devshim.bench.threads``).
 
     Example:
         >>> for row in run([1, 64]):
@@ -29,6 +40,8 @@ def run(sizes_mb=(1, 8, 64), *, backend=None, device=None, min_run_time: float =
     name, ops = adapter.name, ops_for(adapter.name)
     target = adapter.try_gpu() if device is None else native_device(device, name)
     where = device_name(target, name)
+    if adapter.describe(target).kind == "cpu":
+        return [{"backend": name, "omitted": NO_DEVICE}]
     rows: list = []
     plan = Steps(progress)
 
@@ -60,11 +73,12 @@ EXPERIMENT = Experiment(
         Option("--sizes", dest="sizes_mb", type=float, nargs="+", metavar="MIB",
                help="buffer sizes in MiB (default 1 8 64)"),
         Option("--device", dest="device", metavar="D", help="the device end (default: try_gpu())"),
+        THREADS_OPTION,
     ],
     columns=[
         Column("backend", "backend"), Column("direction", "direction"), Column("device", "device"),
         Column("megabytes", "MiB", form="number"), Column("seconds", "time", form="seconds"),
-        Column("gb_per_s", "GB/s", form="number"),
+        Column("gb_per_s", "GB/s", form="number"), Column("threads", "threads", form="number"),
     ],
     plot=LinePlot(x="megabytes", y="gb_per_s", group=("backend", "device", "direction"),
                   xlabel="buffer size (MiB)", ylabel="GB/s (median, IQR bars)"),

@@ -1,0 +1,215 @@
+"""``compare``: two functions measured side by side, their runs taking turns, as a ratio.
+
+Measured one after the other, two functions see two different machines: a stall from
+elsewhere (another process taking the CPUs, a framework's thread pool waiting for a
+descheduled thread) lands on one side only, and the ratio of the two medians says as much
+about the machine as about the code. Here both warm up as ``benchmark`` does, then their
+blocks of calls alternate (first-second, second-first, ...), so each pair of runs sees the
+same moment of the machine; the ratio is the median of the per-pair ratios, and its spread
+is the interquartile range of those. A stall that hits one side's runs shows as pairs whose
+ratio jumps: in a quarter of the pairs or more it widens that spread or marks the side's runs
+as stalled (``Measurement.stalled``), so such a ratio is never reported as a confident one.
+
+Example:
+    >>> from devshim.timing.compare import compare
+    >>> c = compare(lambda: t.to(dev, copy=True), lambda: ds.to_device(t, dev), min_run_time=0.05)
+    >>> c.ratio, c.quartiles(), c.confident
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from typing import Any, Callable, Optional
+
+from devshim.errors import TimingError
+from devshim.timing.benchmark import _WARMUP_FLOOR, Side, WaitMeter, _check_arguments, _Plan
+from devshim.timing.measurement import Measurement
+from devshim.timing.settle import disagrees, spread_share, stalled_runs, stalls_matter
+from devshim.timing.sync import Waiter
+
+__all__ = ["compare", "Comparison", "MIN_PAIRS", "MAX_PAIRS"]
+
+#: Pairs of runs at least, whatever ``min_run_time`` says: enough for quartiles to mean something.
+MIN_PAIRS = 10
+#: Pairs of runs at most.
+MAX_PAIRS = 1000
+
+
+class Comparison:
+    """Two measurements whose runs took turns, and the ratio ``second / first`` per pair.
+
+    ``first`` and ``second`` are the two sides' Measurements (from the interleaved runs only);
+    ``ratios`` one ``second / first`` per pair of runs; ``ratio`` their median, ``quartiles()``
+    their spread. ``noisy``: the ratios disagree (IQR above 10% of their median); ``stalled``:
+    a quarter of the pairs or more had a stalled run (either side), so the ratio may compare
+    a stalled side with a free one; ``settled``: both warm-ups settled. ``confident`` is all
+    three good. ``tries`` is how many comparisons were made for it (``devshim bench`` measures
+    again when one is not confident).
+
+    Example:
+        >>> c = compare(native, ours, min_run_time=0.05)
+        >>> f"{c.ratio:.2f}x ({c.quartiles()[0]:.2f} to {c.quartiles()[1]:.2f})", c.confident
+    """
+
+    def __init__(self, first: Measurement, second: Measurement) -> None:
+        if first.runs != second.runs:
+            raise TimingError(f"a comparison needs as many runs on each side, not {first.runs} "
+                              f"and {second.runs}.")
+        self.first, self.second = first, second
+        self.ratios = [b / a if a > 0 else float("inf") for a, b in zip(first.times, second.times)]
+        self.tries = 1
+
+    @property
+    def ratio(self) -> float:
+        """The median of the per-pair ratios ``second / first``.
+
+        Example:
+            >>> compare(native, ours, min_run_time=0.05).ratio
+            1.04
+        """
+        return statistics.median(self.ratios)
+
+    def quartiles(self) -> tuple:
+        """(first quartile, third quartile) of the per-pair ratios.
+
+        Example:
+            >>> c.quartiles()
+            (1.02, 1.07)
+        """
+        if len(self.ratios) < 2:
+            return self.ratios[0], self.ratios[0]
+        q1, _, q3 = statistics.quantiles(self.ratios, n=4, method="inclusive")
+        return q1, q3
+
+    @property
+    def spread(self) -> float:
+        """The IQR of the per-pair ratios as a share of their median.
+
+        Example:
+            >>> f"{c.spread:.1%}"
+            '4.8%'
+        """
+        return spread_share(self.ratios)
+
+    @property
+    def noisy(self) -> bool:
+        """Whether the per-pair ratios disagree: their IQR is above 10% of their median.
+
+        Example:
+            >>> c.noisy
+            False
+        """
+        return disagrees(self.spread)
+
+    @property
+    def stalls(self) -> int:
+        """Pairs in which either run stalled (``Measurement.stalls`` says when a run did).
+
+        Example:
+            >>> c.stalls, len(c.ratios)
+            (2, 40)
+        """
+        first, second = self.first, self.second
+        count = 0
+        for i in range(len(self.ratios)):
+            if (stalled_runs([first.times[i]], _one(first.waits, i), first.number_per_run,
+                             _fastest(first))
+                    or stalled_runs([second.times[i]], _one(second.waits, i), second.number_per_run,
+                                    _fastest(second))):
+                count += 1
+        return count
+
+    @property
+    def stalled(self) -> bool:
+        """Whether a quarter of the pairs or more had a stalled run: the ratio may compare a
+        stalled side with a free one.
+
+        Example:
+            >>> c.stalled
+            False
+        """
+        return stalls_matter(self.stalls, len(self.ratios))
+
+    @property
+    def settled(self) -> bool:
+        """Whether both sides' warm-ups settled.
+
+        Example:
+            >>> c.settled
+            True
+        """
+        return self.first.settled and self.second.settled
+
+    @property
+    def confident(self) -> bool:
+        """Whether the ratio can be quoted: settled, ratios that agree, no stalls that matter.
+
+        Example:
+            >>> c.confident
+            True
+        """
+        return self.settled and not self.noisy and not self.stalled
+
+    def __repr__(self) -> str:
+        q1, q3 = self.quartiles()
+        return (f"Comparison(ratio={self.ratio:.4g}, quartiles=({q1:.4g}, {q3:.4g}), pairs={len(self.ratios)}, "
+                f"confident={self.confident})")
+
+
+def _one(waits, i):
+    return None if waits is None else waits[i:i + 1]
+
+
+def _fastest(m: Measurement) -> float:
+    return min(m.times) if m.fastest is None else min(min(m.times), m.fastest)
+
+
+def compare(
+    first: Callable[[], Any],
+    second: Callable[[], Any],
+    *,
+    warmup: int = 1,
+    min_run_time: float = 0.2,
+    min_pairs: int = MIN_PAIRS,
+    max_pairs: int = MAX_PAIRS,
+    device: Any = None,
+    backend: Optional[str] = None,
+    labels: tuple = ("first", "second"),
+    clock: Optional[Callable[[], float]] = None,
+    max_warmup_time: Optional[float] = None,
+) -> Comparison:
+    """Measure ``first()`` and ``second()`` side by side: each warms up and sizes its blocks as
+    ``ds.benchmark`` does, then their blocks alternate (first-second, then second-first) until
+    each side has measured ``min_run_time`` seconds and ``min_pairs`` pairs are done (or
+    ``max_pairs``). Garbage collection is paused throughout. ``clock`` is for tests, as in
+    ``benchmark`` (a clock with ``cpu_wait()`` stands in for the system's wait count).
+
+    Example:
+        >>> c = compare(lambda: a.copy(), lambda: ds.to_device(a, "cpu"), min_run_time=0.05)
+        >>> c.ratio, c.first.median, c.second.median
+    """
+    _check_arguments(first, warmup, min_run_time, max_pairs, max_warmup_time)
+    _check_arguments(second, warmup, min_run_time, max_pairs, max_warmup_time)
+    budget = max(_WARMUP_FLOOR, 2 * min_run_time) if max_warmup_time is None else max_warmup_time
+    meter = WaitMeter(clock)
+    ticking = clock or time.perf_counter
+    sides = [Side(fn, (), Waiter(device, backend), ticking, meter) for fn in (first, second)]
+    plan = _Plan(0.0, min_run_time, warmup, budget)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for side in sides:
+            side.start(plan, device, backend)
+        measured = [0.0, 0.0]
+        pairs = 0
+        meter.reset()
+        while pairs < max_pairs and (pairs < min_pairs or min(measured) < min_run_time):
+            for i in ((0, 1) if pairs % 2 == 0 else (1, 0)):
+                measured[i] += sides[i].run()
+            pairs += 1
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return Comparison(sides[0].measurement(labels[0]), sides[1].measurement(labels[1]))
