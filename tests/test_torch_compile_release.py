@@ -171,6 +171,9 @@ def test_a_ds_device_is_a_target_and_a_leaf_inside_a_trace():
 
 @pytest.mark.skipif(_RELEASE < (2, 6), reason="torch 2.4's Dynamo hands no ds.Device made inside its trace to a "
                     "function it runs in plain Python (2.6 and later do; 2.5 not measured)")
+@pytest.mark.skipif(_RELEASE >= dispatch.COMPILE_SUPPORT, reason="from torch 2.13 devshim's own dispatch fails with "
+                    "one once settings changed in the process (as between tests): Dynamo builds the Device without "
+                    "its attributes (docs/torch.md)")
 def test_a_ds_device_made_inside_the_trace_is_a_target_there():
     x = torch.ones(2)
     moved = compiled(lambda x: ds.to_device({"x": x}, ds.neutral_device(x)))(x)
