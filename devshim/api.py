@@ -17,7 +17,9 @@ from __future__ import annotations
 from typing import Collection, Hashable, Union
 
 from devshim import _tree, transfer
-from devshim.backends.dispatch import ANSWERED_BY_ATTRIBUTE, FAST_PATHS, compile_entry_points, fast_paths
+from devshim.backends.dispatch import (
+    ANSWERED_BY_ATTRIBUTE, FAST_PATHS, compile_constants, compile_entry_points, fast_paths,
+)
 from devshim.backends.nests import copy_nest, copy_nest_if_needed, nest_to_numpy
 from devshim.backends.registry import describe_native_device
 from devshim.backends.out_of_memory import raise_if_out_of_memory
@@ -363,5 +365,9 @@ def ensure_same_device(*xs: Nest) -> NativeDevice:
     )
 
 
-# On a torch older than 2.13, torch.compile refuses these by name (TorchCompileReleaseError).
-compile_entry_points(*(globals()[name] for name in __all__))
+# Inside torch.compile, on every torch: the functions that take no tensor run in plain Python and
+# what they return is kept. Those that take tensors: on a torch older than 2.13, whose Dynamo
+# cannot trace devshim's dispatch, Dynamo traces the torch backend's traced version of each
+# (or refuses it by name, TorchCompileReleaseError, where there is none).
+compile_constants(cpu, gpu, num_gpus, try_gpu, try_all_gpus, devices, device)
+compile_entry_points(device_of, neutral_device, to_device, copy_if_needed, same_device, ensure_same_device, to_numpy)

@@ -189,10 +189,19 @@ class NotATensorError(DevshimError, TypeError):
         Example:
             >>> raise NotATensorError.for_value("abc", "device_of")
         """
+        return cls.for_type(type(x), function)
+
+    @classmethod
+    def for_type(cls, kind: type, function: str) -> "NotATensorError":
+        """``for_value`` for a value of class ``kind`` (what torch.compile's trace knows of it).
+
+        Example:
+            >>> raise NotATensorError.for_type(str, "device_of")
+        """
         return cls(
             f"{function}() expects a tensor of an installed framework (torch.Tensor, "
             f"numpy.ndarray, ...) or a dict/list/tuple/dataclass of them, but got "
-            f"{type(x).__module__}.{type(x).__qualname__}. Convert it to a tensor first, "
+            f"{kind.__module__}.{kind.__qualname__}. Convert it to a tensor first, "
             f"e.g. torch.as_tensor(x) or numpy.asarray(x)."
         )
 
@@ -623,21 +632,25 @@ class FrameworkInternalWarning(DevshimWarning):
 
 
 class TorchCompileReleaseError(FrameworkReleaseError, AssertionError):
-    """A devshim function was called inside a ``torch.compile``'d function on a torch older
-    than 2.13, whose Dynamo cannot trace devshim's dispatch (measured on 2.4.1 and 2.9.1 to
-    2.12: it failed inside Dynamo, and a failed trace could leave devshim broken for the
-    process). Raised while Dynamo traces the call, with ``fullgraph=True`` and without; the
-    message names the function and says what to do: call it outside the compiled function
-    (and pass its result in), or upgrade torch to 2.13 or later.
+    """A devshim call inside a ``torch.compile``'d function that a torch older than 2.13
+    cannot trace. Its Dynamo cannot trace devshim's dispatch, so there it traces devshim's
+    own traced versions of ``ds.device_of``, ``neutral_device``, ``to_device``,
+    ``copy_if_needed`` and ``same_device`` over torch tensors in dicts, lists, tuples and
+    namedtuples (``ds.try_gpu`` and the other calls without a tensor run in plain Python on
+    every torch). This error is the rest: another function (``ds.to_numpy``,
+    ``ds.ensure_same_device``), or a nest of another kind (a ``UserDict``, a dataclass) or a
+    tensor of another framework. Raised while Dynamo traces the call, with ``fullgraph=True``
+    and without; the message names the call and says what to do: pass a dict, call it outside
+    the compiled function (and pass its result in), or upgrade torch to 2.13 or later.
 
     It is an ``AssertionError`` as well as a ``FrameworkReleaseError`` (a ``RuntimeError``):
     the one kind of exception torch's Dynamo lets out of a trace as it is; any other reaches
     the caller as torch's ``InternalTorchDynamoError``, its type lost.
 
     Example:
-        >>> torch.compile(lambda x: ds.to_device(x, "cpu"))(torch.ones(2))   # torch 2.4.1
+        >>> torch.compile(lambda x: ds.to_numpy(x))(torch.ones(2))   # torch 2.4.1 to 2.12
         Traceback (most recent call last):
-        devshim.errors.TorchCompileReleaseError: ds.to_device inside torch.compile needs torch 2.13 ...
+        devshim.errors.TorchCompileReleaseError: ds.to_numpy inside torch.compile needs torch 2.13 ...
     """
 
 

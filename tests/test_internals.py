@@ -68,8 +68,9 @@ _PRIVATE = re.compile(
 # frame names a guard looks for): "_value", "_imperative_invoke". devshim's own attribute names
 # are spelt "_devshim..." or listed here; names in __slots__ are devshim's own.
 _PRIVATE_STRING = re.compile(r"""(?<![\w])(["'])_(?!_|devshim)[A-Za-z]\w*\1""")
-# ("_host" and "_device" are a virtual torch tensor's own attributes: its values and its device.)
-_DEVSHIM_OWN_STRINGS = {'"_fw"', '"_local"', '"_internals"', '"_host"', '"_device"'}
+# ("_host" and "_device" are a virtual torch tensor's own attributes: its values and its device;
+# "_traced" is the torch backend's module of devshim's calls as torch.compile traces them.)
+_DEVSHIM_OWN_STRINGS = {'"_fw"', '"_local"', '"_internals"', '"_host"', '"_device"', '"_traced"'}
 # ATen operator names (torch.ops.aten._to_copy): the registry's spelling, not Python privacy. The
 # list is torch/_internals.py's ATEN_OPERATORS, whose canary below checks each is an operator.
 _ATEN_OPERATOR_STRINGS = {f'"{name}"' for name in (*torch_internals.ATEN_OPERATORS, torch_internals.FOREACH_PREFIX)}

@@ -25,7 +25,7 @@ from devshim.errors import FirstCallInTraceError, TorchCompileReleaseError
 
 __all__ = [
     "FastPaths", "FAST_PATHS", "fast_paths", "backend_for_tensor", "learn_type", "learn_class", "learn_types",
-    "forget_types", "compile_entry_points", "follow_torch_release",
+    "forget_types", "compile_entry_points", "compile_constants", "follow_torch_release",
 ]
 
 
@@ -234,18 +234,19 @@ def _restart_trace(kind: type):
     )
 
 
-# ------------------------------------------------------------------ torch.compile before torch 2.13
+# ------------------------------------------------------------------ inside torch.compile
 
-#: The first torch whose Dynamo traces devshim's dispatch (docs/supported-versions.md).
+#: The first torch whose Dynamo traces devshim's own dispatch (docs/supported-versions.md). On an
+#: older one Dynamo traces the torch backend's traced path in its place (its ``_traced`` module).
 COMPILE_SUPPORT = (2, 13)
-_entry_points: list = []  # devshim's public functions, as devshim.api registers them
+_entry_points: list = []  # devshim's public functions that take tensors, as devshim.api registers them
 _marked: set = set()  # those that carry devshim's stand-in for Dynamo now
 
 
 def compile_entry_points(*functions) -> None:
-    """Register devshim's public functions (``devshim.api`` does): on a torch older than 2.13,
-    torch.compile meeting one refuses it by name (``TorchCompileReleaseError``) instead of
-    failing inside Dynamo.
+    """Register devshim's public functions that take tensors (``devshim.api`` does): on a torch
+    older than 2.13, torch.compile traces the torch backend's traced version of each in its
+    place, and refuses by name (``TorchCompileReleaseError``) one that has none.
 
     Example:
         >>> dispatch.compile_entry_points(device_of, to_device)
@@ -254,16 +255,38 @@ def compile_entry_points(*functions) -> None:
     follow_torch_release()
 
 
+def compile_constants(*functions) -> None:
+    """Register devshim's public functions that take no tensor (``ds.try_gpu``, ``ds.device``...;
+    ``devshim.api`` does): on every torch, torch.compile runs them in plain Python and keeps what
+    they return (a device, a count), as it keeps a device spec's resolution. Dynamo traces a
+    stand-in in their place (``follow_torch_release`` says how); plain calls never see it.
+
+    Example:
+        >>> dispatch.compile_constants(try_gpu)
+        >>> torch.compile(lambda x: x.to(ds.try_gpu()), fullgraph=True)(torch.ones(1))
+        tensor([1.])
+    """
+    attribute = _dynamo_inline_attribute()
+    for function in functions:
+        setattr(function, attribute, _constant_stand_in(function))
+
+
 def follow_torch_release() -> None:
     """Mark the registered functions for Dynamo unless the imported torch is 2.13 or later (the
     torch adapter asks again when it is made: torch may be imported after ``devshim.api``).
 
     Dynamo traces a function's ``_torchdynamo_inline`` in its place (what ``torch.jit`` and
-    ``torch.compile`` wrappers set; torch 2.4 to 2.15 read it). devshim's stand-in first asks
-    ``_refuse_compile``, which Dynamo runs in plain Python (``trace_constant``): on a torch older
-    than 2.13 that raises; on a newer one (met only when torch was imported after devshim.api)
-    it takes the marks off and the stand-in calls the function itself. Plain calls never read
-    the attribute, and where torch 2.13 or later is imported first no mark is set at all.
+    ``torch.compile`` wrappers set; torch 2.4 to 2.15 read it). devshim sets it to the torch
+    backend's traced version of the function (its ``_traced`` module: plain Python over torch
+    tensors, module functions without a closure, which torch 2.4's Dynamo would guard through
+    the public function's own), or, for a function without
+    one, to a stand-in that asks ``_refuse_compile``, which Dynamo runs in plain Python
+    (``trace_constant``) and which raises ``TorchCompileReleaseError``. On a torch 2.13 or later
+    (met there only when torch was imported after devshim.api) either takes the marks off first,
+    and the traced version has Dynamo start its trace over. Plain calls never read the
+    attribute, and where torch 2.13 or later is imported first no mark is set at all. Before
+    2.13, once torch is imported, Dynamo is also told to run devshim's own functions as they are
+    where it meets them outside a trace (``_traced.run_devshim_uncompiled``).
 
     Example:
         >>> dispatch.follow_torch_release()
@@ -273,20 +296,28 @@ def follow_torch_release() -> None:
     if supported and not _marked:
         return
     attribute = _dynamo_inline_attribute()
+    traced = _torch_module("_traced")
     for function in _entry_points:
         if supported:
             vars(function).pop(attribute, None)
         elif function not in _marked:
-            setattr(function, attribute, _stand_in(function))
+            setattr(function, attribute, traced.TRACED.get(function.__name__) or _stand_in(function))
     _marked.clear()
     if not supported:
         _marked.update(_entry_points)
+        if found is not None:
+            traced.run_devshim_uncompiled()
+
+
+def _torch_module(name: str):
+    """One module of the torch backend, loaded by name as the registry loads a backend's modules
+    (``_internals`` and ``_traced`` import no torch)."""
+    return registry.specs()["torch"].module(name)
 
 
 def _dynamo_inline_attribute() -> str:
-    """The attribute Dynamo reads (a torch internal: torch's ``_internals``, loaded by name, as
-    the registry loads a backend's modules; it imports no torch)."""
-    return registry.specs()["torch"].module("_internals").DYNAMO_INLINE_ATTRIBUTE
+    """The attribute Dynamo reads (a torch internal: torch's ``_internals``)."""
+    return _torch_module("_internals").DYNAMO_INLINE_ATTRIBUTE
 
 
 def _stand_in(function):
@@ -300,6 +331,16 @@ def _stand_in(function):
     return stand_in
 
 
+def _constant_stand_in(function):
+    def stand_in(*args, **kwargs):
+        return function(*args, **kwargs)
+
+    # Dynamo installs what it keeps as a global of the compiled function's module, named after the
+    # function: the "_devshim" prefix keeps it apart from the module's own names.
+    stand_in.__qualname__ = stand_in.__name__ = f"_devshim_{function.__name__}_inside_torch_compile"
+    return trace_constant(stand_in)
+
+
 @trace_constant
 def _refuse_compile(name: str) -> None:
     found = release("torch")
@@ -307,9 +348,10 @@ def _refuse_compile(name: str) -> None:
         follow_torch_release()
         return
     spelled = ".".join(map(str, found)) if found else "unknown"
+    traced = ", ".join(f"ds.{each}" for each in _torch_module("_traced").TRACED)
     raise TorchCompileReleaseError(
-        f"ds.{name} inside torch.compile needs torch 2.13 or later; this is torch {spelled}, "
-        f"whose Dynamo cannot trace devshim's dispatch. Call ds.{name} outside the compiled "
-        f"function and pass its result in (device = ds.device_of(x), then compiled(x, device)), "
+        f"ds.{name} inside torch.compile needs torch 2.13 or later; this is torch {spelled}, whose "
+        f"Dynamo cannot trace devshim's dispatch (devshim gives it a form of {traced} it can trace, "
+        f"not of ds.{name}). Call ds.{name} outside the compiled function and pass its result in, "
         f"or upgrade torch to 2.13 or later."
     )

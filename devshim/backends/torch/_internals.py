@@ -56,10 +56,11 @@ def _module_slots():
 
 
 #: The attribute Dynamo traces in a function's place (torch.jit's and torch.compile's wrappers set
-#: it). On a torch before 2.13 devshim's public functions carry a stand-in there that refuses them
-#: by name (``devshim.backends.dispatch.follow_torch_release``); set before torch is imported too,
-#: hence a name here and not only the probe's answer. Releases before 2.13 are fixed: the probe,
-#: run by the torch-floor env, checks the one that is the floor.
+#: it). On a torch before 2.13 devshim's public functions that take tensors carry their traced
+#: version there (the ``_traced`` module; ``devshim.backends.dispatch.follow_torch_release``), and
+#: on every torch those that take none a stand-in Dynamo runs in plain Python; set before torch is
+#: imported too, hence a name here and not only the probe's answer. Releases before 2.13 are
+#: fixed: the probe, run by the torch-floor env, checks the one that is the floor.
 DYNAMO_INLINE_ATTRIBUTE = "_torchdynamo_inline"
 
 
@@ -73,6 +74,12 @@ def _dynamo_inline():
     return DYNAMO_INLINE_ATTRIBUTE
 
 
+def _skip_code():
+    from torch._dynamo import eval_frame
+
+    return eval_frame.skip_code
+
+
 def _function_mode_stack():
     import torch
 
@@ -81,10 +88,21 @@ def _function_mode_stack():
 
 DYNAMO_INLINE = INTERNALS.add(
     "torch._dynamo VariableBuilder reading _torchdynamo_inline",
-    feature="torch.compile refusing devshim's functions by name on torch before 2.13 (TorchCompileReleaseError)",
-    fallback="Dynamo traces devshim's dispatch and fails inside it with its own error (and may leave "
-             "devshim's dispatch broken for the process): call devshim outside the compiled function.",
+    feature="devshim's calls inside torch.compile on torch before 2.13: Dynamo traces devshim's traced "
+            "versions of them (or refuses one without, TorchCompileReleaseError)",
+    fallback="Dynamo traces devshim's dispatch and fails inside it with its own error: call devshim "
+             "outside the compiled function.",
     find=_dynamo_inline,
+    before=(2, 13),
+)
+SKIP_CODE = INTERNALS.add(
+    "torch._dynamo.eval_frame.skip_code",
+    feature="devshim's own functions running uncompiled, on torch before 2.13, where torch.compile meets "
+            "them outside a trace (a compiled function that traced no op, a graph break, "
+            "torch.compile(ds.to_device) itself)",
+    fallback="Dynamo compiles such a devshim function on its own and fails inside devshim's dispatch with "
+             "its own error: call devshim outside the compiled function there.",
+    find=_skip_code,
     before=(2, 13),
 )
 FUNCTION_MODE_STACK = INTERNALS.add(
@@ -363,7 +381,7 @@ ATEN_OPERATORS = frozenset({
 })
 FOREACH_PREFIX = "_foreach_"
 
-__all__ = ["INTERNALS", "TESTED", "DYNAMO_INLINE_ATTRIBUTE", "DYNAMO_INLINE", "FUNCTION_MODE_STACK",
+__all__ = ["INTERNALS", "TESTED", "DYNAMO_INLINE_ATTRIBUTE", "DYNAMO_INLINE", "SKIP_CODE", "FUNCTION_MODE_STACK",
            "PRIVATEUSE1_NAME", "RESTART_ANALYSIS", "CURRENT_TX", "MODULE_SLOTS", "VIRTUAL_GPU_INTERNALS",
            "missing_for_virtual_gpus", "ATEN_OPERATORS", "FOREACH_PREFIX", "OpParts", "RebuildFunctions",
            "AccelerationHooks", "ACCELERATION_HOOKS", "REGISTER_DEVICE_MODULE", "BAD_FORK", "OPERATOR_LISTING",

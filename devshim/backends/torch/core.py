@@ -72,7 +72,7 @@ class TorchBackend(Backend):
         from devshim.backends import dispatch
 
         torch = self.fw
-        dispatch.follow_torch_release()  # before torch 2.13: torch.compile refuses devshim's calls by name
+        dispatch.follow_torch_release()  # before torch 2.13: Dynamo traces devshim's traced versions of its calls
         torch.compiler.assume_constant_result(dispatch.learn_class)  # (marked already; torch's own way)
         dispatch.learn_types(self, (torch.Tensor, torch.nn.Parameter))
         # The devices too, and each device object as a target: Dynamo guards on the tables it reads,
