@@ -140,10 +140,11 @@ class TorchBackend(Backend):
         # accelerator and touches no driver; the count is the device module's (_device_count).
         # torch.cuda.is_available() (and current_accelerator(check_available=True), which calls
         # it) would call cudaGetDeviceCount, initialising the driver, unless
-        # PYTORCH_NVML_BASED_CUDA_CHECK=1 is set.
+        # PYTORCH_NVML_BASED_CUDA_CHECK=1 is set; so does torch 2.6's current_accelerator(),
+        # which always checks (and raises without an accelerator): there the old checks run.
         torch = self.fw
         accelerator = getattr(torch, "accelerator", None)
-        if accelerator is not None and hasattr(accelerator, "current_accelerator"):
+        if _names_the_build_accelerator(accelerator):
             found = accelerator.current_accelerator()
             if found is not None and found.type != VIRTUAL_TYPE:
                 return found.type if self._device_count(found.type) else None
@@ -444,6 +445,22 @@ class TorchBackend(Backend):
                     pass  # the count is known but the runtime would not say more
             details.append(entry)
         return details
+
+
+def _names_the_build_accelerator(accelerator) -> bool:
+    """Whether ``accelerator.current_accelerator()`` (``torch.accelerator``, torch 2.6 and later)
+    reads the build's accelerator without a runtime check: from torch 2.7, which added its
+    ``check_available`` argument. torch 2.6's checks availability (cudaGetDeviceCount) and raises
+    "Cannot access accelerator device when none is available" on a machine without one."""
+    found = getattr(accelerator, "current_accelerator", None)
+    if found is None:
+        return False
+    import inspect
+
+    try:
+        return "check_available" in inspect.signature(found).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: not torch's Python function
+        return False
 
 
 def _privateuse1_name():
