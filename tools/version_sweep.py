@@ -33,7 +33,6 @@ Needs git, the ``packaging`` library and the Pythons 3.9 to 3.13 (python3.X on P
 from __future__ import annotations
 
 import argparse
-import configparser
 import datetime
 import json
 import os
@@ -56,6 +55,7 @@ START, END = "<!-- version sweep: start -->", "<!-- version sweep: end -->"
 # The interpreters tried for a framework release, in order: CI's default first.
 PYTHONS = ("3.11", "3.12", "3.13", "3.10", "3.9")
 CONFORMANCE = "tests/conformance"
+INTERNALS = "tests/test_internals.py"  # the canaries of the private names each backend uses
 INSTALL_TIMEOUT, TEST_TIMEOUT = 1800, 2700
 
 
@@ -76,12 +76,13 @@ class Framework:
 
 FRAMEWORKS = {
     "torch": Framework("torch", "PyTorch", "torch", "torch", "torch",
-                       ("tests/test_torch.py", "tests/test_distributed.py"), virtual=2,
-                       virtual_tests=("tests/test_torch.py", "tests/test_torch_virtual.py")),
-    "jax": Framework("jax", "JAX", "jax", "jax", "jax", ("tests/test_jax.py", "tests/test_jax_guard.py"),
-                     virtual=4, virtual_tests=("tests/test_jax.py", "tests/test_jax_guard.py")),
+                       ("tests/test_torch.py", "tests/test_distributed.py", INTERNALS), virtual=2,
+                       virtual_tests=("tests/test_torch.py", "tests/test_torch_virtual.py", INTERNALS)),
+    "jax": Framework("jax", "JAX", "jax", "jax", "jax", ("tests/test_jax.py", "tests/test_jax_guard.py", INTERNALS),
+                     virtual=4, virtual_tests=("tests/test_jax.py", "tests/test_jax_guard.py", INTERNALS)),
     "tensorflow": Framework("tensorflow", "TensorFlow", "tensorflow-cpu", "tensorflow", "tensorflow-cpu",
-                            ("tests/test_tensorflow.py",), virtual=2, virtual_tests=("tests/test_tensorflow.py",)),
+                            ("tests/test_tensorflow.py", INTERNALS), virtual=2,
+                            virtual_tests=("tests/test_tensorflow.py", INTERNALS)),
     "numpy": Framework("numpy", "numpy", "numpy", "numpy", "", (), whole_suite=True),
     "python": Framework("python", "Python", "python", "numpy", "", (), whole_suite=True),
 }
@@ -268,9 +269,13 @@ def run_pytest(venv: Path, source: Path, paths, env: dict, report: Path) -> dict
               "seconds": round(time.monotonic() - started)}
     if report.exists():
         for case in ElementTree.parse(report).getroot().iter("testcase"):
-            if case.find("failure") is not None or case.find("error") is not None:
+            failure = case.find("failure")
+            failure = failure if failure is not None else case.find("error")
+            if failure is not None:
                 counts["failed"] += 1
-                counts["failures"].append(f"{case.get('classname')}::{case.get('name')}")
+                message = (failure.get("message") or "").strip().splitlines()[:1]
+                counts["failures"].append(f"{case.get('classname')}::{case.get('name')}"
+                                          + (f": {message[0][:240]}" if message else ""))
             elif case.find("skipped") is not None:
                 counts["skipped"] += 1
             else:
@@ -386,7 +391,25 @@ def table(results: dict) -> str:
             python = (row.get("versions") or {}).get("python", row.get("python") or "-")
             lines.append(f"| {row['release']} | {python} | {_counts(row.get('plain'))} | {virtual} "
                          f"| {row['result']} | {row['date']} |")
-    return "\n".join(lines).strip("\n")
+    return "\n".join(lines + _failure_notes(results)).strip("\n")
+
+
+def _failure_notes(results: dict) -> list:
+    """A line per release that did not pass: what failed (the first few tests, with their errors)."""
+    notes = []
+    for row in results.values():
+        if row["result"] == "passed":
+            continue
+        parts = [f"plain: {'; '.join(row['plain']['failures'])}" if row.get("plain", {}).get("failures") else "",
+                 f"virtual: {'; '.join(row['virtual']['failures'])}" if row.get("virtual", {}).get("failures")
+                 else "", f"virtual: {row['virtual']['refused']}" if "refused" in row.get("virtual", {}) and
+                 row["virtual"]["refused"].startswith("ERROR") else "",
+                 f"install: {'; '.join(row['install_log'])}" if row["result"] == "not installable" else "",
+                 "`devshim info` failed" if row.get("info_exit") else ""]
+        text = " ".join(part for part in parts if part).replace("|", "\\|")
+        notes.append(f"- {FRAMEWORKS[row['framework']].title} {row['release']} ({row['date']}, at "
+                     f"{row['commit']}): {text}")
+    return ["", "Releases that did not pass, with the first of what failed:", "", *notes] if notes else []
 
 
 def write_table(results: dict) -> None:
