@@ -1,9 +1,10 @@
 """PyTorch's device contract.
 
 "gpu" is torch's accelerator, whichever it is: ``torch.accelerator`` (torch
-2.6 and later) names it (cuda, also for ROCm builds; xpu; mps; mtia; an
+2.7 and later) names it (cuda, also for ROCm builds; xpu; mps; mtia; an
 out-of-tree device renamed from privateuse1). Older torch falls back to
-checking cuda, xpu, mps and mtia in turn. Native devices are
+checking cuda, xpu, mps and mtia in turn. Devices are counted by each device
+module (``torch.cuda.device_count()``), which starts no CUDA. Native devices are
 ``torch.device`` objects, so ``torch.ones(2, device=ds.try_gpu())`` works.
 torch's ``meta`` device (shapes without data) is devshim's kind ``"meta"``.
 PyTorch has a single CPU device.
