@@ -145,6 +145,34 @@ def test_copies_work_without_may_alias_on_older_jax():
     np.testing.assert_array_equal(np.asarray(y), [0.0, 1.0, 2.0])
 
 
+def test_a_copy_is_a_copy_where_may_alias_false_still_aliases():
+    """JAX 0.4.34 to 0.5.3 take device_put(..., may_alias=False) and hand the same buffer back on
+    the array's own device: devshim tries it once and copies there itself."""
+    def aliasing_device_put(x, device, may_alias=None):
+        return jax.device_put(x, device)  # what those releases did with may_alias=False
+
+    adapter = JaxBackend()
+    adapter.__dict__["_fw"] = types.SimpleNamespace(
+        device_put=aliasing_device_put, numpy=jnp, transfer_guard=jax.transfer_guard,
+        ensure_compile_time_eval=jax.ensure_compile_time_eval)
+    x = jax.device_put(jnp.arange(3.0), ds.cpu())
+    y = adapter.copy_to(x, ds.cpu(), False)
+    assert pointer(y) != pointer(x) and only_device(y) is ds.cpu()
+    y.delete()
+    np.testing.assert_array_equal(np.asarray(x), [0.0, 1.0, 2.0])
+
+
+def test_deleting_a_copy_leaves_the_original_alive():
+    """Donating or deleting what to_device returned must not free its source (it did on JAX 0.5.3,
+    whose device_put(may_alias=False) aliased)."""
+    x = jax.device_put(jnp.arange(3.0), ds.cpu())
+    copies = [ds.to_device(x, ds.device_of(x)), ds.to_device({"w": x}, ds.device_of(x))["w"]]
+    for copy in copies:
+        copy.delete()
+    assert not x.is_deleted()
+    np.testing.assert_array_equal(np.asarray(x), [0.0, 1.0, 2.0])
+
+
 def test_to_numpy_owns_its_memory_and_keeps_bfloat16():
     x = jnp.array([1.5, -2.0], dtype=jnp.bfloat16)
     host = ds.to_numpy(x)

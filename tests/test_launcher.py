@@ -313,6 +313,11 @@ print(str(bk.describe(own)), bk.describe(own).virtual, [str(bk.describe(d)) for 
 def test_a_launched_process_takes_its_own_virtual_gpu_on_every_framework(framework):
     if framework not in ds.available_backends():
         pytest.skip(f"{framework} is not installed in this environment")
+    if framework == "torch":
+        import torch
+
+        if tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2]) < (2, 10):
+            pytest.skip("virtual torch GPUs need torch 2.10 (refused by name before: test_torch_virtual.py)")
     result = run_python(PROBE, DEVSHIM_BACKEND=framework, DEVSHIM_VIRTUAL_DEVICES="2", LOCAL_RANK="1",
                         RANK="1", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", timeout=240)
     assert result.returncode == 0, result.stderr

@@ -4,6 +4,8 @@ the meta device, Parameters. Virtual GPUs: tests/test_torch_virtual.py."""
 from __future__ import annotations
 
 import json
+import os
+import types
 import typing
 import warnings
 
@@ -49,9 +51,16 @@ def fake_accelerator(monkeypatch, platform, count):
     found = torch.device(platform) if platform else None
     monkeypatch.setattr(torch.accelerator, "current_accelerator",
                         lambda check_available=False: found)
-    monkeypatch.setattr(torch.accelerator, "device_count", lambda: count)
+    monkeypatch.setattr(torch.accelerator, "device_count", _initialises_the_accelerator)
+    if platform:  # the device module's count, as torch.accelerator.device_count() asks it from torch 2.8
+        monkeypatch.setattr(getattr(torch, platform), "device_count", lambda: count)
     monkeypatch.setattr(torch.accelerator, "current_device_index", lambda: 0)
     settings.reload()  # forget what the adapter found before
+
+
+def _initialises_the_accelerator():
+    raise AssertionError("torch.accelerator.device_count() initialises CUDA on torch 2.6 and 2.7 "
+                         "(and raises on a CUDA build without a driver): count through the device module")
 
 
 @pytest.mark.parametrize("platform", ["cuda", "xpu", "mps", "mtia"])
@@ -71,12 +80,37 @@ def test_an_out_of_tree_accelerator_is_the_gpu_under_its_own_name(bk, monkeypatc
     """A privateuse1 backend renamed by its plug-in (Ascend's "npu", say) is found by torch.accelerator."""
     fake = type("FakeDevice", (), {"type": "npu"})()
     monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda check_available=False: fake)
-    monkeypatch.setattr(torch.accelerator, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.accelerator, "device_count", _initialises_the_accelerator)
+    npu = types.SimpleNamespace(device_count=lambda: 1)  # the module the plug-in registers
+    find_module = torch.get_device_module
+    monkeypatch.setattr(torch, "get_device_module", lambda kind=None: npu if kind == "npu" else find_module(kind))
     settings.reload()
     assert bk.accelerator_platform() == "npu" and ds.num_gpus() == 1
     from devshim._device import parse_spec
 
     assert tuple(parse_spec("npu:0")) == ("gpu", 0, "npu")  # registered as a spec
+
+
+def test_finding_the_devices_starts_no_cuda():
+    """Asking devshim what devices there are initialises no CUDA context: a process can still fork
+    workers that use CUDA, and a CUDA build on a machine without a driver (what a plain
+    `pip install torch` gives most machines without a GPU) finds no GPU rather than failing. On
+    torch 2.6 and 2.7, torch.accelerator.device_count() initialises CUDA: every call failed there
+    with "Found no NVIDIA driver on your system". A fresh process: nothing has started CUDA yet."""
+    result = run_fresh("""
+        import torch, devshim as ds
+        found = ds.num_gpus(), ds.try_gpu(), ds.try_all_gpus(), ds.devices()
+        ds.to_device(torch.ones(2), ds.cpu())
+        started = torch.cuda.is_initialized()
+        counts = [getattr(torch, kind).device_count() for kind in ("cuda", "xpu", "mtia")
+                  if hasattr(getattr(torch, kind, None), "device_count")]
+        print(started, found[0], max(counts + [int(torch.backends.mps.is_available())]))
+    """, DEVSHIM_BACKEND="torch", DEVSHIM_VIRTUAL_DEVICES=os.environ.get("DEVSHIM_VIRTUAL_DEVICES", "0"))
+    assert result.returncode == 0, result.stderr
+    started, found, counted = result.stdout.split()[-3:]
+    assert started == "False"
+    if not settings.virtual_device_count():
+        assert found == counted  # what the device module counts (NVML's count on CUDA)
 
 
 def test_naming_another_platform_than_the_one_present_says_to_write_gpu(bk, monkeypatch):
@@ -98,6 +132,8 @@ def test_without_torch_accelerator_the_old_checks_are_used(bk, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)  # (no CUDA GPU, on a CUDA machine too)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    if hasattr(torch.mps, "device_count"):  # (torch 2.4 has none: torch.backends.mps answers there)
+        monkeypatch.setattr(torch.mps, "device_count", lambda: 1)
     if hasattr(torch, "xpu"):
         monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
         monkeypatch.setattr(torch.xpu, "device_count", lambda: 0)
@@ -112,6 +148,8 @@ def test_without_torch_accelerator_a_negative_count_is_no_device(bk, monkeypatch
     monkeypatch.delattr(torch, "accelerator", raising=False)  # (torch before 2.6 has none)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    if hasattr(torch.mps, "device_count"):
+        monkeypatch.setattr(torch.mps, "device_count", lambda: 0)
     if hasattr(torch, "xpu"):
         monkeypatch.setattr(torch.xpu, "device_count", lambda: 0)
     monkeypatch.setattr(torch.mtia, "device_count", lambda: -1)

@@ -120,3 +120,27 @@ def test_every_env_in_the_matrix_is_defined():
     listed = [name.strip() for name in re.split(r"[,\s]+", parser["tox"]["envlist"]) if name.strip()]
     assert {"py39-floor", "torch-floor", "tensorflow-floor", "jax-floor", "torch-latest", "py313-latest"} <= set(listed)
     assert all(f"testenv:{name}" in parser for name in listed)
+
+
+# Releases inside a declared range where devshim's behaviour changed (issue 36), each with a tox env
+# of its own that runs the conformance suite: env -> (package, release). tools/version_sweep.py
+# tests every other minor release in range, outside CI.
+CHANGED = {"torch27": ("torch", "2.7.1"), "jax05": ("jax", "0.5.3"), "numpy20": ("numpy", "2.0.2")}
+
+
+def envlist() -> list:
+    return [name.strip() for name in re.split(r"[,\s]+", tox()["tox"]["envlist"]) if name.strip()]
+
+
+@pytest.mark.parametrize("env", sorted(CHANGED))
+def test_each_release_where_behaviour_changed_has_an_env_in_range_running_the_conformance_suite(env):
+    parser = tox()
+    assert env in envlist()
+    package, version = CHANGED[env]
+    section = parser[f"testenv:{env}"]
+    assert pinned_in(section["deps"]).get(package) == version
+    floor = dict(floors())[package]
+    newest = max(pins()[package])
+    assert release(floor) < release(version) < newest, (package, floor, version, newest)
+    commands = section.get("commands", parser["testenv"]["commands"])
+    assert "tests/conformance" in commands or re.search(r"^\s*pytest \{posargs\}\s*$", commands, re.M), commands

@@ -183,3 +183,22 @@ def test_to_numpy_copies_values_to_a_host_array(harness):
 def test_to_numpy_walks_nests(harness):
     out = ds.to_numpy({"a": [harness.tensor([1.0])], "tag": "t"})
     assert isinstance(out["a"][0], np.ndarray) and out["tag"] == "t"
+
+
+# ------------------------------------------------------------ elements
+
+
+def test_an_element_of_a_tensor_is_on_its_device_and_moves_like_one(harness):
+    """``x[0]``: a 0-d tensor on most frameworks, a NumPy scalar (``np.float64``) on NumPy, as is
+    what a reduction returns (``np.ones(3).sum()``). NumPy 2.0's arrays have ``.device`` and its
+    scalars none (from 2.1 they do): ``ds.device_of`` of one raised AttributeError there."""
+    device = ds.try_gpu()
+    x = harness.tensor([1.0, 2.0], device=device)
+    element = harness.run_on(device, lambda: x[0])
+    assert ds.device_of(element) == ds.device_of(x)
+    assert ds.neutral_device(element) == ds.neutral_device(x)
+    assert ds.same_device(element, x)
+    assert ds.copy_if_needed(element, device) is element
+    copied = ds.to_device(element, device)
+    assert copied is not element and float(harness.values(copied)) == 1.0
+    np.testing.assert_array_equal(ds.to_numpy(element), 1.0)

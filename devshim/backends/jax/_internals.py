@@ -8,9 +8,10 @@ spells one differently across the tested releases (0.4.31 to 0.12), the probe fi
 spelling and the guard gets one object:
 
 - the guard's jit-cache key: ``config_ext.Config(name, value, include_in_jit_key=True)`` from
-  0.10, ``config_ext.Config(value, include_in_jit_key=True)`` in 0.7 to 0.9; JAX 0.4.31 has
-  no ``config_ext``: there the key is one more field in JAX's own jit context (``jax_jit``'s
-  ``extra_jit_context``), which the C++ jit cache compares as it compares JAX's fields;
+  0.10, ``config_ext.Config(value, include_in_jit_key=True)`` in 0.4.36 to 0.9; JAX 0.4.31 to
+  0.4.35 have no ``config_ext``: there the key is one more field in JAX's own jit context
+  (``jax_jit``'s ``extra_jit_context``), which the C++ jit cache compares as it compares JAX's
+  fields;
 - JAX's thread-local marks of explicit transfers: ``jax._src.lib.guard_lib`` from 0.7,
   ``jax._src.config.transfer_guard_lib`` before;
 - the error JAX's own guard raises: ``jax.errors.JaxRuntimeError`` from 0.4.32 (public), its
@@ -18,7 +19,10 @@ spelling and the guard gets one object:
 - the frame of a jitted call's Python path: ``pjit._run_python_pjit`` from 0.10,
   ``pjit._python_pjit_helper`` before.
 
-Measured: JAX 0.4.31, 0.7.2, 0.10.2 and 0.12.0.1 have each name in one of these spellings.
+Measured: JAX 0.4.31, 0.7.2, 0.10.2 and 0.12.0.1 have each name in one of these spellings, and
+the sweep (tools/version_sweep.py) runs every minor release between; ``config_ext`` and the
+jit context's own field were looked up on each of 0.4.33 to 0.4.38 (the field until 0.4.35,
+``config_ext`` from 0.4.36).
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ _H2D_FALLBACK = ("the guard leaves host-to-device transfers to JAX's own transfe
                  "them (as ImplicitTransferError) or logs them to stderr, but does not count them in the "
                  "report, and is set only while JAX's default device is an accelerator.")
 _KEY_NAME = "devshim_host_to_device_guard"
+# The first JAX with config_ext, which holds devshim's jit-cache key; before it, the key is a field
+# of JAX's own jit context (0.4.35 has _ThreadLocalExtraJitContext, 0.4.36 and 0.5.3 do not).
+_CONFIG_EXT_SINCE = (0, 4, 36)
 
 
 def _array_value():
@@ -58,21 +65,21 @@ def _host_copy():
 
 
 def _config_ext_key():
-    """devshim's jit-cache key as a JAX config of its own (JAX 0.7 and later)."""
+    """devshim's jit-cache key as a JAX config of its own (JAX 0.4.36 and later)."""
     from jax._src import config
 
     config_class = config.config_ext.Config
     try:
         key = config_class(_KEY_NAME, None, include_in_jit_key=True)  # JAX 0.10 and later
     except TypeError:
-        key = config_class(None, include_in_jit_key=True)  # JAX 0.7 to 0.9: no name
+        key = config_class(None, include_in_jit_key=True)  # JAX 0.4.36 to 0.9: no name
     for method in ("swap_local", "set_local", "set_global", "value"):
         getattr(key, method)
     return key
 
 
 class _ContextFieldKey:
-    """devshim's jit-cache key on JAX before 0.7: JAX's C++ jit cache compares the jit contexts
+    """devshim's jit-cache key on JAX before 0.4.36: JAX's C++ jit cache compares the jit contexts
     (``jax_jit``'s thread-local and global ``extra_jit_context``, named tuples); while the key is
     set, devshim's context is the same tuple with one more field, so calls under it never meet
     the fast paths made without it. JAX's own updates (``context._replace(...)``) keep the field.
@@ -217,14 +224,14 @@ CONFIG_EXT = INTERNALS.add(
     feature=_H2D + " in jitted calls (devshim's jit-cache key)",
     fallback=_H2D_FALLBACK,
     find=_config_ext_key,
-    since=(0, 7),
+    since=_CONFIG_EXT_SINCE,
 )
 JIT_CONTEXT = INTERNALS.add(
     "jax._src.lib.jax_jit extra_jit_context",
-    feature=_H2D + " in jitted calls, on JAX before 0.7 (devshim's jit-cache key)",
+    feature=_H2D + " in jitted calls, on JAX before 0.4.36 (devshim's jit-cache key)",
     fallback=_H2D_FALLBACK,
     find=_context_field_key,
-    before=(0, 7),
+    before=_CONFIG_EXT_SINCE,
 )
 FASTPATH_DATA = INTERNALS.add(
     "jax._src.pjit._get_fastpath_data",

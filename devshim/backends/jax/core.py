@@ -30,6 +30,8 @@ trace). What devshim answers for each:
 
 ``to_device`` is ``jax.device_put(x, device, may_alias=False)``: new storage even
 on the array's own device, where a plain ``device_put`` hands the same buffer back.
+Where ``may_alias=False`` hands it back too (JAX 0.4.34 to 0.5.3), or JAX lacks it,
+the array is copied with ``jnp.array(..., copy=True)`` on its new device.
 
 Virtual devices follow ``devshim.backends.virtual``: with
 ``DEVSHIM_VIRTUAL_DEVICES=N`` JAX gets N + 1 host (CPU) devices before it
@@ -330,19 +332,18 @@ class JaxBackend(Backend):
 
     def _make_copy_put(self):
         """``(x, device) -> a copy of x on device in new storage``, recorded by JAX's tracing."""
-        import inspect
-
         jax = self.fw
         device_put = jax.device_put
-        if "may_alias" not in inspect.signature(device_put).parameters:
-            # JAX before may_alias: device_put hands the same buffer back on the same device.
-            array = jax.numpy.array
+        if device_put_copies(jax):
+            return lambda x, native: device_put(x, native, may_alias=False)
+        # device_put hands the same buffer back on the array's own device: JAX before may_alias
+        # (0.4.33 and older), and JAX 0.4.34 to 0.5, whose may_alias=False still aliases there.
+        array = jax.numpy.array
 
-            def put(x, native):
-                return array(device_put(x, native), copy=True)  # copied on x's new device
+        def put(x, native):
+            return array(device_put(x, native), copy=True)  # copied on x's new device
 
-            return put
-        return lambda x, native: device_put(x, native, may_alias=False)
+        return put
 
     def copier(self, native, non_blocking: bool):
         put = self._copy_put
@@ -496,6 +497,30 @@ class JaxBackend(Backend):
                 jax.config.update("jax_num_cpu_devices", needed)
             except RuntimeError:
                 pass  # initialised already: the count the caller checks says whether it is enough
+
+
+
+def device_put_copies(jax) -> bool:
+    """Whether ``jax.device_put(x, its own device, may_alias=False)`` gives ``x`` new storage,
+    tried once on a two-element array: JAX 0.6 and later copy; JAX 0.4.34 to 0.5.3 take
+    ``may_alias`` and hand the same buffer back, so deleting or donating the "copy" deleted the
+    original; JAX without ``may_alias`` has nothing to try. Tried by deleting the copy (which
+    every platform can, where not every one exposes buffer pointers), under JAX's own transfer
+    guard allowing it and as devshim's explicit transfer, and evaluated at once inside a trace.
+
+    Example:
+        >>> device_put_copies(jax)  # JAX 0.12
+        True
+    """
+    import inspect
+
+    if "may_alias" not in inspect.signature(jax.device_put).parameters:
+        return False
+    with marker.explicit(), jax.transfer_guard("allow"), jax.ensure_compile_time_eval():
+        source = jax.numpy.zeros(2)
+        copy = jax.device_put(source, next(iter(source.devices())), may_alias=False)
+        copy.delete()
+        return not source.is_deleted()
 
 
 def _is_tracer(x) -> bool:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import inspect
 import itertools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from devshim.backends.jax.core import device_put_copies
 
 _draws = itertools.count()
 
@@ -101,13 +102,17 @@ def native_calls(x, device) -> dict:
 
 
 def _copy_put(x, device):
-    """``jax.device_put(x, device, may_alias=False)``; on a JAX without may_alias (0.4.31), a copy put there."""
-    if _HAS_MAY_ALIAS:
+    """``jax.device_put(x, device, may_alias=False)``; where that still hands the same buffer back
+    (JAX 0.4.34 to 0.5.3) or JAX has no may_alias (0.4.31), a copy put there."""
+    copies = _may_alias_copies.get("jax")
+    if copies is None:  # tried on first use, not at import: making an array starts JAX (see rand)
+        copies = _may_alias_copies["jax"] = device_put_copies(jax)
+    if copies:
         return jax.device_put(x, device, may_alias=False)
     return jax.device_put(jnp.array(x, copy=True), device)
 
 
-_HAS_MAY_ALIAS = "may_alias" in inspect.signature(jax.device_put).parameters
+_may_alias_copies: dict = {}
 
 
 def native_copy_dict(leaves: dict, device) -> dict:

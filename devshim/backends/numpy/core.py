@@ -63,15 +63,16 @@ class NumpyBackend(Backend):
 
     def __init__(self) -> None:
         super().__init__()
-        self._table = None  # made once NumPy is imported: its arrays say "cpu" in .device (NumPy 2)
+        self._table = None  # made once NumPy is imported: its values say "cpu" in .device (NumPy 2.1)
 
     def device_table(self):
         table = self._table
         if table is None:
-            if hasattr(self.fw.ndarray, "device"):  # NumPy 2: arrays and scalars say "cpu"
+            # One table for every NumPy type, arrays and scalars (np.float32(1), np.ones(3).sum()).
+            if hasattr(self.fw.generic, "device"):  # NumPy 2.1 and later: both say "cpu"
                 table = DeviceTable("device", exact=True, attribute_is_native=True, home=_CPU)
                 table[HOST] = _CPU
-            else:  # NumPy 1 has no device query: every array type is on the host
+            else:  # NumPy 1 has no device query, and NumPy 2.0's scalars none: all are on the host
                 table = DeviceTable("__class__")
             self._table = table
         return table

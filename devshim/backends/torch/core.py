@@ -1,9 +1,10 @@
 """PyTorch's device contract.
 
 "gpu" is torch's accelerator, whichever it is: ``torch.accelerator`` (torch
-2.6 and later) names it (cuda, also for ROCm builds; xpu; mps; mtia; an
+2.7 and later) names it (cuda, also for ROCm builds; xpu; mps; mtia; an
 out-of-tree device renamed from privateuse1). Older torch falls back to
-checking cuda, xpu, mps and mtia in turn. Native devices are
+checking cuda, xpu, mps and mtia in turn. Devices are counted by each device
+module (``torch.cuda.device_count()``), which starts no CUDA. Native devices are
 ``torch.device`` objects, so ``torch.ones(2, device=ds.try_gpu())`` works.
 torch's ``meta`` device (shapes without data) is devshim's kind ``"meta"``.
 PyTorch has a single CPU device.
@@ -61,7 +62,6 @@ class TorchBackend(Backend):
         self._described = DeviceTable("device", exact=True, attribute_is_native=True)  # torch.device -> Device
         self._platform = _UNKNOWN
         self._count = None
-        self._by_accelerator = False  # whether torch.accelerator named the platform
         self._virtual = 0  # virtual GPUs this adapter last presented
         if self.spec.is_loaded():
             self._learn_tensor_types()
@@ -135,52 +135,48 @@ class TorchBackend(Backend):
 
     def _find_platform(self):
         # Fork safety: nothing here initialises CUDA, so a process that asks devshim for its
-        # devices can still fork workers that use CUDA (torch's "poison fork" note).
+        # devices can still fork workers that use CUDA (torch's "poison fork" note), and a CUDA
+        # build on a machine without a driver finds no GPU rather than failing.
         # torch.accelerator.current_accelerator() without check_available reads the build's
-        # accelerator and touches no driver; the count comes from torch.accelerator.device_count()
-        # (or the device module's device_count()), which on CUDA asks NVML and does not poison
-        # fork when NVML works.
+        # accelerator and touches no driver; the count is the device module's (_device_count).
         # torch.cuda.is_available() (and current_accelerator(check_available=True), which calls
         # it) would call cudaGetDeviceCount, initialising the driver, unless
-        # PYTORCH_NVML_BASED_CUDA_CHECK=1 is set.
+        # PYTORCH_NVML_BASED_CUDA_CHECK=1 is set; so does torch 2.6's current_accelerator(),
+        # which always checks (and raises without an accelerator): there the old checks run.
         torch = self.fw
         accelerator = getattr(torch, "accelerator", None)
-        self._by_accelerator = False
-        if accelerator is not None and hasattr(accelerator, "current_accelerator"):
+        if _names_the_build_accelerator(accelerator):
             found = accelerator.current_accelerator()
             if found is not None and found.type != VIRTUAL_TYPE:
-                self._by_accelerator = True
                 return found.type if self._device_count(found.type) else None
             if _privateuse1_name() != VIRTUAL_TYPE:
-                self._by_accelerator = True
                 return None
             # devshim's virtual GPUs fill torch.accelerator's out-of-tree slot, which torch
             # asks before any other: look for a real accelerator the old way.
         for platform in _FALLBACK_PLATFORMS:
-            try:
-                if self._device_count(platform) > 0:
-                    return platform
-            except (RuntimeError, AssertionError, AttributeError):  # a build whose driver is missing
-                continue
+            if self._device_count(platform) > 0:
+                return platform
         return None
 
     def _device_count(self, platform: str) -> int:
-        """How many ``platform`` devices torch sees, asked without initialising a CUDA context."""
+        """How many ``platform`` devices torch sees, asked without initialising a CUDA context:
+        the device module's count (``torch.cuda.device_count()``, NVML's where NVML works), which
+        is what ``torch.accelerator.device_count()`` answers from torch 2.8. On torch 2.6 and 2.7
+        that function initialises the accelerator first (``torch.cuda._lazy_init``: no CUDA in
+        forked workers after it, and ``Found no NVIDIA driver`` from a CUDA build without a
+        driver), so devshim never calls it. A device torch cannot count is no device."""
         torch = self.fw
-        accelerator = getattr(torch, "accelerator", None)
-        if self._by_accelerator and hasattr(accelerator, "device_count"):
-            return accelerator.device_count()  # the device module's count (NVML's, on CUDA)
-        if platform == "mps":
-            mps = getattr(torch.backends, "mps", None)
-            return int(mps is not None and mps.is_available())
         module = getattr(torch, platform, None)
-        if module is None or not hasattr(module, "device_count"):
-            try:
+        try:
+            if module is None or not hasattr(module, "device_count"):
+                if platform == "mps":  # a torch whose torch.mps has no device_count
+                    mps = getattr(torch.backends, "mps", None)
+                    return int(mps is not None and mps.is_available())
                 module = torch.get_device_module(platform)  # an out-of-tree device's module
-            except (AttributeError, RuntimeError, ValueError):
-                return 0
-        # max: torch before 2.6 answers -1 for MTIA on a machine without one (its hooks are unset).
-        return max(0, module.device_count())
+            # max: torch before 2.6 answers -1 for MTIA on a machine without one (its hooks are unset).
+            return max(0, module.device_count())
+        except (AttributeError, RuntimeError, ValueError, AssertionError):  # a build whose driver is missing
+            return 0
 
     def accelerator_count(self) -> int:
         if self._count is None:
@@ -468,6 +464,22 @@ class TorchBackend(Backend):
                     pass  # the count is known but the runtime would not say more
             details.append(entry)
         return details
+
+
+def _names_the_build_accelerator(accelerator) -> bool:
+    """Whether ``accelerator.current_accelerator()`` (``torch.accelerator``, torch 2.6 and later)
+    reads the build's accelerator without a runtime check: from torch 2.7, which added its
+    ``check_available`` argument. torch 2.6's checks availability (cudaGetDeviceCount) and raises
+    "Cannot access accelerator device when none is available" on a machine without one."""
+    found = getattr(accelerator, "current_accelerator", None)
+    if found is None:
+        return False
+    import inspect
+
+    try:
+        return "check_available" in inspect.signature(found).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: not torch's Python function
+        return False
 
 
 def _privateuse1_name():

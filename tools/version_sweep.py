@@ -1,0 +1,505 @@
+"""Sweep every minor release in devshim's declared ranges, one fresh virtual environment at a time.
+
+The tox envs test each range's ends (the floors in pyproject.toml, the newest releases tox.ini
+pins). This tool tests what lies between: for each framework it lists the releases on the package
+index between the declared floor and the newest pinned release, keeps the latest patch of each
+minor release (and the floor itself), and for each one
+
+1. makes a fresh venv (Python 3.11 where the release installs on it, else the next newer Python),
+2. installs the release, pinned, with devshim (this checkout at HEAD, exported by ``git archive``
+   so edits made while the sweep runs do not leak in) and its test extra,
+3. runs ``python -m devshim info``, then the conformance suite and devshim's tests of that
+   framework, plain and, where the backend has virtual devices, again on virtual devices (a
+   release outside the virtual devices' range is recorded as refused, when devshim refuses it by
+   name),
+4. records the counts in a JSON results file, deletes the venv, and rewrites the table between
+   the sweep markers in docs/supported-versions.md.
+
+A release already in the results file is not run again (the sweep resumes where it stopped),
+unless asked (``--redo``, ``--redo-failed``, ``--stale``). One venv at a time: a CUDA build of
+torch takes about 5.5 GB, and the pip cache (the sweep's own) is emptied when it passes
+``--cache-limit-gb``.
+
+    python tools/version_sweep.py --list                      # what the sweep would run
+    python tools/version_sweep.py                             # all of it, resuming
+    python tools/version_sweep.py --framework jax             # one framework
+    python tools/version_sweep.py --release torch==2.7.1      # one release (run again if recorded)
+    python tools/version_sweep.py --stale                     # rerun rows tested at another commit
+    python tools/version_sweep.py --table                     # rewrite the docs table only
+
+Needs git, the ``packaging`` library and the Pythons 3.9 to 3.13 (python3.X on PATH, or pyenv's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "tools" / "version_sweep_results.json"
+DOC = ROOT / "docs" / "supported-versions.md"
+START, END = "<!-- version sweep: start -->", "<!-- version sweep: end -->"
+# The interpreters tried for a framework release, in order: CI's default first.
+PYTHONS = ("3.11", "3.12", "3.13", "3.10", "3.9")
+CONFORMANCE = "tests/conformance"
+INTERNALS = "tests/test_internals.py"  # the canaries of the private names each backend uses
+INSTALL_TIMEOUT, TEST_TIMEOUT = 1800, 2700
+
+
+@dataclass(frozen=True)
+class Framework:
+    """One declared range: the package swept, how devshim is installed and tested over it."""
+
+    name: str                    # the results' and the table's name
+    title: str
+    package: str                 # the distribution pinned at each release
+    backend: str                 # DEVSHIM_BACKEND
+    extra: str                   # devshim's extra installed with it ("" for none)
+    tests: tuple                 # test paths beside the conformance suite, plain pass
+    virtual: int = 0             # virtual devices for the second pass (0: the backend has none)
+    virtual_tests: tuple = ()    # test paths beside the conformance suite, virtual pass
+    whole_suite: bool = False    # run every test (the numpy backend's whole suite is short)
+
+
+FRAMEWORKS = {
+    "torch": Framework("torch", "PyTorch", "torch", "torch", "torch",
+                       ("tests/test_torch.py", "tests/test_distributed.py", INTERNALS), virtual=2,
+                       virtual_tests=("tests/test_torch.py", "tests/test_torch_virtual.py", INTERNALS)),
+    "jax": Framework("jax", "JAX", "jax", "jax", "jax", ("tests/test_jax.py", "tests/test_jax_guard.py", INTERNALS),
+                     virtual=4, virtual_tests=("tests/test_jax.py", "tests/test_jax_guard.py", INTERNALS)),
+    "tensorflow": Framework("tensorflow", "TensorFlow", "tensorflow-cpu", "tensorflow", "tensorflow-cpu",
+                            ("tests/test_tensorflow.py", INTERNALS), virtual=2,
+                            virtual_tests=("tests/test_tensorflow.py", INTERNALS)),
+    "numpy": Framework("numpy", "numpy", "numpy", "numpy", "", (), whole_suite=True),
+    "python": Framework("python", "Python", "python", "numpy", "", (), whole_suite=True),
+}
+
+
+@dataclass
+class Release:
+    """One release to test: ``framework`` at ``version`` (for "python", the interpreter's)."""
+
+    framework: Framework
+    version: str
+    pythons: tuple = PYTHONS
+    outcome: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.framework.name}=={self.version}"
+
+
+# ------------------------------------------------------------------ the declared ranges
+
+
+def declared_ranges() -> dict:
+    """{framework: (floor, newest)}: floors from pyproject.toml, the newest from tox.ini's pins."""
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    tox = (ROOT / "tox.ini").read_text()
+
+    def floor(requirement: str) -> str:
+        found = re.search(rf'"{re.escape(requirement)}>=([0-9][0-9.]*)"', pyproject)
+        if not found:
+            raise SystemExit(f"pyproject.toml declares no floor for {requirement}")
+        return found.group(1)
+
+    def newest(package: str) -> str:
+        pins = re.findall(rf"^\s*{re.escape(package)}==([0-9][0-9.]*)\s*$", tox, re.MULTILINE)
+        if not pins:
+            raise SystemExit(f"tox.ini pins no {package}")
+        return str(max(Version(pin) for pin in pins))
+
+    python_floor = re.search(r'requires-python = ">=([0-9.]+)"', pyproject).group(1)
+    python_newest = max(re.findall(r"basepython = python([0-9.]+)", tox), key=Version)
+    return {
+        "torch": (floor("torch"), newest("torch")),
+        "jax": (floor("jax"), newest("jax")),
+        "tensorflow": (floor("tensorflow-cpu"), newest("tensorflow-cpu")),
+        "numpy": (floor("numpy"), newest("numpy")),
+        "python": (python_floor, python_newest),
+    }
+
+
+def index_versions(package: str) -> set:
+    """Every release of ``package`` the package index offers to Python 3.11 or to Python 3.13
+    (JAX 0.11 and numpy 2.5 need Python 3.12 or later; numpy 1.23 has no 3.13 wheel)."""
+    found: set = set()
+    for extra in ([], ["--python-version", "3.13", "--only-binary=:all:"]):
+        run = subprocess.run([sys.executable, "-m", "pip", "index", "versions", package, *extra],
+                             capture_output=True, text=True, timeout=300)
+        listed = re.search(r"Available versions: (.*)", run.stdout)
+        if listed:
+            found.update(v.strip() for v in listed.group(1).split(","))
+    if not found:
+        raise SystemExit(f"the package index lists no release of {package}")
+    return found
+
+
+def minor_releases(versions, floor: str, newest: str) -> list:
+    """The latest patch of each minor release between ``floor`` and ``newest``, and the floor.
+
+    >>> minor_releases(["0.4.30", "0.4.31", "0.4.38", "0.5.3", "0.5.2", "0.6.0rc1"], "0.4.31", "0.5.3")
+    ['0.4.31', '0.4.38', '0.5.3']
+    """
+    low, high = Version(floor), Version(newest)
+    latest: dict = {}
+    for text in versions:
+        try:
+            version = Version(text)
+        except InvalidVersion:
+            continue
+        if version.is_prerelease or version.is_devrelease or version.local or not low <= version <= high:
+            continue
+        minor = version.release[:2]
+        if minor not in latest or version > latest[minor]:
+            latest[minor] = version
+    chosen = set(latest.values()) | {low}
+    return [str(v) for v in sorted(chosen)]
+
+
+def releases_to_sweep(names) -> list:
+    """The releases of the frameworks ``names``, oldest first within each."""
+    ranges = declared_ranges()
+    releases = []
+    for name in names:
+        framework = FRAMEWORKS[name]
+        floor, newest = ranges[name]
+        if name == "python":
+            for version in minor_releases(_python_minors(), floor, newest):
+                releases.append(Release(framework, version, pythons=(version,)))
+            continue
+        for version in minor_releases(index_versions(framework.package), floor, newest):
+            releases.append(Release(framework, version))
+    return releases
+
+
+def _python_minors() -> list:
+    return [f"3.{minor}" for minor in range(6, 20) if find_python(f"3.{minor}")]
+
+
+# ------------------------------------------------------------------ one release
+
+
+def find_python(minor: str):
+    """The interpreter for Python ``minor`` ("3.9"): python3.9 on PATH, else pyenv's newest 3.9.x."""
+    found = shutil.which(f"python{minor}")
+    if found and subprocess.run([found, "-c", ""], capture_output=True).returncode == 0:
+        return found
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    candidates = sorted(root.glob(f"{minor}.*/bin/python{minor}"),
+                        key=lambda p: Version(p.parent.parent.name) if p.parent.parent.name[-1].isdigit()
+                        else Version("0"))
+    return str(candidates[-1]) if candidates else None
+
+
+def requirements(release: Release, source: Path) -> list:
+    """What pip installs for ``release``: the release pinned, devshim with its extras."""
+    framework = release.framework
+    extras = ",".join(filter(None, [framework.extra, "test"]))
+    pinned = [] if framework.name == "python" else [f"{framework.package}=={release.version}"]
+    return [*pinned, f"{source}[{extras}]"]
+
+
+def make_venv(release: Release, workdir: Path, source: Path, cache: Path):
+    """A venv with ``release`` installed, trying each of its Pythons in turn: (path, python, log),
+    path None when it installs on none of them."""
+    log = []
+    for minor in release.pythons:
+        python = find_python(minor)
+        if python is None:
+            log.append(f"Python {minor}: not found")
+            continue
+        venv = workdir / "venv"
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([python, "-m", "venv", str(venv)], check=True)
+        constraints = workdir / "constraints.txt"
+        pinned = [r for r in requirements(release, source) if "==" in r]
+        constraints.write_text("".join(f"{r}\n" for r in pinned))
+        install = subprocess.run(
+            [str(venv / "bin" / "python"), "-m", "pip", "install", "--cache-dir", str(cache),
+             "-c", str(constraints), *requirements(release, source)],
+            capture_output=True, text=True, timeout=INSTALL_TIMEOUT)
+        if install.returncode == 0:
+            return venv, minor, log
+        tail = [line for line in install.stderr.splitlines() if "ERROR" in line][-2:]
+        log.append(f"Python {minor}: " + (" / ".join(tail) or install.stderr[-300:]))
+        if not any(mark in install.stderr for mark in ("No matching distribution", "ResolutionImpossible",
+                                                       "Could not find a version", "requires a different Python")):
+            break  # not a question of the interpreter: another Python would fail the same way
+    shutil.rmtree(workdir / "venv", ignore_errors=True)
+    return None, None, log
+
+
+def installed_versions(venv: Path) -> dict:
+    code = ("import importlib.metadata as m, json, platform\n"
+            "out = {'python': platform.python_version()}\n"
+            "for name in ('torch', 'jax', 'jaxlib', 'tensorflow-cpu', 'numpy', 'keras', 'ml_dtypes'):\n"
+            "    try: out[name] = m.version(name)\n"
+            "    except m.PackageNotFoundError: pass\n"
+            "print(json.dumps(out))")
+    run = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True)
+    return json.loads(run.stdout) if run.returncode == 0 else {}
+
+
+def run_pytest(venv: Path, source: Path, paths, env: dict, report: Path) -> dict:
+    """One pytest pass; its counts from the JUnit report: passed, failed, skipped, the first
+    failures' ids, the seconds it took, and pytest's exit status."""
+    started = time.monotonic()
+    try:
+        run = subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                              f"--junitxml={report}", *paths],
+                             cwd=source, env=env, capture_output=True, text=True, timeout=TEST_TIMEOUT)
+        status, tail = run.returncode, run.stdout[-2000:] + run.stderr[-2000:]
+    except subprocess.TimeoutExpired:
+        status, tail = "timeout", f"pytest ran past {TEST_TIMEOUT} s"
+    counts = {"passed": 0, "failed": 0, "skipped": 0, "failures": [], "exit": status,
+              "seconds": round(time.monotonic() - started)}
+    if report.exists():
+        for case in ElementTree.parse(report).getroot().iter("testcase"):
+            failure = case.find("failure")
+            failure = failure if failure is not None else case.find("error")
+            if failure is not None:
+                counts["failed"] += 1
+                message = (failure.get("message") or "").strip().splitlines()[:1]
+                counts["failures"].append(f"{case.get('classname')}::{case.get('name')}"
+                                          + (f": {message[0][:240]}" if message else ""))
+            elif case.find("skipped") is not None:
+                counts["skipped"] += 1
+            else:
+                counts["passed"] += 1
+        report.unlink()
+    if status not in (0, 1) or (status == 1 and not counts["failed"]):
+        counts["failures"].append(f"pytest exit {status}: " + tail.strip().splitlines()[-1:][0][:300]
+                                  if tail.strip() else f"pytest exit {status}")
+        counts["failed"] = max(counts["failed"], 1)
+    counts["failures"] = counts["failures"][:8]
+    return counts
+
+
+def test_env(release: Release, virtual: int = 0) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEVSHIM_", "PIP_CONSTRAINT", "VIRTUAL_ENV"))}
+    env.update(DEVSHIM_BACKEND=release.framework.backend, PYTHONHASHSEED="0", TF_CPP_MIN_LOG_LEVEL="2")
+    if virtual:
+        env["DEVSHIM_VIRTUAL_DEVICES"] = str(virtual)
+    return env
+
+
+def virtual_refusal(venv: Path, source: Path, release: Release):
+    """devshim's refusal of virtual devices on this release (its first line), or None when it
+    presents them."""
+    code = "import devshim as ds; ds.num_gpus(); ds.try_all_gpus()"
+    run = subprocess.run([str(venv / "bin" / "python"), "-c", code], cwd=source, capture_output=True, text=True,
+                         env=test_env(release, release.framework.virtual), timeout=600)
+    if run.returncode == 0:
+        return None
+    last = (run.stderr.strip().splitlines() or ["(no message)"])[-1]
+    return last if "devshim.errors.BackendError" in last else f"ERROR {last}"
+
+
+def test_release(release: Release, venv: Path, source: Path, workdir: Path) -> dict:
+    """Run ``devshim info``, the plain pass and the virtual pass; return the outcome's parts."""
+    framework = release.framework
+    info = subprocess.run([str(venv / "bin" / "python"), "-m", "devshim", "info"], cwd=source,
+                          env=test_env(release), capture_output=True, text=True, timeout=600)
+    paths = ["tests"] if framework.whole_suite else [CONFORMANCE, *framework.tests]
+    outcome = {"info_exit": info.returncode,
+               "plain": run_pytest(venv, source, paths, test_env(release), workdir / "plain.xml")}
+    if framework.virtual:
+        refused = virtual_refusal(venv, source, release)
+        if refused is None:
+            outcome["virtual"] = run_pytest(venv, source, [CONFORMANCE, *framework.virtual_tests],
+                                            test_env(release, framework.virtual), workdir / "virtual.xml")
+        else:
+            outcome["virtual"] = {"refused": refused}
+    return outcome
+
+
+def sweep_one(release: Release, workdir: Path, source: Path, cache: Path, commit: str) -> dict:
+    started = time.monotonic()
+    venv, python, log = make_venv(release, workdir, source, cache)
+    outcome = {"framework": release.framework.name, "release": release.version, "commit": commit,
+               "date": datetime.date.today().isoformat(), "install_log": log}
+    try:
+        if venv is None:
+            outcome.update(result="not installable", python=None)
+        else:
+            outcome.update(python=python, versions=installed_versions(venv))
+            outcome.update(test_release(release, venv, source, workdir))
+            outcome["result"] = verdict(outcome)
+    finally:
+        shutil.rmtree(workdir / "venv", ignore_errors=True)
+    outcome["seconds"] = round(time.monotonic() - started)
+    return outcome
+
+
+def verdict(outcome: dict) -> str:
+    passes = [outcome["plain"], outcome.get("virtual", {})]
+    if outcome.get("info_exit"):
+        return "failed"
+    if any(p.get("failed") for p in passes) or str(outcome.get("virtual", {}).get("refused", "")).startswith("ERROR"):
+        return "failed"
+    return "passed"
+
+
+# ------------------------------------------------------------------ results and the table
+
+
+def load_results() -> dict:
+    return json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+
+
+def save_results(results: dict) -> None:
+    ordered = dict(sorted(results.items(), key=lambda kv: (list(FRAMEWORKS).index(kv[1]["framework"]),
+                                                            Version(kv[1]["release"]))))
+    RESULTS.write_text(json.dumps(ordered, indent=1) + "\n")
+
+
+def _counts(part) -> str:
+    if not part:
+        return "(none)"
+    if "refused" in part:
+        return "refused by name" if not part["refused"].startswith("ERROR") else "ERROR"
+    return f"{part['passed']} / {part['failed']} / {part['skipped']}"
+
+
+def table(results: dict) -> str:
+    """The docs table: one row per release, grouped by framework."""
+    lines = []
+    for name, framework in FRAMEWORKS.items():
+        rows = [r for r in results.values() if r["framework"] == name]
+        if not rows:
+            continue
+        rows.sort(key=lambda r: Version(r["release"]))
+        lines += ["", f"**{framework.title}**", "",
+                  "| release | Python | plain: passed / failed / skipped | virtual devices: passed / failed / skipped "
+                  "| result | date |", "| --- | --- | --- | --- | --- | --- |"]
+        for row in rows:
+            virtual = _counts(row.get("virtual")) if FRAMEWORKS[name].virtual else "(the backend has none)"
+            python = (row.get("versions") or {}).get("python", row.get("python") or "-")
+            lines.append(f"| {row['release']} | {python} | {_counts(row.get('plain'))} | {virtual} "
+                         f"| {row['result']} | {row['date']} |")
+    return "\n".join(lines + _failure_notes(results)).strip("\n")
+
+
+def _failure_notes(results: dict) -> list:
+    """A line per release that did not pass: what failed (the first few tests, with their errors)."""
+    notes = []
+    for row in results.values():
+        if row["result"] == "passed":
+            continue
+        parts = [f"plain: {'; '.join(row['plain']['failures'])}" if row.get("plain", {}).get("failures") else "",
+                 f"virtual: {'; '.join(row['virtual']['failures'])}" if row.get("virtual", {}).get("failures")
+                 else "", f"virtual: {row['virtual']['refused']}" if "refused" in row.get("virtual", {}) and
+                 row["virtual"]["refused"].startswith("ERROR") else "",
+                 f"install: {'; '.join(row['install_log'])}" if row["result"] == "not installable" else "",
+                 "`devshim info` failed" if row.get("info_exit") else ""]
+        text = " ".join(part for part in parts if part).replace("|", "\\|")
+        notes.append(f"- {FRAMEWORKS[row['framework']].title} {row['release']} ({row['date']}, at "
+                     f"{row['commit']}): {text}")
+    return ["", "Releases that did not pass, with the first of what failed:", "", *notes] if notes else []
+
+
+def write_table(results: dict) -> None:
+    text = DOC.read_text()
+    if START not in text or END not in text:
+        raise SystemExit(f"{DOC} has no {START} ... {END} markers to write the table between")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    DOC.write_text(f"{head}{START}\n{table(results)}\n{END}{tail}")
+
+
+# ------------------------------------------------------------------ the command line
+
+
+def export_source(workdir: Path) -> tuple:
+    """HEAD of this checkout, exported into ``workdir``: (folder, short commit)."""
+    commit = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True, check=True).stdout.strip()
+    source = workdir / f"devshim-{commit}"
+    if not source.exists():
+        source.mkdir(parents=True)
+        archive = subprocess.Popen(["git", "archive", "HEAD"], cwd=ROOT, stdout=subprocess.PIPE)
+        subprocess.run(["tar", "-x", "-C", str(source)], stdin=archive.stdout, check=True)
+        archive.wait()
+    return source, commit
+
+
+def due(release: Release, results: dict, args, commit: str) -> bool:
+    recorded = results.get(release.key)
+    if args.release or recorded is None or args.redo:
+        return True
+    if args.redo_failed and recorded["result"] != "passed":
+        return True
+    return bool(args.stale and recorded["commit"] != commit)
+
+
+def trim_cache(cache: Path, limit_gb: float) -> None:
+    size = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file()) if cache.exists() else 0
+    if size > limit_gb * 2**30:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--framework", action="append", choices=list(FRAMEWORKS),
+                        help="sweep this framework's range (repeat for several; default: all)")
+    parser.add_argument("--release", action="append", metavar="NAME==VERSION",
+                        help="test this release only, run again if recorded (torch==2.7.1, python==3.9)")
+    parser.add_argument("--list", action="store_true", help="print the releases the sweep covers, then stop")
+    parser.add_argument("--table", action="store_true", help="rewrite the docs table from the results, then stop")
+    parser.add_argument("--redo", action="store_true", help="run recorded releases again")
+    parser.add_argument("--redo-failed", action="store_true", help="run releases recorded as not passed again")
+    parser.add_argument("--stale", action="store_true", help="run releases recorded at another commit again")
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "devshim-version-sweep")
+    parser.add_argument("--cache-limit-gb", type=float, default=12.0,
+                        help="empty the sweep's pip cache when it grows past this (default 12)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.table:
+        write_table(load_results())
+        return 0
+    wanted = {r.split("==")[0] for r in args.release or ()}
+    releases = releases_to_sweep(args.framework or sorted(wanted, key=list(FRAMEWORKS).index) or list(FRAMEWORKS))
+    if args.release:
+        releases = [r for r in releases if r.key in args.release] + [
+            Release(FRAMEWORKS[k.split("==")[0]], k.split("==")[1],
+                    pythons=(k.split("==")[1],) if k.startswith("python==") else PYTHONS)
+            for k in args.release if k not in {r.key for r in releases}]
+    if args.list:
+        print("\n".join(r.key for r in releases))
+        return 0
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    source, commit = export_source(args.workdir)
+    results = load_results()
+    for release in releases:
+        if not due(release, results, args, commit):
+            continue
+        print(f"sweep: {release.key} ...", flush=True)
+        results[release.key] = sweep_one(release, args.workdir, source, args.workdir / "pip-cache", commit)
+        save_results(results)
+        write_table(results)
+        print(f"sweep: {release.key} {results[release.key]['result']} in {results[release.key]['seconds']} s "
+              f"(plain {_counts(results[release.key].get('plain'))}, "
+              f"virtual {_counts(results[release.key].get('virtual'))})", flush=True)
+        trim_cache(args.workdir / "pip-cache", args.cache_limit_gb)
+    return 0 if all(results[r.key]["result"] == "passed" for r in releases if r.key in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
