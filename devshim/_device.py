@@ -1,9 +1,9 @@
-"""The framework-neutral ``Device`` and the parser for device specification strings.
+"""The framework-neutral `Device` and the parser for device specification strings.
 
 This module sits below the backend registry and never imports it. What only the
 registry can answer (which framework a native device object belongs to, and the
-native object behind a ``Device``) comes through a resolver the registry installs
-when it is first built (``install_resolver``).
+native object behind a `Device`) comes through a resolver the registry installs
+when it is first built (`install_resolver`).
 """
 
 from __future__ import annotations
@@ -55,9 +55,9 @@ _resolver = _NoRegistry()
 def install_resolver(resolver) -> None:
     """Let Devices ask the backend registry about native devices.
 
-    ``resolver.describe(obj)`` is the ``Device`` for any loaded framework's device
-    object (None for anything else); ``resolver.native(device)`` the native
-    object behind a ``Device``. The registry installs itself here when first built.
+    `resolver.describe(obj)` is the `Device` for any loaded framework's device
+    object (None for anything else); `resolver.native(device)` the native
+    object behind a `Device`. The registry installs itself here when first built.
 
     Example:
         >>> install_resolver(registry_resolver)
@@ -67,7 +67,7 @@ def install_resolver(resolver) -> None:
 
 
 def describe_native(obj):
-    """The ``Device`` a loaded framework's device object describes, or None.
+    """The `Device` a loaded framework's device object describes, or None.
 
     Example:
         >>> describe_native(torch.device("cpu"))
@@ -77,7 +77,7 @@ def describe_native(obj):
 
 
 class ParsedSpec(tuple):
-    """``(kind, index, platform)`` read from a spec string; ``platform`` is the
+    """`(kind, index, platform)` read from a spec string; `platform` is the
     accelerator name the spec used ("cuda", "mps", ...), or None.
 
     Example:
@@ -99,10 +99,10 @@ class ParsedSpec(tuple):
 
 
 def register_platform(name: str) -> None:
-    """Accept ``name`` (and ``name:i``) in spec strings as an accelerator platform.
+    """Accept `name` (and `name:i`) in spec strings as an accelerator platform.
 
     Backends call this for accelerators known only at run time, such as a
-    PyTorch out-of-tree device renamed from ``privateuse1``.
+    PyTorch out-of-tree device renamed from `privateuse1`.
 
     Example:
         >>> register_platform("npu")
@@ -114,11 +114,11 @@ def register_platform(name: str) -> None:
 
 
 def parse_spec(spec: str) -> ParsedSpec:
-    """Read a device string into ``(kind, index, platform)``.
+    """Read a device string into `(kind, index, platform)`.
 
-    Accepts ``"cpu"``, ``"gpu"``, ``"gpu:1"``, ``"gpu(1)"``, platform names
-    (``"cuda:1"``, ``"mps"``), ``"meta"``, and TensorFlow's
-    ``"/job:localhost/replica:0/task:0/device:GPU:1"`` forms, in any case.
+    Accepts `"cpu"`, `"gpu"`, `"gpu:1"`, `"gpu(1)"`, platform names
+    (`"cuda:1"`, `"mps"`), `"meta"`, and TensorFlow's
+    `"/job:localhost/replica:0/task:0/device:GPU:1"` forms, in any case.
 
     Example:
         >>> parse_spec("cuda:1")
@@ -170,33 +170,33 @@ def _parse(spec: str):
 class Device:
     """Where a tensor lives, the same way for every framework.
 
-    ``kind`` is ``"cpu"``, ``"gpu"`` (the backend's accelerator: CUDA, ROCm,
-    MPS, XPU, TPU, ... or a virtual device) or ``"meta"`` (a device that holds
-    no data, such as torch's). ``index`` is its number, ``native`` the
-    framework's own device object, ``backend`` the adapter that made it,
-    ``virtual`` whether it is a virtual accelerator backed by host memory, and
-    ``platform`` what is behind it: ``"cpu"``, ``"cuda"``, ``"mps"``,
-    ``"xpu"``, ... or ``"host"`` for a virtual device.
+    `kind` is `"cpu"`, `"gpu"` (the backend's accelerator: CUDA, ROCm,
+    MPS, XPU, TPU, ... or a virtual device) or `"meta"` (a device that holds
+    no data, such as torch's). `index` is its number, `native` the
+    framework's own device object, `backend` the adapter that made it,
+    `virtual` whether it is a virtual accelerator backed by host memory, and
+    `platform` what is behind it: `"cpu"`, `"cuda"`, `"mps"`,
+    `"xpu"`, ... or `"host"` for a virtual device.
 
     What compares equal:
 
-    - two Devices with the same ``(kind, index, virtual)``, whatever their
+    - two Devices with the same `(kind, index, virtual)`, whatever their
       backend or platform: a torch tensor and a NumPy array on the host are on
       the same device;
     - a Device and any spec string naming the same kind and index
-      (``"gpu:0"``, ``"gpu"``, ``"cuda:0"``, ``"/GPU:0"``);
+      (`"gpu:0"`, `"gpu"`, `"cuda:0"`, `"/GPU:0"`);
     - a Device and a native device object of a loaded framework that describes
-      to an equal Device (``torch.device("cuda", 0)``).
+      to an equal Device (`torch.device("cuda", 0)`).
 
-    ``hash(d) == hash(str(d))``: equal Devices hash alike, and so do a Device
-    and its canonical string ``str(d)`` (``"gpu:0"``), so either finds the
-    other in a dict or set. Other spellings that compare equal (``"cuda"``,
+    `hash(d) == hash(str(d))`: equal Devices hash alike, and so do a Device
+    and its canonical string `str(d)` (`"gpu:0"`), so either finds the
+    other in a dict or set. Other spellings that compare equal (`"cuda"`,
     a native object) hash differently, as they must: key dicts by Device or
-    by ``str(d)``. Comparing with anything else is False, never an error.
+    by `str(d)`. Comparing with anything else is False, never an error.
 
-    A Device is immutable; ``copy.copy`` and ``copy.deepcopy`` return it
+    A Device is immutable; `copy.copy` and `copy.deepcopy` return it
     itself. Pickling keeps everything but the native object, which the
-    restored Device gets back from its backend the first time ``native`` is read.
+    restored Device gets back from its backend the first time `native` is read.
 
     Example:
         >>> d = ds.device_of(torch.ones(2))

@@ -2,13 +2,13 @@
 
 Two things live here, below every other devshim module:
 
-- ``lazy_names``: the one ``__getattr__`` (PEP 562) of devshim's packages (``devshim``,
-  ``devshim.guard``, ``devshim.backends``): each exported name is imported the first
-  time it is read. A package ``__init__`` never imports its own modules, so importing one
+- `lazy_names`: the one `__getattr__` (PEP 562) of devshim's packages (`devshim`,
+  `devshim.guard`, `devshim.backends`): each exported name is imported the first
+  time it is read. A package `__init__` never imports its own modules, so importing one
   module of a package never makes the package import its siblings: with no import circle,
   Python's per-module import locks hand every thread whole modules (two threads importing
   along a circle get a partially initialised module from one another).
-- ``LOCK``: the one lock under which devshim learns things on first use (the backend table,
+- `LOCK`: the one lock under which devshim learns things on first use (the backend table,
   adapters, each tensor type's fast paths, the guard hooks, the selected backend). One lock
   rather than one per module: a thread holding one and waiting for another cannot meet a
   thread doing the opposite. A thread holding it may import modules; no module's body takes
@@ -29,9 +29,9 @@ LOCK = RLock()
 
 
 def load(namespace: dict, exports: dict, submodules, name: str):
-    """The value of ``name`` in the package whose globals are ``namespace``: an exported name
-    (``exports`` maps it to the module defining it) or a submodule, imported now and kept in
-    ``namespace`` so that the next read finds it there.
+    """The value of `name` in the package whose globals are `namespace`: an exported name
+    (`exports` maps it to the module defining it) or a submodule, imported now and kept in
+    `namespace` so that the next read finds it there.
 
     Example:
         >>> load(globals(), {"Device": "devshim._device"}, (), "Device")
@@ -52,8 +52,8 @@ def load(namespace: dict, exports: dict, submodules, name: str):
 
 
 def lazy_names(namespace: dict, exports: dict, submodules=()) -> tuple:
-    """``(__getattr__, __dir__)`` for a package whose globals are ``namespace``: ``exports``
-    maps each public name to the module defining it, ``submodules`` names the modules read as
+    """`(__getattr__, __dir__)` for a package whose globals are `namespace`: `exports`
+    maps each public name to the module defining it, `submodules` names the modules read as
     attributes; each is imported on first use.
 
     Example:

@@ -2,24 +2,24 @@
 
 Rebuilt nests hold exactly what went in, with leaves replaced:
 
-- ``dict``, ``list`` and ``tuple`` subclasses keep their type and instance
-  state (``OrderedDict`` its order, ``defaultdict`` its factory, a user
-  subclass its attributes); ``collections.deque`` keeps ``maxlen``;
+- `dict`, `list` and `tuple` subclasses keep their type and instance
+  state (`OrderedDict` its order, `defaultdict` its factory, a user
+  subclass its attributes); `collections.deque` keeps `maxlen`;
   namedtuples stay namedtuples;
-- dataclass instances are copied without calling ``__init__`` or
-  ``__post_init__`` again (``init=False`` fields keep, and map, their values;
-  ``InitVar`` fields without defaults are no obstacle; frozen ones work);
-- every other ``collections.abc.Mapping`` (``UserDict`` and its subclasses, such
-  as transformers' ``BatchEncoding``) keeps its type and attributes: mutable
-  ones are copied with ``copy.copy`` and refilled, others rebuilt from a dict;
-- ``set`` and ``frozenset`` (and subclasses) are rebuilt with their type;
+- dataclass instances are copied without calling `__init__` or
+  `__post_init__` again (`init=False` fields keep, and map, their values;
+  `InitVar` fields without defaults are no obstacle; frozen ones work);
+- every other `collections.abc.Mapping` (`UserDict` and its subclasses, such
+  as transformers' `BatchEncoding`) keeps its type and attributes: mutable
+  ones are copied with `copy.copy` and refilled, others rebuilt from a dict;
+- `set` and `frozenset` (and subclasses) are rebuilt with their type;
 - everything else is a leaf.
 
-A nest that contains itself raises ``NestCycleError``. ``skip_keys`` names
+A nest that contains itself raises `NestCycleError`. `skip_keys` names
 mapping keys whose values are kept as they are, at any depth.
 
 What kind of container a type is gets decided once per type. The leaf
-operation is looked up once per leaf type per walk, by ``leaf_for(value)``,
+operation is looked up once per leaf type per walk, by `leaf_for(value)`,
 which returns a callable or None ("not a tensor: keep it as it is").
 
 Example:
@@ -45,7 +45,7 @@ _MISSING = object()
 
 @trace_constant
 def container_kind(kind: type) -> int:
-    """What sort of container instances of ``kind`` are (``LEAF`` when none).
+    """What sort of container instances of `kind` are (`LEAF` when none).
 
     torch.compile runs this in plain Python and keeps the answer: traced, the first
     classification of a type would change the cache that the compiled code guards on, and
@@ -88,7 +88,7 @@ def _classify(kind: type) -> int:
 
 
 def skip_set(skip_keys):
-    """``skip_keys`` (None, one key, or an iterable of keys) as a frozenset, or None.
+    """`skip_keys` (None, one key, or an iterable of keys) as a frozenset, or None.
 
     Example:
         >>> skip_set("labels"), skip_set(None)
@@ -111,7 +111,7 @@ def _cycle(path) -> NestCycleError:
 
 
 def is_container(x) -> bool:
-    """Whether ``x`` is a nest devshim walks into.
+    """Whether `x` is a nest devshim walks into.
 
     Example:
         >>> is_container([1]), is_container("ab")
@@ -127,16 +127,16 @@ def _dataclass_fields(x) -> list:
 
 
 def map_nest(x, leaf_for, keep_unchanged: bool = False, skip_keys=None, function=None):
-    """Rebuild the nest ``x`` with each leaf ``v`` replaced by ``leaf_for(v)(v)``.
+    """Rebuild the nest `x` with each leaf `v` replaced by `leaf_for(v)(v)`.
 
-    ``leaf_for(v)`` is asked once per leaf type and returns a callable, or
-    None for leaves to keep as they are. With ``keep_unchanged``, a container
-    none of whose leaves changed comes back as itself (``copy_if_needed``);
-    without, every container is new (``to_device``). ``skip_keys`` (a set, see
-    ``skip_set``): mapping keys whose values are kept as they are, at any depth.
-    A nest that contains itself raises ``NestCycleError``. ``x`` may be one leaf
-    (a single tensor): it is mapped alone; when ``leaf_for`` keeps it as it is and
-    ``function`` names the public function asking, that is ``NotATensorError``.
+    `leaf_for(v)` is asked once per leaf type and returns a callable, or
+    None for leaves to keep as they are. With `keep_unchanged`, a container
+    none of whose leaves changed comes back as itself (`copy_if_needed`);
+    without, every container is new (`to_device`). `skip_keys` (a set, see
+    `skip_set`): mapping keys whose values are kept as they are, at any depth.
+    A nest that contains itself raises `NestCycleError`. `x` may be one leaf
+    (a single tensor): it is mapped alone; when `leaf_for` keeps it as it is and
+    `function` names the public function asking, that is `NotATensorError`.
 
     Example:
         >>> map_nest((1, "a"), lambda v: (lambda leaf: -leaf) if isinstance(v, int) else None)
@@ -185,8 +185,8 @@ def map_nest(x, leaf_for, keep_unchanged: bool = False, skip_keys=None, function
         raise
 
 
-# One function per container kind: ``(value, walk, ops, keep_unchanged, skip_keys) -> new``, where
-# ``walk`` maps one item and ``ops`` is the walk's leaf type -> leaf function (None: kept).
+# One function per container kind: `(value, walk, ops, keep_unchanged, skip_keys) -> new`, where
+# `walk` maps one item and `ops` is the walk's leaf type -> leaf function (None: kept).
 
 
 def _map_dict(value, walk, ops, keep_unchanged, skip_keys):
@@ -221,7 +221,7 @@ def _map_tuple(value, walk, ops, keep_unchanged, skip_keys):
 
 
 def _map_pairs(value, walk, keep_unchanged, skip_keys):
-    """(key, new value) of a mapping, or None when ``keep_unchanged`` and nothing changed."""
+    """(key, new value) of a mapping, or None when `keep_unchanged` and nothing changed."""
     pairs = [(key, item if skip_keys is not None and key in skip_keys else walk(item))
              for key, item in value.items()]
     if keep_unchanged and all(new is value[key] for key, new in pairs):
@@ -277,7 +277,7 @@ def _map_set(value, walk, ops, keep_unchanged, skip_keys):
 
 
 def _mapped_items(value, walk, keep_unchanged):
-    """The items of a sequence, each walked; None when ``keep_unchanged`` and none changed."""
+    """The items of a sequence, each walked; None when `keep_unchanged` and none changed."""
     items = [walk(item) for item in value]
     return None if keep_unchanged and _same(items, value) else items
 
@@ -378,9 +378,9 @@ def _rebuild_mapping(value, pairs):
 
 
 def iter_leaves(x, path: str = "", _open=None):
-    """Yield ``(path, leaf)`` pairs; the path reads like ``[0]['weight']``.
+    """Yield `(path, leaf)` pairs; the path reads like `[0]['weight']`.
 
-    A nest that contains itself raises ``NestCycleError`` naming the path.
+    A nest that contains itself raises `NestCycleError` naming the path.
 
     Example:
         >>> list(iter_leaves({"a": [1]}))
@@ -419,8 +419,8 @@ def iter_leaves(x, path: str = "", _open=None):
 
 
 def _from_recursion(err: Optional[BaseException]) -> bool:
-    """Whether ``err`` is, or was caused by, Python's recursion limit (MXNet's ctypes calls turn
-    a RecursionError into an ``ArgumentError`` that only names it)."""
+    """Whether `err` is, or was caused by, Python's recursion limit (MXNet's ctypes calls turn
+    a RecursionError into an `ArgumentError` that only names it)."""
     seen = 0
     while err is not None and seen < 8:
         if isinstance(err, RecursionError) or "RecursionError" in str(err):

@@ -2,14 +2,14 @@
 
 Functions that take tensors dispatch on each tensor's own framework, whatever
 backend is selected; functions without a tensor use the selected backend, or
-the one named by ``backend=``.
+the one named by `backend=`.
 
-``device_of``, ``to_device`` and ``copy_if_needed`` are the hot paths. For a
+`device_of`, `to_device` and `copy_if_needed` are the hot paths. For a
 single tensor each is one dict lookup on the tensor's type, which finds its
-``FastPaths`` record (``devshim.backends.dispatch``), then that record's fast
+`FastPaths` record (`devshim.backends.dispatch`), then that record's fast
 path, which keeps the resolved target device of each spec until settings
-change. Nests go down to ``devshim.backends.nests``. Every data movement goes
-through ``devshim.transfer``.
+change. Nests go down to `devshim.backends.nests`. Every data movement goes
+through `devshim.transfer`.
 """
 
 from __future__ import annotations
@@ -48,11 +48,11 @@ def cpu(*, backend: str | None = None) -> NativeDevice:
 
 
 def gpu(i: int | None = None, *, backend: str | None = None) -> NativeDevice:
-    """GPU ``i`` as the backend's native device; DeviceUnavailableError if absent.
+    """GPU `i` as the backend's native device; DeviceUnavailableError if absent.
 
-    Without ``i``: this process's GPU, which is GPU 0 except under a launcher
+    Without `i`: this process's GPU, which is GPU 0 except under a launcher
     that started several processes (torchrun, Slurm, Open MPI, Horovod), where
-    it is GPU ``local_rank % num_gpus()`` (docs/distributed.md).
+    it is GPU `local_rank % num_gpus()` (docs/distributed.md).
 
     Example:
         >>> ds.gpu(0)  # on a machine with one CUDA GPU
@@ -64,7 +64,7 @@ def gpu(i: int | None = None, *, backend: str | None = None) -> NativeDevice:
 
 
 def num_gpus(*, backend: str | None = None) -> int:
-    """How many GPUs the backend sees (0 under ``DEVSHIM_DEVICE=cpu``), under a launcher too.
+    """How many GPUs the backend sees (0 under `DEVSHIM_DEVICE=cpu`), under a launcher too.
 
     Example:
         >>> ds.num_gpus()
@@ -74,12 +74,12 @@ def num_gpus(*, backend: str | None = None) -> int:
 
 
 def try_gpu(i: int | None = None, *, backend: str | None = None) -> NativeDevice:
-    """GPU ``i`` if it exists, else the CPU.
+    """GPU `i` if it exists, else the CPU.
 
-    Without ``i``: this process's GPU if there is one, else the CPU. That is GPU 0,
+    Without `i`: this process's GPU if there is one, else the CPU. That is GPU 0,
     except under a launcher that started several processes (torchrun, Slurm,
-    Open MPI, Horovod), where each process gets GPU ``local_rank % num_gpus()``
-    (docs/distributed.md). ``try_gpu(0)`` always means GPU 0.
+    Open MPI, Horovod), where each process gets GPU `local_rank % num_gpus()`
+    (docs/distributed.md). `try_gpu(0)` always means GPU 0.
 
     Example:
         >>> X = torch.ones(2, 3, device=ds.try_gpu())
@@ -88,9 +88,9 @@ def try_gpu(i: int | None = None, *, backend: str | None = None) -> NativeDevice
 
 
 def try_all_gpus(*, backend: str | None = None) -> list[NativeDevice]:
-    """Every GPU, or ``[cpu()]`` when there is none (never an empty list).
+    """Every GPU, or `[cpu()]` when there is none (never an empty list).
 
-    Under a launcher that started several processes: ``[try_gpu()]``, this
+    Under a launcher that started several processes: `[try_gpu()]`, this
     process's GPU, since each process of the job drives its own.
 
     Example:
@@ -111,8 +111,8 @@ def devices(*, backend: str | None = None) -> list[NativeDevice]:
 
 
 def device(spec: DeviceSpec, *, backend: str | None = None) -> NativeDevice:
-    """The backend's native device for a spec: ``"cpu"``, ``"gpu:1"``, ``"cuda:1"``,
-    ``"mps"``, ``"meta"``, a native device object, or a ``ds.Device``.
+    """The backend's native device for a spec: `"cpu"`, `"gpu:1"`, `"cuda:1"`,
+    `"mps"`, `"meta"`, a native device object, or a `ds.Device`.
 
     Example:
         >>> ds.device("cpu")
@@ -125,13 +125,13 @@ def device(spec: DeviceSpec, *, backend: str | None = None) -> NativeDevice:
 
 
 def device_of(x: Tensor) -> NativeDevice:
-    """The device tensor ``x`` lives on, as its framework's own device object.
+    """The device tensor `x` lives on, as its framework's own device object.
 
-    What comes back goes straight into the framework's ``device=`` (and into the
-    namespace ``ds.array_module(x)`` returns): a ``torch.device``, a ``jax.Device``,
-    a TensorFlow device name, an ``mx.Context``, NumPy's ``"cpu"``. It compares
-    equal to the ``ds.Device`` naming the same place; ``ds.neutral_device(x)`` is
-    that ``ds.Device``, for questions across frameworks. Inside ``jax.jit`` an
+    What comes back goes straight into the framework's `device=` (and into the
+    namespace `ds.array_module(x)` returns): a `torch.device`, a `jax.Device`,
+    a TensorFlow device name, an `mx.Context`, NumPy's `"cpu"`. It compares
+    equal to the `ds.Device` naming the same place; `ds.neutral_device(x)` is
+    that `ds.Device`, for questions across frameworks. Inside `jax.jit` an
     array has no device yet, and the answer is None (as array-api-compat's).
 
     Example:
@@ -160,10 +160,10 @@ def device_of(x: Tensor) -> NativeDevice:
 
 
 def neutral_device(x: Union[Tensor, NativeDevice]) -> Device:
-    """The framework-neutral ``ds.Device`` tensor ``x`` lives on, or that a framework's device
-    object ``x`` names (what ``ds.device_of``, ``ds.try_gpu`` or ``ds.model_device`` return).
+    """The framework-neutral `ds.Device` tensor `x` lives on, or that a framework's device
+    object `x` names (what `ds.device_of`, `ds.try_gpu` or `ds.model_device` return).
 
-    ``kind``, ``index``, ``virtual`` and ``platform`` say the same for every
+    `kind`, `index`, `virtual` and `platform` say the same for every
     framework, and Devices of different frameworks compare and hash alike when
     they name the same place (a torch tensor and a NumPy array on the host).
 
@@ -192,16 +192,16 @@ def neutral_device(x: Union[Tensor, NativeDevice]) -> Device:
 
 def to_device(x: Nest, device: DeviceSpec, *, non_blocking: bool = False,
               skip_keys: Union[Hashable, Collection[Hashable], None] = None) -> Nest:
-    """Copy ``x`` (a tensor or a nest of them) to ``device``: always new storage.
+    """Copy `x` (a tensor or a nest of them) to `device`: always new storage.
 
-    Even when ``x`` already lives on ``device`` the result is a copy, so
-    mutating it never changes ``x``. Gradients flow back through the copy.
-    ``non_blocking=True`` lets torch overlap host-to-GPU copies from pinned
+    Even when `x` already lives on `device` the result is a copy, so
+    mutating it never changes `x`. Gradients flow back through the copy.
+    `non_blocking=True` lets torch overlap host-to-GPU copies from pinned
     memory; synchronise before reading a result copied asynchronously to the
-    host. In nests, ``skip_keys`` (a key or a collection of keys) names mapping
-    entries left as they are, at any depth; objects with a ``.to(device)``
+    host. In nests, `skip_keys` (a key or a collection of keys) names mapping
+    entries left as they are, at any depth; objects with a `.to(device)`
     method get it called. A device that runs out of memory raises
-    ``ds.DeviceOutOfMemoryError`` (a ``MemoryError``; the framework's error is its cause).
+    `ds.DeviceOutOfMemoryError` (a `MemoryError`; the framework's error is its cause).
 
     Example:
         >>> Z = ds.to_device(X, ds.try_gpu(1))
@@ -222,11 +222,11 @@ def to_device(x: Nest, device: DeviceSpec, *, non_blocking: bool = False,
 
 def copy_if_needed(x: Nest, device: DeviceSpec, *, non_blocking: bool = False,
                    skip_keys: Union[Hashable, Collection[Hashable], None] = None) -> Nest:
-    """``x`` itself when it already lives on ``device``, else ``to_device(x, device)``.
+    """`x` itself when it already lives on `device`, else `to_device(x, device)`.
 
     For nests, only the tensors that are elsewhere are copied, and a container
-    in which nothing had to be copied comes back as itself. ``non_blocking``
-    and ``skip_keys`` as for ``to_device``.
+    in which nothing had to be copied comes back as itself. `non_blocking`
+    and `skip_keys` as for `to_device`.
 
     Example:
         >>> Z2 = ds.copy_if_needed(Z, ds.try_gpu(1))
@@ -265,8 +265,8 @@ def _copy_nest_if_needed(x, device, skip_keys, non_blocking):
 
 
 def _described_device(x):
-    """The ``ds.Device`` of a framework's device object or of a ``ds.Device``; None for anything
-    else: a tensor of a class not met yet, a spec string (``ds.device(spec)`` resolves one), or no
+    """The `ds.Device` of a framework's device object or of a `ds.Device`; None for anything
+    else: a tensor of a class not met yet, a spec string (`ds.device(spec)` resolves one), or no
     device at all."""
     if isinstance(x, Device):
         return x
@@ -278,7 +278,7 @@ def _described_device(x):
 
 
 def _learned(x, function: str):
-    """The ``FastPaths`` of ``x``'s class, learned now; ``NotATensorError`` naming ``function``
+    """The `FastPaths` of `x`'s class, learned now; `NotATensorError` naming `function`
     for a value that is no tensor."""
     paths = fast_paths(x)
     if paths is None:
@@ -292,9 +292,9 @@ def _copy_if_needed_async(adapter, x, device):
 
 
 def to_numpy(x: Nest) -> Nest:
-    """Copy ``x`` (or every tensor in a nest) to a host NumPy array.
+    """Copy `x` (or every tensor in a nest) to a host NumPy array.
 
-    The result never shares memory with ``x``.
+    The result never shares memory with `x`.
 
     Example:
         >>> ds.to_numpy(torch.ones(2, device=ds.try_gpu()))
@@ -322,7 +322,7 @@ def _tensor_devices(xs: tuple) -> list:
 
 
 def same_device(*xs: Nest) -> bool:
-    """Whether every tensor in ``xs`` (nests walked) lives on one device.
+    """Whether every tensor in `xs` (nests walked) lives on one device.
 
     Non-tensor leaves are ignored; with no tensors at all the answer is True.
     JAX arrays spread over several devices are placed alike when their
@@ -337,10 +337,10 @@ def same_device(*xs: Nest) -> bool:
 
 
 def ensure_same_device(*xs: Nest) -> NativeDevice:
-    """The one device all tensors in ``xs`` share, as the first tensor's framework's own device
-    object (what ``ds.device_of`` returns); DeviceMismatchError otherwise.
+    """The one device all tensors in `xs` share, as the first tensor's framework's own device
+    object (what `ds.device_of` returns); DeviceMismatchError otherwise.
 
-    For JAX arrays spread alike over several devices: their ``Sharding``.
+    For JAX arrays spread alike over several devices: their `Sharding`.
 
     Example:
         >>> dev = ds.ensure_same_device(X, Y)

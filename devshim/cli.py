@@ -1,11 +1,11 @@
-"""The ``devshim`` command (also ``python -m devshim``).
+"""The `devshim` command (also `python -m devshim`).
 
-``devshim info`` prints the backend devshim picks and why, each backend with
+`devshim info` prints the backend devshim picks and why, each backend with
 its framework's version and what it can do, the devices each one sees, and,
 under a launcher (torchrun, Slurm, Open MPI, Horovod), which process this is.
-``devshim bench`` runs the experiments (``devshim.bench``).
-``devshim selftest`` checks devshim on this machine's frameworks and GPUs and
-prints a report for bug reports (``devshim.selftest``).
+`devshim bench` runs the experiments (`devshim.bench`).
+`devshim selftest` checks devshim on this machine's frameworks and GPUs and
+prints a report for bug reports (`devshim.selftest`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from devshim.errors import BackendError, DevshimError
 
 __all__ = ["main", "collect_info", "print_info", "build_parser", "setting_problems"]
 
-#: The variables ``devshim info`` shows and checks.
+#: The variables `devshim info` shows and checks.
 ENVIRONMENT_VARS = (settings.BACKEND_VAR, settings.DEVICE_VAR, settings.VIRTUAL_DEVICES_VAR,
                     settings.TRANSFER_GUARD_VAR, settings.VIRTUAL_MEMORY_VAR)
 
@@ -51,8 +51,8 @@ _SETTING_CHECKS: tuple = (
 
 
 def setting_problems() -> list:
-    """One ``{"setting": ..., "error": ...}`` per ``DEVSHIM_*`` (or launcher) variable whose
-    value devshim cannot use; empty when every setting is fine. ``devshim info`` exits with
+    """One `{"setting": ..., "error": ...}` per `DEVSHIM_*` (or launcher) variable whose
+    value devshim cannot use; empty when every setting is fine. `devshim info` exits with
     status 2 when there is any.
 
     Example:
@@ -86,8 +86,8 @@ def _framework_entry(name: str, spec: Any) -> dict:
 
 
 def collect_info() -> dict:
-    """Everything ``devshim info`` reports, as plain data; ``problems`` lists the settings
-    devshim cannot use (``setting_problems()``).
+    """Everything `devshim info` reports, as plain data; `problems` lists the settings
+    devshim cannot use (`setting_problems()`).
 
     Example:
         >>> collect_info()["backend"]
@@ -110,7 +110,7 @@ def collect_info() -> dict:
 
 
 def _process() -> Optional[dict]:
-    """``ds.process_info()`` as plain data under a launcher; None without one."""
+    """`ds.process_info()` as plain data under a launcher; None without one."""
     try:
         if settings.launcher() is None:
             return None
@@ -126,7 +126,7 @@ def _format_memory(num_bytes: Optional[int]) -> str:
 
 
 def print_info(info: dict, out: Optional[TextIO] = None) -> None:
-    """Print ``collect_info()``'s data as the text ``devshim info`` shows.
+    """Print `collect_info()`'s data as the text `devshim info` shows.
 
     Example:
         >>> print_info(collect_info())
@@ -217,7 +217,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``devshim`` argument parser, with its ``info``, ``bench`` and ``selftest`` commands."""
+    """The `devshim` argument parser, with its `info`, `bench` and `selftest` commands."""
     parser = argparse.ArgumentParser(prog="devshim", description=(__doc__ or "devshim").splitlines()[0])
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
@@ -232,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[list] = None) -> int:
-    """Run the ``devshim`` command; returns the exit status.
+    """Run the `devshim` command; returns the exit status.
 
     Example:
         >>> main(["info"])
@@ -254,7 +254,7 @@ if __name__ == "__main__":  # pragma: no cover
 
 
 def _memory_of(name: str, devices: list) -> list:
-    """``ds.memory`` of each of the backend's devices (as ``devshim info`` lists them), as plain
+    """`ds.memory` of each of the backend's devices (as `devshim info` lists them), as plain
     data; an entry with the error for a device whose figures could not be read."""
     from devshim.device_memory import memory
 
@@ -268,7 +268,7 @@ def _memory_of(name: str, devices: list) -> list:
 
 
 def _print_memory(frameworks: list, write: Callable[..., None]) -> None:
-    """Each device's memory (``ds.memory``): "-" where the framework cannot say."""
+    """Each device's memory (`ds.memory`): "-" where the framework cannot say."""
     from devshim.backends.memory_base import format_bytes
 
     def shown(value: object) -> str:

@@ -1,31 +1,31 @@
-"""``ds.convert``: a tensor (or a nest of them) of one framework as a tensor of another.
+"""`ds.convert`: a tensor (or a nest of them) of one framework as a tensor of another.
 
-The semantics are the array API's ``from_dlpack(x, device=None, copy=None)``,
+The semantics are the array API's `from_dlpack(x, device=None, copy=None)`,
 with devshim's rule that crossing devices is always explicit:
 
-- without ``device=``, the result lives on ``x``'s own device (devshim's
-  ``Device`` equality: kind, index, virtual flag). ``copy=None`` shares
-  ``x``'s memory through DLPack when the pair can, and copies on that device
-  when it cannot; ``copy=True`` always makes new storage; ``copy=False`` shares
-  or raises ``CopyRequiredError`` (a ``BufferError``) saying why;
-- when the target framework has no array on ``x``'s device (NumPy and a GPU),
+- without `device=`, the result lives on `x`'s own device (devshim's
+  `Device` equality: kind, index, virtual flag). `copy=None` shares
+  `x`'s memory through DLPack when the pair can, and copies on that device
+  when it cannot; `copy=True` always makes new storage; `copy=False` shares
+  or raises `CopyRequiredError` (a `BufferError`) saying why;
+- when the target framework has no array on `x`'s device (NumPy and a GPU),
   the conversion would copy to the target's CPU: an implicit transfer, which
-  ``ds.transfer_guard`` logs ("log") or refuses with
-  ``CrossDeviceConversionError`` ("disallow");
-- with ``device=`` another device, the result is a copy there, made through
-  ``devshim.transfer`` (so guards let it through) and counted in the
-  ``report.explicit`` of every enclosing ``transfer_guard`` block.
+  `ds.transfer_guard` logs ("log") or refuses with
+  `CrossDeviceConversionError` ("disallow");
+- with `device=` another device, the result is a copy there, made through
+  `devshim.transfer` (so guards let it through) and counted in the
+  `report.explicit` of every enclosing `transfer_guard` block.
 
-Virtual GPUs: virtual ``gpu:i`` of one framework is virtual ``gpu:i`` of
+Virtual GPUs: virtual `gpu:i` of one framework is virtual `gpu:i` of
 another (no guard is involved), but their memories are kept apart as real
 GPUs' are: converting between two frameworks' virtual GPUs copies on the
-target device, so ``copy=False`` refuses there.
+target device, so `copy=False` refuses there.
 
-A device that runs out of memory raises ``ds.DeviceOutOfMemoryError``, the framework's error
+A device that runs out of memory raises `ds.DeviceOutOfMemoryError`, the framework's error
 as its cause.
 
-Framework-specific code lives in each backend's optional ``interop.py``: one
-subclass of ``devshim.backends.interop_base.Interop`` (docs/adapters.md).
+Framework-specific code lives in each backend's optional `interop.py`: one
+subclass of `devshim.backends.interop_base.Interop` (docs/adapters.md).
 
 Example:
     >>> j = ds.convert(torch.ones(3), "jax")          # shares the torch tensor's memory
@@ -51,7 +51,7 @@ __all__ = ["convert", "interop_for", "target_backend"]
 
 
 def interop_for(adapter):
-    """The ``Interop`` of ``adapter``'s backend (its ``interop.py``); BackendError when it has none.
+    """The `Interop` of `adapter`'s backend (its `interop.py`); BackendError when it has none.
 
     Example:
         >>> interop_for(ds.get_backend("torch")).pointer(ds.get_backend("torch"), torch.ones(2))
@@ -68,7 +68,7 @@ def interop_for(adapter):
 
 
 def target_backend(to):
-    """The backend adapter ``to`` names: a name or alias, a tensor of it, or its module.
+    """The backend adapter `to` names: a name or alias, a tensor of it, or its module.
 
     Example:
         >>> target_backend("pytorch").name, target_backend(jax.numpy).name
@@ -93,17 +93,17 @@ def target_backend(to):
 
 
 def convert(x: Nest, to: Any, *, device: Optional[DeviceSpec] = None, copy: Optional[bool] = None) -> Nest:
-    """``x`` (a tensor or a nest of them) as tensors of the framework ``to``.
+    """`x` (a tensor or a nest of them) as tensors of the framework `to`.
 
-    ``to`` is a framework name (``"torch"``, ``"jax"``, ``"tensorflow"``,
-    ``"mxnet"``, ``"cupy"``, ``"numpy"`` or an alias), a tensor of it, or its
-    module. On ``x``'s own device the result shares ``x``'s memory (DLPack)
-    where the pair allows; ``copy=True`` always gives new storage,
-    ``copy=False`` raises ``CopyRequiredError`` when sharing is impossible.
-    ``device=`` another device makes an explicit copy there, which transfer
-    guards allow and count in ``report.explicit``. A conversion that would
-    have to leave ``x``'s device without ``device=`` is an implicit transfer:
-    refused under ``transfer_guard("disallow")`` (``CrossDeviceConversionError``).
+    `to` is a framework name (`"torch"`, `"jax"`, `"tensorflow"`,
+    `"mxnet"`, `"cupy"`, `"numpy"` or an alias), a tensor of it, or its
+    module. On `x`'s own device the result shares `x`'s memory (DLPack)
+    where the pair allows; `copy=True` always gives new storage,
+    `copy=False` raises `CopyRequiredError` when sharing is impossible.
+    `device=` another device makes an explicit copy there, which transfer
+    guards allow and count in `report.explicit`. A conversion that would
+    have to leave `x`'s device without `device=` is an implicit transfer:
+    refused under `transfer_guard("disallow")` (`CrossDeviceConversionError`).
     Converted tensors do not carry autograd history to the other framework.
 
     Example:
@@ -192,7 +192,7 @@ def _convert_leaf(x, source, target, want, copy, name: str):
 
 
 def _on_device(x, source, target, native, here, copy, name: str):
-    """``x`` as a ``target`` tensor on its own device ``here`` (``native`` in ``target``)."""
+    """`x` as a `target` tensor on its own device `here` (`native` in `target`)."""
     if source is target:
         return source.copy_to(x, native, False) if copy else x
     if copy is True:
@@ -229,7 +229,7 @@ def _share(x, source, target, native):
 
 
 def _copy(x, source, target, native):
-    """New storage on ``native``: ``x``'s exact values through the host."""
+    """New storage on `native`: `x`'s exact values through the host."""
     if marker.watchers:
         with transfer.explicit():
             return interop_for(target).from_host(target, _host_copy(source, x), native)
@@ -237,7 +237,7 @@ def _copy(x, source, target, native):
 
 
 def _host_copy(source, x):
-    """``x``'s values as a fresh NumPy array in the machine's byte order: NumPy keeps a
+    """`x`'s values as a fresh NumPy array in the machine's byte order: NumPy keeps a
     big-endian array's order in its copies, and torch and JAX refuse to take one."""
     array = source.tensor_to_numpy(x)
     dtype = getattr(array, "dtype", None)
@@ -257,7 +257,7 @@ def _nbytes(src, source, x) -> int:
 
 
 def _same_place(target, here):
-    """``target``'s native device equal to ``here``, or None when it presents no such device."""
+    """`target`'s native device equal to `here`, or None when it presents no such device."""
     try:
         native = target.device(here)
     except DevshimError:

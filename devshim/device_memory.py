@@ -1,19 +1,19 @@
-"""``ds.memory`` and ``ds.memory_peak``: what each device's memory holds, on every framework.
+"""`ds.memory` and `ds.memory_peak`: what each device's memory holds, on every framework.
 
-The figures come from each backend's ``memory.py`` (``devshim.backends.memory_base``): the
+The figures come from each backend's `memory.py` (`devshim.backends.memory_base`): the
 framework's own allocator counts where it keeps them, devshim's count on torch's virtual GPUs,
 the live tensors elsewhere, and the process's and the machine's figures for the host.
 docs/memory.md has the table of which figure each framework knows.
 
-A peak is taken one of three ways, and ``MemoryPeak.method`` says which:
+A peak is taken one of three ways, and `MemoryPeak.method` says which:
 
-- ``"reset"``: the framework keeps a peak counter devshim can start over (torch's CUDA and XPU
+- `"reset"`: the framework keeps a peak counter devshim can start over (torch's CUDA and XPU
   allocators, torch's virtual GPUs, TensorFlow's GPUs, the host on Linux): it is reset when
   the block starts and read when it ends. An open block on the same device keeps what it had
   seen before an inner block resets the counter.
-- ``"counter"``: the framework keeps a peak it cannot reset (JAX's GPUs and TPUs): when it
+- `"counter"`: the framework keeps a peak it cannot reset (JAX's GPUs and TPUs): when it
   rose inside the block, that is the block's peak.
-- ``"sampled"``: otherwise a thread reads the bytes in use every ``interval`` seconds (less
+- `"sampled"`: otherwise a thread reads the bytes in use every `interval` seconds (less
   often when one reading takes long, so that it takes at most a tenth of a core): a peak
   shorter than that can be missed, so the figure is at least the truth, never more.
 
@@ -44,7 +44,7 @@ DEFAULT_INTERVAL = 0.001
 
 
 def _adapter_for(device, backend):
-    """The backend a device spec belongs to: ``backend=``, the one a ``ds.Device`` or another
+    """The backend a device spec belongs to: `backend=`, the one a `ds.Device` or another
     framework's device object names, else the selected backend."""
     if backend is None and device is not None and not isinstance(device, str):
         described = describe_native_device(device)
@@ -64,14 +64,14 @@ def _figures(adapter, native) -> MemoryInfo:
 
 
 def memory(device: Any = None, *, backend: Optional[str] = None) -> Any:
-    """The memory of ``device`` (any device spec) as a ``ds.MemoryInfo``; without ``device``, a
+    """The memory of `device` (any device spec) as a `ds.MemoryInfo`; without `device`, a
     list with one for every device of the backend (the CPU, then each GPU).
 
-    Each figure is in bytes, or None where the framework cannot say: ``in_use`` (held by the
-    framework's tensors; on the host, the process's resident memory), ``reserved`` (held by its
-    allocator), ``peak`` (the most in use since the last reset), ``total`` and ``free``. On
-    virtual GPUs ``in_use`` is the bytes of the live tensors on each, and ``total`` the size
-    ``DEVSHIM_VIRTUAL_MEMORY`` gives them.
+    Each figure is in bytes, or None where the framework cannot say: `in_use` (held by the
+    framework's tensors; on the host, the process's resident memory), `reserved` (held by its
+    allocator), `peak` (the most in use since the last reset), `total` and `free`. On
+    virtual GPUs `in_use` is the bytes of the live tensors on each, and `total` the size
+    `DEVSHIM_VIRTUAL_MEMORY` gives them.
 
     Example:
         >>> x = torch.ones(1000, device="gpu:0")      # a virtual GPU
@@ -93,15 +93,15 @@ _open_lock = threading.Lock()
 
 
 class MemoryPeak:
-    """The most memory in use on one device inside a ``with ds.memory_peak(device)`` block.
+    """The most memory in use on one device inside a `with ds.memory_peak(device)` block.
 
-    ``peak``    the most bytes in use inside the block (None while it runs, or where the
+    `peak`    the most bytes in use inside the block (None while it runs, or where the
                 framework says nothing of the device's use);
-    ``start``   the bytes in use when the block began, ``end`` when it ended;
-    ``added``   ``peak - start``: the most the block itself added;
-    ``method``  how the peak was taken: ``"reset"``, ``"counter"`` or ``"sampled"`` (the
-                module docstring of ``devshim.device_memory`` says what each means);
-    ``device``  the ``ds.Device``.
+    `start`   the bytes in use when the block began, `end` when it ended;
+    `added`   `peak - start`: the most the block itself added;
+    `method`  how the peak was taken: `"reset"`, `"counter"` or `"sampled"` (the
+                module docstring of `devshim.device_memory` says what each means);
+    `device`  the `ds.Device`.
 
     Example:
         >>> with ds.memory_peak("gpu:0") as peak:
@@ -127,7 +127,7 @@ class MemoryPeak:
 
     @property
     def added(self) -> Optional[int]:
-        """``peak - start``, or None when either is unknown.
+        """`peak - start`, or None when either is unknown.
 
         Example:
             >>> peak.added
@@ -208,21 +208,21 @@ def _most(*values) -> Optional[int]:
 
 
 def _fold(blocks: list, value) -> None:
-    """Keep ``value`` (a peak reading) in every open block: a reset is about to lose it."""
+    """Keep `value` (a peak reading) in every open block: a reset is about to lose it."""
     for block in blocks:
         block._seen = _most(block._seen, value)
 
 
 def memory_peak(device: Any = None, *, backend: Optional[str] = None,
                 interval: float = DEFAULT_INTERVAL) -> MemoryPeak:
-    """A ``with`` block that measures the most memory in use on ``device`` (default: the
-    backend's ``try_gpu()``) while it runs; ``as peak`` gives a ``ds.MemoryPeak`` whose
-    ``peak``, ``start``, ``end`` and ``added`` are filled when the block ends.
+    """A `with` block that measures the most memory in use on `device` (default: the
+    backend's `try_gpu()`) while it runs; `as peak` gives a `ds.MemoryPeak` whose
+    `peak`, `start`, `end` and `added` are filled when the block ends.
 
-    Where the framework keeps a peak counter devshim resets it (``peak.method == "reset"``);
-    otherwise a thread samples the bytes in use every ``interval`` seconds (``"sampled"``,
+    Where the framework keeps a peak counter devshim resets it (`peak.method == "reset"`);
+    otherwise a thread samples the bytes in use every `interval` seconds (`"sampled"`,
     which can miss a peak shorter than that) or a counter that cannot be reset is read when it
-    rose (``"counter"``). Blocks may nest, on one device or several.
+    rose (`"counter"`). Blocks may nest, on one device or several.
 
     Example:
         >>> with ds.memory_peak("gpu:0") as peak:

@@ -1,13 +1,13 @@
 """More than one process: which process of a launched job this is, and torch's process group.
 
-A launcher (torchrun, Slurm's ``srun``, Open MPI's ``mpirun``, Horovod's ``horovodrun``)
+A launcher (torchrun, Slurm's `srun`, Open MPI's `mpirun`, Horovod's `horovodrun`)
 starts one process per device and tells each which one it is through environment
-variables (TensorFlow's ``TF_CONFIG`` describes the job likewise), which
-``devshim.settings`` reads once; ``jax.distributed`` tells JAX's processes itself.
-The device functions use them (``ds.try_gpu()`` is this process's GPU); this
-module reports them (``ds.process_info()``) and starts ``torch.distributed`` from
-them (``ds.init_distributed()``). Training itself is the framework's engine (DDP,
-``tf.distribute``, ``jax.distributed``): devshim only places things right inside it.
+variables (TensorFlow's `TF_CONFIG` describes the job likewise), which
+`devshim.settings` reads once; `jax.distributed` tells JAX's processes itself.
+The device functions use them (`ds.try_gpu()` is this process's GPU); this
+module reports them (`ds.process_info()`) and starts `torch.distributed` from
+them (`ds.init_distributed()`). Training itself is the framework's engine (DDP,
+`tf.distribute`, `jax.distributed`): devshim only places things right inside it.
 
 Example:
     >>> info = ds.init_distributed()        # under torchrun --nproc_per_node 2, on the CPU
@@ -26,21 +26,21 @@ __all__ = ["ProcessInfo", "process_info", "init_distributed"]
 
 
 class ProcessInfo:
-    """This process's place in a launched job, and its device (``ds.process_info()``).
+    """This process's place in a launched job, and its device (`ds.process_info()`).
 
-    ``launcher``          "torchrun", "openmpi", "horovod", "tf_config" (TensorFlow's ``TF_CONFIG``),
+    `launcher`          "torchrun", "openmpi", "horovod", "tf_config" (TensorFlow's `TF_CONFIG`),
                           "slurm", "jax.distributed" (started with several processes), or None.
-    ``rank``              rank in the whole job (0 without a launcher).
-    ``local_rank``        rank on this machine: what picks the device.
-    ``world_size``        processes in the job (1 without a launcher).
-    ``local_world_size``  processes on this machine (1 without a launcher).
-    ``device``            this process's device, the backend's native object (``ds.try_gpu()``).
-    ``backend``           the devshim backend ``device`` belongs to ("torch", ...).
-    ``process_group``     torch.distributed's backend ("gloo", "cpu:gloo,cuda:nccl") when its
+    `rank`              rank in the whole job (0 without a launcher).
+    `local_rank`        rank on this machine: what picks the device.
+    `world_size`        processes in the job (1 without a launcher).
+    `local_world_size`  processes on this machine (1 without a launcher).
+    `device`            this process's device, the backend's native object (`ds.try_gpu()`).
+    `backend`           the devshim backend `device` belongs to ("torch", ...).
+    `process_group`     torch.distributed's backend ("gloo", "cpu:gloo,cuda:nccl") when its
                           default process group is initialised, else None.
 
-    ``rank``, ``world_size`` and ``local_world_size`` are None when the launcher's variables
-    do not say; once a torch process group is initialised, ``rank`` and ``world_size`` are
+    `rank`, `world_size` and `local_world_size` are None when the launcher's variables
+    do not say; once a torch process group is initialised, `rank` and `world_size` are
     the group's.
 
     Example:
@@ -61,7 +61,7 @@ class ProcessInfo:
         raise AttributeError("ProcessInfo is immutable")
 
     def as_dict(self) -> dict:
-        """Plain data (the device as its ``ds.Device`` string, "gpu:1"): what ``devshim info --json`` prints.
+        """Plain data (the device as its `ds.Device` string, "gpu:1"): what `devshim info --json` prints.
 
         Example:
             >>> ds.process_info().as_dict()["device"]
@@ -86,10 +86,10 @@ def process_info(*, backend=None) -> ProcessInfo:
     """Which process of a launched job this is, and its device.
 
     From the launcher's variables (torchrun, Slurm, Open MPI, Horovod, TensorFlow's
-    ``TF_CONFIG``; see docs/distributed.md), read once like every devshim setting, or,
-    without them, from ``jax.distributed`` when JAX runs with several processes. Without
-    either this is rank 0 of 1, with ``launcher=None``. ``device`` is ``ds.try_gpu()`` of
-    the selected backend, or of ``backend=``.
+    `TF_CONFIG`; see docs/distributed.md), read once like every devshim setting, or,
+    without them, from `jax.distributed` when JAX runs with several processes. Without
+    either this is rank 0 of 1, with `launcher=None`. `device` is `ds.try_gpu()` of
+    the selected backend, or of `backend=`.
 
     Example:
         >>> info = ds.process_info()      # under torchrun --nproc_per_node 2, second process
@@ -121,16 +121,16 @@ def init_distributed(process_group_backend=None, *, timeout=None) -> ProcessInfo
     """Start torch.distributed's default process group from the launcher's variables; idempotent.
 
     Rank and world size come from the launcher (torchrun, Slurm, Open MPI, Horovod). The
-    backend suits this process's device (``ds.try_gpu()``): gloo on the CPU and on
+    backend suits this process's device (`ds.try_gpu()`): gloo on the CPU and on
     devshim's virtual GPUs, nccl for CUDA tensors (with gloo beside it for CPU tensors),
-    torch's default for other accelerators; ``process_group_backend`` overrides it. An
-    accelerator becomes the current device of its kind (``torch.cuda.set_device``).
+    torch's default for other accelerators; `process_group_backend` overrides it. An
+    accelerator becomes the current device of its kind (`torch.cuda.set_device`).
     torchrun provides the rendezvous; under Slurm, Open MPI or Horovod set
-    ``MASTER_ADDR`` and ``MASTER_PORT`` (``MASTER_ADDR`` defaults to 127.0.0.1 when all
+    `MASTER_ADDR` and `MASTER_PORT` (`MASTER_ADDR` defaults to 127.0.0.1 when all
     processes share one machine). Without a launcher it starts a world of one process,
     so the same script runs alone. Called again, or after the user's own
-    ``init_process_group``, it starts nothing. ``timeout`` is in seconds (or a
-    ``timedelta``). Returns ``ds.process_info(backend="torch")``.
+    `init_process_group`, it starts nothing. `timeout` is in seconds (or a
+    `timedelta`). Returns `ds.process_info(backend="torch")`.
 
     Example:
         >>> info = ds.init_distributed()

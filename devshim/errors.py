@@ -1,7 +1,7 @@
 """Every error and warning devshim raises, and nothing else.
 
 Each class also derives from the built-in exception a caller would naturally
-catch (``ValueError``, ``TypeError``, ``RuntimeError``), so code written
+catch (`ValueError`, `TypeError`, `RuntimeError`), so code written
 against plain Python exceptions, or against the framework's own errors,
 keeps working. Every message names what was wrong and says what to do.
 
@@ -119,11 +119,11 @@ class DeviceMismatchError(DevshimError, RuntimeError):
 
 
 class ImplicitTransferError(DevshimError, RuntimeError):
-    """Under ``ds.transfer_guard("disallow")``, a copy between the host and a device
+    """Under `ds.transfer_guard("disallow")`, a copy between the host and a device
     that the code did not ask for: reading an accelerator tensor on the host with
-    ``float(t)``, ``t.item()``, ``t.numpy()``, ``print(t)``, ``np.asarray(t)`` and
+    `float(t)`, `t.item()`, `t.numpy()`, `print(t)`, `np.asarray(t)` and
     the like. The message names the read and the explicit call to use instead
-    (``ds.to_numpy``).
+    (`ds.to_numpy`).
 
     Example:
         >>> with ds.transfer_guard("disallow"):
@@ -134,10 +134,10 @@ class ImplicitTransferError(DevshimError, RuntimeError):
 
 
 class CrossDeviceConversionError(DeviceMismatchError):
-    """Under ``ds.transfer_guard("disallow")``, a ``ds.convert`` without ``device=`` whose
+    """Under `ds.transfer_guard("disallow")`, a `ds.convert` without `device=` whose
     target framework has no array on the tensor's device, so the conversion would copy
     it to another device (a torch GPU tensor to NumPy, a virtual GPU to a host-only
-    framework). The message names both devices and the ``device=`` that makes the copy
+    framework). The message names both devices and the `device=` that makes the copy
     explicit.
 
     Example:
@@ -149,11 +149,11 @@ class CrossDeviceConversionError(DeviceMismatchError):
 
 
 class CopyRequiredError(DevshimError, BufferError):
-    """``ds.convert(x, to, copy=False)`` where the target cannot share ``x``'s memory:
+    """`ds.convert(x, to, copy=False)` where the target cannot share `x`'s memory:
     another device, a dtype or layout the target's DLPack import refuses, a read-only
     input going to a framework whose arrays are writable, a virtual GPU. A
-    ``BufferError``, as the array API's ``from_dlpack(copy=False)`` raises. The message
-    says why; pass ``copy=None`` to allow the copy.
+    `BufferError`, as the array API's `from_dlpack(copy=False)` raises. The message
+    says why; pass `copy=None` to allow the copy.
 
     Example:
         >>> ds.convert(read_only_array, "torch", copy=False)
@@ -164,7 +164,7 @@ class CopyRequiredError(DevshimError, BufferError):
 
 class InvalidGuardLevelError(DevshimError, ValueError):
     """A transfer-guard level devshim does not know (valid: "allow", "log", "disallow"),
-    given to ``ds.transfer_guard`` or in ``DEVSHIM_TRANSFER_GUARD``.
+    given to `ds.transfer_guard` or in `DEVSHIM_TRANSFER_GUARD`.
 
     Example:
         >>> ds.transfer_guard("forbid")
@@ -184,7 +184,7 @@ class NotATensorError(DevshimError, TypeError):
 
     @classmethod
     def for_value(cls, x, function: str) -> "NotATensorError":
-        """The error ``function`` raises for a value ``x`` that is neither a tensor nor a nest.
+        """The error `function` raises for a value `x` that is neither a tensor nor a nest.
 
         Example:
             >>> raise NotATensorError.for_value("abc", "device_of")
@@ -193,7 +193,7 @@ class NotATensorError(DevshimError, TypeError):
 
     @classmethod
     def for_type(cls, kind: type, function: str) -> "NotATensorError":
-        """``for_value`` for a value of class ``kind`` (what torch.compile's trace knows of it).
+        """`for_value` for a value of class `kind` (what torch.compile's trace knows of it).
 
         Example:
             >>> raise NotATensorError.for_type(str, "device_of")
@@ -207,8 +207,8 @@ class NotATensorError(DevshimError, TypeError):
 
 
 class NotAModelError(DevshimError, TypeError):
-    """``place_model`` and friends got something that is not a model of an installed
-    framework (a torch ``nn.Module``, a Gluon ``Block``, a Keras model).
+    """`place_model` and friends got something that is not a model of an installed
+    framework (a torch `nn.Module`, a Gluon `Block`, a Keras model).
 
     Example:
         >>> ds.place_model([1, 2], "cpu")
@@ -242,7 +242,7 @@ class UnsupportedPlacementError(DevshimError, TypeError):
 
 
 class BatchSplitError(DevshimError, ValueError):
-    """``split_batch`` cannot split the batch: fewer examples than devices, or
+    """`split_batch` cannot split the batch: fewer examples than devices, or
     tensors with different numbers of examples.
 
     Example:
@@ -253,7 +253,7 @@ class BatchSplitError(DevshimError, ValueError):
 
 
 class ReduceMismatchError(DevshimError, ValueError):
-    """``allreduce`` got tensors that cannot be summed element by element: their
+    """`allreduce` got tensors that cannot be summed element by element: their
     shapes or dtypes differ. A sum over devices never broadcasts; the message
     lists each tensor's shape and dtype.
 
@@ -265,8 +265,8 @@ class ReduceMismatchError(DevshimError, ValueError):
 
 
 class MixedFrameworksError(DevshimError, TypeError):
-    """A function that works on tensors of one framework at a time (``allreduce``)
-    got tensors of several: the message names them and ``ds.convert``.
+    """A function that works on tensors of one framework at a time (`allreduce`)
+    got tensors of several: the message names them and `ds.convert`.
 
     Example:
         >>> ds.allreduce([torch.ones(2), tf.ones(2)])
@@ -276,7 +276,7 @@ class MixedFrameworksError(DevshimError, TypeError):
 
 
 class UnknownSubmoduleError(DevshimError, LookupError):
-    """A device map for ``place_model`` names a part the model does not have (or is
+    """A device map for `place_model` names a part the model does not have (or is
     not a name at all). Nothing was moved; the message lists the names it has.
 
     Example:
@@ -287,9 +287,9 @@ class UnknownSubmoduleError(DevshimError, LookupError):
 
 
 class GuardBlockInUseError(DevshimError, RuntimeError):
-    """One ``transfer_guard`` object was entered again while another thread, or
+    """One `transfer_guard` object was entered again while another thread, or
     another asyncio task, still has it entered. Make one block per thread or task:
-    ``with ds.transfer_guard("disallow"):`` inside each.
+    `with ds.transfer_guard("disallow"):` inside each.
 
     Example:
         >>> guard = ds.transfer_guard("disallow")
@@ -301,7 +301,7 @@ class GuardBlockInUseError(DevshimError, RuntimeError):
 
 class UnsupportedDtypeError(DevshimError, TypeError):
     """A tensor whose dtype the requested operation cannot represent, such as
-    ``to_numpy`` of a torch ``complex32`` or quantized tensor (NumPy has no
+    `to_numpy` of a torch `complex32` or quantized tensor (NumPy has no
     such type). The message says which conversion to make first.
 
     Example:
@@ -327,7 +327,7 @@ class NestCycleError(DevshimError, ValueError):
 
 class UnsupportedValueError(DevshimError, TypeError):
     """A framework value devshim recognises but refuses to move, rather than
-    skip it silently or alias it (for example a ``tf.TensorArray`` in a nest).
+    skip it silently or alias it (for example a `tf.TensorArray` in a nest).
 
     Example:
         >>> ds.to_device({"steps": tf.TensorArray(tf.float32, 2)}, "cpu")
@@ -337,7 +337,7 @@ class UnsupportedValueError(DevshimError, TypeError):
 
 
 class DatalessTensorError(DevshimError, RuntimeError):
-    """A tensor on a device that holds no data (torch's ``meta``) was asked for
+    """A tensor on a device that holds no data (torch's `meta`) was asked for
     its values: there is nothing to copy.
 
     Example:
@@ -349,9 +349,9 @@ class DatalessTensorError(DevshimError, RuntimeError):
 
 class NotOnHostError(DevshimError, TypeError):
     """A tensor on a GPU was asked to become a NumPy array without a copy
-    (``t.numpy()``, ``numpy.asarray(t)``). Raised for tensors on devshim's
+    (`t.numpy()`, `numpy.asarray(t)`). Raised for tensors on devshim's
     virtual torch GPUs, with the message (and the TypeError) CUDA tensors give:
-    copy to the host first with ``t.cpu()``, or use ``ds.to_numpy(t)``.
+    copy to the host first with `t.cpu()`, or use `ds.to_numpy(t)`.
 
     Example:
         >>> torch.ones(2, device=ds.try_gpu()).numpy()    # DEVSHIM_VIRTUAL_DEVICES=1
@@ -362,7 +362,7 @@ class NotOnHostError(DevshimError, TypeError):
 
 class UnplacedTensorError(DevshimError, RuntimeError):
     """A tensor that has no device yet, such as a symbolic tensor inside
-    ``tf.function``, whose placement is decided when the graph runs.
+    `tf.function`, whose placement is decided when the graph runs.
 
     Example:
         >>> @tf.function
@@ -376,9 +376,9 @@ class UnplacedTensorError(DevshimError, RuntimeError):
 
 class FirstCallInTraceError(DevshimError, RuntimeError):
     """devshim met a tensor type (and built its tables) for the first time inside
-    ``torch.compile``'s trace, and this torch's Dynamo cannot be asked to start the
+    `torch.compile`'s trace, and this torch's Dynamo cannot be asked to start the
     trace over (torch 2.13 to 2.15 can: there such a compile works). Call any devshim
-    function once before compiling (``ds.try_gpu()``).
+    function once before compiling (`ds.try_gpu()`).
 
     Example:
         >>> torch.compile(lambda x: ds.device_of(x), fullgraph=True)(torch.ones(1))  # on such a torch
@@ -390,9 +390,9 @@ class FirstCallInTraceError(DevshimError, RuntimeError):
 class MultiDeviceValueError(UnsupportedValueError):
     """A value spread over several devices at once (a JAX array sharded or
     replicated over a mesh, a TensorFlow composite tensor whose parts live
-    apart) was asked for its one device. Moving it whole works: ``to_device``
-    gathers it onto the target. For a JAX array ``ds.device_of`` answers its
-    ``Sharding``; ``neutral_device`` raises this.
+    apart) was asked for its one device. Moving it whole works: `to_device`
+    gathers it onto the target. For a JAX array `ds.device_of` answers its
+    `Sharding`; `neutral_device` raises this.
 
     Example:
         >>> ds.neutral_device(jax.device_put(x, NamedSharding(mesh, P("batch"))))
@@ -402,7 +402,7 @@ class MultiDeviceValueError(UnsupportedValueError):
 
 
 class MixedArrayModulesError(DevshimError, TypeError):
-    """``array_module`` got arrays of frameworks that no one array module handles
+    """`array_module` got arrays of frameworks that no one array module handles
     together (a torch tensor and a JAX array, say). NumPy arrays mixed with CuPy
     arrays are not an error: CuPy is the answer, as in Chainer.
 
@@ -426,7 +426,7 @@ class VirtualDeviceCountError(BackendError):
 
 
 class VirtualDataParallelError(DevshimError, RuntimeError):
-    """torch's ``nn.DataParallel`` would run on one device although virtual GPUs were
+    """torch's `nn.DataParallel` would run on one device although virtual GPUs were
     given (a torch release that finds its devices in a way devshim does not answer).
 
     Example:
@@ -438,12 +438,12 @@ class VirtualDataParallelError(DevshimError, RuntimeError):
 
 class VirtualDLPackError(DevshimError, BufferError):
     """A tensor on a devshim virtual torch GPU was asked for a DLPack capsule by anything but
-    torch's own ``torch.from_dlpack`` (``numpy.from_dlpack(t)``, ``t.__dlpack__()``): another
+    torch's own `torch.from_dlpack` (`numpy.from_dlpack(t)`, `t.__dlpack__()`): another
     framework would take its host memory for a GPU's, so no capsule is made;
-    ``ds.convert(t, "numpy")`` (or any framework) copies, ``t.cpu()`` too. Within torch the
+    `ds.convert(t, "numpy")` (or any framework) copies, `t.cpu()` too. Within torch the
     capsule shares the memory, as on CUDA. Also raised when a tensor torch imported from a
-    capsule devshim did not make (``torch._C._to_dlpack(t)``) is used: it holds no memory
-    devshim knows. A ``BufferError``, what DLPack producers raise for a tensor they cannot
+    capsule devshim did not make (`torch._C._to_dlpack(t)`) is used: it holds no memory
+    devshim knows. A `BufferError`, what DLPack producers raise for a tensor they cannot
     export.
 
     Example:
@@ -464,7 +464,7 @@ class TimingError(DevshimError, ValueError):
 
 
 class ExperimentError(DevshimError, ValueError):
-    """An experiment of ``devshim bench`` was asked for something it cannot measure.
+    """An experiment of `devshim bench` was asked for something it cannot measure.
 
     Example:
         >>> from devshim.bench.experiments import matmul
@@ -475,7 +475,7 @@ class ExperimentError(DevshimError, ValueError):
 
 
 class BenchUsageError(DevshimError, ValueError):
-    """Command-line options of ``devshim bench`` that cannot work (an output
+    """Command-line options of `devshim bench` that cannot work (an output
     file in a folder that does not exist, a plot format matplotlib cannot write).
 
     Example:
@@ -485,7 +485,7 @@ class BenchUsageError(DevshimError, ValueError):
 
 
 class PlotUnavailableError(DevshimError, RuntimeError):
-    """``--plot`` was asked for but matplotlib is not installed.
+    """`--plot` was asked for but matplotlib is not installed.
 
     Example:
         $ devshim bench matmul --plot matmul.png
@@ -494,10 +494,10 @@ class PlotUnavailableError(DevshimError, RuntimeError):
 
 
 class LauncherEnvironmentError(DevshimError, ValueError):
-    """A launcher's environment that devshim cannot use: a rank variable (``LOCAL_RANK``,
-    ``SLURM_LOCALID``, ...) that is not a whole number, or ``ds.init_distributed()``
-    without the rendezvous address its launcher does not provide (``MASTER_ADDR`` and
-    ``MASTER_PORT`` under Slurm, Open MPI or Horovod). The message names the variable and
+    """A launcher's environment that devshim cannot use: a rank variable (`LOCAL_RANK`,
+    `SLURM_LOCALID`, ...) that is not a whole number, or `ds.init_distributed()`
+    without the rendezvous address its launcher does not provide (`MASTER_ADDR` and
+    `MASTER_PORT` under Slurm, Open MPI or Horovod). The message names the variable and
     what to set.
 
     Example:
@@ -529,7 +529,7 @@ class DevshimWarning(UserWarning):
 
 
 class ImplicitTransferWarning(DevshimWarning):
-    """Under ``ds.transfer_guard("log")``, a copy between devices (or between the host
+    """Under `ds.transfer_guard("log")`, a copy between devices (or between the host
     and a device) that the code did not ask for. Issued once per call site; the
     guard's report counts every occurrence.
 
@@ -542,10 +542,10 @@ class ImplicitTransferWarning(DevshimWarning):
 
 
 class SharedDeviceWarning(DevshimWarning):
-    """More processes on this machine than accelerators: under a launcher, ``ds.try_gpu()``
-    gives local rank ``r`` accelerator ``r % count``, so some processes share one. Issued
+    """More processes on this machine than accelerators: under a launcher, `ds.try_gpu()`
+    gives local rank `r` accelerator `r % count`, so some processes share one. Issued
     once per process. Start one process per accelerator, or hide them with
-    ``DEVSHIM_DEVICE=cpu`` if sharing is not what you want.
+    `DEVSHIM_DEVICE=cpu` if sharing is not what you want.
 
     Example:
         >>> ds.try_gpu()     # LOCAL_RANK=2, LOCAL_WORLD_SIZE=4, two GPUs
@@ -558,8 +558,8 @@ class SharedDeviceWarning(DevshimWarning):
 
 
 class NotCloseError(DevshimError, AssertionError):
-    """``ds.testing.assert_allclose`` found values that differ by more than the tolerance, or
-    shapes or nests that differ. An ``AssertionError``, so pytest reports it as a failed
+    """`ds.testing.assert_allclose` found values that differ by more than the tolerance, or
+    shapes or nests that differ. An `AssertionError`, so pytest reports it as a failed
     test; the message gives the number of mismatched elements, the greatest absolute and
     relative difference with their index, and each side's framework, dtype, shape and device.
 
@@ -571,7 +571,7 @@ class NotCloseError(DevshimError, AssertionError):
 
 
 class GradientMismatchError(NotCloseError):
-    """``ds.testing.check_backward`` found a gradient from the framework's autodiff that
+    """`ds.testing.check_backward` found a gradient from the framework's autodiff that
     differs from the numerical one: the message names the input and says how they differ.
 
     Example:
@@ -582,9 +582,9 @@ class GradientMismatchError(NotCloseError):
 
 
 class NoAutodiffError(DevshimError, TypeError):
-    """``ds.testing.check_backward`` got arrays of a framework without automatic
+    """`ds.testing.check_backward` got arrays of a framework without automatic
     differentiation (NumPy, CuPy): there is no backward to check. The message says what to
-    use instead (``numerical_grad`` and ``assert_allclose``, or a framework with autodiff).
+    use instead (`numerical_grad` and `assert_allclose`, or a framework with autodiff).
 
     Example:
         >>> ds.testing.check_backward(np.exp, (np.ones(3),))
@@ -594,9 +594,9 @@ class NoAutodiffError(DevshimError, TypeError):
 
 
 class ImmutableInputError(DevshimError, TypeError):
-    """``ds.testing.numerical_grad`` with a function that takes no arguments (it reads the
+    """`ds.testing.numerical_grad` with a function that takes no arguments (it reads the
     arrays it closes over, which are changed in place) was given arrays that cannot be
-    changed in place: JAX arrays, TensorFlow tensors that are not ``tf.Variable``\\ s,
+    changed in place: JAX arrays, TensorFlow tensors that are not `tf.Variable`\\ s,
     read-only NumPy arrays. The message shows the form that works: a function taking the
     inputs as arguments.
 
@@ -608,9 +608,9 @@ class ImmutableInputError(DevshimError, TypeError):
 
 
 class GradientCheckUsageError(DevshimError, ValueError):
-    """``ds.testing.numerical_grad`` or ``check_backward`` was called in a way that cannot
-    work: an input that is not a floating-point array, ``grad_outputs`` that do not match
-    the function's outputs, an ``eps`` too small to change an input of its dtype, a function
+    """`ds.testing.numerical_grad` or `check_backward` was called in a way that cannot
+    work: an input that is not a floating-point array, `grad_outputs` that do not match
+    the function's outputs, an `eps` too small to change an input of its dtype, a function
     that takes neither the inputs nor no arguments. The message names the input or output.
 
     Example:
@@ -632,20 +632,20 @@ class FrameworkInternalWarning(DevshimWarning):
 
 
 class TorchCompileReleaseError(FrameworkReleaseError, AssertionError):
-    """A devshim call inside a ``torch.compile``'d function that a torch older than 2.13
+    """A devshim call inside a `torch.compile`'d function that a torch older than 2.13
     cannot trace. Its Dynamo cannot trace devshim's dispatch, so there it traces devshim's
-    own traced versions of ``ds.device_of``, ``neutral_device``, ``to_device``,
-    ``copy_if_needed`` and ``same_device`` over torch tensors in dicts, lists, tuples and
-    namedtuples (``ds.try_gpu`` and the other calls without a tensor run in plain Python on
-    every torch). This error is the rest: another function (``ds.to_numpy``,
-    ``ds.ensure_same_device``), or a nest of another kind (a ``UserDict``, a dataclass) or a
-    tensor of another framework. Raised while Dynamo traces the call, with ``fullgraph=True``
+    own traced versions of `ds.device_of`, `neutral_device`, `to_device`,
+    `copy_if_needed` and `same_device` over torch tensors in dicts, lists, tuples and
+    namedtuples (`ds.try_gpu` and the other calls without a tensor run in plain Python on
+    every torch). This error is the rest: another function (`ds.to_numpy`,
+    `ds.ensure_same_device`), or a nest of another kind (a `UserDict`, a dataclass) or a
+    tensor of another framework. Raised while Dynamo traces the call, with `fullgraph=True`
     and without; the message names the call and says what to do: pass a dict, call it outside
     the compiled function (and pass its result in), or upgrade torch to 2.13 or later.
 
-    It is an ``AssertionError`` as well as a ``FrameworkReleaseError`` (a ``RuntimeError``):
+    It is an `AssertionError` as well as a `FrameworkReleaseError` (a `RuntimeError`):
     the one kind of exception torch's Dynamo lets out of a trace as it is; any other reaches
-    the caller as torch's ``InternalTorchDynamoError``, its type lost.
+    the caller as torch's `InternalTorchDynamoError`, its type lost.
 
     Example:
         >>> torch.compile(lambda x: ds.to_numpy(x))(torch.ones(2))   # torch 2.4.1 to 2.12
@@ -658,12 +658,12 @@ class TorchCompileReleaseError(FrameworkReleaseError, AssertionError):
 
 
 class NondifferentiableError(DevshimError, ValueError):
-    """``ds.testing.check_backward`` (or ``check_double_backward``) found the autodiff and the
-    numerical gradient apart only at elements where ``f`` has no derivative: its slopes just
+    """`ds.testing.check_backward` (or `check_double_backward`) found the autodiff and the
+    numerical gradient apart only at elements where `f` has no derivative: its slopes just
     below and just above the input differ (a kink, as relu and abs have at 0, or a jump), so the
     central difference there is no derivative to compare with. Neither side is wrong; the
     message names the input, the elements and both slopes, and says to move the inputs away from
-    the kink (further than twice ``eps``) or to pass a smaller ``eps``.
+    the kink (further than twice `eps`) or to pass a smaller `eps`.
 
     Example:
         >>> ds.testing.check_backward(torch.relu, (torch.zeros(3),))
@@ -673,11 +673,11 @@ class NondifferentiableError(DevshimError, ValueError):
 
 
 class InputMutatedError(DevshimError, RuntimeError):
-    """The function given to ``ds.testing.numerical_grad``, ``check_backward`` or
-    ``check_double_backward`` changed one of its inputs in place. A gradient check calls ``f``
+    """The function given to `ds.testing.numerical_grad`, `check_backward` or
+    `check_double_backward` changed one of its inputs in place. A gradient check calls `f`
     many times and needs each call to see the inputs it was given; the message names the input
-    and the call, and says to write ``f`` without in-place changes to its inputs (or to clone
-    them first). The caller's own tensors are left as they were: ``f`` got copies (or, when it
+    and the call, and says to write `f` without in-place changes to its inputs (or to clone
+    them first). The caller's own tensors are left as they were: `f` got copies (or, when it
     reads the arrays it closes over, they are restored).
 
     Example:
@@ -688,9 +688,9 @@ class InputMutatedError(DevshimError, RuntimeError):
 
 
 class GradientFunctionError(GradientCheckUsageError, TypeError):
-    """The function given to a ``ds.testing`` gradient check cannot be called the way the
+    """The function given to a `ds.testing` gradient check cannot be called the way the
     check calls it: it is not callable, or it takes another number of arguments than the
-    inputs given. A ``GradientCheckUsageError`` and a ``TypeError``; the message shows the
+    inputs given. A `GradientCheckUsageError` and a `TypeError`; the message shows the
     call the check makes and what to pass.
 
     Example:
@@ -701,14 +701,14 @@ class GradientFunctionError(GradientCheckUsageError, TypeError):
 
 
 class DeviceOutOfMemoryError(DevshimError, MemoryError, RuntimeError):
-    """A device ran out of memory in one of devshim's own calls (``ds.to_device``,
-    ``ds.copy_if_needed``, ``ds.place_model``, ``ds.replicate``, ``ds.split_batch``,
-    ``ds.convert``). The framework's own error (``torch.OutOfMemoryError``, JAX's
-    ``RESOURCE_EXHAUSTED``, TensorFlow's ``ResourceExhaustedError``, CuPy's
-    ``OutOfMemoryError``, ...) is its ``__cause__``; the message names the device, the bytes
-    asked for and the bytes free there, and says what to do. ``device`` (a ``ds.Device``),
-    ``requested`` and ``free`` (bytes; None where unknown) and ``call`` hold the same facts.
-    A ``MemoryError``, and a ``RuntimeError`` as PyTorch's and JAX's own are, so code that
+    """A device ran out of memory in one of devshim's own calls (`ds.to_device`,
+    `ds.copy_if_needed`, `ds.place_model`, `ds.replicate`, `ds.split_batch`,
+    `ds.convert`). The framework's own error (`torch.OutOfMemoryError`, JAX's
+    `RESOURCE_EXHAUSTED`, TensorFlow's `ResourceExhaustedError`, CuPy's
+    `OutOfMemoryError`, ...) is its `__cause__`; the message names the device, the bytes
+    asked for and the bytes free there, and says what to do. `device` (a `ds.Device`),
+    `requested` and `free` (bytes; None where unknown) and `call` hold the same facts.
+    A `MemoryError`, and a `RuntimeError` as PyTorch's and JAX's own are, so code that
     catches those keeps working.
 
     Example:
@@ -725,9 +725,9 @@ class DeviceOutOfMemoryError(DevshimError, MemoryError, RuntimeError):
 
 
 class VirtualMemorySizeError(DevshimError, ValueError):
-    """``DEVSHIM_VIRTUAL_MEMORY`` (the size of each virtual GPU), the pytest plugin's
-    ``--devshim-virtual-memory`` or ``ds.settings.set_virtual_memory`` got a value that is not
-    a size: a positive number of bytes with an optional unit (``64MiB``, ``16GB``, ``1.5G``).
+    """`DEVSHIM_VIRTUAL_MEMORY` (the size of each virtual GPU), the pytest plugin's
+    `--devshim-virtual-memory` or `ds.settings.set_virtual_memory` got a value that is not
+    a size: a positive number of bytes with an optional unit (`64MiB`, `16GB`, `1.5G`).
 
     Example:
         >>> ds.settings.set_virtual_memory("lots")

@@ -1,10 +1,10 @@
-"""CPU/GPU generic code: ``xp = ds.array_module(x)``, the way Chainer wrote it.
+"""CPU/GPU generic code: `xp = ds.array_module(x)`, the way Chainer wrote it.
 
-``array_module`` answers with the module whose functions take ``x``'s arrays:
-``numpy`` for NumPy arrays, ``cupy`` for CuPy arrays, and for the deep-learning
-frameworks the array-API namespace of their arrays (``jax.numpy``,
-``array_api_compat.torch``, TensorFlow's ``tf.experimental.numpy``, MXNet's
-``mxnet.numpy``). Each backend says which in ``Backend.array_namespace``.
+`array_module` answers with the module whose functions take `x`'s arrays:
+`numpy` for NumPy arrays, `cupy` for CuPy arrays, and for the deep-learning
+frameworks the array-API namespace of their arrays (`jax.numpy`,
+`array_api_compat.torch`, TensorFlow's `tf.experimental.numpy`, MXNet's
+`mxnet.numpy`). Each backend says which in `Backend.array_namespace`.
 
 Example:
     >>> def softplus(x):
@@ -26,13 +26,13 @@ _PLAIN = (int, float, complex, bool, type(None), str, bytes)
 
 
 def array_module(*xs):
-    """The array module for ``xs``' arrays: numpy, cupy, or their framework's array-API namespace.
+    """The array module for `xs`' arrays: numpy, cupy, or their framework's array-API namespace.
 
     Arguments that are not arrays (numbers, None) are ignored; with no array at
-    all the answer is ``numpy``, as in Chainer. NumPy arrays mixed with CuPy
-    arrays give ``cupy`` (Chainer's rule: the GPU module, whose functions take
-    both after ``cupy.asarray``); any other mix of frameworks raises
-    ``MixedArrayModulesError``.
+    all the answer is `numpy`, as in Chainer. NumPy arrays mixed with CuPy
+    arrays give `cupy` (Chainer's rule: the GPU module, whose functions take
+    both after `cupy.asarray`); any other mix of frameworks raises
+    `MixedArrayModulesError`.
 
     Example:
         >>> xp = ds.array_module(x)          # numpy, cupy, jax.numpy, ...
@@ -58,7 +58,7 @@ def array_module(*xs):
     return found
 
 
-#: Chainer's name for ``array_module``.
+#: Chainer's name for `array_module`.
 get_array_module = array_module
 
 

@@ -1,9 +1,9 @@
-"""``ds.transfer_guard``: the block users write, the guard's part above the backends.
+"""`ds.transfer_guard`: the block users write, the guard's part above the backends.
 
-(Its core, below the backends, is the ``devshim.guard`` package.)
+(Its core, below the backends, is the `devshim.guard` package.)
 
-It sets the levels for its thread or asyncio task (``devshim.guard.state``),
-collects a ``TransferReport``, and has the lifecycle install the backends'
+It sets the levels for its thread or asyncio task (`devshim.guard.state`),
+collects a `TransferReport`, and has the lifecycle install the backends'
 hooks while it checks something. It sits above the backend registry, which it
 asks to declare every backend before the hooks go in.
 
@@ -33,16 +33,16 @@ class _Entry(Scope):
 
 
 class transfer_guard:
-    """Refuse (``"disallow"``), log (``"log"``) or allow (``"allow"``) the implicit
-    transfers inside the block; the block yields a ``TransferReport``.
+    """Refuse (`"disallow"`), log (`"log"`) or allow (`"allow"`) the implicit
+    transfers inside the block; the block yields a `TransferReport`.
 
-    ``level`` sets every direction; ``device_to_host=``, ``device_to_device=``
-    and ``host_to_device=`` override one each. Directions given neither way
-    keep the enclosing block's level (or ``DEVSHIM_TRANSFER_GUARD``'s). Blocks
+    `level` sets every direction; `device_to_host=`, `device_to_device=`
+    and `host_to_device=` override one each. Directions given neither way
+    keep the enclosing block's level (or `DEVSHIM_TRANSFER_GUARD`'s). Blocks
     nest, and each restores the enclosing levels on exit, exceptions included.
     A block in one thread or asyncio task does not affect another; an asyncio
     task created inside a block keeps the block's levels for as long as it runs.
-    devshim's own copies (``to_device``, ``copy_if_needed``, ``to_numpy`` and
+    devshim's own copies (`to_device`, `copy_if_needed`, `to_numpy` and
     what is built on them) are explicit and always allowed.
 
     One block object may be entered in several threads or tasks at once: each

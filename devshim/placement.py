@@ -1,18 +1,18 @@
 """Placing models: one device, split across devices, and data parallel.
 
-The three patterns of the seeds, for torch ``nn.Module``s, Gluon blocks and
-Keras models (each framework's code is its backend package's ``model.py``):
+The three patterns of the seeds, for torch `nn.Module`s, Gluon blocks and
+Keras models (each framework's code is its backend package's `model.py`):
 
-- one model on one device: ``net = ds.place_model(net, ds.try_gpu())``;
+- one model on one device: `net = ds.place_model(net, ds.try_gpu())`;
 - a model split over devices, with explicit copies at the seams:
-  ``ds.place_model(net, {"block1": gpu0, "block2": gpu1})`` (Chainer's ``F.copy``);
-- data parallel: ``ds.split_batch``, ``ds.replicate``, ``ds.allreduce``
-  (D2L's multiple-GPUs chapter, Chainer's ``ParallelUpdater``); ``allreduce`` also
+  `ds.place_model(net, {"block1": gpu0, "block2": gpu1})` (Chainer's `F.copy`);
+- data parallel: `ds.split_batch`, `ds.replicate`, `ds.allreduce`
+  (D2L's multiple-GPUs chapter, Chainer's `ParallelUpdater`); `allreduce` also
   sums across processes when a torch.distributed process group runs.
 
-Every copy these make goes through ``devshim.transfer``, so a
-``ds.transfer_guard("disallow")`` block lets them all through. A device that runs out of
-memory in ``place_model``, ``replicate`` or ``split_batch`` raises ``ds.DeviceOutOfMemoryError``.
+Every copy these make goes through `devshim.transfer`, so a
+`ds.transfer_guard("disallow")` block lets them all through. A device that runs out of
+memory in `place_model`, `replicate` or `split_batch` raises `ds.DeviceOutOfMemoryError`.
 """
 
 from __future__ import annotations
@@ -58,20 +58,20 @@ def _model_module(net):
 
 def place_model(net: Model, device: Union[DeviceSpec, Mapping[str, DeviceSpec]], *,
                 input_shape: Optional[tuple] = None) -> Model:
-    """Put every parameter and buffer of ``net`` on ``device``; always use the return value.
+    """Put every parameter and buffer of `net` on `device`; always use the return value.
 
-    ``device`` is a device spec (``ds.try_gpu()``, ``"gpu:1"``), or, to split the
-    model over devices, a mapping ``{"submodule.name": device}`` or
-    ``"balanced"`` (top-level children spread over ``ds.try_all_gpus()`` by
+    `device` is a device spec (`ds.try_gpu()`, `"gpu:1"`), or, to split the
+    model over devices, a mapping `{"submodule.name": device}` or
+    `"balanced"` (top-level children spread over `ds.try_all_gpus()` by
     parameter bytes). A split model gets hooks that copy each placed block's
     inputs to its device before it runs (explicitly: gradients flow back
-    across the copy, and the transfer guard allows it); ``ds.unplace(net)``
+    across the copy, and the transfer guard allows it); `ds.unplace(net)`
     removes them.
 
-    - torch: ``module.to(device)``: non-persistent buffers move, tied weights stay tied.
-    - Gluon: ``initialize(ctx=device)`` when uninitialised, else ``reset_ctx`` (gradients
+    - torch: `module.to(device)`: non-persistent buffers move, tied weights stay tied.
+    - Gluon: `initialize(ctx=device)` when uninitialised, else `reset_ctx` (gradients
       are re-zeroed).
-    - Keras: an unbuilt model is built under the device (give ``input_shape`` when
+    - Keras: an unbuilt model is built under the device (give `input_shape` when
       Keras cannot know it); a built model elsewhere is cloned onto the device with
       its weights copied: optimizer state is not carried.
 
@@ -102,7 +102,7 @@ def place_model(net: Model, device: Union[DeviceSpec, Mapping[str, DeviceSpec]],
 
 @contextlib.contextmanager
 def _named_out_of_memory(call: str, devices: list, value=None, model=None):
-    """A framework's out-of-memory error inside the block as ``DeviceOutOfMemoryError``."""
+    """A framework's out-of-memory error inside the block as `DeviceOutOfMemoryError`."""
     try:
         yield
     except Exception as error:
@@ -126,7 +126,7 @@ def _balanced(adapter, module, net) -> dict:
 
 
 def unplace(net: Model) -> Model:
-    """Remove the input-copying hooks a split ``place_model`` added; the parameters stay put.
+    """Remove the input-copying hooks a split `place_model` added; the parameters stay put.
 
     Example:
         >>> ds.unplace(net)
@@ -137,8 +137,8 @@ def unplace(net: Model) -> Model:
 
 
 def model_devices(net: Model) -> set[NativeDevice]:
-    """The set of devices ``net``'s parameters and buffers live on, as the framework's own
-    device objects (what ``ds.device_of`` returns for a tensor).
+    """The set of devices `net`'s parameters and buffers live on, as the framework's own
+    device objects (what `ds.device_of` returns for a tensor).
 
     Example:
         >>> ds.model_devices(net)
@@ -151,14 +151,14 @@ def model_devices(net: Model) -> set[NativeDevice]:
 
 
 def model_device(net: Model) -> NativeDevice:
-    """The one device all of ``net``'s parameters and buffers share, as the framework's own
-    device object: it goes into the framework's calls (``torch.ones(2, device=...)``,
-    ``x.to(...)``, TensorFlow's and MXNet's ``with`` blocks) as ``ds.device_of(x)``'s does.
-    ``ds.neutral_device(ds.model_device(net))`` is its ``ds.Device`` ("gpu:0").
+    """The one device all of `net`'s parameters and buffers share, as the framework's own
+    device object: it goes into the framework's calls (`torch.ones(2, device=...)`,
+    `x.to(...)`, TensorFlow's and MXNet's `with` blocks) as `ds.device_of(x)`'s does.
+    `ds.neutral_device(ds.model_device(net))` is its `ds.Device` ("gpu:0").
 
-    A model spread over devices raises ``DeviceMismatchError`` listing the
+    A model spread over devices raises `DeviceMismatchError` listing the
     parameter names on each; a model with no parameters yet (lazy layers, an
-    unbuilt Keras model) raises ``UnbuiltModelError`` saying what to do.
+    unbuilt Keras model) raises `UnbuiltModelError` saying what to do.
 
     Example:
         >>> ds.model_device(ds.place_model(net, "cpu"))
@@ -187,13 +187,13 @@ def model_device(net: Model) -> NativeDevice:
 def split_batch(*tensors: Tensor, devices: Optional[Sequence[DeviceSpec]] = None) -> Union[list, tuple]:
     """Split each tensor along its first axis into one shard per device, each on its device.
 
-    ``split_batch(X, y, devices)`` (D2L's call) returns ``(X_shards, y_shards)``;
+    `split_batch(X, y, devices)` (D2L's call) returns `(X_shards, y_shards)`;
     with one tensor, its shard list. Uneven batches give the first shards one
     example more (9 rows over 4 devices: 3, 2, 2, 2), so no device idles;
-    fewer examples than devices raises ``BatchSplitError`` (a ``ValueError``)
-    rather than hand some device an empty shard. ``devices`` is a list (a single
-    spec such as ``"cpu"`` is refused with ``InvalidDeviceError``); a 0-d tensor
-    has no examples to split (``BatchSplitError``). Everything is checked before
+    fewer examples than devices raises `BatchSplitError` (a `ValueError`)
+    rather than hand some device an empty shard. `devices` is a list (a single
+    spec such as `"cpu"` is refused with `InvalidDeviceError`); a 0-d tensor
+    has no examples to split (`BatchSplitError`). Everything is checked before
     anything is copied. Shards already on their device are views, not copies.
 
     Example:
@@ -248,7 +248,7 @@ def split_batch(*tensors: Tensor, devices: Optional[Sequence[DeviceSpec]] = None
 
 
 def _device_list(devices, function: str) -> list:
-    """``devices`` as a non-empty list, refusing a single spec or a tensor where a list belongs."""
+    """`devices` as a non-empty list, refusing a single spec or a tensor where a list belongs."""
     if isinstance(devices, (str, bytes)) or backend_for_tensor(devices) is not None:
         what = f"the single device spec {devices!r}" if isinstance(devices, (str, bytes)) else "a tensor"
         raise InvalidDeviceError(
@@ -286,7 +286,7 @@ def _adapter_of(x, function: str):
 
 
 def replicate(net: Model, devices: Sequence[DeviceSpec]) -> list[Model]:
-    """Independent copies of ``net``, one on each device, with equal weights.
+    """Independent copies of `net`, one on each device, with equal weights.
 
     Example:
         >>> replicas = ds.replicate(net, ds.try_all_gpus())
@@ -298,19 +298,19 @@ def replicate(net: Model, devices: Sequence[DeviceSpec]) -> list[Model]:
 
 
 def allreduce(tensors: Sequence[Tensor]) -> list[Tensor]:
-    """The sum of ``tensors``, one result on each tensor's own device (D2L's allreduce).
+    """The sum of `tensors`, one result on each tensor's own device (D2L's allreduce).
 
     Everything is added on the first tensor's device, then copied to each
     device, explicitly; every result is its own tensor, a single tensor's too
-    (and a ``tf.Variable``'s: a tensor holding its value). The inputs are left as
-    they are: assign the results back where needed (``p.grad = total``). The
-    tensors must share one framework (``MixedFrameworksError``), one shape and one
-    dtype (``ReduceMismatchError`` lists them: a sum over devices never broadcasts).
+    (and a `tf.Variable`'s: a tensor holding its value). The inputs are left as
+    they are: assign the results back where needed (`p.grad = total`). The
+    tensors must share one framework (`MixedFrameworksError`), one shape and one
+    dtype (`ReduceMismatchError` lists them: a sum over devices never broadcasts).
 
     Hierarchical: when torch.distributed's default process group is initialised
-    (``ds.init_distributed()``, or your own ``init_process_group``) and the tensors
+    (`ds.init_distributed()`, or your own `init_process_group`) and the tensors
     are torch tensors, the local sum is also summed across every process of the
-    job (``torch.distributed.all_reduce``) before it is handed out, so one call
+    job (`torch.distributed.all_reduce`) before it is handed out, so one call
     serves one process or many. That cross-process sum is not recorded by autograd.
 
     Example:

@@ -1,29 +1,29 @@
 """devshim's pytest plugin: your own tests on every backend, on virtual GPUs, under the guard.
 
-Installed with devshim (the ``pytest11`` entry point ``devshim``), so every pytest run
-of a project where devshim is installed loads it; ``-p no:devshim`` turns it off. It
+Installed with devshim (the `pytest11` entry point `devshim`), so every pytest run
+of a project where devshim is installed loads it; `-p no:devshim` turns it off. It
 imports no framework until a test (or this run's options) asks for one:
 
-``--devshim-backend NAME[,NAME...]|all``   the backends ``ds_backend`` runs tests on
-                                           (ini: ``devshim_backend``); default: the
-                                           selected backend (``DEVSHIM_BACKEND``, or auto).
-``--devshim-virtual-devices N``            N virtual GPUs on every backend, set before
-                                           any framework starts (ini: ``devshim_virtual_devices``).
-``--devshim-virtual-memory SIZE``          the size of each virtual GPU (``16GiB``; ini:
-                                           ``devshim_virtual_memory``): torch's refuse an
-                                           allocation past it with ``torch.OutOfMemoryError``.
+`--devshim-backend NAME[,NAME...]|all`   the backends `ds_backend` runs tests on
+                                           (ini: `devshim_backend`); default: the
+                                           selected backend (`DEVSHIM_BACKEND`, or auto).
+`--devshim-virtual-devices N`            N virtual GPUs on every backend, set before
+                                           any framework starts (ini: `devshim_virtual_devices`).
+`--devshim-virtual-memory SIZE`          the size of each virtual GPU (`16GiB`; ini:
+                                           `devshim_virtual_memory`): torch's refuse an
+                                           allocation past it with `torch.OutOfMemoryError`.
 
-Fixtures: ``ds_backend`` (the backend's name; parametrised over the chosen backends,
-with the backend selected by ``ds.use_backend`` while the test runs), ``ds_device``
-(its ``try_gpu()``) and ``ds_devices`` (its ``try_all_gpus()``).
+Fixtures: `ds_backend` (the backend's name; parametrised over the chosen backends,
+with the backend selected by `ds.use_backend` while the test runs), `ds_device`
+(its `try_gpu()`) and `ds_devices` (its `try_all_gpus()`).
 
-Markers: ``gpus(n)`` skips, saying why, where fewer than ``n`` GPUs (real or virtual)
-are there; ``backends("torch", "jax")`` limits the backends a test runs on;
-``transfer_guard("disallow")`` runs the test under ``ds.transfer_guard``.
+Markers: `gpus(n)` skips, saying why, where fewer than `n` GPUs (real or virtual)
+are there; `backends("torch", "jax")` limits the backends a test runs on;
+`transfer_guard("disallow")` runs the test under `ds.transfer_guard`.
 
 Under virtual devices a backend that has none (NumPy, CuPy) runs its tests on its CPU, as
 on a machine with real GPUs: virtual devices are off in this process while such a test
-runs, and only its tests that need GPUs (``gpus(n)``) skip, saying why.
+runs, and only its tests that need GPUs (`gpus(n)`) skip, saying why.
 
 The guide is docs/testing-your-code.md. Nothing in devshim imports this module.
 
@@ -46,7 +46,7 @@ from devshim import settings
 
 __all__ = ["ds_backend", "ds_device", "ds_devices", "DEVSHIM_MARKERS"]
 
-#: marker name -> the line ``pytest --markers`` shows for it.
+#: marker name -> the line `pytest --markers` shows for it.
 DEVSHIM_MARKERS = {
     "gpus": "gpus(n): skip the test, saying why, where fewer than n GPUs (real or virtual) "
             "are there (devshim)",
@@ -74,7 +74,7 @@ class _Plan:
         self.saved_env = None  # (had it, value) of DEVSHIM_VIRTUAL_DEVICES before we set it
 
     def chosen(self) -> list:
-        """The backends ``ds_backend`` runs on; a collection failure when there is none."""
+        """The backends `ds_backend` runs on; a collection failure when there is none."""
         if self.backends is None and self.default_error is None:
             from devshim.backends import get_backend, selection_reason
             from devshim.errors import DevshimError
@@ -90,7 +90,7 @@ class _Plan:
         return self.backends
 
     def virtual_count(self) -> int:
-        """The virtual GPUs asked for: this run's, or ``DEVSHIM_VIRTUAL_DEVICES``'s (0: none)."""
+        """The virtual GPUs asked for: this run's, or `DEVSHIM_VIRTUAL_DEVICES`'s (0: none)."""
         if self.virtual is not None:
             return self.virtual
         from devshim.errors import DevshimError
@@ -270,7 +270,7 @@ def pytest_report_header(config) -> list:
 
 
 def _marked_backends(definition) -> object:
-    """The backends a ``backends`` marker allows (canonical names), or None without one."""
+    """The backends a `backends` marker allows (canonical names), or None without one."""
     marker = definition.get_closest_marker("backends")
     if marker is None:
         return None
@@ -311,7 +311,7 @@ def _cannot(name: str, plan: _Plan, err) -> None:
 
 
 def _gpu_count(name: str, plan: _Plan) -> int:
-    """The GPUs ``name`` sees here; a failure, not a wrong answer, where it cannot say."""
+    """The GPUs `name` sees here; a failure, not a wrong answer, where it cannot say."""
     from devshim.api import num_gpus
     from devshim.errors import DevshimError
 
@@ -325,11 +325,11 @@ def _gpu_count(name: str, plan: _Plan) -> int:
 def ds_backend(request) -> str:
     """The name of the backend this test runs on; the test is run once per chosen backend.
 
-    The backends are ``--devshim-backend``'s (default: the selected one), less those a
-    ``@pytest.mark.backends`` marker leaves out; the test ids show the name
-    (``test_step[torch]``). While the test runs the backend is selected
-    (``ds.use_backend``); in a fixture of wider scope select it yourself with
-    ``with ds.use_backend(ds_backend):`` or pass ``backend=ds_backend``. Under virtual
+    The backends are `--devshim-backend`'s (default: the selected one), less those a
+    `@pytest.mark.backends` marker leaves out; the test ids show the name
+    (`test_step[torch]`). While the test runs the backend is selected
+    (`ds.use_backend`); in a fixture of wider scope select it yourself with
+    `with ds.use_backend(ds_backend):` or pass `backend=ds_backend`. Under virtual
     devices a backend that has none (NumPy) runs the test on its CPU, with virtual devices
     off in this process while the test runs, as on a machine with real GPUs; one that
     cannot present them any more (its framework started first) fails, saying so.
@@ -354,7 +354,7 @@ def ds_backend(request) -> str:
 
 @pytest.fixture
 def ds_device(ds_backend):
-    """``ds.try_gpu()`` of the test's backend: its first GPU (real or virtual), else the CPU.
+    """`ds.try_gpu()` of the test's backend: its first GPU (real or virtual), else the CPU.
 
     Example:
         >>> def test_on_device(ds_device):
@@ -367,7 +367,7 @@ def ds_device(ds_backend):
 
 @pytest.fixture
 def ds_devices(ds_backend) -> list:
-    """``ds.try_all_gpus()`` of the test's backend: every GPU, or ``[cpu]`` (never empty).
+    """`ds.try_all_gpus()` of the test's backend: every GPU, or `[cpu]` (never empty).
 
     Example:
         >>> @pytest.mark.gpus(2)
@@ -381,7 +381,7 @@ def ds_devices(ds_backend) -> list:
 
 @pytest.fixture(autouse=True)
 def _devshim_test(request):
-    """Selects ``ds_backend``'s backend around the test, and applies devshim's markers."""
+    """Selects `ds_backend`'s backend around the test, and applies devshim's markers."""
     item = request.node
     uses_backend = "ds_backend" in request.fixturenames
     gpus = item.get_closest_marker("gpus")
@@ -418,7 +418,7 @@ def _devshim_test(request):
 
 
 def _without_virtual_devices(name: str, plan: _Plan) -> bool:
-    """Whether this run asks for virtual devices and backend ``name`` has none (NumPy, CuPy)."""
+    """Whether this run asks for virtual devices and backend `name` has none (NumPy, CuPy)."""
     if not plan.virtual_count():
         return False
     from devshim.backends import specs
@@ -430,7 +430,7 @@ def _without_virtual_devices(name: str, plan: _Plan) -> bool:
 def _on_its_cpu(plan: _Plan):
     """No virtual devices in this process while a test of a backend that has none runs, so it
     sees its own devices (the CPU), as on a machine with real GPUs. The test's fixtures are set
-    up inside (``ds_device`` is the CPU); the run's count comes back after it."""
+    up inside (`ds_device` is the CPU); the run's count comes back after it."""
     before = plan.virtual_count()
     settings.set_virtual_devices(0)
     try:

@@ -1,25 +1,25 @@
 """Every setting devshim reads, in one place.
 
 Environment variables are parsed once, the first time a setting is needed
-(never at import, never on every call), and again on ``reload()``:
+(never at import, never on every call), and again on `reload()`:
 
-``DEVSHIM_BACKEND``          which framework functions without a tensor use.
-``DEVSHIM_DEVICE``           ``cpu`` hides every accelerator; unset, ``auto`` or ``gpu`` does not.
-``DEVSHIM_VIRTUAL_DEVICES``  N virtual accelerators backed by host memory (backends that can).
-``DEVSHIM_TRANSFER_GUARD``   ``log`` or ``disallow``: the process's transfer-guard level (default ``allow``).
-``DEVSHIM_VIRTUAL_MEMORY``   the size of each virtual GPU (``16GiB``, ``64MiB``); unset: no size.
+`DEVSHIM_BACKEND`          which framework functions without a tensor use.
+`DEVSHIM_DEVICE`           `cpu` hides every accelerator; unset, `auto` or `gpu` does not.
+`DEVSHIM_VIRTUAL_DEVICES`  N virtual accelerators backed by host memory (backends that can).
+`DEVSHIM_TRANSFER_GUARD`   `log` or `disallow`: the process's transfer-guard level (default `allow`).
+`DEVSHIM_VIRTUAL_MEMORY`   the size of each virtual GPU (`16GiB`, `64MiB`); unset: no size.
 
 A launcher's variables are environment too, read here once like the others
-(``launcher()``): torchrun's ``LOCAL_RANK``, Open MPI's ``OMPI_COMM_WORLD_*``,
-Horovod's ``HOROVOD_*``, TensorFlow's ``TF_CONFIG`` (the job as
-``MultiWorkerMirroredStrategy`` reads it) and Slurm's ``SLURM_*`` say which
+(`launcher()`): torchrun's `LOCAL_RANK`, Open MPI's `OMPI_COMM_WORLD_*`,
+Horovod's `HOROVOD_*`, TensorFlow's `TF_CONFIG` (the job as
+`MultiWorkerMirroredStrategy` reads it) and Slurm's `SLURM_*` say which
 process of a job this is, and the device-visibility variables
-(``CUDA_VISIBLE_DEVICES`` and kin) say whether the launcher gave it a device of
+(`CUDA_VISIBLE_DEVICES` and kin) say whether the launcher gave it a device of
 its own.
 
-The backend chosen by a ``use_backend`` block lives in a ContextVar here
-(``scoped_backend``), so a block in one thread or asyncio task never changes
-what another sees; the transfer guard keeps its own in ``devshim.guard.state``.
+The backend chosen by a `use_backend` block lives in a ContextVar here
+(`scoped_backend`), so a block in one thread or asyncio task never changes
+what another sees; the transfer guard keeps its own in `devshim.guard.state`.
 
 Example:
     >>> import os, devshim as ds
@@ -56,7 +56,7 @@ DEVICE_VAR = "DEVSHIM_DEVICE"
 VIRTUAL_DEVICES_VAR = "DEVSHIM_VIRTUAL_DEVICES"
 TRANSFER_GUARD_VAR = "DEVSHIM_TRANSFER_GUARD"
 
-#: The backend of the innermost ``use_backend`` block of this thread or task.
+#: The backend of the innermost `use_backend` block of this thread or task.
 scoped_backend: ContextVar = ContextVar("devshim_backend", default=None)
 
 # Parsed environment: name -> value, or the exception to raise when it is used.
@@ -116,8 +116,8 @@ def _parse_guard() -> object:
 #: variable, world-size variable, local-world-size variable). The first whose local-rank
 #: variable is set describes this process. Slurm comes last because everything started
 #: inside an allocation inherits its variables: a batch script has SLURM_LOCALID=0, and so
-#: does every rank that an ``mpirun`` or a ``horovodrun`` in that script starts.
-#: Slurm's world size is the job step's task count (only ``srun`` sets it: a batch script
+#: does every rank that an `mpirun` or a `horovodrun` in that script starts.
+#: Slurm's world size is the job step's task count (only `srun` sets it: a batch script
 #: is one process), its local world size this node's entry of SLURM_STEP_TASKS_PER_NODE.
 LAUNCHERS = (
     ("torchrun", "LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"),
@@ -128,10 +128,10 @@ LAUNCHERS = (
 )
 _SLURM_NODE_VAR = "SLURM_NODEID"
 #: TensorFlow's description of a multi-worker job (JSON: the cluster's tasks and this one), as
-#: ``tf.distribute.MultiWorkerMirroredStrategy`` reads it. It is read after Horovod's variables
+#: `tf.distribute.MultiWorkerMirroredStrategy` reads it. It is read after Horovod's variables
 #: and before Slurm's: a job described by TF_CONFIG may run inside a Slurm allocation.
 TF_CONFIG_VAR = "TF_CONFIG"
-#: Every variable ``launcher()`` reads.
+#: Every variable `launcher()` reads.
 LAUNCHER_VARIABLES = tuple(var for row in LAUNCHERS for var in row[1:]) + (_SLURM_NODE_VAR, TF_CONFIG_VAR)
 #: TF_CONFIG's task types, in TensorFlow's order: the chief (when there is one) is worker 0 of
 #: MultiWorkerMirroredStrategy, then the workers; parameter servers and the evaluator train nothing.
@@ -144,16 +144,16 @@ VISIBILITY_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VIS
 
 
 class Launch:
-    """What the launcher that started this process says about it (``settings.launcher()``).
+    """What the launcher that started this process says about it (`settings.launcher()`).
 
-    ``name``               "torchrun", "openmpi", "horovod", "tf_config" or "slurm" (a framework that
+    `name`               "torchrun", "openmpi", "horovod", "tf_config" or "slurm" (a framework that
                            knows its job itself adds its own: "jax.distributed").
-    ``local_rank``         this process's rank on its machine, from ``variable``.
-    ``rank``               its rank in the whole job (None when the launcher does not say).
-    ``world_size``         processes in the job (None when the launcher does not say).
-    ``local_world_size``   processes on this machine (None when the launcher does not say).
-    ``variable``           the variable the local rank came from ("LOCAL_RANK", ...).
-    ``given_one_device``   a visibility variable (``CUDA_VISIBLE_DEVICES``, ...) leaves this
+    `local_rank`         this process's rank on its machine, from `variable`.
+    `rank`               its rank in the whole job (None when the launcher does not say).
+    `world_size`         processes in the job (None when the launcher does not say).
+    `local_world_size`   processes on this machine (None when the launcher does not say).
+    `variable`           the variable the local rank came from ("LOCAL_RANK", ...).
+    `given_one_device`   a visibility variable (`CUDA_VISIBLE_DEVICES`, ...) leaves this
                            process exactly one device: the launcher chose it.
 
     Example:
@@ -176,8 +176,8 @@ class Launch:
     def one_device_per_process(self) -> bool:
         """Whether this process is one of several, so it takes one device of its own.
 
-        False for a job of one process (``srun -n 1``, a Slurm batch script,
-        ``torchrun --nproc_per_node 1`` on one machine): that process keeps every device.
+        False for a job of one process (`srun -n 1`, a Slurm batch script,
+        `torchrun --nproc_per_node 1` on one machine): that process keeps every device.
         """
         if self.world_size is None:
             return True  # the launcher does not say: assume it started several
@@ -185,7 +185,7 @@ class Launch:
 
     @property
     def local_processes(self) -> int:
-        """How many processes share this machine: the local world size, or at least ``local_rank + 1``."""
+        """How many processes share this machine: the local world size, or at least `local_rank + 1`."""
         return max(self.local_world_size or 0, self.local_rank + 1)
 
     def __eq__(self, other) -> bool:
@@ -201,7 +201,7 @@ class Launch:
 
 
 def _whole_number(variable: str, launcher: str):
-    """The value of ``variable`` as an int >= 0; None when unset or empty; an error when not a number."""
+    """The value of `variable` as an int >= 0; None when unset or empty; an error when not a number."""
     raw = os.environ.get(variable, "").strip()
     if not raw:
         return None
@@ -265,7 +265,7 @@ def _tf_tasks(cluster: dict) -> list:
 
 
 def _parse_tf_config() -> object:
-    """TF_CONFIG's job as a ``Launch``: the rank among the training tasks (chief, then workers),
+    """TF_CONFIG's job as a `Launch`: the rank among the training tasks (chief, then workers),
     the local rank among the tasks on this task's host; None when TF_CONFIG is unset."""
     raw = os.environ.get(TF_CONFIG_VAR, "").strip()
     if not raw:
@@ -326,7 +326,7 @@ def _get(name: str) -> Any:
 
 
 def requested_backend():
-    """The name in ``DEVSHIM_BACKEND``, or None when unset.
+    """The name in `DEVSHIM_BACKEND`, or None when unset.
 
     Example:
         >>> ds.settings.requested_backend()
@@ -336,7 +336,7 @@ def requested_backend():
 
 
 def accelerators_hidden() -> bool:
-    """True when ``DEVSHIM_DEVICE=cpu`` asks devshim to act as if no accelerator existed.
+    """True when `DEVSHIM_DEVICE=cpu` asks devshim to act as if no accelerator existed.
 
     Example:
         >>> ds.settings.accelerators_hidden()
@@ -348,7 +348,7 @@ def accelerators_hidden() -> bool:
 def virtual_device_count() -> int:
     """How many virtual accelerators were asked for (0 when none).
 
-    ``ds.testing.virtual_devices(n)`` takes precedence over ``DEVSHIM_VIRTUAL_DEVICES``.
+    `ds.testing.virtual_devices(n)` takes precedence over `DEVSHIM_VIRTUAL_DEVICES`.
 
     Example:
         >>> ds.settings.virtual_device_count()
@@ -360,8 +360,8 @@ def virtual_device_count() -> int:
 
 
 def virtual_devices_from_environment() -> bool:
-    """Whether the virtual device count comes from ``DEVSHIM_VIRTUAL_DEVICES`` (set before
-    Python started, usually), not from ``ds.testing.virtual_devices`` (a call in the code).
+    """Whether the virtual device count comes from `DEVSHIM_VIRTUAL_DEVICES` (set before
+    Python started, usually), not from `ds.testing.virtual_devices` (a call in the code).
 
     Example:
         >>> ds.settings.virtual_devices_from_environment()   # DEVSHIM_VIRTUAL_DEVICES=2
@@ -371,7 +371,7 @@ def virtual_devices_from_environment() -> bool:
 
 
 def default_guard_level() -> str:
-    """The process's transfer-guard level from ``DEVSHIM_TRANSFER_GUARD`` ("allow" when unset).
+    """The process's transfer-guard level from `DEVSHIM_TRANSFER_GUARD` ("allow" when unset).
 
     Example:
         >>> ds.settings.default_guard_level()
@@ -381,17 +381,17 @@ def default_guard_level() -> str:
 
 
 def launcher() -> Optional["Launch"]:
-    """What the launcher that started this process says about it (a ``Launch``), or None.
+    """What the launcher that started this process says about it (a `Launch`), or None.
 
-    Read once, like every setting: torchrun's ``LOCAL_RANK``, Open MPI's
-    ``OMPI_COMM_WORLD_LOCAL_RANK``, Horovod's ``HOROVOD_LOCAL_RANK``, TensorFlow's
-    ``TF_CONFIG``, Slurm's ``SLURM_LOCALID`` (the first one set, in that order), with
-    the same launcher's rank and sizes. Under ``TF_CONFIG`` the rank is the task's
+    Read once, like every setting: torchrun's `LOCAL_RANK`, Open MPI's
+    `OMPI_COMM_WORLD_LOCAL_RANK`, Horovod's `HOROVOD_LOCAL_RANK`, TensorFlow's
+    `TF_CONFIG`, Slurm's `SLURM_LOCALID` (the first one set, in that order), with
+    the same launcher's rank and sizes. Under `TF_CONFIG` the rank is the task's
     among the chief and the workers (the chief first, as MultiWorkerMirroredStrategy
     numbers them), the local rank its place among the tasks on its host (the host
     part of each address, compared as written). A value that is not a whole number,
-    or a ``TF_CONFIG`` that is not TensorFlow's JSON, raises
-    ``LauncherEnvironmentError`` from the functions that need it.
+    or a `TF_CONFIG` that is not TensorFlow's JSON, raises
+    `LauncherEnvironmentError` from the functions that need it.
 
     Example:
         >>> ds.settings.launcher()     # a plain process
@@ -402,9 +402,9 @@ def launcher() -> Optional["Launch"]:
 
 
 def set_virtual_devices(count) -> None:
-    """Ask for ``count`` virtual devices in this process (None: back to the environment).
+    """Ask for `count` virtual devices in this process (None: back to the environment).
 
-    ``ds.testing.virtual_devices`` is the public way to call this.
+    `ds.testing.virtual_devices` is the public way to call this.
 
     Example:
         >>> ds.settings.set_virtual_devices(2)
@@ -422,8 +422,8 @@ def reload() -> None:
     """Read the environment variables again, and forget what was derived from them.
 
     devshim reads its variables once, at first use. Call this after changing
-    ``os.environ`` in a running process (tests do). A backend chosen with
-    ``set_backend`` stays chosen; one chosen from ``DEVSHIM_BACKEND`` or
+    `os.environ` in a running process (tests do). A backend chosen with
+    `set_backend` stays chosen; one chosen from `DEVSHIM_BACKEND` or
     automatically is chosen again at next use.
 
     Example:
@@ -437,7 +437,7 @@ def reload() -> None:
 
 
 def on_change(listener) -> None:
-    """Call ``listener()`` whenever settings change (``reload``, virtual devices).
+    """Call `listener()` whenever settings change (`reload`, virtual devices).
 
     Modules that cache anything derived from settings (the backend registry,
     the adapters' resolved devices) register here.
@@ -472,9 +472,9 @@ _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
 
 
 def parse_size(value, source: str = VIRTUAL_MEMORY_VAR) -> int:
-    """Bytes from a size: an int, or a string of a number and an optional unit (``"64MiB"``,
-    ``"16GB"``, ``"1.5G"``; kB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB and K/M/G/T of 1024).
-    ``VirtualMemorySizeError`` (naming ``source``) for anything else, or a size below one byte.
+    """Bytes from a size: an int, or a string of a number and an optional unit (`"64MiB"`,
+    `"16GB"`, `"1.5G"`; kB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB and K/M/G/T of 1024).
+    `VirtualMemorySizeError` (naming `source`) for anything else, or a size below one byte.
 
     Example:
         >>> ds.settings.parse_size("64MiB"), ds.settings.parse_size("1GB")
@@ -514,8 +514,8 @@ _PARSERS["virtual_memory"] = _parse_virtual_memory
 
 
 def virtual_memory():
-    """The size of each virtual GPU in bytes (``DEVSHIM_VIRTUAL_MEMORY``, or
-    ``set_virtual_memory``), or None when they have none (then they take what the host has).
+    """The size of each virtual GPU in bytes (`DEVSHIM_VIRTUAL_MEMORY`, or
+    `set_virtual_memory`), or None when they have none (then they take what the host has).
 
     Example:
         >>> ds.settings.virtual_memory()        # DEVSHIM_VIRTUAL_MEMORY=64MiB
@@ -527,9 +527,9 @@ def virtual_memory():
 
 
 def set_virtual_memory(size) -> None:
-    """Give each virtual GPU ``size`` (bytes, or a string such as ``"16GiB"``) in this process;
-    ``0`` takes the size away, ``None`` goes back to ``DEVSHIM_VIRTUAL_MEMORY``. On torch's
-    virtual GPUs an allocation past it raises ``torch.OutOfMemoryError``, as on a GPU of that size.
+    """Give each virtual GPU `size` (bytes, or a string such as `"16GiB"`) in this process;
+    `0` takes the size away, `None` goes back to `DEVSHIM_VIRTUAL_MEMORY`. On torch's
+    virtual GPUs an allocation past it raises `torch.OutOfMemoryError`, as on a GPU of that size.
 
     Example:
         >>> ds.settings.set_virtual_memory("64MiB")

@@ -1,12 +1,12 @@
 """The one door every explicit devshim transfer goes through.
 
-``to_device``, ``copy_if_needed``, ``to_numpy`` and everything built on them
-(the experiments' host reads, model placement) copy data by calling ``copy``
-or ``to_host`` here, or run under ``explicitly`` (the nest walkers, which
-call the adapters leaf by leaf), or under ``explicit()`` (model placement,
-which calls the framework's own ``module.to``). So "this copy was asked for"
+`to_device`, `copy_if_needed`, `to_numpy` and everything built on them
+(the experiments' host reads, model placement) copy data by calling `copy`
+or `to_host` here, or run under `explicitly` (the nest walkers, which
+call the adapters leaf by leaf), or under `explicit()` (model placement,
+which calls the framework's own `module.to`). So "this copy was asked for"
 is known in exactly one place: while one of these runs, the guard's marker
-(``devshim.guard.marker``) says so in that thread, and a transfer guard that
+(`devshim.guard.marker`) says so in that thread, and a transfer guard that
 sees a copy at such a moment lets it through.
 
 Marking costs nothing while no guard is watching: the functions then call the
@@ -27,8 +27,8 @@ __all__ = ["copy", "to_host", "explicitly", "explicit", "is_explicit", "crossing
 
 
 def copy(adapter, x, native, non_blocking: bool):
-    """``x`` copied to ``native`` in new storage: ``to_device``, and ``copy_if_needed``
-    once it knows ``x`` is elsewhere.
+    """`x` copied to `native` in new storage: `to_device`, and `copy_if_needed`
+    once it knows `x` is elsewhere.
 
     Example:
         >>> y = transfer.copy(ds.get_backend("torch"), x, torch.device("cpu"), False)
@@ -40,7 +40,7 @@ def copy(adapter, x, native, non_blocking: bool):
 
 
 def to_host(adapter, x):
-    """A NumPy copy of ``x``'s values (``to_numpy``).
+    """A NumPy copy of `x`'s values (`to_numpy`).
 
     Example:
         >>> host = transfer.to_host(ds.get_backend("torch"), x)
@@ -52,8 +52,8 @@ def to_host(adapter, x):
 
 
 def explicitly(fn, *args):
-    """``fn(*args)`` as one explicit transfer: what the nest walkers of
-    ``to_device``, ``copy_if_needed`` and ``to_numpy`` run under, since they
+    """`fn(*args)` as one explicit transfer: what the nest walkers of
+    `to_device`, `copy_if_needed` and `to_numpy` run under, since they
     call the adapters leaf by leaf.
 
     Example:
@@ -66,13 +66,13 @@ def explicitly(fn, *args):
 
 
 def crossing(direction: str, what: str, source, target, *, explicit: bool, error=None) -> None:
-    """Tell the transfer guard that ``ds.convert`` is about to copy data between two devices.
+    """Tell the transfer guard that `ds.convert` is about to copy data between two devices.
 
     Frameworks' own hooks never see these copies (they go through DLPack or the
-    host), so this is where they are counted: an ``explicit`` one (the caller
-    named ``device=``) in every enclosing block's ``report.explicit``; any other
+    host), so this is where they are counted: an `explicit` one (the caller
+    named `device=`) in every enclosing block's `report.explicit`; any other
     is checked like an implicit transfer, logged under "log" and refused under
-    "disallow" by raising ``error``. Call it outside ``explicit()``.
+    "disallow" by raising `error`. Call it outside `explicit()`.
 
     Example:
         >>> transfer.crossing("device_to_host", "ds.convert(x, 'numpy')", gpu0, cpu0, explicit=True)

@@ -1,22 +1,22 @@
 """The backends: the device contract, the table of backends, selection and dispatch.
 
-``devshim/backends/<name>/`` is one backend (see docs/adapters.md). The modules
+`devshim/backends/<name>/` is one backend (see docs/adapters.md). The modules
 here, lowest first:
 
-``spec``       ``BackendSpec``, the declaration row each backend package makes;
-``virtual``    the one rule for virtual devices on frameworks with host devices to split;
-``base``       ``Backend``, the device contract every backend's ``core.py`` implements;
-``model_base`` ``ModelPlacement``, the contract of a backend's ``model.py``;
-``interop_base`` ``Interop``, the contract of a backend's ``interop.py`` (``ds.convert``);
-``autodiff_base`` ``Autodiff``, the contract of a backend's ``autodiff.py`` (``ds.testing``);
-``memory_base`` ``DeviceMemory``, the contract of a backend's ``memory.py`` (``ds.memory``);
-``registry``   the table built from the rows, and one adapter per backend;
-``dispatch``   which backend owns a tensor: one ``FastPaths`` record per tensor class;
-``selection``  which backend functions without a tensor use;
-``nests``      the leaf functions that copy nests (``devshim._tree`` walks them);
-``out_of_memory`` the named error for a device out of memory in devshim's own calls.
+`spec`       `BackendSpec`, the declaration row each backend package makes;
+`virtual`    the one rule for virtual devices on frameworks with host devices to split;
+`base`       `Backend`, the device contract every backend's `core.py` implements;
+`model_base` `ModelPlacement`, the contract of a backend's `model.py`;
+`interop_base` `Interop`, the contract of a backend's `interop.py` (`ds.convert`);
+`autodiff_base` `Autodiff`, the contract of a backend's `autodiff.py` (`ds.testing`);
+`memory_base` `DeviceMemory`, the contract of a backend's `memory.py` (`ds.memory`);
+`registry`   the table built from the rows, and one adapter per backend;
+`dispatch`   which backend owns a tensor: one `FastPaths` record per tensor class;
+`selection`  which backend functions without a tensor use;
+`nests`      the leaf functions that copy nests (`devshim._tree` walks them);
+`out_of_memory` the named error for a device out of memory in devshim's own calls.
 
-(A backend's ``guard.py`` implements ``devshim.guard.hooks.GuardHooks``, which
+(A backend's `guard.py` implements `devshim.guard.hooks.GuardHooks`, which
 lives with the rest of the guard, below this package.)
 
 This package's namespace gathers their public names, each loaded on first use: the package

@@ -1,18 +1,18 @@
-"""The contract a backend's ``autodiff.py`` implements: ``Autodiff``.
+"""The contract a backend's `autodiff.py` implements: `Autodiff`.
 
-``ds.testing.check_backward`` and ``check_double_backward`` compare a framework's own
-automatic differentiation with finite differences (``devshim/testing/gradients.py``); what
-they need from each framework is one subclass of ``Autodiff`` in the backend's optional
-``autodiff.py`` (the registry finds it: ``registry.autodiff``). ``autodiff.py`` is loaded only
-by ``ds.testing``, so it may import its framework at module level. A backend without one
-(NumPy, CuPy) has no autodiff: the checks refuse its arrays with ``NoAutodiffError``,
-``numerical_grad`` changes its arrays in place with ``x[index] = value``, and its copies are
+`ds.testing.check_backward` and `check_double_backward` compare a framework's own
+automatic differentiation with finite differences (`devshim/testing/gradients.py`); what
+they need from each framework is one subclass of `Autodiff` in the backend's optional
+`autodiff.py` (the registry finds it: `registry.autodiff`). `autodiff.py` is loaded only
+by `ds.testing`, so it may import its framework at module level. A backend without one
+(NumPy, CuPy) has no autodiff: the checks refuse its arrays with `NoAutodiffError`,
+`numerical_grad` changes its arrays in place with `x[index] = value`, and its copies are
 plain arrays.
 
-What the checks hand ``vjp`` and ``gradient_function`` are their own private copies of the
-caller's inputs, made by ``copy_like``: a backend may mark them for differentiation in place.
+What the checks hand `vjp` and `gradient_function` are their own private copies of the
+caller's inputs, made by `copy_like`: a backend may mark them for differentiation in place.
 The functions they differentiate return a list of floating-point tensors (the outputs that
-have a gradient, picked from whatever ``f`` returned).
+have a gradient, picked from whatever `f` returned).
 
 Example:
     >>> autodiff = ds.backends.autodiff("jax")
@@ -30,7 +30,7 @@ __all__ = ["Autodiff"]
 
 
 class Autodiff(ABC):
-    """One framework's automatic differentiation (the class a backend's ``autodiff.py`` defines).
+    """One framework's automatic differentiation (the class a backend's `autodiff.py` defines).
 
     Example:
         >>> ds.backends.autodiff("torch").can_change_in_place(torch.ones(2))
@@ -43,12 +43,12 @@ class Autodiff(ABC):
 
     @abstractmethod
     def vjp(self, f, inputs: tuple):
-        """``(outputs, pullback)``: ``outputs = f(*inputs)`` (a list of tensors) run under the
-        framework's autodiff, and ``pullback(grad_outputs)``, which takes a list with one tensor
+        """`(outputs, pullback)`: `outputs = f(*inputs)` (a list of tensors) run under the
+        framework's autodiff, and `pullback(grad_outputs)`, which takes a list with one tensor
         per output (same shape, dtype and device) and returns a list with one dense gradient per
         input, of the input's kind (a sparse gradient made dense), or None where the framework
         says the outputs do not depend on that input. An output that depends on no input is
-        allowed. ``pullback`` is called once.
+        allowed. `pullback` is called once.
 
         Example:
             >>> outputs, pullback = autodiff.vjp(lambda x: [x * 2], (x,))
@@ -58,10 +58,10 @@ class Autodiff(ABC):
 
     @abstractmethod
     def gradient_function(self, f, count: int):
-        """A function of ``count`` inputs followed by one gradient per output of ``f`` (a
-        function returning a list of tensors), returning the list of ``f``'s gradients with
+        """A function of `count` inputs followed by one gradient per output of `f` (a
+        function returning a list of tensors), returning the list of `f`'s gradients with
         respect to its inputs (zeros where they do not depend on one): the first-order backward
-        as a function, itself differentiable by ``vjp`` (for ``check_double_backward``).
+        as a function, itself differentiable by `vjp` (for `check_double_backward`).
 
         Example:
             >>> first_order = autodiff.gradient_function(lambda x: [x * x], 1)
@@ -70,9 +70,9 @@ class Autodiff(ABC):
         """
 
     def copy_like(self, x, fresh):
-        """``fresh`` (a new tensor of ``x``'s framework, holding the values of a copy of ``x``)
-        made the same kind of object as ``x``: a variable stays a variable, a parameter a
-        parameter, an MXNet ``nd`` array an ``nd`` array. What ``f`` receives in a check.
+        """`fresh` (a new tensor of `x`'s framework, holding the values of a copy of `x`)
+        made the same kind of object as `x`: a variable stays a variable, a parameter a
+        parameter, an MXNet `nd` array an `nd` array. What `f` receives in a check.
 
         Example:
             >>> autodiff.copy_like(tf.Variable([1.0]), tf.constant([2.0]))
@@ -81,8 +81,8 @@ class Autodiff(ABC):
         return fresh
 
     def gradient_like(self, x, fresh):
-        """``fresh`` as the kind of array a gradient for ``x`` is: the framework's plain tensor
-        (an MXNet ``nd`` array for an ``nd`` input).
+        """`fresh` as the kind of array a gradient for `x` is: the framework's plain tensor
+        (an MXNet `nd` array for an `nd` input).
 
         Example:
             >>> autodiff.gradient_like(torch.nn.Parameter(torch.ones(2)), torch.zeros(2))
@@ -91,9 +91,9 @@ class Autodiff(ABC):
         return fresh
 
     def full_precision(self):
-        """A ``with`` block in which float32 arithmetic is float32 throughout: matrix products
+        """A `with` block in which float32 arithmetic is float32 throughout: matrix products
         and convolutions that a GPU would run in TF32 (10 bits of mantissa) by default run in
-        full float32, so that central differences of ``f`` are not swamped by TF32's rounding.
+        full float32, so that central differences of `f` are not swamped by TF32's rounding.
         The default: nothing to change.
 
         Example:
@@ -103,7 +103,7 @@ class Autodiff(ABC):
         return contextlib.nullcontext()
 
     def can_change_in_place(self, x) -> bool:
-        """Whether ``x``'s elements can be set in place (``set_element``); JAX arrays and
+        """Whether `x`'s elements can be set in place (`set_element`); JAX arrays and
         TensorFlow tensors that are not variables cannot.
 
         Example:
@@ -113,8 +113,8 @@ class Autodiff(ABC):
         return True
 
     def set_element(self, x, index: tuple, value: float) -> None:
-        """``x[index] = value`` in place, outside the framework's autodiff record (``value`` is
-        exactly representable in ``x``'s dtype).
+        """`x[index] = value` in place, outside the framework's autodiff record (`value` is
+        exactly representable in `x`'s dtype).
 
         Example:
             >>> autodiff.set_element(x, (0, 1), 2.5)
@@ -122,8 +122,8 @@ class Autodiff(ABC):
         x[index] = value
 
     def assign(self, x, fresh) -> None:
-        """Every element of ``x`` set in place from ``fresh`` (a tensor of ``x``'s shape), outside
-        the framework's autodiff record: how a check puts back an array that ``f`` changed.
+        """Every element of `x` set in place from `fresh` (a tensor of `x`'s shape), outside
+        the framework's autodiff record: how a check puts back an array that `f` changed.
 
         Example:
             >>> autodiff.assign(x, torch.zeros(3))

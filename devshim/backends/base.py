@@ -1,14 +1,14 @@
-"""The device contract every backend's ``core.py`` implements.
+"""The device contract every backend's `core.py` implements.
 
-A backend's ``core.py`` holds one subclass of ``Backend``. It never imports
-its framework at module level: ``self.fw`` imports it the first time a method
-needs it. Tensor ownership (``is_tensor``) is only ever asked once the
-framework is in ``sys.modules``, so detection is free.
+A backend's `core.py` holds one subclass of `Backend`. It never imports
+its framework at module level: `self.fw` imports it the first time a method
+needs it. Tensor ownership (`is_tensor`) is only ever asked once the
+framework is in `sys.modules`, so detection is free.
 
 Subclasses implement the abstract methods, which work on single tensors
 ("leaves") and on the framework's native device objects. Everything users see
-(nesting, spec strings, range checks, ``DEVSHIM_DEVICE``, virtual devices,
-the cached fast paths) is written once, here and in ``devshim/api.py``.
+(nesting, spec strings, range checks, `DEVSHIM_DEVICE`, virtual devices,
+the cached fast paths) is written once, here and in `devshim/api.py`.
 """
 
 from __future__ import annotations
@@ -35,25 +35,25 @@ _shared_warned = False  # SharedDeviceWarning was issued (once per process, unti
 
 
 class DeviceTable(dict):
-    """What a tensor's device attribute says -> its ``ds.Device``; ``attr`` names the attribute.
+    """What a tensor's device attribute says -> its `ds.Device`; `attr` names the attribute.
 
-    A backend whose tensors carry a hashable device attribute (torch's ``x.device``,
-    TensorFlow's ``x.device`` name, MXNet's ``x.ctx``) keeps its descriptions in one
-    of these, filling it as it describes devices, and hands it to ``ds.device_of``,
+    A backend whose tensors carry a hashable device attribute (torch's `x.device`,
+    TensorFlow's `x.device` name, MXNet's `x.ctx`) keeps its descriptions in one
+    of these, filling it as it describes devices, and hands it to `ds.device_of`,
     which then answers with one lookup and no call into the backend.
 
-    ``exact`` (opt-in): a tensor is on a target device exactly when the Device
+    `exact` (opt-in): a tensor is on a target device exactly when the Device
     its attribute maps to is the target's own Device object (torch, NumPy: where
-    ``same_place`` is device equality). Then ``targets`` maps each resolved spec
-    to that object, and ``ds.copy_if_needed`` answers "already there" with two
-    lookups and an ``is``.
+    `same_place` is device equality). Then `targets` maps each resolved spec
+    to that object, and `ds.copy_if_needed` answers "already there" with two
+    lookups and an `is`.
 
-    ``natives`` maps the same attribute values to the framework's own device
-    objects, which ``ds.device_of`` returns; it is filled as ``device_of`` meets them.
-    ``attribute_is_native`` (opt-in): the attribute's value *is* the framework's own
-    device object (torch's ``x.device``, NumPy 2's ``"cpu"``), so ``ds.device_of``
+    `natives` maps the same attribute values to the framework's own device
+    objects, which `ds.device_of` returns; it is filled as `device_of` meets them.
+    `attribute_is_native` (opt-in): the attribute's value *is* the framework's own
+    device object (torch's `x.device`, NumPy 2's `"cpu"`), so `ds.device_of`
     returns it as it is, with no lookup at all.
-    ``home`` (opt-in, exact tables): the one Device every tensor of the table's types
+    `home` (opt-in, exact tables): the one Device every tensor of the table's types
     lives on (NumPy's host), so "already there" needs no read of the attribute at all.
     """
 
@@ -78,8 +78,8 @@ class DeviceTable(dict):
 class Backend(ABC):
     """One framework's implementation of the devshim device contract.
 
-    ``spec`` (a ``BackendSpec``) is the backend's declaration row, from its
-    package's ``__init__.py``; ``name`` is ``spec.name``.
+    `spec` (a `BackendSpec`) is the backend's declaration row, from its
+    package's `__init__.py`; `name` is `spec.name`.
 
     Example:
         >>> bk = ds.get_backend("torch")
@@ -94,8 +94,8 @@ class Backend(ABC):
     peers = None
     #: The most virtual accelerators this backend can present (None: no limit of its own).
     max_virtual_devices = None
-    #: True when waiting is per value (``wait(x)`` on each output, JAX's
-    #: ``block_until_ready``); False when it is per device (``synchronize``).
+    #: True when waiting is per value (`wait(x)` on each output, JAX's
+    #: `block_until_ready`); False when it is per device (`synchronize`).
     waits_per_value = False
 
     def __init_subclass__(cls, **kwargs) -> None:
@@ -138,17 +138,17 @@ class Backend(ABC):
 
     @abstractmethod
     def is_tensor(self, x) -> bool:
-        """Whether ``x`` is a tensor of this framework. Called only once loaded."""
+        """Whether `x` is a tensor of this framework. Called only once loaded."""
 
     def is_tensor_type(self, kind: type):
-        """Whether every instance of class ``kind`` is a tensor of this framework (True or
-        False), or None when the class alone does not say. Backends whose ``is_tensor`` is one
-        ``isinstance`` answer, so that torch.compile can learn a type without tracing devshim."""
+        """Whether every instance of class `kind` is a tensor of this framework (True or
+        False), or None when the class alone does not say. Backends whose `is_tensor` is one
+        `isinstance` answer, so that torch.compile can learn a type without tracing devshim."""
         return None
 
     @abstractmethod
     def is_native_device(self, obj) -> bool:
-        """Whether ``obj`` is one of this framework's device objects. Called only once loaded."""
+        """Whether `obj` is one of this framework's device objects. Called only once loaded."""
 
     @abstractmethod
     def accelerator_count(self) -> int:
@@ -156,7 +156,7 @@ class Backend(ABC):
 
     @abstractmethod
     def make_native_device(self, kind: str, index: int):
-        """The framework's device object for ``kind``/``index``; no range checks."""
+        """The framework's device object for `kind`/`index`; no range checks."""
 
     @abstractmethod
     def describe(self, native) -> Device:
@@ -168,16 +168,16 @@ class Backend(ABC):
 
     @abstractmethod
     def copy_to(self, x, native, non_blocking: bool):
-        """A copy of ``x`` on ``native`` in new storage, recorded by autograd."""
+        """A copy of `x` on `native` in new storage, recorded by autograd."""
 
     @abstractmethod
     def tensor_to_numpy(self, x):
-        """A NumPy array holding a copy of ``x``'s values, never sharing its memory."""
+        """A NumPy array holding a copy of `x`'s values, never sharing its memory."""
 
     # ------------------------------------------------ optional primitives
 
     def same_place(self, x, native) -> bool:
-        """Whether tensor ``x`` already lives on ``native`` (``copy_if_needed``'s test).
+        """Whether tensor `x` already lives on `native` (`copy_if_needed`'s test).
 
         Backends override this with the framework's cheapest exact check.
         """
@@ -188,14 +188,14 @@ class Backend(ABC):
         return None
 
     def synchronize(self, native) -> None:
-        """Wait for work queued on ``native`` (all devices when None). Host-only: no-op."""
+        """Wait for work queued on `native` (all devices when None). Host-only: no-op."""
 
     def wait(self, x) -> None:
-        """Wait until tensor ``x`` is computed. Default: wait for its device."""
+        """Wait until tensor `x` is computed. Default: wait for its device."""
         self.synchronize(self.tensor_device(x).native)
 
     def array_namespace(self, x):
-        """The module whose functions take ``x`` (``ds.array_module``): NumPy-like, ideally the
+        """The module whose functions take `x` (`ds.array_module`): NumPy-like, ideally the
         array-API namespace of the framework's arrays. Backends without one refuse."""
         raise UnsupportedValueError(
             f"The {self.name} backend has no array module for {type(x).__name__} values, so "
@@ -203,18 +203,18 @@ class Backend(ABC):
         )
 
     def device_details(self) -> list:
-        """What ``devshim info`` prints about each device: at least ``device`` and ``name``."""
+        """What `devshim info` prints about each device: at least `device` and `name`."""
         return [
             {"device": str(self.describe(native)), "name": str(native)}
             for native in self.devices()
         ]
 
     def enable_virtual_devices(self, count: int) -> None:
-        """Make ``count`` virtual accelerators exist. Backends whose spec says they can override this."""
+        """Make `count` virtual accelerators exist. Backends whose spec says they can override this."""
 
     def check_virtual_count(self, count: int) -> int:
-        """``count`` when this backend can present that many virtual accelerators; else
-        ``VirtualDeviceCountError`` with the range (``max_virtual_devices``)."""
+        """`count` when this backend can present that many virtual accelerators; else
+        `VirtualDeviceCountError` with the range (`max_virtual_devices`)."""
         limit = self.max_virtual_devices
         if limit is not None and count > limit:
             raise VirtualDeviceCountError(
@@ -224,7 +224,7 @@ class Backend(ABC):
             )
         return count
 
-    #: Why ``max_virtual_devices`` is what it is (part of the error message).
+    #: Why `max_virtual_devices` is what it is (part of the error message).
     virtual_limit_reason = ""
 
     def has_cpu(self, index: int) -> bool:
@@ -252,37 +252,37 @@ class Backend(ABC):
             )
 
     def copier(self, native, non_blocking: bool):
-        """``x -> copy_to(x, native, non_blocking)`` for the leaves of one nest; backends whose
+        """`x -> copy_to(x, native, non_blocking)` for the leaves of one nest; backends whose
         copy is one method call return that method, saving a Python call per leaf."""
         copy_to = self.copy_to
         return lambda x: copy_to(x, native, non_blocking)
 
     def copy_if_needed(self, x, native):
-        """``x`` itself when it already lives on ``native``, else a copy there (one tensor)."""
+        """`x` itself when it already lives on `native`, else a copy there (one tensor)."""
         return x if self.same_place(x, native) else self.copy_to(x, native, False)
 
     def sum_across_processes(self, total):
-        """``total`` summed over every process of the framework's distributed job, as a new
-        tensor on ``total``'s device; ``total`` itself when no process group is running
-        (``ds.allreduce``'s second level). Backends with such an engine override this."""
+        """`total` summed over every process of the framework's distributed job, as a new
+        tensor on `total`'s device; `total` itself when no process group is running
+        (`ds.allreduce`'s second level). Backends with such an engine override this."""
         return total
 
     def narrow(self, x, start: int, stop: int):
-        """Rows ``start:stop`` of ``x``, computed where ``x`` lives (a view where the framework has them)."""
+        """Rows `start:stop` of `x`, computed where `x` lives (a view where the framework has them)."""
         return x[start:stop]
 
     def on_device(self, native):
-        """A ``with`` block in which the framework's ops run on ``native`` (TensorFlow needs
+        """A `with` block in which the framework's ops run on `native` (TensorFlow needs
         one: it runs an op without a scope on its default device). Others: a no-op."""
         return _NO_SCOPE
 
     def restart_trace(self) -> None:
         """Start the framework's running trace over, when devshim has just filled its dispatch
         tables inside it (the trace read them empty). A backend whose framework has no such
-        tracer does nothing; the caller then raises ``FirstCallInTraceError``."""
+        tracer does nothing; the caller then raises `FirstCallInTraceError`."""
 
     def reset(self) -> None:
-        """Forget everything cached from settings or the machine (after ``settings.reload()``)."""
+        """Forget everything cached from settings or the machine (after `settings.reload()`)."""
         global _shared_warned
         _shared_warned = False
         self._targets.clear()
@@ -353,9 +353,9 @@ class Backend(ABC):
     def process_gpu_index(self):
         """The GPU this process uses when no index is named, or None without a GPU.
 
-        Under a launcher that started several processes it is ``local_rank % num_gpus()``
-        (a launcher that gives each process one device through ``CUDA_VISIBLE_DEVICES``
-        leaves one visible: index 0); otherwise 0. ``DEVSHIM_DEVICE=cpu`` means no GPU.
+        Under a launcher that started several processes it is `local_rank % num_gpus()`
+        (a launcher that gives each process one device through `CUDA_VISIBLE_DEVICES`
+        leaves one visible: index 0); otherwise 0. `DEVSHIM_DEVICE=cpu` means no GPU.
 
         Example:
             >>> ds.get_backend().process_gpu_index()   # LOCAL_RANK=1, two GPUs
@@ -370,9 +370,9 @@ class Backend(ABC):
         return self._own_index(launch, count)
 
     def launch(self):
-        """Which process of a job this is (a ``settings.Launch``), or None: the launcher's
-        variables (``settings.launcher()``), or what the framework itself knows of the job
-        (JAX's ``jax.distributed``), for backends whose framework can say.
+        """Which process of a job this is (a `settings.Launch`), or None: the launcher's
+        variables (`settings.launcher()`), or what the framework itself knows of the job
+        (JAX's `jax.distributed`), for backends whose framework can say.
 
         Example:
             >>> ds.get_backend().launch()      # under torchrun --nproc_per_node 2
@@ -382,7 +382,7 @@ class Backend(ABC):
 
     def visibility_narrowed(self) -> bool:
         """Whether the framework was told to show this process fewer accelerators than the
-        machine has (TensorFlow's ``set_visible_devices``, as Horovod does): the process was
+        machine has (TensorFlow's `set_visible_devices`, as Horovod does): the process was
         given its device. Backends that can tell override this."""
         return False
 
@@ -415,7 +415,7 @@ class Backend(ABC):
     def device(self, spec):
         """The native device for any accepted spec, checked to exist.
 
-        Specs (strings, ``ds.Device``, another framework's device objects) name
+        Specs (strings, `ds.Device`, another framework's device objects) name
         a place by kind and index: "gpu:1" is this backend's GPU 1, virtual or
         real. A native device object of this framework names one physical
         device exactly: a real GPU the machine does not have is unavailable
@@ -431,9 +431,9 @@ class Backend(ABC):
         return self.make_native_device(kind, index)
 
     def target(self, spec):
-        """``device(spec)``, remembered for hashable specs until settings change.
+        """`device(spec)`, remembered for hashable specs until settings change.
 
-        This is what ``to_device`` and ``copy_if_needed`` resolve their
+        This is what `to_device` and `copy_if_needed` resolve their
         target with: the same spec comes back call after call.
         """
         try:
@@ -461,7 +461,7 @@ class Backend(ABC):
         return True
 
     def native_for(self, device: Device):
-        """The native object for a ``ds.Device`` of this backend (one rebuilt by pickle)."""
+        """The native object for a `ds.Device` of this backend (one rebuilt by pickle)."""
         if device.kind == "gpu" and device.virtual != bool(settings.virtual_device_count()):
             what = "a virtual" if device.virtual else "a real"
             raise DeviceUnavailableError(
@@ -525,23 +525,23 @@ class Backend(ABC):
     # -------------------------------------------------- fast paths (dispatch.FastPaths holds them)
 
     def device_table(self):
-        """The backend's ``DeviceTable``, or None when its tensors have no such attribute."""
+        """The backend's `DeviceTable`, or None when its tensors have no such attribute."""
         return None
 
     def neutral_device_fn(self):
-        """``x -> Device`` for this backend's tensors: what ``ds.neutral_device`` calls when its
+        """`x -> Device` for this backend's tensors: what `ds.neutral_device` calls when its
         table has no entry."""
         return self.tensor_device
 
     def native_device_of(self, x):
-        """The framework's own device object of tensor ``x``: what ``ds.device_of`` returns, which
-        goes back into the framework's ``device=``. Backends whose tensors can be traced without a
-        device override this (JAX answers None inside ``jax.jit``, as array-api-compat does)."""
+        """The framework's own device object of tensor `x`: what `ds.device_of` returns, which
+        goes back into the framework's `device=`. Backends whose tensors can be traced without a
+        device override this (JAX answers None inside `jax.jit`, as array-api-compat does)."""
         return self.tensor_device(x).native
 
     def native_device_of_fn(self):
-        """``x -> native device`` for this backend's tensors: what ``ds.device_of`` calls when its
-        table has no entry yet. It records the answer in the ``DeviceTable``'s ``natives``."""
+        """`x -> native device` for this backend's tensors: what `ds.device_of` calls when its
+        table has no entry yet. It records the answer in the `DeviceTable`'s `natives`."""
         native_of, table = self.native_device_of, self.device_table()
         if table is None:
             return native_of
@@ -559,20 +559,20 @@ class Backend(ABC):
         return device_of
 
     def copy_fn(self):
-        """``(x, spec, non_blocking) -> copy``: what ``ds.to_device`` calls for one tensor."""
+        """`(x, spec, non_blocking) -> copy`: what `ds.to_device` calls for one tensor."""
         return self._one_tensor(if_needed=False)
 
     def copy_if_needed_fn(self):
-        """``(x, spec) -> x or a copy``: what ``ds.copy_if_needed`` calls for one tensor."""
+        """`(x, spec) -> x or a copy`: what `ds.copy_if_needed` calls for one tensor."""
         return self._one_tensor(if_needed=True)
 
     def _one_tensor(self, if_needed: bool):
-        """The one-tensor path of ``copy_fn`` and ``copy_if_needed_fn``: the spec's native device
-        from the targets resolved before, then (``if_needed``) "already there?", then the copy.
+        """The one-tensor path of `copy_fn` and `copy_if_needed_fn`: the spec's native device
+        from the targets resolved before, then (`if_needed`) "already there?", then the copy.
 
         With no transfer guard watching there is nothing to mark, so the copy calls the adapter
         straight away (the door's own shortcut, taken here to save a call); otherwise it goes
-        through ``devshim.transfer.copy``, which marks it as asked for.
+        through `devshim.transfer.copy`, which marks it as asked for.
         """
         targets, resolve, same_place, copy_to, adapter = (
             self._targets, self.target, self.same_place, self.copy_to, self)
@@ -616,7 +616,7 @@ _NO_SCOPE = _NoScope()
 
 
 def _caller_level() -> int:
-    """The ``stacklevel`` that points a warning at the first frame outside devshim."""
+    """The `stacklevel` that points a warning at the first frame outside devshim."""
     package = __file__.rsplit("backends", 1)[0]
     frame, level = sys._getframe(1), 1
     while frame is not None and frame.f_code.co_filename.startswith(package):

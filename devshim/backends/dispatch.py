@@ -1,9 +1,9 @@
 """Dispatch on a tensor's type: which backend owns it, and that backend's fast paths.
 
-``FAST_PATHS`` maps each tensor class devshim has met to one ``FastPaths`` record: the
+`FAST_PATHS` maps each tensor class devshim has met to one `FastPaths` record: the
 backend that owns its tensors and the function each public hot path calls for them
-(``devshim/api.py`` reads nothing else). Only backends whose framework is already in
-``sys.modules`` are asked who owns a value, so dispatch never imports a framework. A record
+(`devshim/api.py` reads nothing else). Only backends whose framework is already in
+`sys.modules` are asked who owns a value, so dispatch never imports a framework. A record
 is learned once per class, under devshim's loading lock, and published whole: another
 thread sees a class's record complete, or not at all.
 
@@ -32,15 +32,15 @@ __all__ = [
 class FastPaths:
     """What devshim knows about one tensor class: its backend, and a fast path per public function.
 
-    ``device_of(x)``: the framework's own device object (``ds.device_of``); ``neutral_device(x)``:
-    the ``ds.Device`` (``ds.neutral_device``); ``copy(x, spec, non_blocking)``: a copy
-    (``ds.to_device``); ``copy_if_needed(x, spec)``: ``x`` or a copy (``ds.copy_if_needed``).
-    The lookups that come before a call, where the backend keeps a ``DeviceTable`` (``table``):
-    ``native_is_attribute``, ``x.device`` is the answer of ``ds.device_of`` itself (torch, NumPy 2);
-    ``table[getattr(x, table.attr)]`` is the ``ds.Device``, ``table.natives[...]`` the native
-    device; ``exact`` is the table when "already there" is an identity test in it (torch, NumPy),
-    else None, with its ``targets`` (resolved spec -> Device) and ``home`` (NumPy's one Device)
-    kept on the record too: ``ds.copy_if_needed`` reads them with one attribute load each.
+    `device_of(x)`: the framework's own device object (`ds.device_of`); `neutral_device(x)`:
+    the `ds.Device` (`ds.neutral_device`); `copy(x, spec, non_blocking)`: a copy
+    (`ds.to_device`); `copy_if_needed(x, spec)`: `x` or a copy (`ds.copy_if_needed`).
+    The lookups that come before a call, where the backend keeps a `DeviceTable` (`table`):
+    `native_is_attribute`, `x.device` is the answer of `ds.device_of` itself (torch, NumPy 2);
+    `table[getattr(x, table.attr)]` is the `ds.Device`, `table.natives[...]` the native
+    device; `exact` is the table when "already there" is an identity test in it (torch, NumPy),
+    else None, with its `targets` (resolved spec -> Device) and `home` (NumPy's one Device)
+    kept on the record too: `ds.copy_if_needed` reads them with one attribute load each.
 
     Example:
         >>> paths = dispatch.fast_paths(torch.ones(1))
@@ -68,23 +68,23 @@ class FastPaths:
         return f"<FastPaths of the {self.adapter.name} backend>"
 
 
-#: Tensor class -> its ``FastPaths``: the one table the public hot paths read.
+#: Tensor class -> its `FastPaths`: the one table the public hot paths read.
 FAST_PATHS: dict = {}
-#: The classes whose record says ``native_is_attribute`` (torch, NumPy 2), as dict keys: an index
-#: of FAST_PATHS, published with it, for ``ds.device_of``'s first line (a membership test costs
+#: The classes whose record says `native_is_attribute` (torch, NumPy 2), as dict keys: an index
+#: of FAST_PATHS, published with it, for `ds.device_of`'s first line (a membership test costs
 #: about 8 ns less than reading the flag from the record, a tenth of the whole call on NumPy).
 ANSWERED_BY_ATTRIBUTE: dict = {}
 # Class -> None for classes known to hold no tensor (asked of the loaded backends once: a
 # framework's tensor classes only exist once it is imported, so a negative answer never goes
-# stale); class -> adapter for a class learned from one of its values (``learn_type``).
+# stale); class -> adapter for a class learned from one of its values (`learn_type`).
 _owners: dict = {}
 
 
 def fast_paths(x):
-    """The ``FastPaths`` of ``type(x)``, learned on first sight; None for a value that is no
+    """The `FastPaths` of `type(x)`, learned on first sight; None for a value that is no
     tensor.
 
-    The class is learned by ``learn_class``, which torch.compile runs outside its trace: a
+    The class is learned by `learn_class`, which torch.compile runs outside its trace: a
     compiled function meeting a tensor class for the first time still traces lookups only.
 
     Example:
@@ -100,7 +100,7 @@ def fast_paths(x):
 
 
 def backend_for_tensor(x):
-    """The adapter owning tensor ``x``, or None. Never imports a framework.
+    """The adapter owning tensor `x`, or None. Never imports a framework.
 
     Example:
         >>> ds.backends.backend_for_tensor(torch.ones(1)).name
@@ -124,7 +124,7 @@ def backend_for_tensor(x):
 
 
 def learn_type(x):
-    """Learn the fast paths of ``type(x)``; returns its adapter, or None for non-tensors.
+    """Learn the fast paths of `type(x)`; returns its adapter, or None for non-tensors.
 
     Example:
         >>> ds.backends.learn_type(torch.ones(1)).name
@@ -138,15 +138,15 @@ def learn_type(x):
 
 @trace_constant
 def learn_class(kind: type):
-    """Learn the fast paths of tensors of class ``kind`` (``FAST_PATHS[kind]``) from the class
+    """Learn the fast paths of tensors of class `kind` (`FAST_PATHS[kind]`) from the class
     alone: True for a tensor class, False for a class that is no tensor, None when the loaded
-    backends cannot tell from the class (ask ``learn_type`` then).
+    backends cannot tell from the class (ask `learn_type` then).
 
-    torch.compile runs this outside its trace (``trace_constant``): the registry is built,
+    torch.compile runs this outside its trace (`trace_constant`): the registry is built,
     adapters made and records learned (locks and imports) in plain Python. When that happens
-    inside a trace, the trace has already read ``FAST_PATHS`` without the class, so the torch
-    adapter starts it over (``restart_trace``) and the second pass traces lookups only: a
-    function whose devshim call is the process's first still compiles with ``fullgraph=True``.
+    inside a trace, the trace has already read `FAST_PATHS` without the class, so the torch
+    adapter starts it over (`restart_trace`) and the second pass traces lookups only: a
+    function whose devshim call is the process's first still compiles with `fullgraph=True`.
 
     Example:
         >>> dispatch.learn_class(torch.Tensor), dispatch.FAST_PATHS[torch.Tensor].adapter.name
@@ -172,8 +172,8 @@ def learn_class(kind: type):
 
 
 def learn_types(adapter, kinds) -> None:
-    """Learn the fast paths of the tensor classes ``kinds``, owned by ``adapter``, before any
-    tensor is met (the torch adapter does, for ``torch.Tensor`` and ``torch.nn.Parameter``, when
+    """Learn the fast paths of the tensor classes `kinds`, owned by `adapter`, before any
+    tensor is met (the torch adapter does, for `torch.Tensor` and `torch.nn.Parameter`, when
     it is made): torch.compile then traces devshim's hot paths as lookups only, also on the first
     call.
 
@@ -197,7 +197,7 @@ def forget_types() -> None:
 
 
 def _learn(kind: type, adapter) -> None:
-    """Make ``kind``'s record, once, and publish it whole."""
+    """Make `kind`'s record, once, and publish it whole."""
     if kind in FAST_PATHS:
         return
     with _lazy.LOCK:
@@ -217,7 +217,7 @@ def _remember(kind: type, owner) -> None:
 
 
 def _tracing() -> bool:
-    """Whether torch.compile is tracing now (``learn_class`` runs outside its trace, during it)."""
+    """Whether torch.compile is tracing now (`learn_class` runs outside its trace, during it)."""
     torch = sys.modules.get("torch")
     compiler = getattr(torch, "compiler", None)
     return compiler is not None and compiler.is_compiling()
@@ -237,16 +237,16 @@ def _restart_trace(kind: type):
 # ------------------------------------------------------------------ inside torch.compile
 
 #: The first torch whose Dynamo traces devshim's own dispatch (docs/supported-versions.md). On an
-#: older one Dynamo traces the torch backend's traced path in its place (its ``_traced`` module).
+#: older one Dynamo traces the torch backend's traced path in its place (its `_traced` module).
 COMPILE_SUPPORT = (2, 13)
 _entry_points: list = []  # devshim's public functions that take tensors, as devshim.api registers them
 _marked: set = set()  # those that carry devshim's stand-in for Dynamo now
 
 
 def compile_entry_points(*functions) -> None:
-    """Register devshim's public functions that take tensors (``devshim.api`` does): on a torch
+    """Register devshim's public functions that take tensors (`devshim.api` does): on a torch
     older than 2.13, torch.compile traces the torch backend's traced version of each in its
-    place, and refuses by name (``TorchCompileReleaseError``) one that has none.
+    place, and refuses by name (`TorchCompileReleaseError`) one that has none.
 
     Example:
         >>> dispatch.compile_entry_points(device_of, to_device)
@@ -256,10 +256,10 @@ def compile_entry_points(*functions) -> None:
 
 
 def compile_constants(*functions) -> None:
-    """Register devshim's public functions that take no tensor (``ds.try_gpu``, ``ds.device``...;
-    ``devshim.api`` does): on every torch, torch.compile runs them in plain Python and keeps what
+    """Register devshim's public functions that take no tensor (`ds.try_gpu`, `ds.device`...;
+    `devshim.api` does): on every torch, torch.compile runs them in plain Python and keeps what
     they return (a device, a count), as it keeps a device spec's resolution. Dynamo traces a
-    stand-in in their place (``follow_torch_release`` says how); plain calls never see it.
+    stand-in in their place (`follow_torch_release` says how); plain calls never see it.
 
     Example:
         >>> dispatch.compile_constants(try_gpu)
@@ -273,20 +273,20 @@ def compile_constants(*functions) -> None:
 
 def follow_torch_release() -> None:
     """Mark the registered functions for Dynamo unless the imported torch is 2.13 or later (the
-    torch adapter asks again when it is made: torch may be imported after ``devshim.api``).
+    torch adapter asks again when it is made: torch may be imported after `devshim.api`).
 
-    Dynamo traces a function's ``_torchdynamo_inline`` in its place (what ``torch.jit`` and
-    ``torch.compile`` wrappers set; torch 2.4 to 2.15 read it). devshim sets it to the torch
-    backend's traced version of the function (its ``_traced`` module: plain Python over torch
+    Dynamo traces a function's `_torchdynamo_inline` in its place (what `torch.jit` and
+    `torch.compile` wrappers set; torch 2.4 to 2.15 read it). devshim sets it to the torch
+    backend's traced version of the function (its `_traced` module: plain Python over torch
     tensors, module functions without a closure, which torch 2.4's Dynamo would guard through
     the public function's own), or, for a function without
-    one, to a stand-in that asks ``_refuse_compile``, which Dynamo runs in plain Python
-    (``trace_constant``) and which raises ``TorchCompileReleaseError``. On a torch 2.13 or later
+    one, to a stand-in that asks `_refuse_compile`, which Dynamo runs in plain Python
+    (`trace_constant`) and which raises `TorchCompileReleaseError`. On a torch 2.13 or later
     (met there only when torch was imported after devshim.api) either takes the marks off first,
     and the traced version has Dynamo start its trace over. Plain calls never read the
     attribute, and where torch 2.13 or later is imported first no mark is set at all. Before
     2.13, once torch is imported, Dynamo is also told to run devshim's own functions as they are
-    where it meets them outside a trace (``_traced.run_devshim_uncompiled``).
+    where it meets them outside a trace (`_traced.run_devshim_uncompiled`).
 
     Example:
         >>> dispatch.follow_torch_release()
@@ -311,12 +311,12 @@ def follow_torch_release() -> None:
 
 def _torch_module(name: str):
     """One module of the torch backend, loaded by name as the registry loads a backend's modules
-    (``_internals`` and ``_traced`` import no torch)."""
+    (`_internals` and `_traced` import no torch)."""
     return registry.specs()["torch"].module(name)
 
 
 def _dynamo_inline_attribute() -> str:
-    """The attribute Dynamo reads (a torch internal: torch's ``_internals``)."""
+    """The attribute Dynamo reads (a torch internal: torch's `_internals`)."""
     return _torch_module("_internals").DYNAMO_INLINE_ATTRIBUTE
 
 

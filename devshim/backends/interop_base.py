@@ -1,10 +1,10 @@
-"""The contract a backend's ``interop.py`` implements: ``Interop``.
+"""The contract a backend's `interop.py` implements: `Interop`.
 
-``ds.convert`` (``devshim/conversion.py``) hands tensors between frameworks
+`ds.convert` (`devshim/conversion.py`) hands tensors between frameworks
 through DLPack; what it needs from each framework is one subclass of
-``Interop`` in the backend's optional ``interop.py`` (the registry finds it:
-``registry.interop``). ``interop.py`` is loaded only by ``ds.convert``, so it
-may import its framework at module level. Without one, ``ds.convert`` refuses
+`Interop` in the backend's optional `interop.py` (the registry finds it:
+`registry.interop`). `interop.py` is loaded only by `ds.convert`, so it
+may import its framework at module level. Without one, `ds.convert` refuses
 the framework's tensors.
 
 Example:
@@ -21,9 +21,9 @@ __all__ = ["Interop", "CapsuleProducer"]
 
 
 class Interop(ABC):
-    """One framework's side of ``ds.convert`` (the class a backend's ``interop.py`` defines).
+    """One framework's side of `ds.convert` (the class a backend's `interop.py` defines).
 
-    ``adapter`` arguments are the backend's ``Backend``; devices are its native devices.
+    `adapter` arguments are the backend's `Backend`; devices are its native devices.
 
     Example:
         >>> ds.backends.interop("jax").immutable
@@ -34,30 +34,30 @@ class Interop(ABC):
     #: of one is made read-only.
     immutable = False
     #: The alignment in bytes the framework's kernels assume of host memory it imports (None: any).
-    #: ``ds.convert`` copies a host buffer that is not so aligned instead of sharing it:
+    #: `ds.convert` copies a host buffer that is not so aligned instead of sharing it:
     #: TensorFlow takes any buffer through DLPack, and its first op on a misaligned one aborts
     #: the process.
     host_alignment = None
 
     @abstractmethod
     def export(self, adapter, x):
-        """An object with ``__dlpack__``/``__dlpack_device__`` viewing ``x``'s memory, or
-        ``CopyRequiredError`` saying why it cannot."""
+        """An object with `__dlpack__`/`__dlpack_device__` viewing `x`'s memory, or
+        `CopyRequiredError` saying why it cannot."""
 
     @abstractmethod
     def adopt(self, adapter, obj, native, immutable: bool):
-        """A tensor of this framework on ``native`` sharing ``obj``'s memory (``immutable``: the
-        source's arrays are immutable), or ``CopyRequiredError``."""
+        """A tensor of this framework on `native` sharing `obj`'s memory (`immutable`: the
+        source's arrays are immutable), or `CopyRequiredError`."""
 
     @abstractmethod
     def from_host(self, adapter, array, native):
-        """A tensor on ``native`` in new storage holding a NumPy array's exact values
-        (``array`` is a fresh copy the caller gives away); ``UnsupportedDtypeError`` for a
+        """A tensor on `native` in new storage holding a NumPy array's exact values
+        (`array` is a fresh copy the caller gives away); `UnsupportedDtypeError` for a
         dtype the framework lacks."""
 
     @abstractmethod
     def pointer(self, adapter, x):
-        """The address of ``x``'s first element, or None when unknown (``ds.convert`` checks
+        """The address of `x`'s first element, or None when unknown (`ds.convert` checks
         with it that a "shared" import really shares)."""
 
     @abstractmethod
@@ -68,7 +68,7 @@ class Interop(ABC):
 
 class CapsuleProducer:
     """A DLPack producer around a capsule a framework made (TensorFlow's and MXNet's export
-    capsules, not objects), for importers that want an object with ``__dlpack__``. The
+    capsules, not objects), for importers that want an object with `__dlpack__`. The
     capsule can be taken once, as DLPack requires.
 
     Example:

@@ -1,11 +1,11 @@
-"""The contract a backend's ``memory.py`` implements: ``DeviceMemory``; and the host's figures.
+"""The contract a backend's `memory.py` implements: `DeviceMemory`; and the host's figures.
 
-``ds.memory`` and ``ds.memory_peak`` (``devshim/device_memory.py``) ask each framework about
-its devices' memory through one subclass of ``DeviceMemory`` in the backend's optional
-``memory.py`` (the registry finds it: ``registry.memory``). ``memory.py`` is loaded only once
+`ds.memory` and `ds.memory_peak` (`devshim/device_memory.py`) ask each framework about
+its devices' memory through one subclass of `DeviceMemory` in the backend's optional
+`memory.py` (the registry finds it: `registry.memory`). `memory.py` is loaded only once
 its framework is in use, so it may import the framework at module level.
 
-Every answer is a ``MemoryInfo``: one record per device, each figure in bytes, or None where
+Every answer is a `MemoryInfo`: one record per device, each figure in bytes, or None where
 the framework cannot say. The host (the CPU device of every backend) answers with the
 process's and the machine's figures, read here once for all backends: the process's resident
 memory, its peak, and the machine's total and available memory (the container's limit where
@@ -36,16 +36,16 @@ class MemoryInfo(NamedTuple):
     """One device's memory, in bytes; each figure None where the framework cannot say
     (docs/memory.md has the table of which figure each framework knows).
 
-    ``device``    the ``ds.Device`` the figures are for.
-    ``in_use``    bytes held by the framework's tensors on it; on the host, the process's
+    `device`    the `ds.Device` the figures are for.
+    `in_use`    bytes held by the framework's tensors on it; on the host, the process's
                   resident memory (all of it, not only tensors).
-    ``reserved``  bytes the framework's allocator holds (in use plus its cache).
-    ``peak``      the most bytes in use since the framework's counter was last reset
-                  (``ds.memory_peak`` resets it where it can).
-    ``total``     the device's size: a GPU's memory, the machine's (or the container's) for the
-                  host, ``DEVSHIM_VIRTUAL_MEMORY`` for a virtual GPU.
-    ``free``      bytes still free on the device.
-    ``source``    where the figures come from, in words.
+    `reserved`  bytes the framework's allocator holds (in use plus its cache).
+    `peak`      the most bytes in use since the framework's counter was last reset
+                  (`ds.memory_peak` resets it where it can).
+    `total`     the device's size: a GPU's memory, the machine's (or the container's) for the
+                  host, `DEVSHIM_VIRTUAL_MEMORY` for a virtual GPU.
+    `free`      bytes still free on the device.
+    `source`    where the figures come from, in words.
 
     Example:
         >>> ds.memory("gpu:0")            # DEVSHIM_VIRTUAL_DEVICES=1 DEVSHIM_VIRTUAL_MEMORY=64MiB, torch
@@ -79,7 +79,7 @@ class MemoryInfo(NamedTuple):
 
 
 def format_bytes(count) -> str:
-    """A byte count for people: ``"64.0 MiB"``; ``"unknown"`` for None.
+    """A byte count for people: `"64.0 MiB"`; `"unknown"` for None.
 
     Example:
         >>> format_bytes(3 * 2**20)
@@ -96,11 +96,11 @@ def format_bytes(count) -> str:
 
 
 class DeviceMemory(ABC):
-    """One framework's memory figures (the class a backend's ``memory.py`` defines).
+    """One framework's memory figures (the class a backend's `memory.py` defines).
 
-    ``adapter`` arguments are the backend's ``Backend``; devices are its native devices.
-    ``figures`` answers for any device: the host's from the process and the machine, a
-    virtual GPU's from ``virtual_figures``, an accelerator's from ``accelerator_figures``.
+    `adapter` arguments are the backend's `Backend`; devices are its native devices.
+    `figures` answers for any device: the host's from the process and the machine, a
+    virtual GPU's from `virtual_figures`, an accelerator's from `accelerator_figures`.
 
     Example:
         >>> ds.backends.memory("numpy").figures(ds.get_backend("numpy"), "cpu").source
@@ -111,7 +111,7 @@ class DeviceMemory(ABC):
     free_hint = ""
 
     def figures(self, adapter, native) -> MemoryInfo:
-        """The ``MemoryInfo`` of ``native``.
+        """The `MemoryInfo` of `native`.
 
         Example:
             >>> memory.figures(adapter, adapter.try_gpu()).in_use
@@ -129,22 +129,22 @@ class DeviceMemory(ABC):
         """The figures of a real accelerator, from the framework's own calls."""
 
     def virtual_figures(self, adapter, native, device: Device) -> MemoryInfo:
-        """A virtual GPU's figures: the bytes of the live tensors on it (``live_bytes``), and
-        ``DEVSHIM_VIRTUAL_MEMORY`` as its size (its free bytes never below 0). The framework
+        """A virtual GPU's figures: the bytes of the live tensors on it (`live_bytes`), and
+        `DEVSHIM_VIRTUAL_MEMORY` as its size (its free bytes never below 0). The framework
         does not refuse an allocation past the size: it is reported only (torch's virtual GPUs,
         where devshim sees every allocation, override this and refuse)."""
         in_use = self.live_bytes(adapter, device)
         return with_capacity(MemoryInfo(device, in_use=in_use, source=self.live_source))
 
-    #: Where ``live_bytes`` counts from, in words (``MemoryInfo.source``).
+    #: Where `live_bytes` counts from, in words (`MemoryInfo.source`).
     live_source = "the live tensors devshim finds"
 
     def live_bytes(self, adapter, device: Device) -> Optional[int]:
-        """The bytes of the framework's live tensors on ``device``, or None when it cannot tell."""
+        """The bytes of the framework's live tensors on `device`, or None when it cannot tell."""
         return None
 
     def in_use(self, adapter, native) -> Optional[int]:
-        """``figures(...).in_use``, as ``ds.memory_peak`` samples it (backends override it with a
+        """`figures(...).in_use`, as `ds.memory_peak` samples it (backends override it with a
         cheaper read where they have one).
 
         Example:
@@ -154,8 +154,8 @@ class DeviceMemory(ABC):
         return self.figures(adapter, native).in_use
 
     def reset_peak(self, adapter, native) -> bool:
-        """Start ``native``'s peak counter over at the bytes in use now; whether it could (the
-        host: on Linux; ``ds.memory_peak`` samples where it could not).
+        """Start `native`'s peak counter over at the bytes in use now; whether it could (the
+        host: on Linux; `ds.memory_peak` samples where it could not).
 
         Example:
             >>> memory.reset_peak(adapter, adapter.cpu())
@@ -167,7 +167,7 @@ class DeviceMemory(ABC):
 
     @abstractmethod
     def is_out_of_memory(self, error: BaseException) -> bool:
-        """Whether ``error`` is the framework's way of saying a device ran out of memory.
+        """Whether `error` is the framework's way of saying a device ran out of memory.
 
         Example:
             >>> memory.is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory"))
@@ -175,7 +175,7 @@ class DeviceMemory(ABC):
         """
 
     def nbytes(self, x) -> Optional[int]:
-        """The bytes of tensor ``x``'s elements, or None when the framework does not say.
+        """The bytes of tensor `x`'s elements, or None when the framework does not say.
 
         Example:
             >>> memory.nbytes(torch.ones(4))
@@ -185,13 +185,13 @@ class DeviceMemory(ABC):
         return found if isinstance(found, int) and not isinstance(found, bool) else None
 
     def model_bytes(self, model) -> Optional[int]:
-        """The bytes of ``model``'s parameters and buffers, or None when unknown (the
-        out-of-memory error of ``ds.place_model`` and ``ds.replicate`` says it)."""
+        """The bytes of `model`'s parameters and buffers, or None when unknown (the
+        out-of-memory error of `ds.place_model` and `ds.replicate` says it)."""
         return None
 
 
 def with_capacity(info: MemoryInfo) -> MemoryInfo:
-    """``info`` with ``DEVSHIM_VIRTUAL_MEMORY`` as the total, and the free bytes left of it.
+    """`info` with `DEVSHIM_VIRTUAL_MEMORY` as the total, and the free bytes left of it.
 
     Example:
         >>> with_capacity(MemoryInfo(device, in_use=100)).free     # DEVSHIM_VIRTUAL_MEMORY=1KiB
@@ -213,8 +213,8 @@ _HOST_SOURCE = "this process (resident memory) and the machine"
 
 
 def host_figures(device: Device) -> MemoryInfo:
-    """The host's record: the process's resident memory as ``in_use``, its peak (since the
-    last ``reset_process_peak``), and the machine's total and available memory (the
+    """The host's record: the process's resident memory as `in_use`, its peak (since the
+    last `reset_process_peak`), and the machine's total and available memory (the
     container's limit and what is left of it, where a cgroup sets one).
 
     Example:
@@ -272,7 +272,7 @@ def _process_peak() -> Optional[int]:
 
 def reset_process_peak() -> bool:
     """Start the process's peak resident memory over at its current size (Linux: writing 5 to
-    ``/proc/self/clear_refs``); whether it could.
+    `/proc/self/clear_refs`); whether it could.
 
     Example:
         >>> reset_process_peak()     # on Linux
@@ -329,7 +329,7 @@ def _machine_memory() -> tuple:
 
 
 def live_objects(kinds: tuple) -> list:
-    """Every object the garbage collector tracks that is an instance of ``kinds``: how devshim
+    """Every object the garbage collector tracks that is an instance of `kinds`: how devshim
     finds the live tensors of frameworks that keep no count of their own (TensorFlow's and
     MXNet's on devices without an allocator of their own). A scan of the whole heap: tens of
     milliseconds in a large process.
@@ -350,7 +350,7 @@ def live_objects(kinds: tuple) -> list:
 
 
 def covered_bytes(ranges) -> int:
-    """The bytes covered by ``(start, stop)`` address ranges, each byte once (views and
+    """The bytes covered by `(start, stop)` address ranges, each byte once (views and
     slices of one buffer overlap it).
 
     Example:

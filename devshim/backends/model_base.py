@@ -1,11 +1,11 @@
-"""The contract a backend's ``model.py`` implements: ``ModelPlacement``.
+"""The contract a backend's `model.py` implements: `ModelPlacement`.
 
-A backend package that can place its framework's models (``ds.place_model``
-and friends, ``devshim/placement.py``) has a ``model.py`` defining exactly one
-subclass of ``ModelPlacement``; the registry finds it (``registry.model_placement``).
-``model.py`` is imported only once the framework is, so it may import the
-framework at module level. Every copy it makes runs inside ``devshim.transfer``'s
-``explicit()`` block, opened by ``devshim/placement.py``.
+A backend package that can place its framework's models (`ds.place_model`
+and friends, `devshim/placement.py`) has a `model.py` defining exactly one
+subclass of `ModelPlacement`; the registry finds it (`registry.model_placement`).
+`model.py` is imported only once the framework is, so it may import the
+framework at module level. Every copy it makes runs inside `devshim.transfer`'s
+`explicit()` block, opened by `devshim/placement.py`.
 
 Example:
     >>> placement = ds.backends.model_placement("torch")
@@ -21,9 +21,9 @@ __all__ = ["ModelPlacement"]
 
 
 class ModelPlacement(ABC):
-    """One framework's model placement (the class a backend's ``model.py`` defines).
+    """One framework's model placement (the class a backend's `model.py` defines).
 
-    ``adapter`` arguments are the backend's ``Backend``; devices are its native devices.
+    `adapter` arguments are the backend's `Backend`; devices are its native devices.
 
     Example:
         >>> ds.backends.model_placement("torch").child_sizes(net)
@@ -32,29 +32,29 @@ class ModelPlacement(ABC):
 
     @abstractmethod
     def is_model(self, obj) -> bool:
-        """Whether ``obj`` is a model of this framework."""
+        """Whether `obj` is a model of this framework."""
 
     @abstractmethod
     def named_places(self, model, adapter) -> list:
-        """(name, ``ds.Device``) for each parameter and buffer; ``UnbuiltModelError`` when it has none yet."""
+        """(name, `ds.Device`) for each parameter and buffer; `UnbuiltModelError` when it has none yet."""
 
     @abstractmethod
     def place(self, model, native, adapter, input_shape=None):
-        """The model with every parameter and buffer on ``native`` (the same object where the
+        """The model with every parameter and buffer on `native` (the same object where the
         framework moves in place)."""
 
     @abstractmethod
     def child_sizes(self, model) -> list:
-        """(child name, bytes of its parameters) for the top-level children, for ``"balanced"``."""
+        """(child name, bytes of its parameters) for the top-level children, for `"balanced"`."""
 
     @abstractmethod
     def place_map(self, model, natives: dict, adapter):
         """Place each named part on its device, copying inputs across the seams; frameworks that
-        cannot hook a part's inputs refuse with ``UnsupportedPlacementError``."""
+        cannot hook a part's inputs refuse with `UnsupportedPlacementError`."""
 
     @abstractmethod
     def unplace(self, model) -> None:
-        """Remove what ``place_map`` added (hooks), leaving parameters where they are."""
+        """Remove what `place_map` added (hooks), leaving parameters where they are."""
 
     @abstractmethod
     def replicate(self, model, natives: list, adapter) -> list:

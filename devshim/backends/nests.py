@@ -1,11 +1,11 @@
-"""Copying nests of tensors: what ``to_device``, ``copy_if_needed`` and ``to_numpy`` do
+"""Copying nests of tensors: what `to_device`, `copy_if_needed` and `to_numpy` do
 with dicts, lists, tuples, dataclasses and the rest.
 
-This module makes the leaf functions; ``devshim._tree.map_nest``, the one walker, is
+This module makes the leaf functions; `devshim._tree.map_nest`, the one walker, is
 handed them and rebuilds the nest. Each leaf is copied by the backend that owns it (its
-class's ``FastPaths`` record), with the target device resolved once per backend met in
-the nest; the whole walk is one explicit transfer (``devshim.transfer.explicitly``).
-Backends' ``model.py`` modules place pytrees with these too.
+class's `FastPaths` record), with the target device resolved once per backend met in
+the nest; the whole walk is one explicit transfer (`devshim.transfer.explicitly`).
+Backends' `model.py` modules place pytrees with these too.
 
 Example:
     >>> from devshim.backends.nests import copy_nest
@@ -22,11 +22,11 @@ __all__ = ["copy_nest", "copy_nest_if_needed", "nest_to_numpy"]
 
 
 def copy_nest(x, device, non_blocking: bool, function: str = "to_device", skip_keys=None):
-    """Every tensor in the nest ``x`` copied to ``device``, in new containers.
+    """Every tensor in the nest `x` copied to `device`, in new containers.
 
-    ``function`` names the public function for the error a non-nest gets. Leaves
-    that are no tensor but have a ``.to`` method (a torch module, a batch object)
-    get ``leaf.to(device)``, and what it returns is kept. ``skip_keys``: mapping
+    `function` names the public function for the error a non-nest gets. Leaves
+    that are no tensor but have a `.to` method (a torch module, a batch object)
+    get `leaf.to(device)`, and what it returns is kept. `skip_keys`: mapping
     keys whose values are kept as they are, at any depth.
 
     Example:
@@ -37,7 +37,7 @@ def copy_nest(x, device, non_blocking: bool, function: str = "to_device", skip_k
 
 
 def copy_nest_if_needed(x, device, function: str = "copy_if_needed", skip_keys=None, non_blocking: bool = False):
-    """The nest ``x`` with the tensors that are not on ``device`` copied there; a container
+    """The nest `x` with the tensors that are not on `device` copied there; a container
     in which nothing had to be copied comes back as itself.
 
     Example:
@@ -49,7 +49,7 @@ def copy_nest_if_needed(x, device, function: str = "copy_if_needed", skip_keys=N
 
 
 def nest_to_numpy(x, function: str = "to_numpy"):
-    """Every tensor in the nest ``x`` copied to a host NumPy array.
+    """Every tensor in the nest `x` copied to a host NumPy array.
 
     Example:
         >>> nest_to_numpy({"x": X})
@@ -80,7 +80,7 @@ class _Targets:
 
 
 def _mover(targets, non_blocking: bool, value):
-    """``leaf -> leaf.to(device)`` for a non-tensor leaf with a ``.to`` method, else None."""
+    """`leaf -> leaf.to(device)` for a non-tensor leaf with a `.to` method, else None."""
     if not callable(getattr(type(value), "to", None)) or isinstance(value, (str, bytes, type)):
         return None
 
@@ -97,10 +97,10 @@ def _mover(targets, non_blocking: bool, value):
 
 
 def _owner(value):
-    """The adapter owning ``value``, or None for a leaf that is no tensor. ``fast_paths`` asks
-    the class first (``learn_class``, which torch.compile runs outside its trace), so in a
+    """The adapter owning `value`, or None for a leaf that is no tensor. `fast_paths` asks
+    the class first (`learn_class`, which torch.compile runs outside its trace), so in a
     compiled function a leaf that is no tensor reads no registry state: Dynamo would guard on
-    that, down to ``len(sys.modules)``, and compile again on the next call."""
+    that, down to `len(sys.modules)`, and compile again on the next call."""
     paths = fast_paths(value)
     return None if paths is None else paths.adapter
 

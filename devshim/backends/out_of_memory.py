@@ -1,11 +1,11 @@
 """The named error for a device that runs out of memory in one of devshim's own calls.
 
-``ds.to_device``, ``ds.copy_if_needed``, ``ds.place_model``, ``ds.replicate``,
-``ds.split_batch`` and ``ds.convert`` let a framework's out-of-memory error through as
-``DeviceOutOfMemoryError`` (a ``MemoryError``), the framework's error as its ``__cause__``.
-Each backend's ``memory.py`` says which of its framework's errors mean "out of memory"
-(``DeviceMemory.is_out_of_memory``); the message names the device, the bytes asked for and
-the bytes free there (``ds.memory``), and says what to do. Any other error passes as it is.
+`ds.to_device`, `ds.copy_if_needed`, `ds.place_model`, `ds.replicate`,
+`ds.split_batch` and `ds.convert` let a framework's out-of-memory error through as
+`DeviceOutOfMemoryError` (a `MemoryError`), the framework's error as its `__cause__`.
+Each backend's `memory.py` says which of its framework's errors mean "out of memory"
+(`DeviceMemory.is_out_of_memory`); the message names the device, the bytes asked for and
+the bytes free there (`ds.memory`), and says what to do. Any other error passes as it is.
 
 Nothing here runs unless a call failed: the calls catch the error, then ask.
 
@@ -29,8 +29,8 @@ __all__ = ["raise_if_out_of_memory", "out_of_memory_error", "framework_of"]
 
 
 def framework_of(error: BaseException, first=()):
-    """``(adapter, DeviceMemory)`` of the loaded framework whose out-of-memory error ``error``
-    is (asking the adapters in ``first`` before the others), or None when it is no such error.
+    """`(adapter, DeviceMemory)` of the loaded framework whose out-of-memory error `error`
+    is (asking the adapters in `first` before the others), or None when it is no such error.
 
     Example:
         >>> framework_of(torch.OutOfMemoryError("CUDA out of memory"))[0].name
@@ -47,10 +47,10 @@ def framework_of(error: BaseException, first=()):
 
 def raise_if_out_of_memory(error: BaseException, call: str, value=None, devices=(), *,
                            model=None) -> None:
-    """Raise ``DeviceOutOfMemoryError`` from ``error`` when it is a framework's out-of-memory
-    error met in devshim's ``call`` (copying ``value``, a tensor or a nest, or placing
-    ``model``, to ``devices``: specs or native devices); return otherwise, and the caller
-    re-raises ``error`` as it is.
+    """Raise `DeviceOutOfMemoryError` from `error` when it is a framework's out-of-memory
+    error met in devshim's `call` (copying `value`, a tensor or a nest, or placing
+    `model`, to `devices`: specs or native devices); return otherwise, and the caller
+    re-raises `error` as it is.
 
     Example:
         >>> raise_if_out_of_memory(torch.OutOfMemoryError("..."), "to_device", x, ["gpu:0"])
@@ -66,7 +66,7 @@ def raise_if_out_of_memory(error: BaseException, call: str, value=None, devices=
 
 
 def out_of_memory_error(error: BaseException, call: str, value=None, devices=(), *, model=None):
-    """The ``DeviceOutOfMemoryError`` ``raise_if_out_of_memory`` raises, or None.
+    """The `DeviceOutOfMemoryError` `raise_if_out_of_memory` raises, or None.
 
     Example:
         >>> out_of_memory_error(ValueError("no"), "to_device") is None
@@ -100,7 +100,7 @@ def _named(error: BaseException, found: tuple, call: str, value, devices, model)
 
 
 def _owners(value) -> list:
-    """The adapters of the tensors in ``value`` (a tensor, a nest, a model), first met first."""
+    """The adapters of the tensors in `value` (a tensor, a nest, a model), first met first."""
     owners: dict = {}
     owner = backend_for_tensor(value)
     if owner is not None:
@@ -169,7 +169,7 @@ def _hint(contract, device) -> str:
 
 
 def _safely(read):
-    """``read()``, or None when the framework cannot answer now (it is out of memory)."""
+    """`read()`, or None when the framework cannot answer now (it is out of memory)."""
     try:
         return read()
     except Exception:  # noqa: BLE001 - the figures are extras of a message about another error

@@ -1,22 +1,22 @@
 """Probes for the private framework names the backends use.
 
-Frameworks move their internals (underscore names such as ``torch._dynamo.exc``,
-``keras.src...``, MXNet's ``_LIB``) between releases without notice. Each backend
-folder keeps the ones it uses in one module, ``_internals.py``, each behind an
-``Internal``: the dotted name, the feature that needs it, what that feature falls
+Frameworks move their internals (underscore names such as `torch._dynamo.exc`,
+`keras.src...`, MXNet's `_LIB`) between releases without notice. Each backend
+folder keeps the ones it uses in one module, `_internals.py`, each behind an
+`Internal`: the dotted name, the feature that needs it, what that feature falls
 back to without it, and the oldest release that has it. The rest of the backend asks
-that module (``RESTART_ANALYSIS.get()``) and never names the internal itself.
+that module (`RESTART_ANALYSIS.get()`) and never names the internal itself.
 
 A probe that finds its internal missing on a release at or past that oldest one (an
-untested release moved it) issues one ``FrameworkInternalWarning`` per internal and
+untested release moved it) issues one `FrameworkInternalWarning` per internal and
 process, naming the feature that degrades and how, and answers None; the feature
 then takes its fallback. On a release older than the internal, the probe answers
 None quietly: the feature's own range and its named error cover that. The canary
-tests (``tests/test_internals.py``) ask every probe of the backend under test, so the
+tests (`tests/test_internals.py`) ask every probe of the backend under test, so the
 newest-release CI envs fail the day a release moves one.
 
-No framework is imported here: a probe's finder (in the backend's ``_internals``)
-imports it, and the framework's version is read from ``sys.modules``.
+No framework is imported here: a probe's finder (in the backend's `_internals`)
+imports it, and the framework's version is read from `sys.modules`.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ _FAILURES = (ImportError, AttributeError, TypeError, KeyError, RuntimeError)
 
 
 def release(module_name: str):
-    """The release of the imported framework ``module_name`` as a tuple of ints, or None
-    when it is not imported or has no readable ``__version__``.
+    """The release of the imported framework `module_name` as a tuple of ints, or None
+    when it is not imported or has no readable `__version__`.
 
     Example:
         >>> release("torch")          # torch 2.9.1+cu128 imported
@@ -52,9 +52,9 @@ def release(module_name: str):
 
 
 class Slot(NamedTuple):
-    """Where a framework keeps something devshim wraps: ``owner.name`` (a class or a module).
-    What a probe finds for an internal that devshim replaces (``GuardHooks.patch(*slot, ...)``),
-    so that the private name is spelt in ``_internals`` alone.
+    """Where a framework keeps something devshim wraps: `owner.name` (a class or a module).
+    What a probe finds for an internal that devshim replaces (`GuardHooks.patch(*slot, ...)`),
+    so that the private name is spelt in `_internals` alone.
 
     Example:
         >>> slot = Slot(jax_array.ArrayImpl, "_value")
@@ -66,7 +66,7 @@ class Slot(NamedTuple):
     name: str
 
     def own(self):
-        """What ``owner`` itself holds at ``name`` (a property, a staticmethod: not resolved).
+        """What `owner` itself holds at `name` (a property, a staticmethod: not resolved).
 
         Example:
             >>> Slot(NDArray, "_advanced_index_to_array").own()
@@ -75,7 +75,7 @@ class Slot(NamedTuple):
         return vars(self.owner)[self.name]
 
     def current(self):
-        """``owner.name`` as an attribute lookup gives it.
+        """`owner.name` as an attribute lookup gives it.
 
         Example:
             >>> Slot(pjit, "_get_fastpath_data").current()
@@ -87,7 +87,7 @@ class Slot(NamedTuple):
 def names_in_code(code) -> set:
     """The names a code object uses (attributes, globals) and its string constants, with those
     of the functions defined inside it: how a probe sees that a framework function still reads
-    or sets a private name (``"_apply_primitive"``) without running it.
+    or sets a private name (`"_apply_primitive"`) without running it.
 
     Example:
         >>> "_torchdynamo_inline" in names_in_code(VariableBuilder._wrap.__code__)   # torch 2.4.1
@@ -101,7 +101,7 @@ def names_in_code(code) -> set:
 
 
 def dotted(*paths: str):
-    """A finder for the objects at dotted ``paths`` ("torch._C._parse_to"): one object for one
+    """A finder for the objects at dotted `paths` ("torch._C._parse_to"): one object for one
     path, a tuple for several. Each path is followed by attribute, importing a module where a
     part is not yet an attribute; the finder imports only when the probe runs.
 
@@ -131,17 +131,17 @@ def _spelled(version: tuple) -> str:
 class Internal:
     """One private framework name a backend relies on, found by a probe.
 
-    ``name``      the dotted name ("torch._dynamo.exc.RestartAnalysis").
-    ``feature``   the devshim feature that uses it ("torch.compile: ...").
-    ``fallback``  what that feature does without it (said in the warning and the docs).
-    ``since``     the oldest release of the framework that has it (a tuple), or None for
+    `name`      the dotted name ("torch._dynamo.exc.RestartAnalysis").
+    `feature`   the devshim feature that uses it ("torch.compile: ...").
+    `fallback`  what that feature does without it (said in the warning and the docs).
+    `since`     the oldest release of the framework that has it (a tuple), or None for
                   every release devshim supports.
-    ``find``      a function that returns the object, raising ImportError, AttributeError
+    `find`      a function that returns the object, raising ImportError, AttributeError
                   (or another lookup error) when it is missing.
-    ``before``    the first release that no longer needs it (a tuple), for a name devshim uses
+    `before`    the first release that no longer needs it (a tuple), for a name devshim uses
                   only on older releases (a fallback for what a newer release offers another
-                  way); None when every release from ``since`` on needs it.
-    ``framework`` the import name whose releases ``since`` and ``before`` count, when not the
+                  way); None when every release from `since` on needs it.
+    `framework` the import name whose releases `since` and `before` count, when not the
                   backend's framework ("keras" for Keras's internals in the tensorflow backend).
 
     Example:
@@ -157,7 +157,7 @@ class Internal:
     def __init__(self, owner: "Internals", name: str, *, feature: str, fallback: str, find, since=None,
                  before=None, framework=None):
         self.owner = owner
-        self.framework = framework or owner.framework  # whose release ``since`` counts (keras for Keras's)
+        self.framework = framework or owner.framework  # whose release `since` counts (keras for Keras's)
         self.name = name
         self.feature = feature
         self.fallback = fallback
@@ -189,8 +189,8 @@ class Internal:
         return self.get() is not None
 
     def expected(self) -> bool:
-        """Whether the imported release is one that should have it (``since`` or later, and
-        before ``before``).
+        """Whether the imported release is one that should have it (`since` or later, and
+        before `before`).
 
         Example:
             >>> ACC.expected()              # torch 2.9.1, ACC.since == (2, 13)
@@ -205,7 +205,7 @@ class Internal:
         return new_enough and (self.before is None or found < tuple(self.before))
 
     def reset(self) -> None:
-        """Forget the probe's answer, so the next ``get`` looks again (tests).
+        """Forget the probe's answer, so the next `get` looks again (tests).
 
         Example:
             >>> RESTART.reset()
@@ -240,10 +240,10 @@ class Internal:
 
 
 class Internals:
-    """The private names one backend uses, each behind an ``Internal`` probe.
+    """The private names one backend uses, each behind an `Internal` probe.
 
-    ``framework`` is the framework's import name ("torch"), ``title`` its name for people,
-    ``tested`` the range of releases devshim's CI tests ("2.4 to 2.15").
+    `framework` is the framework's import name ("torch"), `title` its name for people,
+    `tested` the range of releases devshim's CI tests ("2.4 to 2.15").
 
     Example:
         >>> INTERNALS = Internals("torch", title="PyTorch", tested="2.4 to 2.15")

@@ -1,13 +1,13 @@
 """The backend table: one row per backend package, and one adapter per backend.
 
-Every folder ``devshim/backends/<name>/`` declares ``SPEC`` (a ``BackendSpec``)
-in its ``__init__.py``; the table is read from those rows the first time it is
-needed, and nothing else lists backends. Adapters (``core.py``) are made
-lazily, once per process, under devshim's loading lock (``devshim._lazy.LOCK``).
+Every folder `devshim/backends/<name>/` declares `SPEC` (a `BackendSpec`)
+in its `__init__.py`; the table is read from those rows the first time it is
+needed, and nothing else lists backends. Adapters (`core.py`) are made
+lazily, once per process, under devshim's loading lock (`devshim._lazy.LOCK`).
 
 When the table is first built the registry wires itself into the two layers
-below it, which never import it: ``devshim._device`` gets a resolver (so a
-``Device`` can compare with native device objects and find its native object),
+below it, which never import it: `devshim._device` gets a resolver (so a
+`Device` can compare with native device objects and find its native object),
 and the guard's lifecycle learns every backend and how to load its hooks.
 
 Example:
@@ -91,7 +91,7 @@ def _build() -> dict:
 
 
 def backend_folders() -> list:
-    """The backend packages: folders of ``devshim/backends/`` holding an ``__init__.py``.
+    """The backend packages: folders of `devshim/backends/` holding an `__init__.py`.
 
     (os.scandir rather than pkgutil, which imports inspect and typing: this runs on
     devshim's first call.)
@@ -123,7 +123,7 @@ def backend_names() -> tuple:
 
 
 def on_table_change(listener) -> None:
-    """Call ``listener()`` when backends are registered or removed (dispatch forgets its caches).
+    """Call `listener()` when backends are registered or removed (dispatch forgets its caches).
 
     Example:
         >>> registry.on_table_change(my_cache.clear)
@@ -133,10 +133,10 @@ def on_table_change(listener) -> None:
 
 
 def register_backend(spec: BackendSpec, backend_class=None) -> None:
-    """Add a backend from outside ``devshim/backends/`` (a plug-in, or a test double).
+    """Add a backend from outside `devshim/backends/` (a plug-in, or a test double).
 
-    ``backend_class`` is its ``Backend`` subclass; without one, ``core.py`` of
-    ``spec.package`` is imported when the backend is first used.
+    `backend_class` is its `Backend` subclass; without one, `core.py` of
+    `spec.package` is imported when the backend is first used.
 
     Example:
         >>> register_backend(BackendSpec("mine", import_name="mine", title="Mine"), MineBackend)
@@ -150,7 +150,7 @@ def register_backend(spec: BackendSpec, backend_class=None) -> None:
 
 
 def unregister_backend(name: str) -> None:
-    """Remove a backend added with ``register_backend``.
+    """Remove a backend added with `register_backend`.
 
     Example:
         >>> unregister_backend("mine")
@@ -169,7 +169,7 @@ def _table_changed() -> None:
 
 
 def canonical_name(name: str) -> str:
-    """``"pytorch"`` -> ``"torch"``; unknown names raise BackendError listing valid ones.
+    """`"pytorch"` -> `"torch"`; unknown names raise BackendError listing valid ones.
 
     Example:
         >>> ds.backends.canonical_name("PyTorch")
@@ -212,7 +212,7 @@ def _adapter_class(name: str) -> type:
 
 
 def instance(name: str) -> Backend:
-    """The adapter of backend ``name`` (canonical), made on first use; no install check.
+    """The adapter of backend `name` (canonical), made on first use; no install check.
 
     Example:
         >>> registry.instance("numpy").name
@@ -237,7 +237,7 @@ def instance(name: str) -> Backend:
 
 
 def load_backend(name: str) -> Backend:
-    """The adapter for ``name``, checking that its framework is installed.
+    """The adapter for `name`, checking that its framework is installed.
 
     Example:
         >>> ds.backends.load_backend("numpy").name
@@ -291,7 +291,7 @@ def virtual_capable_backends() -> list:
 
 
 def accelerator_partner(host: str):
-    """The installed backend whose host partner is ``host`` (CuPy for NumPy), or None.
+    """The installed backend whose host partner is `host` (CuPy for NumPy), or None.
 
     A NumPy array sent to a GPU becomes an array of this backend: NumPy has no GPU.
 
@@ -306,7 +306,7 @@ def accelerator_partner(host: str):
 
 
 def guard_hooks(name: str):
-    """The ``GuardHooks`` of backend ``name`` (from its ``guard.py``), or None without one.
+    """The `GuardHooks` of backend `name` (from its `guard.py`), or None without one.
 
     Example:
         >>> type(ds.backends.guard_hooks("torch")).__name__
@@ -319,7 +319,7 @@ def guard_hooks(name: str):
 
 
 def model_placement(name: str):
-    """The ``ModelPlacement`` of backend ``name`` (from its ``model.py``, made once), or None
+    """The `ModelPlacement` of backend `name` (from its `model.py`, made once), or None
     without one.
 
     Example:
@@ -330,7 +330,7 @@ def model_placement(name: str):
 
 
 def interop(name: str):
-    """The ``Interop`` of backend ``name`` (from its ``interop.py``, made once), or None
+    """The `Interop` of backend `name` (from its `interop.py`, made once), or None
     without one.
 
     Example:
@@ -358,7 +358,7 @@ def _hooks_loader(spec: BackendSpec):
 
 
 def rebuild_device(kind, index, backend, virtual, platform):
-    """A ``Device`` restored by pickle, in a process whose registry may not be built yet.
+    """A `Device` restored by pickle, in a process whose registry may not be built yet.
 
     Example:
         >>> pickle.loads(pickle.dumps(ds.device_of(x)))
@@ -369,7 +369,7 @@ def rebuild_device(kind, index, backend, virtual, platform):
 
 
 class _Resolver:
-    """What ``devshim._device`` asks the registry (installed there by ``specs()``)."""
+    """What `devshim._device` asks the registry (installed there by `specs()`)."""
 
     __slots__ = ()
 
@@ -400,7 +400,7 @@ def describe_native_device(obj):
 
 
 def native_for(device):
-    """The native device object a ``ds.Device`` stands for, from its own backend.
+    """The native device object a `ds.Device` stands for, from its own backend.
 
     Example:
         >>> native_for(pickle.loads(pickle.dumps(ds.device_of(x))))
@@ -410,7 +410,7 @@ def native_for(device):
 
 
 def autodiff(name: str):
-    """The ``Autodiff`` of backend ``name`` (from its ``autodiff.py``, made once), or None
+    """The `Autodiff` of backend `name` (from its `autodiff.py`, made once), or None
     without one (NumPy, CuPy: no automatic differentiation).
 
     Example:
@@ -426,8 +426,8 @@ __all__ += ["autodiff"]
 
 
 def memory(name: str):
-    """The ``DeviceMemory`` of backend ``name`` (from its ``memory.py``, made once), or None
-    without one (``ds.memory`` then has the host's figures only).
+    """The `DeviceMemory` of backend `name` (from its `memory.py`, made once), or None
+    without one (`ds.memory` then has the host's figures only).
 
     Example:
         >>> ds.backends.memory("torch").is_out_of_memory(torch.OutOfMemoryError("out of memory"))

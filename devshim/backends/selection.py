@@ -1,9 +1,9 @@
 """Which backend functions without a tensor use.
 
-In order of precedence: the innermost ``use_backend`` block of the current
-thread or asyncio task (a ContextVar in ``devshim.settings``), then
-``set_backend``, then ``DEVSHIM_BACKEND``, then the installed backend with the
-lowest ``auto_rank``.
+In order of precedence: the innermost `use_backend` block of the current
+thread or asyncio task (a ContextVar in `devshim.settings`), then
+`set_backend`, then `DEVSHIM_BACKEND`, then the installed backend with the
+lowest `auto_rank`.
 
 Example:
     >>> from devshim.backends import selection
@@ -27,7 +27,7 @@ _global_from_env = False
 
 
 def select_default() -> tuple:
-    """(adapter, why) for the backend chosen without ``set_backend``: ``DEVSHIM_BACKEND``,
+    """(adapter, why) for the backend chosen without `set_backend`: `DEVSHIM_BACKEND`,
     else the first installed in auto-selection order.
 
     Example:
@@ -78,7 +78,7 @@ def _choose() -> Backend:
 
 
 def set_backend(name: str) -> Backend:
-    """Select the backend for the whole process (``use_backend`` blocks still win).
+    """Select the backend for the whole process (`use_backend` blocks still win).
 
     Example:
         >>> ds.set_backend("numpy").name
@@ -93,7 +93,7 @@ def set_backend(name: str) -> Backend:
 
 
 def reset_backend() -> None:
-    """Forget the process-wide selection, ``set_backend``'s included; the next use chooses again.
+    """Forget the process-wide selection, `set_backend`'s included; the next use chooses again.
 
     Example:
         >>> ds.backends.reset_backend()
@@ -104,7 +104,7 @@ def reset_backend() -> None:
 
 
 class use_backend:
-    """Select a backend inside a ``with`` block, for this thread or asyncio task only.
+    """Select a backend inside a `with` block, for this thread or asyncio task only.
 
     The backend is loaded (and checked) when the object is made; entering the
     block selects it and yields the adapter, leaving restores the previous
@@ -131,7 +131,7 @@ class use_backend:
 
 
 def selection_reason() -> str:
-    """Why the current backend was chosen, for ``devshim info``.
+    """Why the current backend was chosen, for `devshim info`.
 
     Example:
         >>> ds.backends.selection_reason()

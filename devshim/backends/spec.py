@@ -1,10 +1,10 @@
-"""The declaration row each backend package makes in its ``__init__.py``.
+"""The declaration row each backend package makes in its `__init__.py`.
 
-A backend is one folder, ``devshim/backends/<name>/``, whose ``__init__.py``
-holds one ``BackendSpec`` called ``SPEC`` and imports no framework. The
+A backend is one folder, `devshim/backends/<name>/`, whose `__init__.py`
+holds one `BackendSpec` called `SPEC` and imports no framework. The
 registry is built from those rows alone. What the backend can do beyond the
-device contract is read from which modules its folder has (``ops.py``,
-``guard.py``, ``model.py``, ``interop.py``, ``autodiff.py``, ``memory.py``): a missing module means the capability is absent.
+device contract is read from which modules its folder has (`ops.py`,
+`guard.py`, `model.py`, `interop.py`, `autodiff.py`, `memory.py`): a missing module means the capability is absent.
 """
 
 from __future__ import annotations
@@ -30,23 +30,23 @@ CAPABILITY_MODULES = {
 class BackendSpec:
     """One backend's declaration: everything devshim knows about it before importing anything.
 
-    ``name``           canonical name ("torch").
-    ``aliases``        other accepted names ("pytorch",).
-    ``import_name``    the framework's top-level module ("torch"); dispatch only asks
-                       a backend about a value once this module is in ``sys.modules``.
-    ``distributions``  pip packages that may provide the framework (for versions).
-    ``extra``          the devshim extra that installs it with the versions devshim is tested
-                       with (``pip install "devshim[torch]"``, once devshim is installed).
-    ``auto_rank``      order of automatic selection (lower first); None: never auto-selected.
-    ``virtual_devices`` whether ``DEVSHIM_VIRTUAL_DEVICES`` can work on it.
-    ``host_partner``   the backend whose arrays are this one's host arrays ("numpy" for
+    `name`           canonical name ("torch").
+    `aliases`        other accepted names ("pytorch",).
+    `import_name`    the framework's top-level module ("torch"); dispatch only asks
+                       a backend about a value once this module is in `sys.modules`.
+    `distributions`  pip packages that may provide the framework (for versions).
+    `extra`          the devshim extra that installs it with the versions devshim is tested
+                       with (`pip install "devshim[torch]"`, once devshim is installed).
+    `auto_rank`      order of automatic selection (lower first); None: never auto-selected.
+    `virtual_devices` whether `DEVSHIM_VIRTUAL_DEVICES` can work on it.
+    `host_partner`   the backend whose arrays are this one's host arrays ("numpy" for
                        CuPy): that backend hands GPU transfers of its arrays to this one,
                        and this one's copies to the CPU are that backend's arrays.
-    ``title``          the framework's name for people ("PyTorch").
-    ``installs``       how to install the framework on each kind of machine (``machine_kind()``):
+    `title`          the framework's name for people ("PyTorch").
+    `installs`       how to install the framework on each kind of machine (`machine_kind()`):
                        kind -> the hint, the commands the README recommends there; other kinds
-                       get ``pip install <distributions[0]>``, then the extra.
-    ``package``        the backend's package (filled in by the registry).
+                       get `pip install <distributions[0]>`, then the extra.
+    `package`        the backend's package (filled in by the registry).
 
     Example:
         >>> SPEC = BackendSpec("torch", aliases=("pytorch",), import_name="torch",
@@ -126,7 +126,7 @@ class BackendSpec:
         return None
 
     def has_module(self, module: str) -> bool:
-        """Whether the backend package has ``module`` (found without importing it).
+        """Whether the backend package has `module` (found without importing it).
 
         Example:
             >>> SPEC.has_module("ops")
@@ -140,7 +140,7 @@ class BackendSpec:
             return False
 
     def capabilities(self) -> dict:
-        """capability -> whether the backend has it, for ``devshim info``.
+        """capability -> whether the backend has it, for `devshim info`.
 
         Example:
             >>> SPEC.capabilities()
@@ -151,7 +151,7 @@ class BackendSpec:
         return found
 
     def module(self, module: str):
-        """Import one module of the backend package (``"core"``, ``"ops"``, ...).
+        """Import one module of the backend package (`"core"`, `"ops"`, ...).
 
         Example:
             >>> ops = SPEC.module("ops")
@@ -159,8 +159,8 @@ class BackendSpec:
         return importlib.import_module(f"{self.package}.{module}")
 
     def install_hint(self) -> str:
-        """How to install the framework, for error messages and ``devshim info``: the command the
-        README recommends on this kind of machine (``machine_kind()``: PyTorch's CPU build where
+        """How to install the framework, for error messages and `devshim info`: the command the
+        README recommends on this kind of machine (`machine_kind()`: PyTorch's CPU build where
         there is no NVIDIA GPU, say), its own package first, which works however devshim came,
         then devshim's extra, which works where devshim is installed.
 

@@ -1,12 +1,12 @@
 """The one rule for virtual devices, shared by every backend that has them.
 
 A backend that can split the host into several devices of its own (TensorFlow's
-logical CPUs, MXNet's ``cpu(i)`` contexts, JAX's forced host device count)
-presents ``N`` virtual accelerators like this: host device ``0`` stays the
-CPU, and virtual ``gpu:i`` is host device ``i + 1``. So N virtual GPUs need
-``N + 1`` host devices. (PyTorch has a single CPU device and no host devices
-to split: its virtual ``gpu:i`` is a device type of its own, ``vgpu:i``; see
-the ``devshim/backends/torch/_virtual`` package.)
+logical CPUs, MXNet's `cpu(i)` contexts, JAX's forced host device count)
+presents `N` virtual accelerators like this: host device `0` stays the
+CPU, and virtual `gpu:i` is host device `i + 1`. So N virtual GPUs need
+`N + 1` host devices. (PyTorch has a single CPU device and no host devices
+to split: its virtual `gpu:i` is a device type of its own, `vgpu:i`; see
+the `devshim/backends/torch/_virtual` package.)
 
 Example:
     >>> host_index(gpu_index=1)
@@ -26,7 +26,7 @@ HOST_CPU = 0
 
 
 def host_index(gpu_index: int) -> int:
-    """The host device behind virtual ``gpu:gpu_index``.
+    """The host device behind virtual `gpu:gpu_index`.
 
     Example:
         >>> host_index(0)
@@ -36,7 +36,7 @@ def host_index(gpu_index: int) -> int:
 
 
 def virtual_gpu_index(host_index: int, count: int):
-    """The virtual GPU that host device ``host_index`` backs, or None when it backs none.
+    """The virtual GPU that host device `host_index` backs, or None when it backs none.
 
     Example:
         >>> virtual_gpu_index(1, count=2), virtual_gpu_index(3, count=2)
@@ -48,7 +48,7 @@ def virtual_gpu_index(host_index: int, count: int):
 
 
 def host_devices_needed(count: int) -> int:
-    """How many host devices ``count`` virtual GPUs need (the CPU included).
+    """How many host devices `count` virtual GPUs need (the CPU included).
 
     Example:
         >>> host_devices_needed(2)

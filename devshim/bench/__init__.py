@@ -1,20 +1,20 @@
-"""``devshim bench``: run an experiment, print a table, save JSON, draw a plot.
+"""`devshim bench`: run an experiment, print a table, save JSON, draw a plot.
 
     devshim bench EXPERIMENT [--backend B|all] [--min-run-time S]
                              [--json FILE] [--plot FILE.png] [--no-progress] [experiment options]
 
-The experiments (``devshim bench --help`` lists them, ``devshim bench
-EXPERIMENT --help`` shows each one's options) live one per module in
-``devshim/bench/experiments/``. A progress bar goes to stderr (tqdm when
+The experiments (`devshim bench --help` lists them, `devshim bench
+EXPERIMENT --help` shows each one's options) live one per module in
+`devshim/bench/experiments/`. A progress bar goes to stderr (tqdm when
 installed, plain lines otherwise), the table to stdout. Every time carries
 its spread; a measurement too noisy to trust, or whose runs stalled, is
 measured again, and marked if it stays so. Two ways of doing one thing are
 measured side by side (their runs take turns), as a ratio with its spread.
-Experiments run the framework on one CPU thread unless ``--threads`` says
-otherwise. Plots need matplotlib: ``pip install matplotlib`` (or the ``plot`` extra).
+Experiments run the framework on one CPU thread unless `--threads` says
+otherwise. Plots need matplotlib: `pip install matplotlib` (or the `plot` extra).
 
 This package is an application on top of devshim's public API and the
-backends' ``ops`` modules.
+backends' `ops` modules.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ __all__ = ["register", "run", "all_backends", "setup_info", "check_output_path"]
 
 
 def register(commands) -> None:
-    """Add the ``bench`` command, with one subcommand per experiment, to the ``devshim`` parser."""
+    """Add the `bench` command, with one subcommand per experiment, to the `devshim` parser."""
     from devshim.bench.experiments import experiments
 
     found = experiments()
@@ -59,7 +59,7 @@ def register(commands) -> None:
 
 
 def check_output_path(flag: str, path: str) -> None:
-    """Fail now, before any measurement, when ``path`` cannot be written.
+    """Fail now, before any measurement, when `path` cannot be written.
 
     Example:
         >>> check_output_path("--json", "/no/such/folder/rows.json")
@@ -77,7 +77,7 @@ def check_output_path(flag: str, path: str) -> None:
 
 
 def all_backends() -> tuple:
-    """What ``--backend all`` runs: installed backends that have an ops module, less those
+    """What `--backend all` runs: installed backends that have an ops module, less those
     that cannot present the virtual devices asked for; and those left out.
 
     Example:
@@ -141,8 +141,8 @@ def _backends_for(args, experiment) -> list:
 
 
 def _for_backend(keywords: dict, backend) -> dict:
-    """The run keywords for one backend: ``--threads`` only where the framework can be set
-    while running (with ``--backend all`` the others keep their own setting, and say so)."""
+    """The run keywords for one backend: `--threads` only where the framework can be set
+    while running (with `--backend all` the others keep their own setting, and say so)."""
     if keywords.get("threads") is None or backend is None:
         return keywords
     from devshim.bench.experiment import ops_for
@@ -155,7 +155,7 @@ def _for_backend(keywords: dict, backend) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``devshim bench`` for parsed arguments; returns the exit status."""
+    """Run `devshim bench` for parsed arguments; returns the exit status."""
     from devshim.bench.experiments import experiments
     from devshim.bench.plot import check_plot_path, plot
     from devshim.bench.progress import make_progress

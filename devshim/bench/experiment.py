@@ -1,12 +1,12 @@
-"""What an experiment of ``devshim bench`` declares, and the helpers experiments share.
+"""What an experiment of `devshim bench` declares, and the helpers experiments share.
 
-Each experiment is one module in ``devshim/bench/experiments/`` holding an
-``EXPERIMENT``: its name, its command-line options, the columns of its table
+Each experiment is one module in `devshim/bench/experiments/` holding an
+`EXPERIMENT`: its name, its command-line options, the columns of its table
 and the plot it draws, and the function that measures (returning rows, plain
 dicts ready for a table or JSON). The CLI, the table and the plot read these
 declarations; nothing lists experiments by name.
 
-Experiments use only devshim's public API and the backends' ``ops`` modules.
+Experiments use only devshim's public API and the backends' `ops` modules.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ __all__ = [
 
 
 class Option:
-    """One command-line option of an experiment; ``dest`` is the keyword its run function takes.
+    """One command-line option of an experiment; `dest` is the keyword its run function takes.
 
     Example:
         >>> Option("--steps", dest="steps", type=int, metavar="N", help="steps to log")
@@ -50,8 +50,8 @@ class Option:
 class Column:
     """One column of an experiment's table.
 
-    ``form`` is how values print: ``"text"``, ``"number"``, ``"seconds"``
-    (with the row's spread, ``<key>_iqr``, as "±x%") or ``"ratio"`` ("1.23x").
+    `form` is how values print: `"text"`, `"number"`, `"seconds"`
+    (with the row's spread, `<key>_iqr`, as "±x%") or `"ratio"` ("1.23x").
 
     Example:
         >>> Column("seconds", "time", form="seconds")
@@ -62,8 +62,8 @@ class Column:
 
 
 class LinePlot:
-    """A line per group of rows, ``y`` against ``x`` on a log2 axis, with error bars
-    from the rows' ``<y>_low``/``<y>_high`` (the measurement's quartiles).
+    """A line per group of rows, `y` against `x` on a log2 axis, with error bars
+    from the rows' `<y>_low`/`<y>_high` (the measurement's quartiles).
 
     Example:
         >>> LinePlot(x="size", y="gflops", group=("backend", "device"),
@@ -75,9 +75,9 @@ class LinePlot:
 
 
 class BarPlot:
-    """A horizontal bar per row, ``value`` scaled by ``scale``, with error bars from
-    ``<value>_low``/``<value>_high``; ``reference`` draws a vertical line (1.0 for ratios);
-    ``annotate(row)`` writes a label at the end of each bar.
+    """A horizontal bar per row, `value` scaled by `scale`, with error bars from
+    `<value>_low`/`<value>_high`; `reference` draws a vertical line (1.0 for ratios);
+    `annotate(row)` writes a label at the end of each bar.
 
     Example:
         >>> BarPlot(label="variant", value="seconds", scale=1e3, xlabel="milliseconds (median)")
@@ -90,7 +90,7 @@ class BarPlot:
 
 
 class Experiment:
-    """An experiment's declaration; ``run(backend=..., progress=..., min_run_time=..., **options)``
+    """An experiment's declaration; `run(backend=..., progress=..., min_run_time=..., **options)`
     measures and returns the rows.
 
     Example:
@@ -102,7 +102,7 @@ class Experiment:
                  per_backend: bool = True) -> None:
         self.name, self.summary, self.run = name, summary, run
         self.options, self.columns, self.plot = options, columns, plot
-        #: False for experiments that do not depend on the backend (``startup``): run once.
+        #: False for experiments that do not depend on the backend (`startup`): run once.
         self.per_backend = per_backend
 
     def keywords(self, args) -> dict:
@@ -119,7 +119,7 @@ class Experiment:
 
 
 def ops_for(backend):
-    """The backend's ``ops`` module (its framework is imported now).
+    """The backend's `ops` module (its framework is imported now).
 
     Example:
         >>> ops = ops_for("torch")
@@ -163,8 +163,8 @@ def check_count(value, what: str) -> int:
 class HostReads:
     """The one door through which experiments read device values on the host.
 
-    Every read is an explicit ``ds.to_numpy`` and is counted, so a transfer
-    guard (or a test) can watch or wrap ``read`` to see each one.
+    Every read is an explicit `ds.to_numpy` and is counted, so a transfer
+    guard (or a test) can watch or wrap `read` to see each one.
 
     Example:
         >>> reads = HostReads()
@@ -182,7 +182,7 @@ class HostReads:
 
 
 class Steps:
-    """Runs labelled steps, reporting ``progress(done, total, label)`` before the first and after each.
+    """Runs labelled steps, reporting `progress(done, total, label)` before the first and after each.
 
     Example:
         >>> steps = Steps(progress)

@@ -1,13 +1,13 @@
-"""Measurements for the experiments: ``ds.benchmark``, or two ways side by side, re-measured
+"""Measurements for the experiments: `ds.benchmark`, or two ways side by side, re-measured
 while they cannot be trusted.
 
-``ds.benchmark`` warms up until the figures settle; a measurement whose runs still disagree
-(their IQR above ``NOISE_SHARE`` of the median: the machine was busy while it ran), whose runs
+`ds.benchmark` warms up until the figures settle; a measurement whose runs still disagree
+(their IQR above `NOISE_SHARE` of the median: the machine was busy while it ran), whose runs
 stalled (a quarter of them or more waited for a CPU, or took over 1.5x the fastest), or
-whose warm-up never settled is measured again, up to ``TRIES`` times in all, and the steadiest
-try is kept. If even that one is not to be trusted, the row says so (``noisy``, ``stalled``,
-``settled: False``). Two ways of doing one thing are measured with
-``devshim.timing.compare``: their runs take turns, so both see the same machine, and the row's
+whose warm-up never settled is measured again, up to `TRIES` times in all, and the steadiest
+try is kept. If even that one is not to be trusted, the row says so (`noisy`, `stalled`,
+`settled: False`). Two ways of doing one thing are measured with
+`devshim.timing.compare`: their runs take turns, so both see the same machine, and the row's
 ratio is the median of the per-pair ratios, with their quartiles. Every row carries its
 spread, so the table, the JSON and the plot can show it.
 """
@@ -27,10 +27,10 @@ TRIES = 3
 
 
 def measure(fn: Callable[..., Any], *args: Any, min_run_time: float, **options: Any) -> Measurement:
-    """The steadiest of up to ``TRIES`` ``ds.benchmark`` runs of ``fn(*args)``.
+    """The steadiest of up to `TRIES` `ds.benchmark` runs of `fn(*args)`.
 
-    The returned Measurement has one more attribute, ``tries`` (how many were made);
-    its ``noisy``, ``stalled`` and ``settled`` say whether even the steadiest disagrees,
+    The returned Measurement has one more attribute, `tries` (how many were made);
+    its `noisy`, `stalled` and `settled` say whether even the steadiest disagrees,
     stalled, or never settled.
 
     Example:
@@ -50,14 +50,14 @@ def measure(fn: Callable[..., Any], *args: Any, min_run_time: float, **options: 
 
 def _unsteadiness(m) -> tuple:
     """What makes a try worse, most important first; (False, False, 0.0) only when it is
-    settled and free of stalls and its spread is within ``NOISE_SHARE``."""
+    settled and free of stalls and its spread is within `NOISE_SHARE`."""
     return (not m.settled, m.stalled, m.spread if m.noisy else 0.0)
 
 
 def measure_pair(first: Callable[[], Any], second: Callable[[], Any], *, min_run_time: float,
                  **options: Any) -> Comparison:
-    """The most trustworthy of up to ``TRIES`` side-by-side comparisons of ``first()`` and
-    ``second()`` (``devshim.timing.compare``); ``tries`` says how many were made.
+    """The most trustworthy of up to `TRIES` side-by-side comparisons of `first()` and
+    `second()` (`devshim.timing.compare`); `tries` says how many were made.
 
     Example:
         >>> c = measure_pair(native, ours, min_run_time=0.05, device=target)
@@ -75,7 +75,7 @@ def measure_pair(first: Callable[[], Any], second: Callable[[], Any], *, min_run
 
 
 def spread_fields(m: Measurement, key: str = "seconds") -> dict:
-    """The row fields describing measurement ``m``: ``<key>``, ``<key>_iqr``, quartiles, and flags.
+    """The row fields describing measurement `m`: `<key>`, `<key>_iqr`, quartiles, and flags.
 
     Example:
         >>> spread_fields(m)
@@ -91,9 +91,9 @@ def spread_fields(m: Measurement, key: str = "seconds") -> dict:
 
 def pair_fields(c: Comparison, first: str, second: str, ratio: str = "ratio") -> dict:
     """The row fields of a side-by-side comparison: each side's median and IQR (as
-    ``<first>_seconds``, ``<first>_iqr``, ...), the ratio ``second / first`` (median over the
-    pairs) with ``<ratio>_low``/``<ratio>_high`` (their quartiles), and the flags, which hold
-    for the whole row: ``noisy`` when the ratios or either side's runs disagree, ``stalled``
+    `<first>_seconds`, `<first>_iqr`, ...), the ratio `second / first` (median over the
+    pairs) with `<ratio>_low`/`<ratio>_high` (their quartiles), and the flags, which hold
+    for the whole row: `noisy` when the ratios or either side's runs disagree, `stalled`
     when a quarter of the pairs or more had a stalled run.
 
     Example:

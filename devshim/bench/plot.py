@@ -1,7 +1,7 @@
 """Plots of experiment rows, drawn from each experiment's plot declaration (needs matplotlib).
 
 A plot carries the table's marks: a marked point or bar is drawn hollow and in another colour,
-its label starts with the marks (``*``, ``+``, ``~``), and the table's footnotes, saying what
+its label starts with the marks (`*`, `+`, `~`), and the table's footnotes, saying what
 each mark means and what to do, are printed under the axes; so are the lines naming rows the
 experiment left out."""
 
@@ -29,7 +29,7 @@ def require_matplotlib() -> None:
 
 
 def check_plot_path(path: str) -> None:
-    """Fail now, before any measurement, when matplotlib cannot write ``path``'s format."""
+    """Fail now, before any measurement, when matplotlib cannot write `path`'s format."""
     require_matplotlib()
     from matplotlib.figure import Figure
 
@@ -44,7 +44,7 @@ def check_plot_path(path: str) -> None:
 
 
 def _bars(rows: list, key: str, scale: float) -> tuple:
-    """(values, [below, above]) for error bars from ``<key>_low``/``<key>_high`` or the quartiles."""
+    """(values, [below, above]) for error bars from `<key>_low`/`<key>_high` or the quartiles."""
     values, below, above = [], [], []
     for row in rows:
         value = row[key] * scale

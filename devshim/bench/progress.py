@@ -38,7 +38,7 @@ class _TqdmProgress:
 
 
 def make_progress(title: str, enabled: bool = True):
-    """A ``progress(done, total, label)`` callable drawing on stderr (with ``close()``), or None.
+    """A `progress(done, total, label)` callable drawing on stderr (with `close()`), or None.
 
     Example:
         >>> progress = make_progress("matmul on torch")

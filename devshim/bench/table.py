@@ -73,7 +73,7 @@ def row_marks(row: dict) -> str:
 
 
 def table_rows(rows: list) -> list:
-    """The rows a table or plot shows: all but those an experiment left out (``"omitted"``).
+    """The rows a table or plot shows: all but those an experiment left out (`"omitted"`).
 
     Example:
         >>> table_rows([{"omitted": "no device here"}, {"seconds": 1.0}])
@@ -83,7 +83,7 @@ def table_rows(rows: list) -> list:
 
 
 def omitted_lines(rows: list) -> list:
-    """One line per distinct reason an experiment left rows out (its ``"omitted"`` entries).
+    """One line per distinct reason an experiment left rows out (its `"omitted"` entries).
 
     Example:
         >>> omitted_lines([{"omitted": "no device here: left out"}])
@@ -136,13 +136,13 @@ def footnotes(rows: list) -> list:
 
 
 def format_table(experiment: Any, rows: list) -> str:
-    """The rows of ``experiment`` as a table; columns with no value in any row are left out.
+    """The rows of `experiment` as a table; columns with no value in any row are left out.
 
     Times read "median ±half the IQR as a share of the median". Rows whose
-    runs disagree even after re-measuring are marked ``*``, rows whose
-    warm-up never settled ``+``, rows whose runs stalled ``~``; the lines
+    runs disagree even after re-measuring are marked `*`, rows whose
+    warm-up never settled `+`, rows whose runs stalled `~`; the lines
     under the table say what each mark means and what to do, and which rows
-    the experiment left out (``"omitted"`` entries) and why.
+    the experiment left out (`"omitted"` entries) and why.
 
     Example:
         >>> print(format_table(EXPERIMENT, rows))

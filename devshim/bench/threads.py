@@ -1,12 +1,12 @@
 """How many CPU threads a framework computes on while an experiment measures.
 
 By default the experiments run the framework on one thread where it can be set while running
-(PyTorch), as ``torch.utils.benchmark.Timer`` does (its ``num_threads=1``): one thread measures
+(PyTorch), as `torch.utils.benchmark.Timer` does (its `num_threads=1`): one thread measures
 the code, the same on any machine, while several also measure the machine. A kernel split over
 several threads waits for the slowest of them, and on a machine shared with other work a thread
 whose CPU is taken waits a scheduler slice: on this project's 2-CPU machines, with one other
 process running, a 64x64 float32 torch matmul took 6.7 us on one thread and 20 to 24 ms on two,
-call after call. ``--threads N`` measures on N threads instead (the CPU's full speed for large
+call after call. `--threads N` measures on N threads instead (the CPU's full speed for large
 work on a quiet machine); every row computed on the host says how many threads it used.
 
 Example:
@@ -42,7 +42,7 @@ THREADS_OPTION = Option(
 
 @contextlib.contextmanager
 def framework_threads(backend: str, wanted: Optional[int]):
-    """Run the block with ``backend``'s CPU threads set to ``wanted`` (None: ``DEFAULT_THREADS``
+    """Run the block with `backend`'s CPU threads set to `wanted` (None: `DEFAULT_THREADS`
     where the framework can be set, else its own setting), put back afterwards; yields the
     count the block runs on, or None where the framework does not say.
 
@@ -83,8 +83,8 @@ def on_host(row: dict) -> bool:
 
 
 def on_threads(run):
-    """Give an experiment's ``run`` a ``threads`` keyword (see ``framework_threads``) and put
-    ``threads`` in each row computed on the host.
+    """Give an experiment's `run` a `threads` keyword (see `framework_threads`) and put
+    `threads` in each row computed on the host.
 
     Example:
         >>> @on_threads

@@ -1,29 +1,29 @@
 """The transfer guard: copies nobody asked for fail, or are logged, on every backend.
 
-A transfer is *explicit* when devshim makes it for you (``to_device``,
-``copy_if_needed``, ``to_numpy``, and everything built on them); those go
-through ``devshim.transfer``, which marks them. Every other copy is
-*implicit*: a framework reading a GPU tensor on the host for ``float(t)``, or
+A transfer is *explicit* when devshim makes it for you (`to_device`,
+`copy_if_needed`, `to_numpy`, and everything built on them); those go
+through `devshim.transfer`, which marks them. Every other copy is
+*implicit*: a framework reading a GPU tensor on the host for `float(t)`, or
 copying an op's input from one device to another. The guard decides, per
 direction, what happens to implicit ones:
 
-``"allow"``     nothing is checked (the default);
-``"log"``       an ``ImplicitTransferWarning`` once per call site, and the report counts each one;
-``"disallow"``  ``ImplicitTransferError`` (host reads) or ``DeviceMismatchError``
+`"allow"`     nothing is checked (the default);
+`"log"`       an `ImplicitTransferWarning` once per call site, and the report counts each one;
+`"disallow"`  `ImplicitTransferError` (host reads) or `DeviceMismatchError`
                 (op inputs on another device) is raised before the copy happens.
 
 The guard is in two parts, on either side of the backends. This package is its core, below
 the backends (which report to it), lowest module first:
 
-``levels``     the levels, directions and kinds of event (``devshim.settings`` reads them);
-``state``      the levels in force per thread or asyncio task (a ContextVar) and the process default;
-``marker``     the explicit-transfer marker the transfer door sets;
-``hooks``      ``GuardHooks``, the contract each backend's ``guard.py`` implements, with the
+`levels`     the levels, directions and kinds of event (`devshim.settings` reads them);
+`state`      the levels in force per thread or asyncio task (a ContextVar) and the process default;
+`marker`     the explicit-transfer marker the transfer door sets;
+`hooks`      `GuardHooks`, the contract each backend's `guard.py` implements, with the
                save/patch/restore of the framework functions those hooks replace;
-``lifecycle``  when those hooks go in and out (the registry declares backends to it);
-``report``     ``implicit()``, what hooks call, and the ``TransferReport`` a block yields;
+`lifecycle`  when those hooks go in and out (the registry declares backends to it);
+`report`     `implicit()`, what hooks call, and the `TransferReport` a block yields;
 
-The other part is the block users write, ``ds.transfer_guard``: ``devshim/guard_block.py``,
+The other part is the block users write, `ds.transfer_guard`: `devshim/guard_block.py`,
 above the backends (it asks the registry to declare them before the hooks go in).
 
 Importing this package imports none of its modules: each name below is loaded on first use.

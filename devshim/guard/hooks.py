@@ -1,26 +1,26 @@
-"""The contract a backend's ``guard.py`` implements: ``GuardHooks``.
+"""The contract a backend's `guard.py` implements: `GuardHooks`.
 
 A backend package that can watch its framework for implicit transfers has a
-``guard.py`` defining exactly one subclass of ``GuardHooks`` (the registry finds
-it, as it finds the ``Backend`` subclass in ``core.py``). The guard's lifecycle
-(``devshim.guard.lifecycle``) makes one instance per backend and calls it:
+`guard.py` defining exactly one subclass of `GuardHooks` (the registry finds
+it, as it finds the `Backend` subclass in `core.py`). The guard's lifecycle
+(`devshim.guard.lifecycle`) makes one instance per backend and calls it:
 
-``install()`` / ``uninstall()``     process-wide hooks in and out: when the first
+`install()` / `uninstall()`     process-wide hooks in and out: when the first
                                     guard starts checking something, and when the last stops;
-``enter_thread()`` / ``exit_thread()``  per-thread parts (torch's function mode), around
+`enter_thread()` / `exit_thread()`  per-thread parts (torch's function mode), around
                                     each checking block in the thread that enters it;
-``enter_block(state)`` / ``exit_block()``  every block, checking or not, for backends that
+`enter_block(state)` / `exit_block()`  every block, checking or not, for backends that
                                     map devshim's levels onto the framework's own guard (JAX);
-``translate(error)``                 an exception leaving such a block: the framework guard's
+`translate(error)`                 an exception leaving such a block: the framework guard's
                                     refusal, as devshim's error (or None to leave it as it is).
 
-Hooks replace framework functions with ``self.patch(owner, name, wrapper)``, which
-remembers what ``owner`` had there; the base class's ``uninstall()`` puts every one back
-(``restore()``), so a backend's hooks write only what they wrap. A wrapper is marked with
-``mark_wrapper`` so others (the virtual torch device's own reading methods, tests) can tell
+Hooks replace framework functions with `self.patch(owner, name, wrapper)`, which
+remembers what `owner` had there; the base class's `uninstall()` puts every one back
+(`restore()`), so a backend's hooks write only what they wrap. A wrapper is marked with
+`mark_wrapper` so others (the virtual torch device's own reading methods, tests) can tell
 a wrapper and reach the original. Hooks report what they see with
-``devshim.guard.report.implicit``, after checking ``state.checking`` and
-``marker.is_explicit()``.
+`devshim.guard.report.implicit`, after checking `state.checking` and
+`marker.is_explicit()`.
 
 Example:
     >>> class Hooks(GuardHooks):
@@ -42,9 +42,9 @@ _ABSENT = object()  # what an owner had where a patch went: nothing of its own
 
 
 class GuardHooks(ABC):
-    """One backend's transfer-guard hooks (the class a backend's ``guard.py`` defines).
+    """One backend's transfer-guard hooks (the class a backend's `guard.py` defines).
 
-    What ``patch`` replaced is kept per class, not per instance (so the patching methods are
+    What `patch` replaced is kept per class, not per instance (so the patching methods are
     class methods): the registry may make several instances of one backend's hooks, and the
     framework has one set of functions.
 
@@ -53,7 +53,7 @@ class GuardHooks(ABC):
         >>> hooks.install(); hooks.uninstall()
     """
 
-    #: (owner, name) -> what the owner itself had there before the patch (``_ABSENT``: nothing,
+    #: (owner, name) -> what the owner itself had there before the patch (`_ABSENT`: nothing,
     #: the attribute was inherited), in patch order. Each subclass has its own.
     _saved: dict = {}
 
@@ -66,13 +66,13 @@ class GuardHooks(ABC):
         """Put the process-wide hooks in (called once while any guard checks something)."""
 
     def uninstall(self) -> None:
-        """Take them out again, leaving the framework exactly as it was (``restore()``)."""
+        """Take them out again, leaving the framework exactly as it was (`restore()`)."""
         self.restore()
 
     @classmethod
     def patch(cls, owner, name: str, replacement) -> None:
-        """Put ``replacement`` at ``owner.name`` (a class or a module), remembering what
-        ``owner`` itself had there, to put back on ``restore()``.
+        """Put `replacement` at `owner.name` (a class or a module), remembering what
+        `owner` itself had there, to put back on `restore()`.
 
         Example:
             >>> hooks.patch(torch.Tensor, "item", mark_wrapper(guarded_item, torch.Tensor.item))
@@ -82,7 +82,7 @@ class GuardHooks(ABC):
 
     @classmethod
     def patched(cls, owner=None, name=None) -> bool:
-        """Whether anything is patched now (or, given ``owner`` and ``name``, that attribute).
+        """Whether anything is patched now (or, given `owner` and `name`, that attribute).
 
         Example:
             >>> hooks.patched(torch.Tensor, "item")
@@ -92,7 +92,7 @@ class GuardHooks(ABC):
 
     @classmethod
     def original(cls, owner, name: str):
-        """What ``owner`` itself had at ``name`` before ``patch`` replaced it (None if nothing).
+        """What `owner` itself had at `name` before `patch` replaced it (None if nothing).
 
         Example:
             >>> hooks.original(ArrayImpl, "_value").fget
@@ -103,7 +103,7 @@ class GuardHooks(ABC):
 
     @classmethod
     def restore(cls) -> None:
-        """Put back everything ``patch`` replaced, the last patched first.
+        """Put back everything `patch` replaced, the last patched first.
 
         Example:
             >>> hooks.restore(); hooks.patched()
@@ -124,13 +124,13 @@ class GuardHooks(ABC):
         """That block ends."""
 
     def enter_block(self, state) -> None:
-        """Any block starts in this thread, with ``state`` its ``GuardState`` (JAX's own guard)."""
+        """Any block starts in this thread, with `state` its `GuardState` (JAX's own guard)."""
 
     def exit_block(self) -> None:
         """That block ends."""
 
     def translate(self, error: BaseException):
-        """devshim's error for ``error``, an exception leaving a block this backend follows,
+        """devshim's error for `error`, an exception leaving a block this backend follows,
         when it is the framework's own guard refusing a transfer; None leaves it as it is.
 
         Example:
@@ -141,7 +141,7 @@ class GuardHooks(ABC):
 
     @classmethod
     def follows_blocks(cls) -> bool:
-        """Whether the hooks want every block (they override ``enter_block``).
+        """Whether the hooks want every block (they override `enter_block`).
 
         Example:
             >>> GuardHooks.follows_blocks()
@@ -151,7 +151,7 @@ class GuardHooks(ABC):
 
 
 def mark_wrapper(wrapper, original):
-    """Record that ``wrapper`` is the guard's replacement for ``original``; returns ``wrapper``.
+    """Record that `wrapper` is the guard's replacement for `original`; returns `wrapper`.
 
     Example:
         >>> reader = mark_wrapper(guarded_float, torch.Tensor.__float__)
@@ -161,7 +161,7 @@ def mark_wrapper(wrapper, original):
 
 
 def original_of(fn):
-    """The framework's own function behind a guard wrapper, or ``fn`` itself.
+    """The framework's own function behind a guard wrapper, or `fn` itself.
 
     Example:
         >>> original_of(torch.Tensor.__float__)   # inside a checking block
@@ -171,7 +171,7 @@ def original_of(fn):
 
 
 def is_wrapper(fn) -> bool:
-    """Whether ``fn`` is a guard wrapper made with ``mark_wrapper``.
+    """Whether `fn` is a guard wrapper made with `mark_wrapper`.
 
     Example:
         >>> is_wrapper(len)
@@ -181,10 +181,10 @@ def is_wrapper(fn) -> bool:
 
 
 def mixed_devices_refused(framework: str, error: BaseException, kinds, pattern, devices: str = ""):
-    """devshim's ``DeviceMismatchError`` for ``error`` when it is ``framework`` refusing to
-    combine tensors on different devices (an instance of ``kinds`` whose message matches the
-    compiled ``pattern``), with the framework's message first; None for anything else. What a
-    backend's ``translate`` returns for those refusals; ``devices`` names them, where known.
+    """devshim's `DeviceMismatchError` for `error` when it is `framework` refusing to
+    combine tensors on different devices (an instance of `kinds` whose message matches the
+    compiled `pattern`), with the framework's message first; None for anything else. What a
+    backend's `translate` returns for those refusals; `devices` names them, where known.
 
     Example:
         >>> mixed_devices_refused("PyTorch", RuntimeError("Expected all tensors to be on the same device"),

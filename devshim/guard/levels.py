@@ -1,6 +1,6 @@
 """The transfer guard's vocabulary: levels, directions and the kinds of implicit transfer.
 
-The lowest piece of the guard: ``devshim.settings`` reads ``DEVSHIM_TRANSFER_GUARD``
+The lowest piece of the guard: `devshim.settings` reads `DEVSHIM_TRANSFER_GUARD`
 against these levels, so this module imports nothing of devshim's but its errors.
 
 Example:
@@ -30,7 +30,7 @@ KINDS = (OP_INPUT, READ, TO_DEVICE)
 
 
 def check_level(level, what: str) -> None:
-    """Raise ``InvalidGuardLevelError`` unless ``level`` is None or one of ``LEVELS``.
+    """Raise `InvalidGuardLevelError` unless `level` is None or one of `LEVELS`.
 
     Example:
         >>> check_level("log", "device_to_host")

@@ -1,9 +1,9 @@
 """When the backends' guard hooks go in and out.
 
-The registry tells this module about every backend (``declare``: its name, its
-framework's module name, and how to load its ``GuardHooks``) and about each
-adapter it makes (``backend_loaded``). Hooks are installed only while some guard
-checks something (a block, or the process default from ``DEVSHIM_TRANSFER_GUARD``),
+The registry tells this module about every backend (`declare`: its name, its
+framework's module name, and how to load its `GuardHooks`) and about each
+adapter it makes (`backend_loaded`). Hooks are installed only while some guard
+checks something (a block, or the process default from `DEVSHIM_TRANSFER_GUARD`),
 and only for backends in use: their framework is imported, or devshim has made
 their adapter (which imports the framework on first use). With no guard checking,
 nothing is installed and nothing is paid.
@@ -39,9 +39,9 @@ _default_active = False
 
 
 def declare(backends: dict) -> None:
-    """Make the registry's backends known, replacing those declared before: ``backends``
-    maps a name to ``(framework module name, load)``, where ``load()`` returns the
-    backend's ``GuardHooks``, or None when it has no guard.py.
+    """Make the registry's backends known, replacing those declared before: `backends`
+    maps a name to `(framework module name, load)`, where `load()` returns the
+    backend's `GuardHooks`, or None when it has no guard.py.
 
     Example:
         >>> declare({"torch": ("torch", lambda: TorchGuardHooks())})
@@ -166,7 +166,7 @@ def exit_thread() -> None:
 
 
 def enter_block(block_state) -> list:
-    """Tell the installed hooks that follow every block; returns them, for ``exit_block``.
+    """Tell the installed hooks that follow every block; returns them, for `exit_block`.
 
     Example:
         >>> entered = enter_block(state.current()); exit_block(entered)
@@ -182,7 +182,7 @@ def enter_block(block_state) -> list:
 
 
 def exit_block(entered: list) -> None:
-    """End what ``enter_block`` started, innermost first.
+    """End what `enter_block` started, innermost first.
 
     Example:
         >>> exit_block(entered)
@@ -192,7 +192,7 @@ def exit_block(entered: list) -> None:
 
 
 def translate(entered: list, error: BaseException):
-    """devshim's error for ``error`` leaving a block, from the hooks ``enter_block`` entered
+    """devshim's error for `error` leaving a block, from the hooks `enter_block` entered
     (a framework's own guard refusing a transfer); None when none of them claims it.
 
     Example:
@@ -207,8 +207,8 @@ def translate(entered: list, error: BaseException):
 
 
 def backend_loaded(name: str) -> None:
-    """The registry made ``name``'s adapter: install its hooks if a guard is checking, and
-    start the process default from ``DEVSHIM_TRANSFER_GUARD``; ``InvalidGuardLevelError``
+    """The registry made `name`'s adapter: install its hooks if a guard is checking, and
+    start the process default from `DEVSHIM_TRANSFER_GUARD`; `InvalidGuardLevelError`
     (with the accepted values) when that variable holds no level.
 
     Example:

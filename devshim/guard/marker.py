@@ -1,9 +1,9 @@
 """The explicit-transfer marker: "this copy was asked for", known in one place.
 
-``devshim.transfer`` (the door every explicit devshim transfer goes through)
-runs copies under ``explicit()`` while a guard is watching; a backend's hook
-that sees a copy while ``is_explicit()`` is True lets it through. Marking
-costs nothing while no guard is watching (``watchers`` is 0).
+`devshim.transfer` (the door every explicit devshim transfer goes through)
+runs copies under `explicit()` while a guard is watching; a backend's hook
+that sees a copy while `is_explicit()` is True lets it through. Marking
+costs nothing while no guard is watching (`watchers` is 0).
 
 Example:
     >>> from devshim.guard import marker

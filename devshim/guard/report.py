@@ -1,11 +1,11 @@
 """What the guard does with an implicit transfer: count it, log it, or refuse it.
 
-Backends' hooks call ``implicit(...)`` for each implicit transfer they are about
+Backends' hooks call `implicit(...)` for each implicit transfer they are about
 to let happen; the levels in force for the calling thread or task decide, and
 every report of the enclosing blocks records the event with the user's
-``file:line``. A hook that calls the framework after deciding uses the two halves
-instead: ``check(...)`` before the call (under "disallow" it raises, before anything
-moves) and ``logged(pending)`` once the call returned, so that under "log" a transfer the
+`file:line`. A hook that calls the framework after deciding uses the two halves
+instead: `check(...)` before the call (under "disallow" it raises, before anything
+moves) and `logged(pending)` once the call returned, so that under "log" a transfer the
 framework then refused (an op on tensors it will not combine) is neither warned about nor
 counted: the log says only what happened.
 
@@ -41,10 +41,10 @@ _WARNED_LIMIT = 10_000
 
 
 class TransferEvent:
-    """One implicit transfer: its ``kind`` (one of ``KINDS``), ``direction``, ``what``
-    did it (``"float(t)"``, an op's name), ``source`` and ``target`` devices, the
-    ``site`` ("file:line" in the code that made it) and what the guard did
-    (``"logged"`` or ``"refused"``).
+    """One implicit transfer: its `kind` (one of `KINDS`), `direction`, `what`
+    did it (`"float(t)"`, an op's name), `source` and `target` devices, the
+    `site` ("file:line" in the code that made it) and what the guard did
+    (`"logged"` or `"refused"`).
 
     Example:
         >>> report.events[0].site
@@ -63,7 +63,7 @@ class TransferEvent:
 
 
 class TransferReport:
-    """What a ``transfer_guard`` block saw: every implicit transfer, counted by kind and call site.
+    """What a `transfer_guard` block saw: every implicit transfer, counted by kind and call site.
 
     Example:
         >>> with ds.transfer_guard("log") as report:
@@ -78,8 +78,8 @@ class TransferReport:
     def __init__(self, state: GuardState) -> None:
         self.levels = {direction: state.level(direction) for direction in DIRECTIONS}
         self.events: list = []
-        #: Explicit copies between devices made by ``ds.convert(..., device=)`` (``action`` "explicit");
-        #: not implicit transfers, so not in ``total``.
+        #: Explicit copies between devices made by `ds.convert(..., device=)` (`action` "explicit");
+        #: not implicit transfers, so not in `total`.
         self.explicit: list = []
 
     @property
@@ -96,7 +96,7 @@ class TransferReport:
 
     @property
     def counts(self) -> dict:
-        """kind -> how many, for each of ``KINDS`` (zeros included).
+        """kind -> how many, for each of `KINDS` (zeros included).
 
         Example:
             >>> report.counts
@@ -143,13 +143,13 @@ def implicit(direction: str, kind: str, what: str, source, target, state: Option
              error: Optional[Exception] = None) -> None:
     """Report an implicit transfer about to happen; raise if the level refuses it.
 
-    Backends' hooks call this (after checking ``state.checking`` and that the
+    Backends' hooks call this (after checking `state.checking` and that the
     tensor really is elsewhere). It does nothing for explicit transfers
-    (``marker.is_explicit()``) or where the direction's level is "allow". Under
-    "disallow" it raises ``error`` when given (an exception, or a callable making one from
-    the ``TransferEvent``, which knows the call site), else the guard's own error. A hook
+    (`marker.is_explicit()`) or where the direction's level is "allow". Under
+    "disallow" it raises `error` when given (an exception, or a callable making one from
+    the `TransferEvent`, which knows the call site), else the guard's own error. A hook
     that makes the transfer by calling the framework afterwards, which may still refuse it,
-    uses ``check`` and ``logged`` instead.
+    uses `check` and `logged` instead.
 
     Example:
         >>> implicit("device_to_host", READ, "float(t)", gpu0, cpu0)
@@ -158,7 +158,7 @@ def implicit(direction: str, kind: str, what: str, source, target, state: Option
 
 
 class Pending:
-    """A transfer ``check`` let through under "log", to be recorded by ``logged`` once it happened.
+    """A transfer `check` let through under "log", to be recorded by `logged` once it happened.
 
     Example:
         >>> pending = check("device_to_host", READ, "float(t)", gpu0, cpu0)
@@ -174,9 +174,9 @@ class Pending:
 
 def check(direction: str, kind: str, what: str, source, target, state: Optional[GuardState] = None,
           error: Optional[Exception] = None) -> Optional[Pending]:
-    """The first half of ``implicit``, for a transfer the framework makes after the hook
+    """The first half of `implicit`, for a transfer the framework makes after the hook
     returns: under "disallow" it records and raises now, before anything moves; under "log"
-    it returns a ``Pending`` for ``logged`` to record (and warn about) once the framework's
+    it returns a `Pending` for `logged` to record (and warn about) once the framework's
     call returned; None where nothing is to be recorded ("allow", an explicit transfer).
 
     Example:
@@ -203,7 +203,7 @@ def check(direction: str, kind: str, what: str, source, target, state: Optional[
 
 def logged(pending) -> None:
     """The second half: record in the reports, and warn once per call site, the transfers
-    ``check`` let through (a ``Pending``, a list of them, or None), now that they happened.
+    `check` let through (a `Pending`, a list of them, or None), now that they happened.
 
     Example:
         >>> logged(check("device_to_host", READ, "float(t)", gpu0, cpu0))
@@ -217,12 +217,12 @@ def logged(pending) -> None:
 
 
 def crossing(direction: str, what: str, source, target, *, explicit: bool, error=None) -> None:
-    """A copy between devices that no framework hook sees (``ds.convert``'s), about to happen.
+    """A copy between devices that no framework hook sees (`ds.convert`'s), about to happen.
 
-    An ``explicit`` one (the caller named ``device=``) is recorded in the
-    ``explicit`` list of every enclosing block's report. Any other is checked
+    An `explicit` one (the caller named `device=`) is recorded in the
+    `explicit` list of every enclosing block's report. Any other is checked
     like an implicit transfer: logged under "log", refused under "disallow" by
-    raising ``error``.
+    raising `error`.
 
     Example:
         >>> crossing("device_to_host", "ds.convert(x, 'numpy')", gpu0, cpu0, explicit=True)
@@ -242,8 +242,8 @@ def crossing(direction: str, what: str, source, target, *, explicit: bool, error
 def read_name(readers: dict, fallback: str, depth: int = 6) -> str:
     """How a host read looks in the user's code, from the framework's frames above the hook.
 
-    ``readers`` maps the framework's method names (``"__float__"``) to what the
-    user wrote (``"float(t)"``); the outermost one found within ``depth`` frames
+    `readers` maps the framework's method names (`"__float__"`) to what the
+    user wrote (`"float(t)"`); the outermost one found within `depth` frames
     wins, since a framework's readers call each other (float -> item -> asnumpy).
 
     Example:
@@ -263,9 +263,9 @@ def read_name(readers: dict, fallback: str, depth: int = 6) -> str:
 
 
 def direction_of(source, target) -> tuple:
-    """(direction, kind) of an op input moving from ``source`` to ``target`` (two ``ds.Device``s).
+    """(direction, kind) of an op input moving from `source` to `target` (two `ds.Device`s).
 
-    Between two host devices (MXNet's ``cpu(0)`` and ``cpu(1)``) it is a copy between
+    Between two host devices (MXNet's `cpu(0)` and `cpu(1)`) it is a copy between
     devices all the same.
 
     Example:

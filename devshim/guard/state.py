@@ -1,8 +1,8 @@
 """The guard levels in force for each thread or asyncio task.
 
-A ``transfer_guard`` block sets a ``GuardState`` in a ContextVar, so a block
+A `transfer_guard` block sets a `GuardState` in a ContextVar, so a block
 in one thread or task never changes what another sees; outside every block,
-the process default from ``DEVSHIM_TRANSFER_GUARD`` applies.
+the process default from `DEVSHIM_TRANSFER_GUARD` applies.
 
 Example:
     >>> from devshim.guard.state import current
@@ -19,7 +19,7 @@ from devshim.guard.levels import ALLOW
 
 __all__ = ["GuardState", "Scope", "scoped", "current", "default", "forget_default"]
 
-#: The ``Scope`` of this thread or task's innermost block (None: the process default).
+#: The `Scope` of this thread or task's innermost block (None: the process default).
 scoped: ContextVar = ContextVar("devshim_transfer_guard", default=None)
 _default = None  # the process default GuardState, from DEVSHIM_TRANSFER_GUARD
 
@@ -27,7 +27,7 @@ _default = None  # the process default GuardState, from DEVSHIM_TRANSFER_GUARD
 class GuardState:
     """The levels in force for this thread or task, and the reports collecting events.
 
-    ``checking`` is False when every direction is "allow": hooks return at once.
+    `checking` is False when every direction is "allow": hooks return at once.
 
     Example:
         >>> GuardState("log", "allow", "allow").checking
@@ -59,13 +59,13 @@ class GuardState:
 
 
 class Scope:
-    """What a block puts in the ContextVar: its ``GuardState`` and the enclosing ``Scope``.
+    """What a block puts in the ContextVar: its `GuardState` and the enclosing `Scope`.
 
     Only contexts hold a Scope (the block's own, and every copy of it: an asyncio
-    task created inside the block, ``contextvars.copy_context()``); hooks read
-    ``state`` and never keep the Scope. So while a Scope lives, some context that
+    task created inside the block, `contextvars.copy_context()`); hooks read
+    `state` and never keep the Scope. So while a Scope lives, some context that
     can still run code has its levels, and a block that checks something keeps
-    the hooks installed until its Scope is collected (``devshim.guard_block``).
+    the hooks installed until its Scope is collected (`devshim.guard_block`).
 
     Example:
         >>> Scope(GuardState("log", "allow", "allow"), None).state.checking
@@ -80,7 +80,7 @@ class Scope:
 
 
 def default() -> GuardState:
-    """The process default, every direction at ``DEVSHIM_TRANSFER_GUARD``'s level.
+    """The process default, every direction at `DEVSHIM_TRANSFER_GUARD`'s level.
 
     Example:
         >>> default().device_to_host
@@ -95,7 +95,7 @@ def default() -> GuardState:
 
 
 def forget_default() -> None:
-    """Read ``DEVSHIM_TRANSFER_GUARD`` again at next use (after ``settings.reload()``).
+    """Read `DEVSHIM_TRANSFER_GUARD` again at next use (after `settings.reload()`).
 
     Example:
         >>> forget_default()

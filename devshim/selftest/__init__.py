@@ -1,17 +1,17 @@
-"""``devshim selftest``: does devshim work on this machine's frameworks and devices?
+"""`devshim selftest`: does devshim work on this machine's frameworks and devices?
 
     devshim selftest [--backend B ...] [--json] [--checks-only] [--timeout S]
 
 For every installed backend (or those named), a fresh Python process runs the
-checks of ``devshim.selftest.checks`` (the device contract, the transfer
+checks of `devshim.selftest.checks` (the device contract, the transfer
 guard, model placement, timing) on the CPU and on every GPU that backend
-sees, then a short run of the ``matmul`` and ``transfer`` experiments of
-``devshim bench``. One process per backend keeps frameworks apart (TensorFlow
+sees, then a short run of the `matmul` and `transfer` experiments of
+`devshim bench`. One process per backend keeps frameworks apart (TensorFlow
 and JAX each reserve most of a GPU's memory when they start), and a crash or
 a hang in one is reported as the failure of the check it was running while
 the others go on.
 
-The report (text, or JSON with ``--json``) is meant to be pasted into a bug
+The report (text, or JSON with `--json`) is meant to be pasted into a bug
 report: devshim, Python and framework versions, the devices, every check
 passed / failed / skipped with its reason, matmul GFLOP/s on the CPU and each
 GPU, host-to-device bandwidth, and a verdict. The exit status is 0 when
@@ -40,7 +40,7 @@ ENV_VARS = ("DEVSHIM_BACKEND", "DEVSHIM_DEVICE", "DEVSHIM_VIRTUAL_DEVICES", "DEV
 
 
 def register(commands) -> None:
-    """Add the ``selftest`` command to the ``devshim`` parser."""
+    """Add the `selftest` command to the `devshim` parser."""
     parser = commands.add_parser(
         "selftest", help="check devshim on this machine's frameworks and GPUs; a report for bug reports",
         description=(__doc__ or "").split("\n\n")[0] + " Runs devshim's checks and a short benchmark on every "
@@ -170,7 +170,7 @@ def _run_one(backend: str, *, measure: bool, timeout: float) -> dict:
 
 
 def _run_process(backend: str, path: str, env: dict, *, measure: bool, timeout: float) -> Optional[str]:
-    """Run the backend's checks in a fresh interpreter writing events to ``path``; what went
+    """Run the backend's checks in a fresh interpreter writing events to `path`; what went
     wrong with the process (None when it ended well)."""
     home = os.path.dirname(os.path.dirname(os.path.abspath(devshim.__file__)))
     command = [sys.executable, "-c", _RUNNER, home, backend, path]
@@ -188,7 +188,7 @@ def _run_process(backend: str, path: str, env: dict, *, measure: bool, timeout: 
 
 
 def _fold_events(section: dict, events: list, *, finished_cleanly: bool) -> Optional[dict]:
-    """Fill ``section`` from the process's events; the check that was running when they stop."""
+    """Fill `section` from the process's events; the check that was running when they stop."""
     running = None
     for event in events:
         kind = event.pop("event")
@@ -230,7 +230,7 @@ def _count(sections: list) -> dict:
 
 
 def run(backends=None, *, measure: bool = True, timeout: float = DEFAULT_TIMEOUT, progress=None) -> dict:
-    """Check ``backends`` (default: every installed one), one fresh process each; the report as data.
+    """Check `backends` (default: every installed one), one fresh process each; the report as data.
 
     Example:
         >>> document = run(["numpy"], measure=False)

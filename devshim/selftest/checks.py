@@ -1,17 +1,17 @@
-"""The checks ``devshim selftest`` runs on one backend, on the devices this machine has.
+"""The checks `devshim selftest` runs on one backend, on the devices this machine has.
 
-Each check is a function declared with ``@check(...)``: its group, what it
+Each check is a function declared with `@check(...)`: its group, what it
 asserts (one line, shown in the report), and what it runs on:
 
-``"backend"``      once;
-``"device"``       once per device: the CPU and each GPU;
-``"accelerator"``  once per GPU (skipped, with the reason, when there is none);
-``"pair"``         once per ordered pair of GPUs (needs two).
+`"backend"`      once;
+`"device"`       once per device: the CPU and each GPU;
+`"accelerator"`  once per GPU (skipped, with the reason, when there is none);
+`"pair"`         once per ordered pair of GPUs (needs two).
 
 A check returns nothing or a short detail string; it fails by raising
-(``expect`` raises ``CheckFailed`` with a message saying what went wrong) and
-skips by raising ``Skip(reason)``. Checks make tensors with the backend's
-``ops`` module (the framework's own calls) and assert what devshim promises
+(`expect` raises `CheckFailed` with a message saying what went wrong) and
+skips by raising `Skip(reason)`. Checks make tensors with the backend's
+`ops` module (the framework's own calls) and assert what devshim promises
 about them, so they are the conformance suite's contract, asked of the
 user's hardware, without pytest or the test harnesses.
 """
@@ -45,7 +45,7 @@ class Skip(Exception):
 
 
 def expect(condition, message: str) -> None:
-    """Fail the check with ``message`` unless ``condition`` holds (an ``assert`` that ``-O`` keeps).
+    """Fail the check with `message` unless `condition` holds (an `assert` that `-O` keeps).
 
     Example:
         >>> expect(ds.copy_if_needed(x, d) is x, "copy_if_needed copied a tensor already there")
@@ -69,8 +69,8 @@ CHECKS: list = []
 
 
 def check(name: str, group: str, summary: str, *, per: str = "backend", needs: tuple = ()):
-    """Declare a check (a decorator). ``needs`` names backend modules it requires:
-    ``"ops"``, ``"guard"``, ``"model"``.
+    """Declare a check (a decorator). `needs` names backend modules it requires:
+    `"ops"`, `"guard"`, `"model"`.
 
     Example:
         >>> @check("devices", "conformance", "the CPU first, then each GPU")
@@ -88,7 +88,7 @@ def check(name: str, group: str, summary: str, *, per: str = "backend", needs: t
 
 
 class Context:
-    """What the checks know about the backend under test: its adapter, ``ops`` module and devices.
+    """What the checks know about the backend under test: its adapter, `ops` module and devices.
 
     Example:
         >>> ctx = Context("torch")
@@ -124,17 +124,17 @@ class Context:
         return self.adapter.describe(native)
 
     def tensor(self, values, native):
-        """``values`` (array-like) as a tensor on ``native``, made with the framework's own call."""
+        """`values` (array-like) as a tensor on `native`, made with the framework's own call."""
         return self.ops.from_numpy(np.asarray(values), native)
 
     def scope(self, native) -> contextlib.AbstractContextManager:
-        """A ``with`` block placing work on ``native`` where the framework has one (TensorFlow,
+        """A `with` block placing work on `native` where the framework has one (TensorFlow,
         CuPy, MXNet), else nothing."""
         return native if hasattr(native, "__enter__") else contextlib.nullcontext()
 
 
 def targets(check_: Check, ctx: Context) -> list:
-    """What ``check_`` runs on here: a list of (label, args); raises Skip when nothing fits."""
+    """What `check_` runs on here: a list of (label, args); raises Skip when nothing fits."""
     if check_.per == "backend":
         return [("", ())]
     if check_.per == "device":

@@ -1,7 +1,7 @@
-"""The memory checks of ``devshim selftest``: ``ds.memory`` and ``ds.memory_peak`` on each device.
+"""The memory checks of `devshim selftest`: `ds.memory` and `ds.memory_peak` on each device.
 
-Declared like the checks of ``devshim.selftest.checks`` (whose ``CHECKS`` list they join when
-this module is imported: the runner imports it), in a group of their own, ``memory``.
+Declared like the checks of `devshim.selftest.checks` (whose `CHECKS` list they join when
+this module is imported: the runner imports it), in a group of their own, `memory`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The text of ``devshim selftest``'s report, from the data ``devshim.selftest.run`` returns."""
+"""The text of `devshim selftest`'s report, from the data `devshim.selftest.run` returns."""
 
 from __future__ import annotations
 
@@ -136,7 +136,7 @@ def format_report(document: dict) -> str:
 
 
 def _memory_lines(records: list) -> list:
-    """One line per device: what ``ds.memory`` says of it ("-": the framework does not say)."""
+    """One line per device: what `ds.memory` says of it ("-": the framework does not say)."""
     from devshim.backends.memory_base import format_bytes
 
     lines = []

@@ -1,18 +1,18 @@
 """Run the checks and the measurements on one backend, in this process.
 
-``run_backend(name, emit)`` calls ``emit(event)`` for each thing that happens,
+`run_backend(name, emit)` calls `emit(event)` for each thing that happens,
 as plain dicts, so a parent process can read them as they come and still know
 what was running if this process dies:
 
-``{"event": "backend", ...}``      the framework, its version and devices;
-``{"event": "start", ...}``        a check or measurement is about to run;
-``{"event": "result", ...}``       its outcome: passed, failed or skipped, with a detail;
-``{"event": "measurement", ...}``  an experiment's rows;
-``{"event": "done"}``              the end.
+`{"event": "backend", ...}`      the framework, its version and devices;
+`{"event": "start", ...}`        a check or measurement is about to run;
+`{"event": "result", ...}`       its outcome: passed, failed or skipped, with a detail;
+`{"event": "measurement", ...}`  an experiment's rows;
+`{"event": "done"}`              the end.
 
 Every check runs on its own: an exception in one is its failure, and the next
-one runs. ``python -m devshim.selftest.runner BACKEND FILE`` writes the events
-to FILE, one JSON document a line (what ``devshim selftest`` starts per backend).
+one runs. `python -m devshim.selftest.runner BACKEND FILE` writes the events
+to FILE, one JSON document a line (what `devshim selftest` starts per backend).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ MIN_RUN_TIME = 0.05
 
 
 def _failure(err: BaseException) -> str:
-    """``Type: message (at file:line)``, the line being the innermost frame in devshim or the check."""
+    """`Type: message (at file:line)`, the line being the innermost frame in devshim or the check."""
     frames = traceback.extract_tb(err.__traceback__)
     ours = [f for f in frames if "devshim" in f.filename.replace("\\", "/")]
     frame = (ours or frames or [None])[-1]
@@ -49,7 +49,7 @@ def _failure(err: BaseException) -> str:
 
 
 def _outcome(fn, *args):
-    """(status, detail, seconds) of ``fn(*args)``, whatever it raises (bar KeyboardInterrupt)."""
+    """(status, detail, seconds) of `fn(*args)`, whatever it raises (bar KeyboardInterrupt)."""
     from devshim.selftest.checks import Skip
 
     started = time.perf_counter()
@@ -82,7 +82,7 @@ def _backend_event(name: str) -> dict:
 
 
 def _memory(name: str, devices: list) -> list:
-    """``ds.memory`` of each device, as plain data (an error instead where it fails)."""
+    """`ds.memory` of each device, as plain data (an error instead where it fails)."""
     from devshim.device_memory import memory
 
     found = []
@@ -95,7 +95,7 @@ def _memory(name: str, devices: list) -> list:
 
 
 def run_backend(name: str, emit, *, measure: bool = True) -> None:
-    """Run every check, then the measurements, on backend ``name``; report through ``emit``.
+    """Run every check, then the measurements, on backend `name`; report through `emit`.
 
     Example:
         >>> events = []
@@ -162,8 +162,8 @@ def _has(ctx, module: str) -> bool:
 
 def _measure(name: str, ctx, emit, result) -> None:
     """The matmul experiment on the CPU and each GPU, and the transfer experiment on each GPU
-    (without one it leaves its rows out, with a line saying so): the same code ``devshim
-    bench`` runs, shorter, on the same CPU threads (one: ``devshim.bench.threads``), so the
+    (without one it leaves its rows out, with a line saying so): the same code `devshim
+    bench` runs, shorter, on the same CPU threads (one: `devshim.bench.threads`), so the
     figures of the two agree."""
     import devshim as ds
     from devshim.bench.experiments import matmul, transfer
@@ -189,7 +189,7 @@ def _measure(name: str, ctx, emit, result) -> None:
 
 
 def main(argv=None) -> int:
-    """``python -m devshim.selftest.runner BACKEND FILE [--no-measure]``: events to FILE as JSON lines."""
+    """`python -m devshim.selftest.runner BACKEND FILE [--no-measure]`: events to FILE as JSON lines."""
     args = list(sys.argv[1:] if argv is None else argv)
     measure = "--no-measure" not in args
     backend, path = [a for a in args if not a.startswith("--")][:2]

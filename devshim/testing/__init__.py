@@ -1,19 +1,19 @@
 """Testing code on every framework and device: virtual GPUs, and the gradient checks of
 Chainer's "define your own function" loop for every framework.
 
-``virtual_devices(n)``           ``n`` virtual GPUs backed by host memory
-                                 (like ``DEVSHIM_VIRTUAL_DEVICES=n``).
-``torch_device_tests(n)``        torch's ``instantiate_device_type_tests`` suites on
-                                 ``n`` torch virtual GPUs too.
-``assert_allclose(a, b)``        tensors of any framework on any device, mixed in one
+`virtual_devices(n)`           `n` virtual GPUs backed by host memory
+                                 (like `DEVSHIM_VIRTUAL_DEVICES=n`).
+`torch_device_tests(n)`        torch's `instantiate_device_type_tests` suites on
+                                 `n` torch virtual GPUs too.
+`assert_allclose(a, b)`        tensors of any framework on any device, mixed in one
                                  call, Python and NumPy scalars, nests of them.
-``numerical_grad(f, xs, gys)``   central differences of ``sum(f(*xs) * gys)``, one
+`numerical_grad(f, xs, gys)`   central differences of `sum(f(*xs) * gys)`, one
                                  gradient per input in its framework, device and dtype.
-``check_backward(f, xs)``        the framework's own autodiff against ``numerical_grad``.
-``check_double_backward(f, xs)`` the same for the gradient of ``f``'s backward (second order).
+`check_backward(f, xs)`        the framework's own autodiff against `numerical_grad`.
+`check_double_backward(f, xs)` the same for the gradient of `f`'s backward (second order).
 
 Every read of a tensor here is an explicit copy through devshim's transfer door, so
-these work inside ``ds.transfer_guard("disallow")``; the code under test is guarded as usual.
+these work inside `ds.transfer_guard("disallow")`; the code under test is guarded as usual.
 The guide is docs/testing-your-code.md.
 
 Example:

@@ -1,11 +1,11 @@
 """Comparing the autodiff's gradients with the numerical ones, and saying how they differ.
 
-For each input, element by element: ``|autodiff - numerical| <= atol + rtol * |numerical| +
-noise``, where ``noise`` bounds the rounding of ``f``'s outputs that went into that central
-difference (from the outputs that moved, per element: see ``loss_difference``), ``rtol`` comes
-from the least precise dtype of the check, and ``atol`` (unless given) is ``rtol`` times the input's greatest numerical gradient:
+For each input, element by element: `|autodiff - numerical| <= atol + rtol * |numerical| +
+noise`, where `noise` bounds the rounding of `f`'s outputs that went into that central
+difference (from the outputs that moved, per element: see `loss_difference`), `rtol` comes
+from the least precise dtype of the check, and `atol` (unless given) is `rtol` times the input's greatest numerical gradient:
 a backward is judged against the size of its own gradient, however small. Elements that fail
-are looked at more closely (four more calls of ``f`` each): where the slopes on either side
+are looked at more closely (four more calls of `f` each): where the slopes on either side
 differ as only a kink makes them, the element is a non-differentiable point, not a wrong
 backward.
 
@@ -29,7 +29,7 @@ KINK_SHARE = 0.3
 
 
 class Settings:
-    """What a comparison uses: the function's name, ``eps``, ``rtol`` and ``atol`` (None:
+    """What a comparison uses: the function's name, `eps`, `rtol` and `atol` (None:
     the defaults), the dtypes the check ran in, and how messages name the gradient.
 
     Example:
@@ -43,7 +43,7 @@ class Settings:
             function, eps, rtol, atol, dtypes, subject)
 
     def tolerance(self) -> tuple:
-        """``(rtol, where it came from)``."""
+        """`(rtol, where it came from)`."""
         if self.rtol is not None:
             return self.rtol, "given"
         rtol, dtype = host.gradient_rtol(self.dtypes)
@@ -61,8 +61,8 @@ class _Finding:
 
 
 def compare(items: list, analytic: list, numeric: list, differences, settings: Settings) -> None:
-    """Raise ``GradientMismatchError`` when a gradient differs beyond the tolerance somewhere
-    ``f`` is differentiable, else ``NondifferentiableError`` when it differs only at kinks."""
+    """Raise `GradientMismatchError` when a gradient differs beyond the tolerance somewhere
+    `f` is differentiable, else `NondifferentiableError` when it differs only at kinks."""
     rtol, rtol_source = settings.tolerance()
     findings, problems = [], []
     for position, (item, got, (want, noise)) in enumerate(zip(items, analytic, numeric)):

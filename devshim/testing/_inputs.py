@@ -1,7 +1,7 @@
 """The inputs of a gradient check: each caller's tensor read once to the host, with what it
-is; the private copies ``f`` is called with (of the caller's kind: a variable stays a
-variable, a parameter a parameter, an MXNet ``nd`` array an ``nd`` array); and the check that
-``f`` left what it was given as it was.
+is; the private copies `f` is called with (of the caller's kind: a variable stays a
+variable, a parameter a parameter, an MXNet `nd` array an `nd` array); and the check that
+`f` left what it was given as it was.
 
 Example:
     >>> items = read_inputs((x, y), "check_backward")
@@ -25,8 +25,8 @@ __all__ = ["Input", "read_inputs", "check_callable", "takes_no_arguments", "chec
 
 class Input:
     """One input: the caller's tensor, its backend, autodiff (None: none) and native device,
-    its values on the host, and its name in messages (``title``: ``input 0 (of 2: torch float32
-    (3, 2) on cpu:0)``).
+    its values on the host, and its name in messages (`title`: `input 0 (of 2: torch float32
+    (3, 2) on cpu:0)`).
 
     Example:
         >>> item.copy()          # a private copy of the same kind, on the same device
@@ -42,7 +42,7 @@ class Input:
         self.name, self.title = name, f"{name} (of {count}: {described})"
 
     def fresh(self, host_array):
-        """A new plain tensor of the input's framework on its device holding ``host_array``
+        """A new plain tensor of the input's framework on its device holding `host_array`
         (which it may share: pass an array no one else holds)."""
         found = interop(self.adapter.name)
         if found is None:
@@ -52,27 +52,27 @@ class Input:
         return transfer.explicitly(found.from_host, self.adapter, host_array, self.native)
 
     def copy(self, host_array=None):
-        """A private copy of the input, of its kind, holding ``host_array`` (default: its own
-        values); ``host_array``'s dtype is the copy's."""
+        """A private copy of the input, of its kind, holding `host_array` (default: its own
+        values); `host_array`'s dtype is the copy's."""
         values = self.host if host_array is None else host_array
         fresh = self.fresh(host.cast(values, values.dtype))
         return fresh if self.autodiff is None else self.autodiff.copy_like(self.value, fresh)
 
     def gradient(self, host_array):
-        """``host_array`` as a gradient for this input: its framework, device and dtype."""
+        """`host_array` as a gradient for this input: its framework, device and dtype."""
         fresh = self.fresh(host.cast(host_array, self.host.dtype))
         return fresh if self.autodiff is None else self.autodiff.gradient_like(self.value, fresh)
 
     def changeable(self, tensor) -> bool:
-        """Whether ``tensor`` (the input or a copy of it) can be changed in place."""
+        """Whether `tensor` (the input or a copy of it) can be changed in place."""
         if self.autodiff is not None:
             return self.autodiff.can_change_in_place(tensor)
         return getattr(getattr(tensor, "flags", None), "writeable", True)  # NumPy, CuPy
 
     def check_unchanged(self, tensor, expected, when, restore: bool = False) -> None:
-        """Raise ``InputMutatedError`` when ``tensor`` (what ``f`` was given for this input) no
-        longer holds ``expected``; with ``restore`` (the caller's own array), put it back first.
-        ``when``: the call, in words (or a function that says it)."""
+        """Raise `InputMutatedError` when `tensor` (what `f` was given for this input) no
+        longer holds `expected`; with `restore` (the caller's own array), put it back first.
+        `when`: the call, in words (or a function that says it)."""
         if not self.changeable(tensor):
             return
         now = transfer.to_host(self.adapter, tensor)
@@ -91,14 +91,14 @@ class Input:
             f"{what}")
 
     def set_element(self, index: tuple, value: float) -> None:
-        """``input[index] = value`` in place (Chainer's form of ``numerical_grad``)."""
+        """`input[index] = value` in place (Chainer's form of `numerical_grad`)."""
         if self.autodiff is not None:
             transfer.explicitly(self.autodiff.set_element, self.value, index, value)
         else:
             transfer.explicitly(self.value.__setitem__, index, value)
 
     def assign(self, tensor, host_array) -> None:
-        """Every element of ``tensor`` set from ``host_array``, in place."""
+        """Every element of `tensor` set from `host_array`, in place."""
         fresh = self.fresh(host.cast(host_array, host_array.dtype))
         if self.autodiff is not None:
             transfer.explicitly(self.autodiff.assign, tensor, fresh)
@@ -107,7 +107,7 @@ class Input:
 
 
 def read_inputs(inputs, function: str, names: str = "input") -> list:
-    """The inputs as ``Input``\\ s (one tensor, or a tuple or list of them), each checked to be a
+    """The inputs as `Input`\\ s (one tensor, or a tuple or list of them), each checked to be a
     floating-point tensor.
 
     Example:
@@ -136,7 +136,7 @@ def _input(value, position: int, count: int, function: str, names: str) -> Input
 
 
 def check_callable(f, function: str) -> None:
-    """Raise ``GradientFunctionError`` unless ``f`` can be called.
+    """Raise `GradientFunctionError` unless `f` can be called.
 
     Example:
         >>> check_callable(torch.ones(2), "check_backward")
@@ -151,9 +151,9 @@ def check_callable(f, function: str) -> None:
 
 
 def takes_no_arguments(f, count: int, function: str, closure_allowed: bool) -> bool:
-    """Whether ``f`` is Chainer's form of ``numerical_grad``'s function, reading the inputs it
-    closes over (it takes no arguments), rather than taking the ``count`` inputs as arguments;
-    ``GradientFunctionError`` when it takes neither (or, without ``closure_allowed``, when it
+    """Whether `f` is Chainer's form of `numerical_grad`'s function, reading the inputs it
+    closes over (it takes no arguments), rather than taking the `count` inputs as arguments;
+    `GradientFunctionError` when it takes neither (or, without `closure_allowed`, when it
     cannot take the inputs). A function without a signature is taken to take them.
 
     Example:
@@ -179,7 +179,7 @@ def takes_no_arguments(f, count: int, function: str, closure_allowed: bool) -> b
 
 
 def check_changeable(items: list) -> None:
-    """Raise ``ImmutableInputError`` unless every input can be changed in place."""
+    """Raise `ImmutableInputError` unless every input can be changed in place."""
     for item in items:
         if not item.changeable(item.value):
             raise ImmutableInputError(

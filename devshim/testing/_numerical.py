@@ -1,10 +1,10 @@
-"""The numerical pass of the gradient checks: ``f`` called on inputs that differ in one element,
+"""The numerical pass of the gradient checks: `f` called on inputs that differ in one element,
 its outputs read to the host, central differences taken there in float64.
 
-``Evaluator`` makes the calls: on private copies of the inputs (``f`` taking them as
-arguments; in ``dtype`` when one is asked for), or on the caller's arrays changed in place and
-restored (Chainer's form, ``f`` taking none), and checks after each call that ``f`` left its
-inputs as they were. ``Differences`` takes the differences, with the rounding noise each
+`Evaluator` makes the calls: on private copies of the inputs (`f` taking them as
+arguments; in `dtype` when one is asked for), or on the caller's arrays changed in place and
+restored (Chainer's form, `f` taking none), and checks after each call that `f` left its
+inputs as they were. `Differences` takes the differences, with the rounding noise each
 carries, and the one-sided slopes around an element that tell a kink from a wrong backward.
 
 Example:
@@ -22,10 +22,10 @@ __all__ = ["Evaluator", "Differences", "Slopes"]
 
 
 class Evaluator:
-    """Calls ``f`` with input ``position``'s element ``index`` set to ``value`` (or with the
+    """Calls `f` with input `position`'s element `index` set to `value` (or with the
     inputs as they are), and reads the selected outputs of its result.
 
-    ``selection`` is set by the caller, or made from ``grad_outputs`` on the first call.
+    `selection` is set by the caller, or made from `grad_outputs` on the first call.
 
     Example:
         >>> evaluator.outputs(0, (1, 0), 0.501)
@@ -50,7 +50,7 @@ class Evaluator:
                     f"float64 only with jax_enable_x64). Pass a dtype the framework has here.")
 
     def result(self, position=None, index=None, value=None):
-        """``f``'s result with the one element changed (None: the inputs as they are)."""
+        """`f`'s result with the one element changed (None: the inputs as they are)."""
         first = self.items[0]
         with first.adapter.on_device(first.native):
             if self.closure:
@@ -58,7 +58,7 @@ class Evaluator:
             return self._argument_call(position, index, value)
 
     def outputs(self, position=None, index=None, value=None) -> list:
-        """The selected outputs of ``f``'s result, read to the host."""
+        """The selected outputs of `f`'s result, read to the host."""
         result = self.result(position, index, value)
         if self.selection is None:
             self.selection = Selection.build(result, self.grad_outputs, 0, self.function)
@@ -104,8 +104,8 @@ class Evaluator:
 
 
 class Slopes:
-    """The slopes of ``sum(f(x) * gy)`` around one element: ``below`` and ``above`` (one-sided,
-    over one step each side), and ``irregularity``: how far the slopes over one and two steps on
+    """The slopes of `sum(f(x) * gy)` around one element: `below` and `above` (one-sided,
+    over one step each side), and `irregularity`: how far the slopes over one and two steps on
     each side are from those of a smooth function (large at a kink, near zero elsewhere).
 
     Example:
@@ -122,8 +122,8 @@ class Slopes:
 class Differences:
     """Central differences for every element of every input, each with its rounding noise.
 
-    ``half_check`` (a function's name, or None): refuse, naming what to pass, when an input
-    or an output of the numerical pass is less precise than float32 and ``eps`` was not given.
+    `half_check` (a function's name, or None): refuse, naming what to pass, when an input
+    or an output of the numerical pass is less precise than float32 and `eps` was not given.
 
     Example:
         >>> [(gradient.shape, noise.max()) for gradient, noise in differences.gradients()]
@@ -134,13 +134,13 @@ class Differences:
         self.evaluator, self.eps, self.half_check = evaluator, eps, half_check
         self.output_dtypes: list = []
         self._center = None
-        #: the least precise input's unit roundoff: the precision ``f``'s arithmetic runs at
+        #: the least precise input's unit roundoff: the precision `f`'s arithmetic runs at
         self.roundoff = max(host.unit_roundoff(base.dtype) for base in evaluator.bases)
         if half_check is not None:
             self._refuse_half_inputs()
 
     def gradients(self) -> list:
-        """``(gradient, noise)`` per input: float64 host arrays of the input's shape."""
+        """`(gradient, noise)` per input: float64 host arrays of the input's shape."""
         found = []
         for position, base in enumerate(self.evaluator.bases):
             gradient, noise = host.zeros(tuple(base.shape)), host.zeros(tuple(base.shape))
@@ -150,7 +150,7 @@ class Differences:
         return found
 
     def derivative(self, position: int, index: tuple) -> tuple:
-        """``(central difference, its noise)`` for one element."""
+        """`(central difference, its noise)` for one element."""
         base = self.evaluator.bases[position]
         value = host.python_value(base, index)
         plus, minus, step = host.rounded_steps(value, self.eps, base.dtype)
@@ -166,7 +166,7 @@ class Differences:
         return total / step, noise / step
 
     def slopes(self, position: int, index: tuple):
-        """The ``Slopes`` around one element (four more calls of ``f``), or None where the steps
+        """The `Slopes` around one element (four more calls of `f`), or None where the steps
         round to nothing."""
         base = self.evaluator.bases[position]
         value = host.python_value(base, index)
@@ -185,7 +185,7 @@ class Differences:
         return Slopes(s2, s3, max(abs(right - left), 4 * abs(wide - narrow)))
 
     def center(self) -> float:
-        """``sum(f(x) * gy)`` at the inputs as they are (one call, kept)."""
+        """`sum(f(x) * gy)` at the inputs as they are (one call, kept)."""
         if self._center is None:
             self._center = host.loss(self._outputs(None, None, None), self._grad_outputs())
         return self._center

@@ -1,8 +1,8 @@
-"""Which of ``f``'s outputs a gradient check differentiates, and the gradient it gives each.
+"""Which of `f`'s outputs a gradient check differentiates, and the gradient it gives each.
 
-``f`` returns one tensor or a nest of them (dicts matched by key, whatever their order; None
+`f` returns one tensor or a nest of them (dicts matched by key, whatever their order; None
 is an empty part, as in JAX's trees). Floating-point tensors have a gradient; integer and
-boolean tensors and values that are no tensors have none, and get none. ``grad_outputs`` gives
+boolean tensors and values that are no tensors have none, and get none. `grad_outputs` gives
 one gradient per output (None leaves that output out of both passes); without it, the checks
 draw one for each floating-point output.
 
@@ -27,7 +27,7 @@ __all__ = ["Output", "Selection"]
 
 
 class Output:
-    """One output the check differentiates: where it is in ``f``'s result, its dtype and
+    """One output the check differentiates: where it is in `f`'s result, its dtype and
     shape, and its gradient (a float64 host array).
 
     Example:
@@ -44,7 +44,7 @@ class Output:
 
 
 class Selection:
-    """The outputs a check differentiates (``outputs``), picked from each result of ``f``.
+    """The outputs a check differentiates (`outputs`), picked from each result of `f`.
 
     Example:
         >>> selection.read(f(x))
@@ -56,9 +56,9 @@ class Selection:
 
     @classmethod
     def build(cls, result, grad_outputs, seed, function: str) -> "Selection":
-        """From ``f``'s first result: each floating-point output, with its gradient from
-        ``grad_outputs`` (None: drawn uniformly from [-1, 1) in the output's dtype, with
-        ``seed``, an int or a tuple of ints)."""
+        """From `f`'s first result: each floating-point output, with its gradient from
+        `grad_outputs` (None: drawn uniformly from [-1, 1) in the output's dtype, with
+        `seed`, an int or a tuple of ints)."""
         found = _values.leaves(result)
         reads = [_read_output(leaf, function) for _, leaf in found]
         given = None if grad_outputs is None else _match([steps for steps, _ in found], grad_outputs)
@@ -84,11 +84,11 @@ class Selection:
         return [output.gy for output in self.outputs]
 
     def pick(self, result) -> list:
-        """The selected outputs' tensors in ``result`` (a later result of ``f``)."""
+        """The selected outputs' tensors in `result` (a later result of `f`)."""
         return [_at(result, output.steps, self.function) for output in self.outputs]
 
     def read(self, result) -> list:
-        """The selected outputs of ``result`` read to the host (explicit copies)."""
+        """The selected outputs of `result` read to the host (explicit copies)."""
         found = []
         for output, leaf in zip(self.outputs, self.pick(result)):
             adapter = backend_for_tensor(leaf)
@@ -102,7 +102,7 @@ class Selection:
         return found
 
     def upload(self, tensors: list) -> list:
-        """The gradients as tensors like ``tensors`` (the selected outputs of a result): each of
+        """The gradients as tensors like `tensors` (the selected outputs of a result): each of
         its output's framework, kind, dtype and device."""
         return [_like(tensor, output) for tensor, output in zip(tensors, self.outputs)]
 
@@ -112,7 +112,7 @@ def _seed(seed, position: int):
 
 
 def _read_output(leaf, function: str):
-    """A leaf of ``f``'s result read to the host, or None when it is no tensor."""
+    """A leaf of `f`'s result read to the host, or None when it is no tensor."""
     if backend_for_tensor(leaf) is None:
         return None
     return _values.read(leaf, function).host
@@ -133,9 +133,9 @@ def _given(steps: tuple, read, gy) -> Output:
 
 
 def _match(found: list, grad_outputs) -> list:
-    """``grad_outputs``' leaves (None included) in the order of ``found`` (the outputs' steps):
+    """`grad_outputs`' leaves (None included) in the order of `found` (the outputs' steps):
     by path where both name the same leaves (a dict's keys, in whatever order a framework
-    rebuilt it), else by position; a None at a place where ``f`` returned an empty part (JAX's
+    rebuilt it), else by position; a None at a place where `f` returned an empty part (JAX's
     None) is dropped."""
     given = _values.leaves(grad_outputs, none_is_leaf=True)
     places = set(found)

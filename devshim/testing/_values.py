@@ -1,4 +1,4 @@
-"""Reading the values ``ds.testing`` compares: each tensor copied to the host through
+"""Reading the values `ds.testing` compares: each tensor copied to the host through
 devshim's transfer door (an explicit copy, which a transfer guard lets through), with what
 it was: its framework, dtype, shape and device.
 
@@ -23,9 +23,9 @@ _NUMBERS = (bool, int, float, complex)
 
 
 class Value:
-    """One leaf read to the host: ``host`` (a NumPy array) and where it came from.
+    """One leaf read to the host: `host` (a NumPy array) and where it came from.
 
-    ``scalar``: a Python or NumPy scalar, which ``assert_allclose`` broadcasts. ``dtype``:
+    `scalar`: a Python or NumPy scalar, which `assert_allclose` broadcasts. `dtype`:
     the NumPy name of its dtype, None for a Python number (which sets no tolerance).
 
     Example:
@@ -44,7 +44,7 @@ class Value:
         return tuple(self.host.shape)
 
     def describe(self) -> str:
-        """``framework dtype shape on device``, for messages.
+        """`framework dtype shape on device`, for messages.
 
         Example:
             >>> read(np.ones((2, 3), np.float32)).describe()
@@ -56,7 +56,7 @@ class Value:
 
 
 def read(value, function: str = "assert_allclose") -> Value:
-    """``value`` (a tensor of any framework, a Python or NumPy scalar) read to the host.
+    """`value` (a tensor of any framework, a Python or NumPy scalar) read to the host.
 
     Example:
         >>> read(jnp.ones(2)).host
@@ -79,8 +79,8 @@ def read(value, function: str = "assert_allclose") -> Value:
 
 
 def number_array(value):
-    """``value`` read as one array when it is a list or tuple (of lists or tuples) of Python
-    numbers of a rectangular shape, as a host ``Value``; None otherwise.
+    """`value` read as one array when it is a list or tuple (of lists or tuples) of Python
+    numbers of a rectangular shape, as a host `Value`; None otherwise.
 
     Example:
         >>> number_array([[1, 2], [3, 4]]).shape
@@ -93,7 +93,7 @@ def number_array(value):
 
 
 def _number_shape(value: Any):
-    """The shape of a rectangular list of Python numbers (``()`` for one number), else None."""
+    """The shape of a rectangular list of Python numbers (`()` for one number), else None."""
     if isinstance(value, _NUMBERS) and backend_for_tensor(value) is None:
         return ()
     if type(value) not in (list, tuple) or not value:
@@ -122,8 +122,8 @@ _KINDS = {_tree.DICT: MAPPING, _tree.DICT_SUB: MAPPING, _tree.MAPPING: MAPPING, 
 
 
 def node(value: Any, none_is_leaf: bool = False) -> tuple:
-    """``(kind, children)`` of one nest node: children are ``(step, child)`` pairs, a step
-    ``(kind, key)``; a leaf has none. None is an empty node unless ``none_is_leaf``.
+    """`(kind, children)` of one nest node: children are `(step, child)` pairs, a step
+    `(kind, key)`; a leaf has none. None is an empty node unless `none_is_leaf`.
 
     Example:
         >>> node({"a": 1})
@@ -146,7 +146,7 @@ def node(value: Any, none_is_leaf: bool = False) -> tuple:
 
 
 def path_text(steps: tuple) -> str:
-    """A path of steps as Python would index it: ``['w'][0].bias``.
+    """A path of steps as Python would index it: `['w'][0].bias`.
 
     Example:
         >>> path_text((("mapping", "w"), ("sequence", 0), ("fields", "bias")))
@@ -159,8 +159,8 @@ def path_text(steps: tuple) -> str:
 
 
 def leaves(nest, none_is_leaf: bool = False) -> list:
-    """``(steps, leaf)`` for every leaf of ``nest``, in order; a lone value is one leaf at
-    ``()``. A nest that contains itself raises ``NestCycleError``.
+    """`(steps, leaf)` for every leaf of `nest`, in order; a lone value is one leaf at
+    `()`. A nest that contains itself raises `NestCycleError`.
 
     Example:
         >>> leaves({"w": [1.0]})
@@ -184,7 +184,7 @@ def _collect(value, steps: tuple, none_is_leaf: bool, found: list, open_nodes: l
 
 
 def check_no_cycle(value, steps: tuple, open_nodes: list) -> None:
-    """Raise ``NestCycleError`` when ``value`` is one of the containers being walked."""
+    """Raise `NestCycleError` when `value` is one of the containers being walked."""
     if any(value is other for other in open_nodes):
         raise NestCycleError(
             f"This nest contains itself at {path_text(steps) or 'its top level'}: walking it would never end. "

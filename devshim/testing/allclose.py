@@ -1,4 +1,4 @@
-"""``ds.testing.assert_allclose``: values of any framework on any device, compared on the host.
+"""`ds.testing.assert_allclose`: values of any framework on any device, compared on the host.
 
 Example:
     >>> ds.testing.assert_allclose(torch.ones(2, device=ds.try_gpu()), jnp.ones(2))
@@ -15,22 +15,22 @@ __all__ = ["assert_allclose"]
 
 
 def assert_allclose(actual, desired, *, rtol=None, atol=None, equal_nan: bool = True, err_msg: str = "") -> None:
-    """Fail, with an ``AssertionError``, unless ``actual`` and ``desired`` hold the same values
-    up to the tolerance: ``|actual - desired| <= atol + rtol * |desired|`` element by element.
+    """Fail, with an `AssertionError`, unless `actual` and `desired` hold the same values
+    up to the tolerance: `|actual - desired| <= atol + rtol * |desired|` element by element.
 
     Each side is a tensor of any framework on any device (mixed in one call: a torch tensor
     on a GPU against a JAX array on the CPU), a NumPy array, a Python or NumPy scalar (which
     stands for an array of any shape), a list of numbers (read as one array), or a nest of
     these (dicts, lists, tuples, namedtuples, dataclasses) of the same structure on both
-    sides (mappings match by key, in whatever order each was written: a dict ``jax.jit``
+    sides (mappings match by key, in whatever order each was written: a dict `jax.jit`
     returned with its keys sorted matches yours; an integer key is a key, never a list
     position). None is an empty part of a nest, as in JAX's trees. Other shapes must be equal:
     they are not broadcast. Every tensor is read with an
-    explicit copy to the host (``ds.to_numpy``'s), so this works inside
-    ``ds.transfer_guard("disallow")`` and counts no implicit transfer.
+    explicit copy to the host (`ds.to_numpy`'s), so this works inside
+    `ds.transfer_guard("disallow")` and counts no implicit transfer.
 
     Default tolerances, taken from the less precise dtype of the two sides (a Python number
-    sets none) when ``rtol`` or ``atol`` is not given:
+    sets none) when `rtol` or `atol` is not given:
 
     | dtype | rtol | atol |
     | --- | --- | --- |
@@ -42,10 +42,10 @@ def assert_allclose(actual, desired, *, rtol=None, atol=None, equal_nan: bool = 
     | integers, bool | 0 (exact) | 0 |
 
     Values are compared in float64 (complex128 for complex values); equal infinities
-    match, and NaN matches NaN unless ``equal_nan=False``. A failure raises
-    ``ds.NotCloseError`` (an ``AssertionError``) saying how many elements differ, the
+    match, and NaN matches NaN unless `equal_nan=False`. A failure raises
+    `ds.NotCloseError` (an `AssertionError`) saying how many elements differ, the
     greatest absolute and relative difference with their index and the values there, and
-    each side's framework, dtype, shape and device; ``err_msg`` is added to it. Differing
+    each side's framework, dtype, shape and device; `err_msg` is added to it. Differing
     shapes or nest structures fail, saying so.
 
     Example:
@@ -67,7 +67,7 @@ def assert_allclose(actual, desired, *, rtol=None, atol=None, equal_nan: bool = 
 
 
 def _pairs(actual, desired) -> list:
-    """``(path, actual Value, desired Value)`` for each pair of leaves, the two nests walked
+    """`(path, actual Value, desired Value)` for each pair of leaves, the two nests walked
     together: mappings matched by key (in whatever order each was written or rebuilt),
     namedtuples and dataclasses by field, sequences by position; a list (of lists) of Python
     numbers facing one value is read as one array. NotCloseError when the structures differ."""

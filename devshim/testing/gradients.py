@@ -1,13 +1,13 @@
-"""``ds.testing.numerical_grad``, ``check_backward`` and ``check_double_backward``: Chainer's
+"""`ds.testing.numerical_grad`, `check_backward` and `check_double_backward`: Chainer's
 gradient checks for every framework, on the inputs' device.
 
-The function under test runs where its inputs are, in their dtype (or in ``dtype``, for the
+The function under test runs where its inputs are, in their dtype (or in `dtype`, for the
 numerical pass), always on private copies of them; devshim reads its outputs to the host
 (explicit copies, through the transfer door) and takes the differences there in float64,
 which NumPy always has (JAX without x64 has no float64 of its own). The framework's own
-autodiff comes from the backend's ``autodiff.py`` (``Autodiff``). The parts: ``_inputs``
-(the inputs and their copies), ``_outputs`` (which outputs, which gradients), ``_numerical``
-(the central differences), ``_compare`` (the verdict).
+autodiff comes from the backend's `autodiff.py` (`Autodiff`). The parts: `_inputs`
+(the inputs and their copies), `_outputs` (which outputs, which gradients), `_numerical`
+(the central differences), `_compare` (the verdict).
 
 Example:
     >>> ds.testing.check_backward(lambda x, y: x * y + 1, (x, y))
@@ -70,28 +70,28 @@ def _running(items: list):
 
 
 def numerical_grad(f, inputs, grad_outputs, *, eps: float = DEFAULT_EPS, dtype=None) -> tuple:
-    """The gradients of ``sum(f(...) * grad_outputs)`` with respect to each input, by central
-    differences: ``(L(x + eps) - L(x - eps)) / 2eps`` for every element of every input.
+    """The gradients of `sum(f(...) * grad_outputs)` with respect to each input, by central
+    differences: `(L(x + eps) - L(x - eps)) / 2eps` for every element of every input.
 
-    ``inputs`` is a tuple (or list) of floating-point tensors of any framework, on any
+    `inputs` is a tuple (or list) of floating-point tensors of any framework, on any
     device; the answer is a tuple with one gradient per input, of the input's framework,
-    device, dtype and shape. ``f`` comes in two forms:
+    device, dtype and shape. `f` comes in two forms:
 
-    - it takes the inputs as arguments, ``f(*inputs)`` (every framework, immutable arrays
+    - it takes the inputs as arguments, `f(*inputs)` (every framework, immutable arrays
       included): it is called with private copies of the inputs (a variable as a variable, a
       parameter as a parameter), one of them differing in one element;
-    - it takes no arguments and reads the arrays it closes over, which are ``inputs``
+    - it takes no arguments and reads the arrays it closes over, which are `inputs`
       (Chainer's form): each element is changed in place, and restored. This needs arrays
-      that can be changed in place: torch, MXNet, NumPy, CuPy, ``tf.Variable``; JAX arrays
-      and TensorFlow tensors raise ``ImmutableInputError``.
+      that can be changed in place: torch, MXNet, NumPy, CuPy, `tf.Variable`; JAX arrays
+      and TensorFlow tensors raise `ImmutableInputError`.
 
-    ``f`` returns one tensor or a nest of them; ``grad_outputs`` gives one array per output
+    `f` returns one tensor or a nest of them; `grad_outputs` gives one array per output
     (any framework, NumPy, or None to leave that output out; integer and boolean outputs take
-    None). ``f`` runs where the inputs are, in their dtype, or in ``dtype`` (``'float32'``,
+    None). `f` runs where the inputs are, in their dtype, or in `dtype` (`'float32'`,
     say, for float16 inputs: the copies are cast to it; the arguments form only). Each output
     is read to the host (an explicit copy) and the differences are taken there in float64,
-    with the step the perturbed inputs really have after rounding. An ``f`` that changes its
-    inputs in place raises ``InputMutatedError``.
+    with the step the perturbed inputs really have after rounding. An `f` that changes its
+    inputs in place raises `InputMutatedError`.
 
     Example:
         >>> x = torch.tensor([0.5, 1.0], device=ds.try_gpu())
@@ -142,8 +142,8 @@ def _prepare(f, inputs, function: str) -> tuple:
 
 
 def _check(f, items: list, found, grad_outputs, seed, options: _Options, subject: str) -> None:
-    """The autodiff of ``f`` at ``items`` against central differences (``seed``: for the
-    gradients of ``f``'s outputs that ``grad_outputs`` does not give)."""
+    """The autodiff of `f` at `items` against central differences (`seed`: for the
+    gradients of `f`'s outputs that `grad_outputs` does not give)."""
     evaluator = Evaluator(f, items, False, None, options.function)
     selection = evaluator.selection = Selection.build(evaluator.result(), grad_outputs, seed, options.function)
     copies = [item.copy() for item in items]
@@ -164,40 +164,40 @@ def _check(f, items: list, found, grad_outputs, seed, options: _Options, subject
 
 def check_backward(f, inputs, grad_outputs=None, *, eps=None, atol=None, rtol=None, seed: int = 0,
                    dtype=None) -> None:
-    """Check the gradients the framework's own autodiff gives for ``f`` against
-    ``numerical_grad``: fail, naming the input, when they differ.
+    """Check the gradients the framework's own autodiff gives for `f` against
+    `numerical_grad`: fail, naming the input, when they differ.
 
-    ``f(*inputs)`` is run under the inputs' framework's autodiff (torch autograd, a
-    ``torch.autograd.Function``'s backward included; ``jax.vjp``, so ``jax.custom_vjp``
-    rules; ``tf.GradientTape``, so ``tf.custom_gradient``; ``mx.autograd``, so
-    ``mx.autograd.Function``), on the inputs' device, and its vector-Jacobian product with
-    ``grad_outputs`` is compared with central differences of ``sum(f(*inputs) * grad_outputs)``
-    (``eps`` as for ``numerical_grad``, 1e-3 by default). ``grad_outputs`` gives one gradient
-    per output of ``f`` (None leaves one out of both passes); without it, one is drawn for each
-    floating-point output (uniform in [-1, 1), in its dtype, seeded with ``seed``, so a run
+    `f(*inputs)` is run under the inputs' framework's autodiff (torch autograd, a
+    `torch.autograd.Function`'s backward included; `jax.vjp`, so `jax.custom_vjp`
+    rules; `tf.GradientTape`, so `tf.custom_gradient`; `mx.autograd`, so
+    `mx.autograd.Function`), on the inputs' device, and its vector-Jacobian product with
+    `grad_outputs` is compared with central differences of `sum(f(*inputs) * grad_outputs)`
+    (`eps` as for `numerical_grad`, 1e-3 by default). `grad_outputs` gives one gradient
+    per output of `f` (None leaves one out of both passes); without it, one is drawn for each
+    floating-point output (uniform in [-1, 1), in its dtype, seeded with `seed`, so a run
     repeats); integer and boolean outputs get none. The inputs are one framework's
     floating-point tensors; NumPy and CuPy arrays have no autodiff and raise
-    ``NoAutodiffError``.
+    `NoAutodiffError`.
 
-    ``f`` is always called with private copies of the inputs (a ``tf.Variable`` as a variable,
-    an ``nn.Parameter`` as a parameter, an MXNet ``nd`` array as one): your tensors keep their
-    values and gradients, and so do the parameters of a module ``f`` calls. An ``f`` that
-    changes its inputs in place raises ``InputMutatedError``. Sparse gradients (torch's sparse
-    tensors, TensorFlow's ``IndexedSlices``) are compared as dense ones. Both passes run in full
+    `f` is always called with private copies of the inputs (a `tf.Variable` as a variable,
+    an `nn.Parameter` as a parameter, an MXNet `nd` array as one): your tensors keep their
+    values and gradients, and so do the parameters of a module `f` calls. An `f` that
+    changes its inputs in place raises `InputMutatedError`. Sparse gradients (torch's sparse
+    tensors, TensorFlow's `IndexedSlices`) are compared as dense ones. Both passes run in full
     float32 precision (TF32 off on GPUs).
 
-    The comparison, element by element: ``|autodiff - numerical| <= atol + rtol * |numerical|
-    + noise``. ``noise`` bounds the rounding that ``f``'s outputs (those that moved) carry into
+    The comparison, element by element: `|autodiff - numerical| <= atol + rtol * |numerical|
+    + noise`. `noise` bounds the rounding that `f`'s outputs (those that moved) carry into
     that central difference: one rounding to each output's dtype, after 15 at the inputs'
-    precision for the arithmetic before it; ``rtol`` defaults by the least precise dtype of the inputs and outputs (float64
-    1e-4, float32 1e-2, float16 5e-2, bfloat16 1e-1); ``atol`` defaults to ``rtol`` times the
+    precision for the arithmetic before it; `rtol` defaults by the least precise dtype of the inputs and outputs (float64
+    1e-4, float32 1e-2, float16 5e-2, bfloat16 1e-1); `atol` defaults to `rtol` times the
     input's greatest numerical gradient, so a wrong backward fails however small its true
-    gradient. Half-precision inputs or outputs need ``dtype='float32'`` (the numerical pass
-    then runs on copies cast to it) or an explicit ``eps``; without either,
-    ``GradientCheckUsageError`` says so. A mismatch raises ``ds.GradientMismatchError`` (an
-    ``AssertionError``) naming each input whose gradient differs, with the number of elements
+    gradient. Half-precision inputs or outputs need `dtype='float32'` (the numerical pass
+    then runs on copies cast to it) or an explicit `eps`; without either,
+    `GradientCheckUsageError` says so. A mismatch raises `ds.GradientMismatchError` (an
+    `AssertionError`) naming each input whose gradient differs, with the number of elements
     that differ and the greatest differences, their index and both values; a mismatch only
-    where ``f`` has a kink (relu at 0) raises ``ds.NondifferentiableError`` instead.
+    where `f` has a kink (relu at 0) raises `ds.NondifferentiableError` instead.
 
     Example:
         >>> class Exp(torch.autograd.Function):
@@ -220,25 +220,25 @@ def check_backward(f, inputs, grad_outputs=None, *, eps=None, atol=None, rtol=No
 
 def check_double_backward(f, inputs, grad_outputs=None, grad_grad_inputs=None, *, eps=None, atol=None,
                           rtol=None, seed: int = 0, dtype=None) -> None:
-    """Check the second-order gradients the framework's autodiff gives for ``f``: the gradient
+    """Check the second-order gradients the framework's autodiff gives for `f`: the gradient
     of its backward, against central differences of that backward (Chainer's
-    ``check_double_backward``, torch's ``gradgradcheck``, JAX's ``check_grads(order=2)``).
+    `check_double_backward`, torch's `gradgradcheck`, JAX's `check_grads(order=2)`).
 
-    The backward of ``f`` is the function ``(*inputs, *grad_outputs) -> gradients of
-    sum(f(*inputs) * grad_outputs)``, one per input, computed by the framework's autodiff;
-    ``check_double_backward`` runs ``check_backward`` on it, with ``grad_grad_inputs`` (one
-    gradient per input of ``f``; drawn with ``seed`` when not given) as its ``grad_outputs``. So
-    both the inputs and ``grad_outputs`` are differentiated: the first order is checked along
-    (the backward is linear in ``grad_outputs``). Everything else is as for ``check_backward``:
+    The backward of `f` is the function `(*inputs, *grad_outputs) -> gradients of
+    sum(f(*inputs) * grad_outputs)`, one per input, computed by the framework's autodiff;
+    `check_double_backward` runs `check_backward` on it, with `grad_grad_inputs` (one
+    gradient per input of `f`; drawn with `seed` when not given) as its `grad_outputs`. So
+    both the inputs and `grad_outputs` are differentiated: the first order is checked along
+    (the backward is linear in `grad_outputs`). Everything else is as for `check_backward`:
     the arguments, the private copies, the tolerances, the errors. It does not check that the
-    first order is right where ``grad_outputs`` is given; run ``check_backward`` for that.
+    first order is right where `grad_outputs` is given; run `check_backward` for that.
 
     torch, JAX and TensorFlow differentiate any backward written with their own operations (a
-    ``torch.autograd.Function`` whose backward uses torch operations, a ``jax.custom_vjp``
-    rule, a ``tf.custom_gradient``); MXNet 1.9 only some elementwise operators twice (exp,
-    log, tanh, ...), and raises ``NoAutodiffError`` naming the operator for the others. MXNet
+    `torch.autograd.Function` whose backward uses torch operations, a `jax.custom_vjp`
+    rule, a `tf.custom_gradient`); MXNet 1.9 only some elementwise operators twice (exp,
+    log, tanh, ...), and raises `NoAutodiffError` naming the operator for the others. MXNet
     holds the gradients given to a backward constant, so on MXNet the backward is
-    differentiated by the inputs only (``grad_outputs`` then stays as given or drawn).
+    differentiated by the inputs only (`grad_outputs` then stays as given or drawn).
 
     Example:
         >>> x = torch.rand(3, 2, dtype=torch.float64, device=ds.try_gpu())

@@ -1,17 +1,17 @@
 """Timing that tells the truth on asynchronous devices.
 
 GPU frameworks return from a call as soon as the work is queued, so a timer
-that does not wait measures the launch, not the work. ``synchronize`` waits
-for queued work; ``Timer`` (d2l's API) and ``benchmark`` wait at the right
+that does not wait measures the launch, not the work. `synchronize` waits
+for queued work; `Timer` (d2l's API) and `benchmark` wait at the right
 moments so their numbers mean what they say. One module per concern:
 
-- ``sync``         ``synchronize`` and the plan of what to wait for;
-- ``timer``        ``Timer``;
-- ``measurement``  ``Measurement``, what ``benchmark`` returns;
-- ``benchmark``    ``benchmark``.
+- `sync`         `synchronize` and the plan of what to wait for;
+- `timer`        `Timer`;
+- `measurement`  `Measurement`, what `benchmark` returns;
+- `benchmark`    `benchmark`.
 
-Waiting is the backends' job (``Backend.synchronize`` for a device,
-``Backend.wait`` for a value); nothing here knows a framework.
+Waiting is the backends' job (`Backend.synchronize` for a device,
+`Backend.wait` for a value); nothing here knows a framework.
 """
 
 from devshim.timing.benchmark import benchmark

@@ -1,4 +1,4 @@
-"""``benchmark``: warm up until settled, size blocks of calls, repeat, summarise."""
+"""`benchmark`: warm up until settled, size blocks of calls, repeat, summarise."""
 
 from __future__ import annotations
 
@@ -81,37 +81,37 @@ def benchmark(
     clock: Optional[Callable[[], float]] = None,
     max_warmup_time: Optional[float] = None,
 ) -> Measurement:
-    """Time ``fn(*args)``: warm up until the figures settle, size blocks of calls, repeat, summarise.
+    """Time `fn(*args)`: warm up until the figures settle, size blocks of calls, repeat, summarise.
 
     1. Warm-up: a first call (it pays for cuBLAS handles, XLA compilation,
        thread pools, allocator growth) shows what to wait on; then blocks of
        calls, grown until the two clock readings and the wait that close a
        block cost under 1% of it, run until the per-call times of three
-       consecutive blocks agree within 1.5x, and ``warmup`` calls at least
+       consecutive blocks agree within 1.5x, and `warmup` calls at least
        were made. None of it is measured: a cold call never stands for the
-       figure. A warm-up that has not settled after ``max_warmup_time``
-       seconds (default: 0.25 s or twice ``min_run_time``, whichever is
+       figure. A warm-up that has not settled after `max_warmup_time`
+       seconds (default: 0.25 s or twice `min_run_time`, whichever is
        longer) stops, unless its calls are still getting faster, and the
-       Measurement says so (``settled`` is False).
-    2. Blocks of ``number_per_run`` calls run until ``min_run_time``
+       Measurement says so (`settled` is False).
+    2. Blocks of `number_per_run` calls run until `min_run_time`
        seconds are measured (and three blocks at least, so that the figure has a
-       spread) or ``max_runs`` blocks are done. Each block ends
+       spread) or `max_runs` blocks are done. Each block ends
        by waiting for the devices fn's first outputs lived on (and
-       ``device`` when given; with neither, every device of the selected
+       `device` when given; with neither, every device of the selected
        backend) and, on backends that wait per value, for the output values
        themselves. A device runs its queue in order, so waiting after the
        last call covers the block. Garbage collection is paused, as timeit does.
-    3. The Measurement summarises the runs; ``noisy`` says whether they
-       disagree (IQR above 10% of the median), ``stalled`` whether a quarter
+    3. The Measurement summarises the runs; `noisy` says whether they
+       disagree (IQR above 10% of the median), `stalled` whether a quarter
        of them or more jumped to a slower state (this process's threads
        waited for a CPU, read between runs where the system tells, or the run
-       took over 1.5x the fastest block seen), ``busy`` whether the machine
+       took over 1.5x the fastest block seen), `busy` whether the machine
        had more threads wanting to run than CPUs (its load average), and
        printing it says so in words.
 
-    ``clock`` (default ``time.perf_counter``) is there for tests; a test clock with a
-    ``cpu_wait()`` method also stands in for the system's count of the time this process's
-    threads waited for a CPU (``Measurement.waits``; read with the default clock only).
+    `clock` (default `time.perf_counter`) is there for tests; a test clock with a
+    `cpu_wait()` method also stands in for the system's count of the time this process's
+    threads waited for a CPU (`Measurement.waits`; read with the default clock only).
 
     Example:
         >>> a = torch.randn(512, 512, device=ds.try_gpu()); b = a.clone()
@@ -141,8 +141,8 @@ def benchmark(
 
 
 class WaitMeter:
-    """How long this process's threads waited for a CPU since the last reading (``settle.cpu_wait``,
-    or a test clock's ``cpu_wait``); ``since()`` returns None where that is not known. One meter
+    """How long this process's threads waited for a CPU since the last reading (`settle.cpu_wait`,
+    or a test clock's `cpu_wait`); `since()` returns None where that is not known. One meter
     serves every side of a comparison, so each reading closes one run and opens the next.
 
     Example:
@@ -173,7 +173,7 @@ class WaitMeter:
 class Side:
     """One function being measured: its first call, warm-up and block size, then its runs.
 
-    ``benchmark`` measures one side; ``devshim.timing.compare`` two, their runs taking turns.
+    `benchmark` measures one side; `devshim.timing.compare` two, their runs taking turns.
 
     Example:
         >>> side = Side(fn, (), Waiter(None, None), time.perf_counter, WaitMeter(None))
@@ -256,10 +256,10 @@ class _WarmUp(NamedTuple):
 
 def _warm_up(fn, args, wait, clock, plan: _Plan, first: float) -> _WarmUp:
     """Blocks of calls, thrown away, grown until the fixed cost of a block is under 1% of it, then
-    repeated until ``SETTLE_BLOCKS`` blocks of that size agree on the time per call.
+    repeated until `SETTLE_BLOCKS` blocks of that size agree on the time per call.
 
-    Past ``plan.budget`` seconds an unsettled warm-up stops, unless its fastest block is among
-    the last ``SETTLE_BLOCKS`` (the calls are still getting faster: a long cold phase)."""
+    Past `plan.budget` seconds an unsettled warm-up stops, unless its fastest block is among
+    the last `SETTLE_BLOCKS` (the calls are still getting faster: a long cold phase)."""
     needed = plan.overhead / _MAX_OVERHEAD_SHARE
     number, calls, spent = 1, 1, first
     per_call: list = []  # per-call times of the blocks of the current size
@@ -280,6 +280,6 @@ def _warm_up(fn, args, wait, clock, plan: _Plan, first: float) -> _WarmUp:
 
 
 def _grow(number: int, needed: float, elapsed: float) -> int:
-    """The next block size: enough to cover ``needed`` seconds with a margin, at least double."""
+    """The next block size: enough to cover `needed` seconds with a margin, at least double."""
     grow = math.ceil(number * needed * 1.2 / elapsed) if elapsed > 0 else number * 10
     return min(max(grow, number * 2), _MAX_NUMBER)

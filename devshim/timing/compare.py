@@ -1,14 +1,14 @@
-"""``compare``: two functions measured side by side, their runs taking turns, as a ratio.
+"""`compare`: two functions measured side by side, their runs taking turns, as a ratio.
 
 Measured one after the other, two functions see two different machines: a stall from
 elsewhere (another process taking the CPUs, a framework's thread pool waiting for a
 descheduled thread) lands on one side only, and the ratio of the two medians says as much
-about the machine as about the code. Here both warm up as ``benchmark`` does, then their
+about the machine as about the code. Here both warm up as `benchmark` does, then their
 blocks of calls alternate (first-second, second-first, ...), so each pair of runs sees the
 same moment of the machine; the ratio is the median of the per-pair ratios, and its spread
 is the interquartile range of those. A stall that hits one side's runs shows as pairs whose
 ratio jumps: in a quarter of the pairs or more it widens that spread or marks the side's runs
-as stalled (``Measurement.stalled``), so such a ratio is never reported as a confident one.
+as stalled (`Measurement.stalled`), so such a ratio is never reported as a confident one.
 
 Example:
     >>> from devshim.timing.compare import compare
@@ -31,21 +31,21 @@ from devshim.timing.sync import Waiter
 
 __all__ = ["compare", "Comparison", "MIN_PAIRS", "MAX_PAIRS"]
 
-#: Pairs of runs at least, whatever ``min_run_time`` says: enough for quartiles to mean something.
+#: Pairs of runs at least, whatever `min_run_time` says: enough for quartiles to mean something.
 MIN_PAIRS = 10
 #: Pairs of runs at most.
 MAX_PAIRS = 1000
 
 
 class Comparison:
-    """Two measurements whose runs took turns, and the ratio ``second / first`` per pair.
+    """Two measurements whose runs took turns, and the ratio `second / first` per pair.
 
-    ``first`` and ``second`` are the two sides' Measurements (from the interleaved runs only);
-    ``ratios`` one ``second / first`` per pair of runs; ``ratio`` their median, ``quartiles()``
-    their spread. ``noisy``: the ratios disagree (IQR above 10% of their median); ``stalled``:
+    `first` and `second` are the two sides' Measurements (from the interleaved runs only);
+    `ratios` one `second / first` per pair of runs; `ratio` their median, `quartiles()`
+    their spread. `noisy`: the ratios disagree (IQR above 10% of their median); `stalled`:
     a quarter of the pairs or more had a stalled run (either side), so the ratio may compare
-    a stalled side with a free one; ``settled``: both warm-ups settled. ``confident`` is all
-    three good. ``tries`` is how many comparisons were made for it (``devshim bench`` measures
+    a stalled side with a free one; `settled`: both warm-ups settled. `confident` is all
+    three good. `tries` is how many comparisons were made for it (`devshim bench` measures
     again when one is not confident).
 
     Example:
@@ -63,7 +63,7 @@ class Comparison:
 
     @property
     def ratio(self) -> float:
-        """The median of the per-pair ratios ``second / first``.
+        """The median of the per-pair ratios `second / first`.
 
         Example:
             >>> compare(native, ours, min_run_time=0.05).ratio
@@ -105,7 +105,7 @@ class Comparison:
 
     @property
     def stalls(self) -> int:
-        """Pairs in which either run stalled (``Measurement.stalls`` says when a run did).
+        """Pairs in which either run stalled (`Measurement.stalls` says when a run did).
 
         Example:
             >>> c.stalls, len(c.ratios)
@@ -180,11 +180,11 @@ def compare(
     clock: Optional[Callable[[], float]] = None,
     max_warmup_time: Optional[float] = None,
 ) -> Comparison:
-    """Measure ``first()`` and ``second()`` side by side: each warms up and sizes its blocks as
-    ``ds.benchmark`` does, then their blocks alternate (first-second, then second-first) until
-    each side has measured ``min_run_time`` seconds and ``min_pairs`` pairs are done (or
-    ``max_pairs``). Garbage collection is paused throughout. ``clock`` is for tests, as in
-    ``benchmark`` (a clock with ``cpu_wait()`` stands in for the system's wait count).
+    """Measure `first()` and `second()` side by side: each warms up and sizes its blocks as
+    `ds.benchmark` does, then their blocks alternate (first-second, then second-first) until
+    each side has measured `min_run_time` seconds and `min_pairs` pairs are done (or
+    `max_pairs`). Garbage collection is paused throughout. `clock` is for tests, as in
+    `benchmark` (a clock with `cpu_wait()` stands in for the system's wait count).
 
     Example:
         >>> c = compare(lambda: a.copy(), lambda: ds.to_device(a, "cpu"), min_run_time=0.05)

@@ -1,4 +1,4 @@
-"""``Measurement``: what ``benchmark`` measured, summarised."""
+"""`Measurement`: what `benchmark` measured, summarised."""
 
 from __future__ import annotations
 
@@ -27,18 +27,18 @@ def format_seconds(seconds: float) -> str:
 
 
 class Measurement:
-    """What ``benchmark`` measured: seconds per call, one value per run.
+    """What `benchmark` measured: seconds per call, one value per run.
 
-    ``times`` holds one entry per run (a block of ``number_per_run`` calls,
-    divided by that number); ``median``, ``mean``, ``iqr``, ``min``, ``max``
-    summarise them. ``overhead`` is what one clock reading plus the wait
-    after a block cost, in seconds. ``warmup`` calls (``warmup_seconds``)
-    were made first and not measured; ``settled`` says whether the warm-up
-    reached steady times, ``noisy`` whether the runs disagree, ``stalled``
+    `times` holds one entry per run (a block of `number_per_run` calls,
+    divided by that number); `median`, `mean`, `iqr`, `min`, `max`
+    summarise them. `overhead` is what one clock reading plus the wait
+    after a block cost, in seconds. `warmup` calls (`warmup_seconds`)
+    were made first and not measured; `settled` says whether the warm-up
+    reached steady times, `noisy` whether the runs disagree, `stalled`
     whether a quarter of the runs or more jumped to a slower state (this
-    process's threads waited for a CPU, ``waits``, or a run took over 1.5x
-    the fastest), ``busy`` whether the load average (``load``) was above the
-    CPU count (``cpus``) when measured, and ``warnings`` says each in words
+    process's threads waited for a CPU, `waits`, or a run took over 1.5x
+    the fastest), `busy` whether the load average (`load`) was above the
+    CPU count (`cpus`) when measured, and `warnings` says each in words
     (printing the Measurement shows them).
 
     Example:
@@ -79,12 +79,12 @@ class Measurement:
         self.waits = list(waits) if waits is not None else None
         #: The quickest per-call time the warm-up's full-size blocks took (None: not known).
         self.fastest = fastest
-        #: How many benchmark() runs this figure took: 1; ``devshim bench`` re-measures noisy ones.
+        #: How many benchmark() runs this figure took: 1; `devshim bench` re-measures noisy ones.
         self.tries = 1
 
     @property
     def runs(self) -> int:
-        """How many runs were measured (one entry of ``times`` each).
+        """How many runs were measured (one entry of `times` each).
 
         Example:
             >>> ds.benchmark(torch.matmul, a, b).runs
@@ -133,7 +133,7 @@ class Measurement:
         return max(self.times)
 
     def quartiles(self) -> tuple:
-        """(first quartile, third quartile) of ``times``, inclusive method (as numpy.percentile).
+        """(first quartile, third quartile) of `times`, inclusive method (as numpy.percentile).
 
         Example:
             >>> q1, q3 = m.quartiles()
@@ -145,7 +145,7 @@ class Measurement:
 
     @property
     def iqr(self) -> float:
-        """The interquartile range of ``times``: the spread. Above ~10% of the median, the
+        """The interquartile range of `times`: the spread. Above ~10% of the median, the
         machine was busy.
 
         Example:
@@ -167,7 +167,7 @@ class Measurement:
 
     @property
     def noisy(self) -> bool:
-        """Whether the runs disagree: their IQR is above 10% of the median (``NOISE_SHARE``).
+        """Whether the runs disagree: their IQR is above 10% of the median (`NOISE_SHARE`).
 
         Example:
             >>> m.noisy
@@ -189,8 +189,8 @@ class Measurement:
     @property
     def stalled(self) -> bool:
         """Whether the runs jumped between states often enough to hold the figure up: a quarter
-        of them or more stalled (``stalls``). Runs held up the same way each time agree with each
-        other, so this can be True where ``noisy`` is False.
+        of them or more stalled (`stalls`). Runs held up the same way each time agree with each
+        other, so this can be True where `noisy` is False.
 
         Example:
             >>> m.stalled

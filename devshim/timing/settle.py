@@ -1,16 +1,16 @@
 """When timings can be trusted: warm-up that settles, and runs that agree.
 
 A first call pays for what later calls reuse (a cuBLAS handle, an XLA compilation, a thread
-pool, allocator growth), so ``benchmark`` keeps warming up until the per-call times of
-``SETTLE_BLOCKS`` consecutive blocks agree within ``SETTLE_RATIO``. Once measured, runs whose
-interquartile range is above ``NOISE_SHARE`` of their median disagree: something else was
+pool, allocator growth), so `benchmark` keeps warming up until the per-call times of
+`SETTLE_BLOCKS` consecutive blocks agree within `SETTLE_RATIO`. Once measured, runs whose
+interquartile range is above `NOISE_SHARE` of their median disagree: something else was
 running, or the work itself varies. Runs can also jump between states and still agree with
-each other: a run *stalled* when this process's threads waited for a CPU for ``STALL_SHARE``
-of its time or more (Linux counts that wait per thread: ``cpu_wait``), or when it took over
-``SETTLE_RATIO`` times the fastest run; when ``STALLED_RUNS`` of the runs or more stalled, the
+each other: a run *stalled* when this process's threads waited for a CPU for `STALL_SHARE`
+of its time or more (Linux counts that wait per thread: `cpu_wait`), or when it took over
+`SETTLE_RATIO` times the fastest run; when `STALLED_RUNS` of the runs or more stalled, the
 figure comes from a machine that was holding the work up, not from the work. These verdicts
-are written out in plain words wherever a figure is printed (``Measurement``, ``Timer``, the
-tables of ``devshim bench`` and ``devshim selftest``).
+are written out in plain words wherever a figure is printed (`Measurement`, `Timer`, the
+tables of `devshim bench` and `devshim selftest`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ _TASKS = "/proc/self/task"
 
 
 def agree(per_call: Sequence[float]) -> bool:
-    """Whether the last ``SETTLE_BLOCKS`` per-call times agree within ``SETTLE_RATIO``.
+    """Whether the last `SETTLE_BLOCKS` per-call times agree within `SETTLE_RATIO`.
 
     Example:
         >>> agree([0.044, 15e-6, 16e-6, 15e-6])   # a cold first call, then steady
@@ -57,7 +57,7 @@ def agree(per_call: Sequence[float]) -> bool:
 
 
 def spread_share(times: Sequence[float]) -> float:
-    """Interquartile range over median of ``times`` (0.0 for fewer than two, or a zero median).
+    """Interquartile range over median of `times` (0.0 for fewer than two, or a zero median).
 
     Example:
         >>> round(spread_share([1.0, 1.0, 1.2, 1.4]), 2)
@@ -73,7 +73,7 @@ def spread_share(times: Sequence[float]) -> float:
 
 
 def cold_prefix(times: Sequence[float]) -> int:
-    """How many leading ``times`` are cold: each more than ``SETTLE_RATIO`` times the median of
+    """How many leading `times` are cold: each more than `SETTLE_RATIO` times the median of
     the times after it. Needs three times after a cold one to tell.
 
     Example:
@@ -92,7 +92,7 @@ def cold_prefix(times: Sequence[float]) -> int:
 
 
 def disagrees(share: float) -> bool:
-    """Whether runs whose IQR is ``share`` of their median disagree (above ``NOISE_SHARE``; the
+    """Whether runs whose IQR is `share` of their median disagree (above `NOISE_SHARE`; the
     comparison ignores float rounding far below what a table shows).
 
     Example:
@@ -103,8 +103,8 @@ def disagrees(share: float) -> bool:
 
 
 def disagreement(share: float) -> Optional[str]:
-    """The plain-words warning for runs whose spread is ``share`` of their median, or None when
-    they agree (``share`` at most ``NOISE_SHARE``).
+    """The plain-words warning for runs whose spread is `share` of their median, or None when
+    they agree (`share` at most `NOISE_SHARE`).
 
     Example:
         >>> disagreement(0.23)
@@ -166,7 +166,7 @@ def busy(load: Optional[float], cpus: Optional[int]) -> Optional[str]:
 class _Waits:
     """Reads the run-queue wait of this process's threads through files kept open (a read of an
     open /proc file costs a few microseconds; opening one, tens). The threads are listed again
-    at most every ``RELIST`` seconds, and when one has gone: a framework's thread pool starts
+    at most every `RELIST` seconds, and when one has gone: a framework's thread pool starts
     during the warm-up, before the measured runs read the waits."""
 
     RELIST = 0.25
@@ -210,7 +210,7 @@ def cpu_wait() -> Optional[float]:
     """Seconds the threads of this process have spent ready to run but waiting for a CPU, summed
     over the threads alive now (Linux's per-thread scheduler statistics), or None where the
     system does not tell. The difference across a run is how long another process (or a sibling
-    thread) held the CPUs that run needed; ``benchmark`` reads it between runs, outside the
+    thread) held the CPUs that run needed; `benchmark` reads it between runs, outside the
     timed part (a few microseconds per thread).
 
     Example:
@@ -224,10 +224,10 @@ def cpu_wait() -> Optional[float]:
 
 def stalled_runs(times: Sequence[float], waits: Optional[Sequence[float]], number: int = 1,
                  fastest: Optional[float] = None) -> int:
-    """How many runs stalled: their threads waited for a CPU for ``STALL_SHARE`` of the run or
-    more (``waits``: seconds per run, None where unknown), or their time per call is over
-    ``SETTLE_RATIO`` times the fastest (``fastest``: the quickest per-call time seen, warm-up
-    included; default the quickest of ``times``). ``number`` calls make each run.
+    """How many runs stalled: their threads waited for a CPU for `STALL_SHARE` of the run or
+    more (`waits`: seconds per run, None where unknown), or their time per call is over
+    `SETTLE_RATIO` times the fastest (`fastest`: the quickest per-call time seen, warm-up
+    included; default the quickest of `times`). `number` calls make each run.
 
     Example:
         >>> stalled_runs([1e-3, 1e-3, 4e-3, 1e-3], None)   # one run four times the others
@@ -247,7 +247,7 @@ def stalled_runs(times: Sequence[float], waits: Optional[Sequence[float]], numbe
 
 
 def stalls_matter(stalled: int, runs: int) -> bool:
-    """Whether ``stalled`` of ``runs`` is enough to hold the figure up (``STALLED_RUNS`` or more).
+    """Whether `stalled` of `runs` is enough to hold the figure up (`STALLED_RUNS` or more).
 
     Example:
         >>> stalls_matter(1, 40), stalls_matter(12, 40)
@@ -257,7 +257,7 @@ def stalls_matter(stalled: int, runs: int) -> bool:
 
 
 def stalling(stalled: int, runs: int) -> Optional[str]:
-    """The plain-words warning for a figure whose runs stalled (``stalls_matter``), or None.
+    """The plain-words warning for a figure whose runs stalled (`stalls_matter`), or None.
 
     Example:
         >>> stalling(12, 40)

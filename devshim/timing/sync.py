@@ -1,4 +1,4 @@
-"""``synchronize``, and the plan of waits that ``Timer`` and ``benchmark`` follow."""
+"""`synchronize`, and the plan of waits that `Timer` and `benchmark` follow."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ _PLAIN = (int, float, complex, bool, type(None), bytes)
 
 
 def synchronize(device=None, *, backend=None) -> None:
-    """Wait until the work queued on ``device`` has finished.
+    """Wait until the work queued on `device` has finished.
 
-    ``device`` may be None (every device of the selected backend, or of
-    ``backend=``), a spec such as ``"gpu:1"``, a native device, a
-    ``ds.Device``, a tensor, or a nest of tensors; for tensors it waits for
+    `device` may be None (every device of the selected backend, or of
+    `backend=`), a spec such as `"gpu:1"`, a native device, a
+    `ds.Device`, a tensor, or a nest of tensors; for tensors it waits for
     the devices they live on, or for the values themselves on backends that
     wait per value. Host-only backends return at once, and so does a
     framework that is not imported yet, since it cannot have queued anything.
@@ -38,11 +38,11 @@ def synchronize(device=None, *, backend=None) -> None:
 
 
 def waits(target, backend=None, outputs_only: bool = False) -> list:
-    """One callable per distinct device (or per-value wait) that ``target`` refers to.
+    """One callable per distinct device (or per-value wait) that `target` refers to.
 
     A lone non-tensor must be a device. In a nest, tensors and devices count
-    and other leaves (numbers, None) are skipped; with ``outputs_only`` (what
-    ``benchmark`` waits on) only tensors count.
+    and other leaves (numbers, None) are skipped; with `outputs_only` (what
+    `benchmark` waits on) only tensors count.
 
     Example:
         >>> for wait in waits({"y": y, "z": z}):
@@ -98,10 +98,10 @@ def device_wait(adapter, where: Device, native) -> tuple:
 
 
 class Waiter:
-    """What ``benchmark`` calls at the end of each block.
+    """What `benchmark` calls at the end of each block.
 
     Which devices to wait for is worked out once, from the first outputs
-    (and ``device``); later blocks only call those waits, plus the per-value
+    (and `device`); later blocks only call those waits, plus the per-value
     waits of backends that wait per value. Code run inside the timed region
     is not free: right after a big kernel the interpreter's own code is out
     of cache, so the less of it, the better.

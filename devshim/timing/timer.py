@@ -1,4 +1,4 @@
-"""``Timer``: d2l's timer, waiting for the device at start and stop."""
+"""`Timer`: d2l's timer, waiting for the device at start and stop."""
 
 from __future__ import annotations
 
@@ -17,21 +17,21 @@ __all__ = ["Timer"]
 class Timer:
     """Record wall-clock times, waiting for the device at start and stop.
 
-    The API is d2l's ``Timer`` (``start``, ``stop``, ``avg``, ``sum``,
-    ``cumsum``, ``times``; timing starts on construction) plus ``with``
-    blocks. It reads ``time.perf_counter`` (monotonic, high resolution), and
-    calls ``ds.synchronize(device)`` before each reading, so queued GPU work
-    is inside the interval. ``device`` accepts whatever ``synchronize`` does;
-    None means every device of the selected backend (or of ``backend=``).
+    The API is d2l's `Timer` (`start`, `stop`, `avg`, `sum`,
+    `cumsum`, `times`; timing starts on construction) plus `with`
+    blocks. It reads `time.perf_counter` (monotonic, high resolution), and
+    calls `ds.synchronize(device)` before each reading, so queued GPU work
+    is inside the interval. `device` accepts whatever `synchronize` does;
+    None means every device of the selected backend (or of `backend=`).
 
-    ``with`` blocks keep their own start times, so a ``with timer:`` nested in
-    another records both intervals, the inner one first; ``start``/``stop``
+    `with` blocks keep their own start times, so a `with timer:` nested in
+    another records both intervals, the inner one first; `start`/`stop`
     work as in d2l and do not disturb open blocks.
 
     The first intervals of a loop are often cold (a compilation, a cuBLAS
-    handle, a thread pool starting): ``avg()`` and ``sum()`` count them, as
-    d2l's do, while ``warm_times()`` and ``median()`` leave them out, and
-    ``print(timer)`` says which were cold and whether the rest agree.
+    handle, a thread pool starting): `avg()` and `sum()` count them, as
+    d2l's do, while `warm_times()` and `median()` leave them out, and
+    `print(timer)` says which were cold and whether the rest agree.
 
     Example:
         >>> timer = ds.Timer(ds.try_gpu())
@@ -65,7 +65,7 @@ class Timer:
         self.tik = self.clock()
 
     def stop(self) -> float:
-        """Wait for the device, record the time since ``start`` and return it.
+        """Wait for the device, record the time since `start` and return it.
 
         Example:
             >>> seconds = timer.stop()

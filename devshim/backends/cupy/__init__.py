@@ -1,4 +1,4 @@
-"""The CuPy backend: devices are ``cupy.cuda.Device`` objects; NumPy is CuPy's host partner,
+"""The CuPy backend: devices are `cupy.cuda.Device` objects; NumPy is CuPy's host partner,
 so CPU copies of CuPy arrays are NumPy arrays and NumPy arrays sent to a GPU become CuPy arrays."""
 
 from devshim.backends.spec import BackendSpec

@@ -1,19 +1,19 @@
 """CuPy's device contract.
 
-GPU devices are ``cupy.cuda.Device`` objects, which are also ``with`` blocks that
+GPU devices are `cupy.cuda.Device` objects, which are also `with` blocks that
 make a GPU current, the way CuPy code places new arrays::
 
     with ds.try_gpu(1):
         x = cupy.ones((2, 3))
 
 CuPy has no CPU device: its host arrays are NumPy arrays. NumPy is CuPy's *host
-partner* (``SPEC.host_partner``): the CPU is the string ``"cpu"`` (NumPy's
-device), ``to_device(cupy_array, "cpu")`` returns a NumPy array, and the NumPy
-backend hands ``to_device(numpy_array, "gpu:1")`` to this backend, which
+partner* (`SPEC.host_partner`): the CPU is the string `"cpu"` (NumPy's
+device), `to_device(cupy_array, "cpu")` returns a NumPy array, and the NumPy
+backend hands `to_device(numpy_array, "gpu:1")` to this backend, which
 returns a CuPy array on GPU 1.
 
-Numba's CUDA device arrays (``numba.cuda.to_device``) are recognised through
-``__cuda_array_interface__`` once CuPy is imported (dispatch only asks
+Numba's CUDA device arrays (`numba.cuda.to_device`) are recognised through
+`__cuda_array_interface__` once CuPy is imported (dispatch only asks
 frameworks that are loaded): their device is read from their pointer, and
 copies of them are CuPy arrays (or NumPy arrays on the CPU).
 
@@ -101,7 +101,7 @@ class CupyBackend(Backend):
         return self.describe(self.fw.cuda.Device(self._pointer_device(x)))
 
     def _pointer_device(self, x) -> int:
-        """The GPU a ``__cuda_array_interface__`` array's memory is on."""
+        """The GPU a `__cuda_array_interface__` array's memory is on."""
         pointer = x.__cuda_array_interface__["data"][0]
         return self.fw.cuda.runtime.pointerGetAttributes(pointer).device
 

@@ -1,8 +1,8 @@
-"""``ds.convert`` for CuPy (the contract: ``devshim.backends.interop_base.Interop``).
+"""`ds.convert` for CuPy (the contract: `devshim.backends.interop_base.Interop`).
 
-CuPy arrays live on GPUs only: converting a host tensor to CuPy needs ``device=`` (an
+CuPy arrays live on GPUs only: converting a host tensor to CuPy needs `device=` (an
 explicit copy to that GPU); without it the conversion is refused. Arrays export through
-``cupy.ndarray.__dlpack__`` and import through ``cupy.from_dlpack``. Untested on this
+`cupy.ndarray.__dlpack__` and import through `cupy.from_dlpack`. Untested on this
 project's machines (no GPU): written to CuPy's documented DLPack API.
 
 Example:
@@ -21,7 +21,7 @@ __all__ = ["CupyInterop"]
 
 
 class CupyInterop(Interop):
-    """CuPy's side of ``ds.convert`` (the contract: ``devshim.backends.interop_base.Interop``).
+    """CuPy's side of `ds.convert` (the contract: `devshim.backends.interop_base.Interop`).
 
     Example:
         >>> ds.backends.interop("cupy").immutable
@@ -40,7 +40,7 @@ class CupyInterop(Interop):
         return x
 
     def adopt(self, adapter, obj, native, immutable: bool):
-        """``cupy.from_dlpack(obj)``, on ``native``.
+        """`cupy.from_dlpack(obj)`, on `native`.
 
         Example:
             >>> adopt(adapter, torch.ones(2, device="cuda"), cupy.cuda.Device(0), False)
@@ -53,7 +53,7 @@ class CupyInterop(Interop):
             raise CopyRequiredError(f"cupy.from_dlpack refused it ({error})") from None
 
     def from_host(self, adapter, array, native):
-        """``cupy.asarray(array)`` on ``native``.
+        """`cupy.asarray(array)` on `native`.
 
         Example:
             >>> from_host(adapter, np.ones(2), cupy.cuda.Device(0))
@@ -63,7 +63,7 @@ class CupyInterop(Interop):
             return cupy.asarray(array)
 
     def pointer(self, adapter, x):
-        """``x.data.ptr``.
+        """`x.data.ptr`.
 
         Example:
             >>> pointer(adapter, cupy.ones(2)) > 0

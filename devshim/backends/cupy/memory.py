@@ -1,12 +1,12 @@
-"""CuPy's memory figures (``ds.memory``, ``ds.memory_peak``) and its out-of-memory error.
+"""CuPy's memory figures (`ds.memory`, `ds.memory_peak`) and its out-of-memory error.
 
-- GPUs: the default memory pool's ``used_bytes`` (in use: the arrays' blocks) and
-  ``total_bytes`` (reserved: what the pool holds, cached blocks too), per device, and
-  ``cupy.cuda.runtime.memGetInfo`` (free and total). CuPy keeps no peak: ``ds.memory_peak``
+- GPUs: the default memory pool's `used_bytes` (in use: the arrays' blocks) and
+  `total_bytes` (reserved: what the pool holds, cached blocks too), per device, and
+  `cupy.cuda.runtime.memGetInfo` (free and total). CuPy keeps no peak: `ds.memory_peak`
   samples the pool.
 - the CPU (NumPy's arrays, CuPy's host partner): the process's and the machine's figures.
 
-Out of memory is ``cupy.cuda.memory.OutOfMemoryError``.
+Out of memory is `cupy.cuda.memory.OutOfMemoryError`.
 """
 
 from __future__ import annotations

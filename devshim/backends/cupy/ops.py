@@ -1,6 +1,6 @@
-"""The operations ``devshim bench`` needs, in CuPy (imported only when an experiment runs).
+"""The operations `devshim bench` needs, in CuPy (imported only when an experiment runs).
 
-The CPU is NumPy's: on ``"cpu"`` these make and take NumPy arrays, CuPy's host partner.
+The CPU is NumPy's: on `"cpu"` these make and take NumPy arrays, CuPy's host partner.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ _host_rng = np.random.default_rng(0)
 
 
 def rand(shape, device):
-    """float32 normal samples of ``shape`` on ``device`` (a NumPy array on the CPU)."""
+    """float32 normal samples of `shape` on `device` (a NumPy array on the CPU)."""
     if isinstance(device, str):
         return _host_rng.standard_normal(shape, dtype=np.float32)
     with device:
@@ -45,7 +45,7 @@ def concat(xs):
 
 
 def split(x, sections):
-    """``x`` split along axis 0 into pieces of the given sizes."""
+    """`x` split along axis 0 into pieces of the given sizes."""
     return _xp(x).split(x, [int(b) for b in np.cumsum(sections)[:-1]])
 
 
@@ -56,7 +56,7 @@ def item(x):
 
 
 def from_numpy(values, device):
-    """A copy of NumPy array ``values`` on ``device`` (a NumPy array on the CPU)."""
+    """A copy of NumPy array `values` on `device` (a NumPy array on the CPU)."""
     if isinstance(device, str):
         return np.array(values, copy=True)
     with device:
@@ -81,8 +81,8 @@ def _asarray_on(x, device):
 
 
 def native_calls(x, device) -> dict:
-    """What a user writes without devshim, as the timed callables of ``devshim bench overhead``:
-    ``device_of``, ``copy_if_needed`` and ``to_device`` of ``x`` to ``device``, each the
+    """What a user writes without devshim, as the timed callables of `devshim bench overhead`:
+    `device_of`, `copy_if_needed` and `to_device` of `x` to `device`, each the
     framework's own expression written inline (no helper call in the baseline).
 
     Example:
@@ -97,10 +97,10 @@ def native_calls(x, device) -> dict:
 
 
 def native_copy_dict(leaves: dict, device) -> dict:
-    """``{key: copy of value on device}`` as a user writes it: a dict comprehension."""
+    """`{key: copy of value on device}` as a user writes it: a dict comprehension."""
     return {key: _copy_on(value, device) for key, value in leaves.items()}
 
 
 def native_copy_lists(nest: dict, device) -> dict:
-    """``{key: [copies on device]}`` for a dict of lists of tensors, written out by hand."""
+    """`{key: [copies on device]}` for a dict of lists of tensors, written out by hand."""
     return {key: [_copy_on(value, device) for value in values] for key, values in nest.items()}

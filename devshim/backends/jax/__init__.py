@@ -1,4 +1,4 @@
-"""The JAX backend: devices are ``jax.Device`` objects; arrays are ``jax.Array`` (tracers
+"""The JAX backend: devices are `jax.Device` objects; arrays are `jax.Array` (tracers
 included); virtual devices are JAX host (CPU) devices configured before JAX initialises."""
 
 from devshim.backends.spec import BackendSpec

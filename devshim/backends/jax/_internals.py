@@ -1,28 +1,28 @@
-"""The private JAX names the jax backend uses, each behind a probe (``devshim.backends.probes``).
+"""The private JAX names the jax backend uses, each behind a probe (`devshim.backends.probes`).
 
-``interop.py`` and ``model.py`` use JAX's public API only; ``core.py`` asks one probe here
-(``DISTRIBUTED_STATE``: whether ``jax.distributed`` started, on JAX before
-``jax.distributed.is_initialized``). Every other private name is the transfer guard's
-(``guard.py``), which asks these probes and names none itself. Where JAX
+`interop.py` and `model.py` use JAX's public API only; `core.py` asks one probe here
+(`DISTRIBUTED_STATE`: whether `jax.distributed` started, on JAX before
+`jax.distributed.is_initialized`). Every other private name is the transfer guard's
+(`guard.py`), which asks these probes and names none itself. Where JAX
 spells one differently across the tested releases (0.4.31 to 0.12), the probe finds each
 spelling and the guard gets one object:
 
-- the guard's jit-cache key: ``config_ext.Config(name, value, include_in_jit_key=True)`` from
-  0.10, ``config_ext.Config(value, include_in_jit_key=True)`` in 0.4.36 to 0.9; JAX 0.4.31 to
-  0.4.35 have no ``config_ext``: there the key is one more field in JAX's own jit context
-  (``jax_jit``'s ``extra_jit_context``), which the C++ jit cache compares as it compares JAX's
+- the guard's jit-cache key: `config_ext.Config(name, value, include_in_jit_key=True)` from
+  0.10, `config_ext.Config(value, include_in_jit_key=True)` in 0.4.36 to 0.9; JAX 0.4.31 to
+  0.4.35 have no `config_ext`: there the key is one more field in JAX's own jit context
+  (`jax_jit`'s `extra_jit_context`), which the C++ jit cache compares as it compares JAX's
   fields;
-- JAX's thread-local marks of explicit transfers: ``jax._src.lib.guard_lib`` from 0.7,
-  ``jax._src.config.transfer_guard_lib`` before;
-- the error JAX's own guard raises: ``jax.errors.JaxRuntimeError`` from 0.4.32 (public), its
-  older name ``XlaRuntimeError`` (``jax._src.lib.xla_client``) before;
-- the frame of a jitted call's Python path: ``pjit._run_python_pjit`` from 0.10,
-  ``pjit._python_pjit_helper`` before.
+- JAX's thread-local marks of explicit transfers: `jax._src.lib.guard_lib` from 0.7,
+  `jax._src.config.transfer_guard_lib` before;
+- the error JAX's own guard raises: `jax.errors.JaxRuntimeError` from 0.4.32 (public), its
+  older name `XlaRuntimeError` (`jax._src.lib.xla_client`) before;
+- the frame of a jitted call's Python path: `pjit._run_python_pjit` from 0.10,
+  `pjit._python_pjit_helper` before.
 
 Measured: JAX 0.4.31, 0.7.2, 0.10.2 and 0.12.0.1 have each name in one of these spellings, and
-the sweep (tools/version_sweep.py) runs every minor release between; ``config_ext`` and the
+the sweep (tools/version_sweep.py) runs every minor release between; `config_ext` and the
 jit context's own field were looked up on each of 0.4.33 to 0.4.38 (the field until 0.4.35,
-``config_ext`` from 0.4.36).
+`config_ext` from 0.4.36).
 """
 
 from __future__ import annotations
@@ -80,10 +80,10 @@ def _config_ext_key():
 
 class _ContextFieldKey:
     """devshim's jit-cache key on JAX before 0.4.36: JAX's C++ jit cache compares the jit contexts
-    (``jax_jit``'s thread-local and global ``extra_jit_context``, named tuples); while the key is
+    (`jax_jit`'s thread-local and global `extra_jit_context`, named tuples); while the key is
     set, devshim's context is the same tuple with one more field, so calls under it never meet
-    the fast paths made without it. JAX's own updates (``context._replace(...)``) keep the field.
-    The same methods as ``config_ext.Config``: ``value``, ``swap_local``, ``set_local``, ``set_global``."""
+    the fast paths made without it. JAX's own updates (`context._replace(...)`) keep the field.
+    The same methods as `config_ext.Config`: `value`, `swap_local`, `set_local`, `set_global`."""
 
     def __init__(self, jax_jit, local_type, global_type) -> None:
         self._jax_jit = jax_jit
@@ -189,8 +189,8 @@ def _primitive_mark():
 
 
 def _distributed_state():
-    """Whether ``jax.distributed.initialize`` has run, as a function: on JAX 0.4.31 (JAX 0.7 has
-    the public ``jax.distributed.is_initialized``), its client in JAX's distributed state."""
+    """Whether `jax.distributed.initialize` has run, as a function: on JAX 0.4.31 (JAX 0.7 has
+    the public `jax.distributed.is_initialized`), its client in JAX's distributed state."""
     from jax._src import distributed
 
     state = distributed.global_state

@@ -1,7 +1,7 @@
-"""JAX's autodiff for ``ds.testing``'s gradient checks: ``jax.vjp`` (which runs a
-``jax.custom_vjp`` function's own backward rule), and ``jax.vjp`` of ``jax.vjp`` for second
-order. JAX arrays are immutable, so ``numerical_grad`` calls a JAX function with the inputs as
-arguments, and ``f`` cannot change its inputs."""
+"""JAX's autodiff for `ds.testing`'s gradient checks: `jax.vjp` (which runs a
+`jax.custom_vjp` function's own backward rule), and `jax.vjp` of `jax.vjp` for second
+order. JAX arrays are immutable, so `numerical_grad` calls a JAX function with the inputs as
+arguments, and `f` cannot change its inputs."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ __all__ = ["JaxAutodiff"]
 
 
 class JaxAutodiff(Autodiff):
-    """``jax.vjp`` of ``f`` at the inputs.
+    """`jax.vjp` of `f` at the inputs.
 
     Example:
         >>> outputs, pullback = JaxAutodiff().vjp(lambda x: [jax.numpy.exp(x)], (jax.numpy.zeros(2),))

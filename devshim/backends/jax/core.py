@@ -1,45 +1,45 @@
 """JAX's device contract.
 
-Native devices are ``jax.Device`` objects, so ``jax.device_put(x, ds.try_gpu())``
+Native devices are `jax.Device` objects, so `jax.device_put(x, ds.try_gpu())`
 works. "gpu" is JAX's accelerator: the devices of its default backend when that
-is not the CPU (CUDA or ROCm GPUs, TPUs), counted with ``jax.local_devices``,
+is not the CPU (CUDA or ROCm GPUs, TPUs), counted with `jax.local_devices`,
 which never raises for a missing platform. JAX has no data-less device.
 
-Arrays are ``jax.Array``: single-device arrays, arrays sharded or replicated over
-several devices, and tracers (the values ``jax.jit``, ``jax.grad`` and ``vmap``
+Arrays are `jax.Array`: single-device arrays, arrays sharded or replicated over
+several devices, and tracers (the values `jax.jit`, `jax.grad` and `vmap`
 trace). What devshim answers for each:
 
-- a single-device array lives on its device (``x.sharding``'s one device);
+- a single-device array lives on its device (`x.sharding`'s one device);
 - an array spread over several devices (sharded or replicated) has no one device:
-  ``device_of`` returns its ``Sharding`` (what ``x.device`` and array-api-compat's
-  ``device(x)`` answer, and what ``jax.device_put`` and ``jnp``'s ``device=`` take),
-  ``neutral_device`` raises ``MultiDeviceValueError`` naming the devices. A
-  ``Sharding`` is a target too: ``to_device(x, sharding)`` is
-  ``jax.device_put(x, sharding)`` in new storage, and ``copy_if_needed`` keeps an
-  array already placed as the sharding says; ``to_device(x, device)`` gathers a
+  `device_of` returns its `Sharding` (what `x.device` and array-api-compat's
+  `device(x)` answer, and what `jax.device_put` and `jnp`'s `device=` take),
+  `neutral_device` raises `MultiDeviceValueError` naming the devices. A
+  `Sharding` is a target too: `to_device(x, sharding)` is
+  `jax.device_put(x, sharding)` in new storage, and `copy_if_needed` keeps an
+  array already placed as the sharding says; `to_device(x, device)` gathers a
   spread array onto one device;
-- a tracer has no device until the traced function runs: ``device_of`` answers
-  None (as array-api-compat's ``device(x)``), which ``to_device`` and
-  ``copy_if_needed`` take there as ``jax.device_put(t, None)`` does (and refuse
-  for a concrete array); ``neutral_device`` and
-  ``to_numpy`` raise ``UnplacedTensorError``; ``to_device`` and ``copy_if_needed``
-  record a ``jax.device_put`` in the trace, so gradients flow through them. Under
-  ``grad`` alone it runs eagerly and moves the value; inside ``jit`` the compiled
+- a tracer has no device until the traced function runs: `device_of` answers
+  None (as array-api-compat's `device(x)`), which `to_device` and
+  `copy_if_needed` take there as `jax.device_put(t, None)` does (and refuse
+  for a concrete array); `neutral_device` and
+  `to_numpy` raise `UnplacedTensorError`; `to_device` and `copy_if_needed`
+  record a `jax.device_put` in the trace, so gradients flow through them. Under
+  `grad` alone it runs eagerly and moves the value; inside `jit` the compiled
   computation decides where its outputs land (JAX 0.10 keeps them on the
   computation's device), so move the outputs after the jitted call.
 
-``to_device`` is ``jax.device_put(x, device, may_alias=False)``: new storage even
-on the array's own device, where a plain ``device_put`` hands the same buffer back.
-Where ``may_alias=False`` hands it back too (JAX 0.4.34 to 0.5.3), or JAX lacks it,
-the array is copied with ``jnp.array(..., copy=True)`` on its new device.
+`to_device` is `jax.device_put(x, device, may_alias=False)`: new storage even
+on the array's own device, where a plain `device_put` hands the same buffer back.
+Where `may_alias=False` hands it back too (JAX 0.4.34 to 0.5.3), or JAX lacks it,
+the array is copied with `jnp.array(..., copy=True)` on its new device.
 
-Virtual devices follow ``devshim.backends.virtual``: with
-``DEVSHIM_VIRTUAL_DEVICES=N`` JAX gets N + 1 host (CPU) devices before it
-initialises its backends (``jax_num_cpu_devices``, or ``XLA_FLAGS`` on JAX
-without that option); host device 0 stays the CPU and virtual ``gpu:i`` is host
-device ``i + 1``.
+Virtual devices follow `devshim.backends.virtual`: with
+`DEVSHIM_VIRTUAL_DEVICES=N` JAX gets N + 1 host (CPU) devices before it
+initialises its backends (`jax_num_cpu_devices`, or `XLA_FLAGS` on JAX
+without that option); host device 0 stays the CPU and virtual `gpu:i` is host
+device `i + 1`.
 
-JAX waits per value (``block_until_ready``): it has no call that waits for a device.
+JAX waits per value (`block_until_ready`): it has no call that waits for a device.
 """
 
 from __future__ import annotations
@@ -147,10 +147,10 @@ class JaxBackend(Backend):
         return len(self._accelerator_devices())
 
     def launch(self):
-        """The launcher's variables, or else ``jax.distributed`` started with several processes:
-        rank ``jax.process_index()`` of ``jax.process_count()``. JAX does not say how many of them
+        """The launcher's variables, or else `jax.distributed` started with several processes:
+        rank `jax.process_index()` of `jax.process_count()`. JAX does not say how many of them
         share this machine, so the local rank is the process index too (right on one machine; on
-        several, each process's ``local_device_ids``, or a launcher, give it its device)."""
+        several, each process's `local_device_ids`, or a launcher, give it its device)."""
         found = settings.launcher()
         if found is not None or not self.is_loaded():
             return found
@@ -331,7 +331,7 @@ class JaxBackend(Backend):
         )
 
     def _make_copy_put(self):
-        """``(x, device) -> a copy of x on device in new storage``, recorded by JAX's tracing."""
+        """`(x, device) -> a copy of x on device in new storage`, recorded by JAX's tracing."""
         jax = self.fw
         device_put = jax.device_put
         if device_put_copies(jax):
@@ -467,8 +467,8 @@ class JaxBackend(Backend):
 
     def _follow_default_device(self) -> None:
         """With virtual GPUs on, JAX's default device is virtual gpu:0 (host device 1), as a GPU
-        machine's is GPU 0: ``jnp.ones(3)`` lands there, and so do the constants ``jax.grad``
-        makes. A default the user chose (``jax.config.update("jax_default_device", ...)``) stays;
+        machine's is GPU 0: `jnp.ones(3)` lands there, and so do the constants `jax.grad`
+        makes. A default the user chose (`jax.config.update("jax_default_device", ...)`) stays;
         with virtual GPUs off again, the default devshim set goes."""
         config = self.fw.config
         current = config.jax_default_device
@@ -483,7 +483,7 @@ class JaxBackend(Backend):
                 config.update("jax_default_device", None)
 
     def _ask_for_host_devices(self, needed: int) -> None:
-        """Ask JAX for ``needed`` host devices; JAX honours it only before it initialises."""
+        """Ask JAX for `needed` host devices; JAX honours it only before it initialises."""
         jax = self.fw
         try:
             current = jax.config.jax_num_cpu_devices
@@ -501,10 +501,10 @@ class JaxBackend(Backend):
 
 
 def device_put_copies(jax) -> bool:
-    """Whether ``jax.device_put(x, its own device, may_alias=False)`` gives ``x`` new storage,
+    """Whether `jax.device_put(x, its own device, may_alias=False)` gives `x` new storage,
     tried once on a two-element array: JAX 0.6 and later copy; JAX 0.4.34 to 0.5.3 take
-    ``may_alias`` and hand the same buffer back, so deleting or donating the "copy" deleted the
-    original; JAX without ``may_alias`` has nothing to try. Tried by deleting the copy (which
+    `may_alias` and hand the same buffer back, so deleting or donating the "copy" deleted the
+    original; JAX without `may_alias` has nothing to try. Tried by deleting the copy (which
     every platform can, where not every one exposes buffer pointers), under JAX's own transfer
     guard allowing it and as devshim's explicit transfer, and evaluated at once inside a trace.
 
@@ -544,7 +544,7 @@ def _restore_environment(name: str, value) -> None:
 
 def _equivalent(sharding, target, ndim: int) -> bool:
     """Whether a sharding of another kind (a NamedSharding over one device, say) places an
-    array of ``ndim`` dimensions exactly as ``target`` does: same devices, same shards, same memory."""
+    array of `ndim` dimensions exactly as `target` does: same devices, same shards, same memory."""
     if len(sharding.device_set) != len(target.device_set):
         return False
     try:

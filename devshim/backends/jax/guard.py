@@ -1,38 +1,38 @@
 """The transfer guard's hooks for JAX: its own guard in all three directions, and what it misses.
 
-JAX has a transfer guard of its own (``jax.transfer_guard_host_to_device``,
-``_device_to_host``, ``_device_to_device``, thread-local). Every
-``ds.transfer_guard`` block sets them, in its thread, from the block's levels:
+JAX has a transfer guard of its own (`jax.transfer_guard_host_to_device`,
+`_device_to_host`, `_device_to_device`, thread-local). Every
+`ds.transfer_guard` block sets them, in its thread, from the block's levels:
 device to device and device to host always, host to device when JAX's default
 device is an accelerator (real or virtual). devshim's hooks see first what
 they can, so what they refuse raises devshim's errors and what they log is in
 the report; JAX's guard is the backstop for the rest.
 
 - **Device to host**: every host read of an array goes through one property of
-  JAX's array class (``item`` and ``copy_to_host_async`` aside), which devshim
-  wraps, as it wraps ``np.asarray``/``np.array``/``np.asanyarray`` and gives the
-  array class an ``__array_ufunc__`` while a guard checks (``ndarray + x`` keeps
+  JAX's array class (`item` and `copy_to_host_async` aside), which devshim
+  wraps, as it wraps `np.asarray`/`np.array`/`np.asanyarray` and gives the
+  array class an `__array_ufunc__` while a guard checks (`ndarray + x` keeps
   JAX's meaning). JAX's own device-to-host guard never fires for CPU devices,
   where virtual GPUs live; devshim's hooks see GPUs and virtual GPUs alike. A
-  value JAX already holds on the host (after ``jax.device_get(x)`` or
-  ``ds.to_numpy(x)``; devshim remembers the same for virtual GPUs) is no transfer.
+  value JAX already holds on the host (after `jax.device_get(x)` or
+  `ds.to_numpy(x)`; devshim remembers the same for virtual GPUs) is no transfer.
 - **Host to device**: JAX sends host values (NumPy arrays, Python numbers and
-  index constants: ``jnp.ones(1)``, ``x + 1``, a jitted call on a NumPy argument)
-  to devices in one Python step, ``pxla.batched_device_put``, which devshim
-  wraps: a value going to a GPU or virtual GPU is reported (``implicit``), one
+  index constants: `jnp.ones(1)`, `x + 1`, a jitted call on a NumPy argument)
+  to devices in one Python step, `pxla.batched_device_put`, which devshim
+  wraps: a value going to a GPU or virtual GPU is reported (`implicit`), one
   landing on the host CPU device moves nowhere. Calls JAX has seen before run in
   C++ (its jit "fast path"), with no Python step; so in a thread where a block
   checks host to device (and JAX has an accelerator, real or virtual) devshim
   sets a jit-cache key of its own and keeps JAX from making fast paths under it:
   every jitted call there takes the Python path. Nothing is retraced.
 - **Device to device**: JAX's own guard (it fires for CPU devices too). Its
-  refusals, raised from C++ as ``JaxRuntimeError``, leave the block as devshim's
-  errors (``JaxGuardHooks.translate``); a Python class cannot be made a base of
+  refusals, raised from C++ as `JaxRuntimeError`, leave the block as devshim's
+  errors (`JaxGuardHooks.translate`); a Python class cannot be made a base of
   JAX's, so inside the block they stay JAX's.
 
-devshim's explicit calls are JAX's explicit transfers (``jax.device_put``,
-``jax.device_get``), and its adapter runs them with JAX's guard relaxed while a
-guard watches (jax issue 40285: an explicit ``device_put`` to the CPU refused).
+devshim's explicit calls are JAX's explicit transfers (`jax.device_put`,
+`jax.device_get`), and its adapter runs them with JAX's guard relaxed while a
+guard watches (jax issue 40285: an explicit `device_put` to the CPU refused).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class _NoArrayImpl:
 
 
 def _host_to_device_parts():
-    """What devshim's own host-to-device checks need from JAX (``_internals``): the jit-cache key,
+    """What devshim's own host-to-device checks need from JAX (`_internals`): the jit-cache key,
     JAX's fast-path maker, its start-up flag, its one step sending host data to devices and its
     marks of explicit transfers; None when a release lacks one (its probe has warned, naming the
     fallback: JAX's own guard)."""
@@ -73,7 +73,7 @@ def _host_to_device_parts():
     return parts if all(part is not None for part in parts) else None
 
 
-# The private names, from the probes (``_internals``): found once, here, when the guard loads.
+# The private names, from the probes (`_internals`): found once, here, when the guard loads.
 _VALUE = _internals.ARRAY_IMPL.get()  # Slot(ArrayImpl, "_value"): every host read goes through it
 _ArrayImpl = _VALUE.owner if _VALUE is not None else _NoArrayImpl
 _HOST_COPY = _internals.HOST_COPY.get() or "_devshim_no_host_copy"  # (then no array has one)
@@ -136,7 +136,7 @@ def _what(depth: int = 8):
 
 
 def _device_place(x):
-    """The first device (not the host CPU) holding ``x``, or None when it is all in host memory."""
+    """The first device (not the host CPU) holding `x`, or None when it is all in host memory."""
     backend = load_backend("jax")
     for native in x.sharding.device_set:
         place = backend.describe(native)
@@ -167,7 +167,7 @@ def _remember_fetched(x, place) -> None:
 
 
 def _needs_report(x, state):
-    """The device ``x`` would be read from, when this read is an implicit transfer; else None."""
+    """The device `x` would be read from, when this read is an implicit transfer; else None."""
     if not state.checking or marker.is_explicit() or state.device_to_host == ALLOW:
         return None
     if not isinstance(x, _ArrayImpl) or _fetched_explicitly(x):
@@ -182,7 +182,7 @@ def _needs_report(x, state):
 
 
 def _read_after_report(pending, fn, *args, **kwargs):
-    """Run the read devshim has checked (``pending``, from ``check``), so no hook (devshim's or
+    """Run the read devshim has checked (`pending`, from `check`), so no hook (devshim's or
     JAX's) reports it again; under "log" it is recorded once the read was made (not when JAX
     refuses it: an array deleted, a read that fails)."""
     with marker.explicit(), jax.transfer_guard_device_to_host(ALLOW):
@@ -304,7 +304,7 @@ def _guarded_copy_to_host_async(original):
 
 # ------------------------------------------------------------------ host to device
 
-# JAX's Python path of a jitted call (its local ``fun`` is the function), and the mark JAX puts on
+# JAX's Python path of a jitted call (its local `fun` is the function), and the mark JAX puts on
 # the functions that apply one primitive.
 _JIT_FRAME = _internals.JIT_FRAME.get()
 _PRIMITIVE_MARK = _internals.PRIMITIVE_MARK.get() or "_devshim_no_primitive_mark"
@@ -326,7 +326,7 @@ def _computation_name(depth: int = 16) -> str:
 
 
 def _accelerator_among(devices):
-    """The first of JAX's ``devices`` that is not the host CPU (a GPU, real or virtual), or None."""
+    """The first of JAX's `devices` that is not the host CPU (a GPU, real or virtual), or None."""
     backend = load_backend("jax")
     for native in devices:
         place = backend.describe(native)
@@ -410,7 +410,7 @@ def _guarded_device_put(original):
 
 def _guarded_fastpath(original):
     """No C++ fast path is made for calls where devshim checks host-to-device: every call there
-    takes JAX's Python path, where ``batched_device_put`` sees its host arguments."""
+    takes JAX's Python path, where `batched_device_put` sees its host arguments."""
 
     def _get_fastpath_data(*args, **kwargs):
         if _global_key["pending"]:
@@ -457,7 +457,7 @@ def _clear_after_uninstall() -> None:
 
 def _default_is_a_device() -> bool:
     """Whether host data JAX places by default goes to a device: its default device (this
-    thread's ``jax.default_device``, else the default backend's first device) is an accelerator,
+    thread's `jax.default_device`, else the default backend's first device) is an accelerator,
     real or virtual. Host data going to the host CPU moves nowhere."""
     chosen = jax.config.jax_default_device
     if chosen is None:
@@ -506,8 +506,8 @@ def _jax_device(pattern, message: str, fallback):
 
 
 def _device_by_id(index: int, fallback, platform=None):
-    """devshim's Device for JAX's device id ``index`` on ``platform`` ("CPU", "gpu"; None: the
-    default backend's, then the host's), or ``fallback`` (another process's device). Ids are per
+    """devshim's Device for JAX's device id `index` on `platform` ("CPU", "gpu"; None: the
+    default backend's, then the host's), or `fallback` (another process's device). Ids are per
     platform: virtual GPUs are CPU devices, and on a GPU machine a CPU and a GPU share id 0."""
     platforms = [platform.lower()] if platform else [None, "cpu"]
     for native in _devices_of(platforms):
@@ -537,7 +537,7 @@ def _devices_of(platforms) -> list:
 
 
 def _mixed_devices(error):
-    """devshim's ``DeviceMismatchError`` for JAX refusing arrays on different devices, with
+    """devshim's `DeviceMismatchError` for JAX refusing arrays on different devices, with
     JAX's message and the devices named as devshim names them (virtual GPUs included)."""
     message = str(error)
     if _INCOMPATIBLE not in message:
@@ -551,7 +551,7 @@ def _mixed_devices(error):
 
 def _translate(error):
     """devshim's error for JAX's own guard refusing a transfer, recorded like devshim's own;
-    or for JAX refusing to mix devices (``DeviceMismatchError``, whatever the level)."""
+    or for JAX refusing to mix devices (`DeviceMismatchError`, whatever the level)."""
     if isinstance(error, ValueError) and not isinstance(error, DevshimError):
         return _mixed_devices(error)
     if _JAX_REFUSAL is None or not isinstance(error, _JAX_REFUSAL):
@@ -587,7 +587,7 @@ def _translate(error):
 
 
 class JaxGuardHooks(GuardHooks):
-    """JAX's transfer-guard hooks (the contract: ``devshim.guard.hooks.GuardHooks``).
+    """JAX's transfer-guard hooks (the contract: `devshim.guard.hooks.GuardHooks`).
 
     Example:
         >>> ds.backends.guard_hooks("jax").install()

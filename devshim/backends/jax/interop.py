@@ -1,8 +1,8 @@
-"""``ds.convert`` for JAX (the contract: ``devshim.backends.interop_base.Interop``).
+"""`ds.convert` for JAX (the contract: `devshim.backends.interop_base.Interop`).
 
 JAX arrays are immutable: a zero-copy NumPy view of one is read-only; a torch or MXNet
 tensor sharing one is writable, and writing through it changes the JAX array behind
-JAX's back (don't). Imports use ``jax.dlpack.from_dlpack(obj, device=..., copy=False)``,
+JAX's back (don't). Imports use `jax.dlpack.from_dlpack(obj, device=..., copy=False)`,
 which refuses what it would have to copy.
 
 Example:
@@ -21,7 +21,7 @@ __all__ = ["JaxInterop"]
 
 
 class JaxInterop(Interop):
-    """JAX's side of ``ds.convert`` (the contract: ``devshim.backends.interop_base.Interop``).
+    """JAX's side of `ds.convert` (the contract: `devshim.backends.interop_base.Interop`).
 
     Example:
         >>> ds.backends.interop("jax").immutable
@@ -31,7 +31,7 @@ class JaxInterop(Interop):
     immutable = True
 
     def export(self, adapter, x):
-        """The array itself (``jax.Array`` has ``__dlpack__``); tracers cannot be exported.
+        """The array itself (`jax.Array` has `__dlpack__`); tracers cannot be exported.
 
         Example:
             >>> export(adapter, jax.numpy.ones(2)).shape
@@ -44,7 +44,7 @@ class JaxInterop(Interop):
         return x
 
     def adopt(self, adapter, obj, native, immutable: bool):
-        """``jax.dlpack.from_dlpack(obj, device=native, copy=False)``.
+        """`jax.dlpack.from_dlpack(obj, device=native, copy=False)`.
 
         Example:
             >>> adopt(adapter, torch.ones(2), jax.devices("cpu")[0], False)
@@ -56,7 +56,7 @@ class JaxInterop(Interop):
             raise CopyRequiredError(f"jax.dlpack.from_dlpack refused it ({error})") from None
 
     def from_host(self, adapter, array, native):
-        """``jax.device_put(array, native)``: new storage on ``native``.
+        """`jax.device_put(array, native)`: new storage on `native`.
 
         Example:
             >>> from_host(adapter, np.ones(2), jax.devices("cpu")[0])
@@ -65,7 +65,7 @@ class JaxInterop(Interop):
         return jax.device_put(array, native)
 
     def pointer(self, adapter, x):
-        """``x.unsafe_buffer_pointer()``, or None.
+        """`x.unsafe_buffer_pointer()`, or None.
 
         Example:
             >>> pointer(adapter, jax.numpy.ones(2)) > 0

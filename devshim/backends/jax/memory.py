@@ -1,17 +1,17 @@
-"""JAX's memory figures (``ds.memory``, ``ds.memory_peak``) and its out-of-memory error.
+"""JAX's memory figures (`ds.memory`, `ds.memory_peak`) and its out-of-memory error.
 
-- GPUs and TPUs: ``device.memory_stats()``, the allocator's own counts: ``bytes_in_use``
-  (in use), ``pool_bytes`` (reserved, where the allocator keeps a pool), ``peak_bytes_in_use``
-  (peak; JAX cannot reset it) and ``bytes_limit`` (total: the most JAX's allocator may take,
+- GPUs and TPUs: `device.memory_stats()`, the allocator's own counts: `bytes_in_use`
+  (in use), `pool_bytes` (reserved, where the allocator keeps a pool), `peak_bytes_in_use`
+  (peak; JAX cannot reset it) and `bytes_limit` (total: the most JAX's allocator may take,
   which is 75% of the GPU by default, and free is what is left of it).
-- virtual GPUs (host devices), and devices whose ``memory_stats()`` is None: the bytes of the
-  live arrays on the device (``jax.live_arrays()``; buffers shared by several arrays count
-  once), their size from ``DEVSHIM_VIRTUAL_MEMORY`` (reported, not enforced: XLA's CPU client
+- virtual GPUs (host devices), and devices whose `memory_stats()` is None: the bytes of the
+  live arrays on the device (`jax.live_arrays()`; buffers shared by several arrays count
+  once), their size from `DEVSHIM_VIRTUAL_MEMORY` (reported, not enforced: XLA's CPU client
   takes no limit).
 - the CPU: the process's and the machine's figures.
 
-Out of memory is the ``JaxRuntimeError`` (``XlaRuntimeError`` before JAX 0.4.36) whose
-message starts ``RESOURCE_EXHAUSTED``.
+Out of memory is the `JaxRuntimeError` (`XlaRuntimeError` before JAX 0.4.36) whose
+message starts `RESOURCE_EXHAUSTED`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _stats(native):
 
 
 def _buffers(array):
-    """(native device, start, stop) of each of ``array``'s buffers on this process's devices."""
+    """(native device, start, stop) of each of `array`'s buffers on this process's devices."""
     devices = array.sharding.device_set
     if len(devices) == 1:
         (native,) = devices

@@ -1,9 +1,9 @@
 """Placing JAX models: pytrees of parameters (Flax and Haiku keep parameters in nested dicts).
 
-A pytree of ``jax.Array`` leaves (dicts, lists, tuples, namedtuples, dataclasses:
+A pytree of `jax.Array` leaves (dicts, lists, tuples, namedtuples, dataclasses:
 the nests devshim walks) is a model here. JAX arrays are immutable, so
-``place_model`` returns a new pytree with every array on the device (the same
-pytree, when nothing had to move); ``replicate`` gives one per device. A
+`place_model` returns a new pytree with every array on the device (the same
+pytree, when nothing had to move); `replicate` gives one per device. A
 pytree has no forward pass to hook, so splitting one over devices by a device
 map is refused: place its parts yourself and copy at the seams.
 """
@@ -23,7 +23,7 @@ def _arrays(params) -> list:
 
 
 class PytreePlacement(ModelPlacement):
-    """Placement of JAX pytrees of arrays (the contract: ``devshim.backends.model_base.ModelPlacement``).
+    """Placement of JAX pytrees of arrays (the contract: `devshim.backends.model_base.ModelPlacement`).
 
     Example:
         >>> ds.backends.model_placement("jax").is_model(net)

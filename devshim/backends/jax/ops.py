@@ -1,4 +1,4 @@
-"""The operations ``devshim bench`` needs, in JAX (imported only when an experiment runs)."""
+"""The operations `devshim bench` needs, in JAX (imported only when an experiment runs)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ _draws = itertools.count()
 
 
 def rand(shape, device):
-    """float32 normal samples of ``shape``, computed on ``device`` (and committed there)."""
+    """float32 normal samples of `shape`, computed on `device` (and committed there)."""
     # The key is made here, not at import: making an array starts JAX, and devshim must
-    # configure virtual devices first (it has by now: ``device`` came from devshim).
+    # configure virtual devices first (it has by now: `device` came from devshim).
     with jax.default_device(device):
         key = jax.random.PRNGKey(next(_draws))
         return jax.device_put(jax.random.normal(key, shape, dtype=jnp.float32), device)
@@ -40,7 +40,7 @@ def concat(xs):
 
 
 def split(x, sections):
-    """``x`` split along axis 0 into pieces of the given sizes."""
+    """`x` split along axis 0 into pieces of the given sizes."""
     return jnp.split(x, np.cumsum(sections)[:-1])
 
 
@@ -50,11 +50,11 @@ def item(x):
 
 
 def from_numpy(values, device):
-    """An array holding a copy of NumPy array ``values`` (its dtype and shape), committed to ``device``."""
+    """An array holding a copy of NumPy array `values` (its dtype and shape), committed to `device`."""
     return jax.device_put(np.array(values, copy=True), device)
 
 
-# A small model and its forward pass, for ``devshim selftest``'s placement checks: JAX models
+# A small model and its forward pass, for `devshim selftest`'s placement checks: JAX models
 # are pytrees of parameters.
 def small_model(n_in, n_out, seed=0):
     """An MLP's parameters (a dict of arrays) on the CPU, seeded."""
@@ -69,8 +69,8 @@ def forward(params, x):
     return hidden @ params["w2"] + params["b2"]
 
 def train_step(params, x, y, lr=0.01):
-    """One SGD step of ``small_model``'s parameters on squared error: the loss and its gradient
-    (``jax.value_and_grad``), then new parameters. Returns ``(loss, params)`` (``devshim bench memory``).
+    """One SGD step of `small_model`'s parameters on squared error: the loss and its gradient
+    (`jax.value_and_grad`), then new parameters. Returns `(loss, params)` (`devshim bench memory`).
 
     Example:
         >>> loss, params = train_step(params, x, y)
@@ -86,8 +86,8 @@ def train_step(params, x, y, lr=0.01):
 
 
 def native_calls(x, device) -> dict:
-    """What a user writes without devshim, as the timed callables of ``devshim bench overhead``:
-    ``device_of``, ``copy_if_needed`` and ``to_device`` of ``x`` to ``device``, each the
+    """What a user writes without devshim, as the timed callables of `devshim bench overhead`:
+    `device_of`, `copy_if_needed` and `to_device` of `x` to `device`, each the
     framework's own expression written inline (no helper call in the baseline).
 
     Example:
@@ -102,7 +102,7 @@ def native_calls(x, device) -> dict:
 
 
 def _copy_put(x, device):
-    """``jax.device_put(x, device, may_alias=False)``; where that still hands the same buffer back
+    """`jax.device_put(x, device, may_alias=False)`; where that still hands the same buffer back
     (JAX 0.4.34 to 0.5.3) or JAX has no may_alias (0.4.31), a copy put there."""
     copies = _may_alias_copies.get("jax")
     if copies is None:  # tried on first use, not at import: making an array starts JAX (see rand)
@@ -116,10 +116,10 @@ _may_alias_copies: dict = {}
 
 
 def native_copy_dict(leaves: dict, device) -> dict:
-    """``{key: copy of value on device}`` as a user writes it: a dict comprehension."""
+    """`{key: copy of value on device}` as a user writes it: a dict comprehension."""
     return {key: _copy_put(value, device) for key, value in leaves.items()}
 
 
 def native_copy_lists(nest: dict, device) -> dict:
-    """``{key: [copies on device]}`` for a dict of lists of tensors, written out by hand."""
+    """`{key: [copies on device]}` for a dict of lists of tensors, written out by hand."""
     return {key: [_copy_put(value, device) for value in values] for key, values in nest.items()}

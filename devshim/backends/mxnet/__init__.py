@@ -1,5 +1,5 @@
-"""The MXNet 1.9 backend, for both ``mxnet.np`` and ``mxnet.nd``: devices are Contexts;
-virtual devices are the host contexts ``cpu(1)``, ``cpu(2)``, ..."""
+"""The MXNet 1.9 backend, for both `mxnet.np` and `mxnet.nd`: devices are Contexts;
+virtual devices are the host contexts `cpu(1)`, `cpu(2)`, ..."""
 
 from devshim.backends.spec import BackendSpec
 

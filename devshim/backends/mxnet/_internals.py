@@ -1,13 +1,13 @@
-"""The private MXNet names the mxnet backend uses, each behind a probe (``devshim.backends.probes``).
+"""The private MXNet names the mxnet backend uses, each behind a probe (`devshim.backends.probes`).
 
 The backend's modules ask these probes and name no internal themselves. Each probe says
 which feature needs the name and what that feature does without it; on a release that
-moved one, its first use issues one ``FrameworkInternalWarning``. MXNet 1.9.1 is its last
-release, so these are not expected to move; the canary tests (``tests/test_internals.py``)
+moved one, its first use issues one `FrameworkInternalWarning`. MXNet 1.9.1 is its last
+release, so these are not expected to move; the canary tests (`tests/test_internals.py`)
 check them all the same.
 
-The transfer guard's (``guard.py``) are the Python functions MXNet's generated operators call
-(``_imperative_invoke``, the packed functions of ``mx.np``) and the conversion of index arrays.
+The transfer guard's (`guard.py`) are the Python functions MXNet's generated operators call
+(`_imperative_invoke`, the packed functions of `mx.np`) and the conversion of index arrays.
 """
 
 from __future__ import annotations

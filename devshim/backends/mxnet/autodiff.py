@@ -1,15 +1,15 @@
-"""MXNet's autodiff for ``ds.testing``'s gradient checks: ``mx.autograd.record`` and
-``mx.autograd.grad`` (which run an ``mx.autograd.Function``'s own ``backward``) on the
+"""MXNet's autodiff for `ds.testing`'s gradient checks: `mx.autograd.record` and
+`mx.autograd.grad` (which run an `mx.autograd.Function`'s own `backward`) on the
 checks' private copies of the inputs, with gradients attached to the copies only: the caller's
-arrays keep theirs, and a Gluon block's parameters keep their ``.grad`` (``autograd.grad``
-writes none, where ``autograd.backward`` would). Gradients come back as the input's kind
-(``mx.np`` or classic ``mx.nd``), dense.
+arrays keep theirs, and a Gluon block's parameters keep their `.grad` (`autograd.grad`
+writes none, where `autograd.backward` would). Gradients come back as the input's kind
+(`mx.np` or classic `mx.nd`), dense.
 
 MXNet refuses to differentiate an output that depends on no input, or with respect to an input
 no output depends on; each output is given a zero that depends on every input, so both are
 zeros instead. Its second order covers few operators (MXNet 1.9: exp, log, tanh, relu and
-some other elementwise ones; not ``*``): ``check_double_backward`` of anything else raises
-``NoAutodiffError`` naming the operator. Nor does it reach the gradients given to the backward
+some other elementwise ones; not `*`): `check_double_backward` of anything else raises
+`NoAutodiffError` naming the operator. Nor does it reach the gradients given to the backward
 (they are constants to it): there the check differentiates the backward by the inputs only."""
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def _gradients(heads: list, leaves: tuple, grad_outputs: list, create_graph: boo
 
 
 class MXNetAutodiff(Autodiff):
-    """``mx.autograd.grad`` of ``f``'s outputs, recorded at the checks' copies of the inputs.
+    """`mx.autograd.grad` of `f`'s outputs, recorded at the checks' copies of the inputs.
 
     Example:
         >>> outputs, pullback = MXNetAutodiff().vjp(lambda x: [mx.np.exp(x)], (mx.np.zeros(2),))

@@ -1,14 +1,14 @@
-"""MXNet's device contract (1.9.x), for both the ``mxnet.np`` and the classic ``mxnet.nd`` arrays.
+"""MXNet's device contract (1.9.x), for both the `mxnet.np` and the classic `mxnet.nd` arrays.
 
-Native devices are ``mx.Context`` objects, so ``mx.np.ones((2, 3), ctx=ds.try_gpu())``
-and ``mx.nd.ones((2, 3), ctx=ds.try_gpu())`` work. ``mx.np.ndarray`` subclasses
-``mx.nd.NDArray``, so one check owns both front-ends.
+Native devices are `mx.Context` objects, so `mx.np.ones((2, 3), ctx=ds.try_gpu())`
+and `mx.nd.ones((2, 3), ctx=ds.try_gpu())` work. `mx.np.ndarray` subclasses
+`mx.nd.NDArray`, so one check owns both front-ends.
 
 MXNet itself only checks the device *type* of an operation's inputs: adding
-arrays on ``cpu(0)`` and ``cpu(1)`` runs silently. devshim compares type and
+arrays on `cpu(0)` and `cpu(1)` runs silently. devshim compares type and
 id, which is what makes virtual devices useful here: following
-``devshim.backends.virtual``, under ``DEVSHIM_VIRTUAL_DEVICES=N`` virtual gpu
-``i`` is the host context ``cpu(i + 1)``, and ``cpu(0)`` stays the CPU.
+`devshim.backends.virtual`, under `DEVSHIM_VIRTUAL_DEVICES=N` virtual gpu
+`i` is the host context `cpu(i + 1)`, and `cpu(0)` stays the CPU.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ _HOST_TYPES = ("cpu_pinned", "cpu_shared")
 
 
 class MxnetBackend(Backend):
-    """The MXNet adapter: devices are ``mx.Context`` objects.
+    """The MXNet adapter: devices are `mx.Context` objects.
 
     Example:
         >>> with ds.use_backend("mxnet"):
@@ -99,7 +99,7 @@ class MxnetBackend(Backend):
         )
 
     def tensor_device(self, x) -> Device:
-        return self.describe(x.ctx)  # ``ctx``: both front-ends have it, neither warns
+        return self.describe(x.ctx)  # `ctx`: both front-ends have it, neither warns
 
     # same_place: the base's "device_of(x) is the target" is MXNet's as_in_ctx, except
     # that it also counts cpu_pinned(0) arrays as already on the CPU, as same_device does.
@@ -131,10 +131,10 @@ class MxnetBackend(Backend):
     # ------------------------------------------------------------ hooks
 
     def enable_virtual_devices(self, count: int) -> None:
-        """Nothing to set up: every ``cpu(i)`` context exists as soon as it is named."""
+        """Nothing to set up: every `cpu(i)` context exists as soon as it is named."""
 
     def has_cpu(self, index: int) -> bool:
-        """MXNet accepts any ``cpu(i)``; under virtual devices ``cpu(1..N)`` are the GPUs."""
+        """MXNet accepts any `cpu(i)`; under virtual devices `cpu(1..N)` are the GPUs."""
         count = settings.virtual_device_count()
         gpu = virtual.virtual_gpu_index(index, count)
         if gpu is not None:

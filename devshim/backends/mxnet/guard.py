@@ -1,23 +1,23 @@
 """The transfer guard's hooks for MXNet 1.9.
 
 Op inputs: MXNet checks only the device *type* of an op's inputs, so
-``cpu(0) + cpu(1)`` (and, on a GPU machine, ``gpu(0) + gpu(1)``) runs
+`cpu(0) + cpu(1)` (and, on a GPU machine, `gpu(0) + gpu(1)`) runs
 silently, on the first input's context. Every imperative op of both
-front-ends (``mx.nd``, ``mx.np``, ``mx.npx``) is generated to call one
-function, looked up in ``mxnet.ndarray.register`` when it runs; it is wrapped
+front-ends (`mx.nd`, `mx.np`, `mx.npx`) is generated to call one
+function, looked up in `mxnet.ndarray.register` when it runs; it is wrapped
 while a guard is active, and inputs on another context than the first are
 reported, comparing whole contexts (type and id); under "log" once the op ran (one MXNet
 refuses, or that fails, is not counted). A 0-d host array is a number.
 
-The ``mx.np`` operators MXNet 1.9 calls through its packed-function interface
-(``np.tensordot``, ``np.zeros`` and others in ``mxnet.ndarray.numpy._api_internal``)
-skip that function; each of them is wrapped too. Advanced indexing (``A[I]``,
-both front-ends) copies an index array on another context to ``A``'s with a
+The `mx.np` operators MXNet 1.9 calls through its packed-function interface
+(`np.tensordot`, `np.zeros` and others in `mxnet.ndarray.numpy._api_internal`)
+skip that function; each of them is wrapped too. Advanced indexing (`A[I]`,
+both front-ends) copies an index array on another context to `A`'s with a
 copy of its own before the op: the conversion of each index array is wrapped,
 and an index array on another context is reported.
 
-Host reads: ``asnumpy`` is the door for every read (``item()``, ``float(a)``,
-``int(a)``, ``bool(a)``, ``tolist()``, ``print(a)``, ``asscalar()``); it is
+Host reads: `asnumpy` is the door for every read (`item()`, `float(a)`,
+`int(a)`, `bool(a)`, `tolist()`, `print(a)`, `asscalar()`); it is
 replaced while a guard is active.
 """
 
@@ -49,7 +49,7 @@ _READERS = {
     "__array__": "np.asarray(a)",
 }
 _NDArray = mx.nd.NDArray
-# MXNet's entry points, from the probes (``_internals``): found once, here, when the guard loads.
+# MXNet's entry points, from the probes (`_internals`): found once, here, when the guard loads.
 _INVOKE = _internals.IMPERATIVE_INVOKE.get()  # Slot(mxnet.ndarray.register, "_imperative_invoke")
 _NUMPY_PACKED = _internals.NUMPY_PACKED_FUNCTIONS.get()  # the module of mx.np's packed functions
 _INDEX = _internals.INDEX_TO_ARRAY.get()  # Slot(NDArray, "_advanced_index_to_array")
@@ -171,15 +171,15 @@ _MIXED = re.compile(r"same context")
 
 
 class MXNetGuardHooks(GuardHooks):
-    """MXNet's transfer-guard hooks (the contract: ``devshim.guard.hooks.GuardHooks``).
+    """MXNet's transfer-guard hooks (the contract: `devshim.guard.hooks.GuardHooks`).
 
     Example:
         >>> ds.backends.guard_hooks("mxnet").install()
     """
 
     def install(self) -> None:
-        """Wrap ``asnumpy``, the function every imperative op calls, the index conversion and the
-        packed-function operators (``uninstall``: the base's restore)."""
+        """Wrap `asnumpy`, the function every imperative op calls, the index conversion and the
+        packed-function operators (`uninstall`: the base's restore)."""
         if self.patched():
             return
         self.patch(_NDArray, "asnumpy", _guarded_asnumpy(_NDArray.__dict__["asnumpy"]))
@@ -193,7 +193,7 @@ class MXNetGuardHooks(GuardHooks):
                     self.patch(_NUMPY_PACKED, name, _guarded_packed(name, fn))
 
     def enter_block(self, state) -> None:
-        """Nothing to set; following every block is what lets ``translate`` see the errors
+        """Nothing to set; following every block is what lets `translate` see the errors
         leaving it."""
 
     def translate(self, error):

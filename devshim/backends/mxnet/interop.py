@@ -1,9 +1,9 @@
-"""``ds.convert`` for MXNet 1.9 (the contract: ``devshim.backends.interop_base.Interop``).
+"""`ds.convert` for MXNet 1.9 (the contract: `devshim.backends.interop_base.Interop`).
 
-Arrays export through ``to_dlpack_for_write`` (MXNet waits for pending writes first)
-and import through ``mx.nd.from_dlpack``; ``ds.convert(x, "mxnet")`` gives ``mx.np``
-arrays (an ``mx.nd`` array is one ``.as_nd_ndarray()`` away, sharing memory). MXNet has
-no bfloat16 and no complex dtypes: those are refused with ``UnsupportedDtypeError``.
+Arrays export through `to_dlpack_for_write` (MXNet waits for pending writes first)
+and import through `mx.nd.from_dlpack`; `ds.convert(x, "mxnet")` gives `mx.np`
+arrays (an `mx.nd` array is one `.as_nd_ndarray()` away, sharing memory). MXNet has
+no bfloat16 and no complex dtypes: those are refused with `UnsupportedDtypeError`.
 
 Example:
     >>> host_device(ds.get_backend("mxnet"))
@@ -30,7 +30,7 @@ _DTYPES = {"float16", "float32", "float64", "uint8", "int8", "int32", "int64", "
 
 
 class MXNetInterop(Interop):
-    """MXNet's side of ``ds.convert`` (the contract: ``devshim.backends.interop_base.Interop``).
+    """MXNet's side of `ds.convert` (the contract: `devshim.backends.interop_base.Interop`).
 
     Example:
         >>> ds.backends.interop("mxnet").immutable
@@ -40,7 +40,7 @@ class MXNetInterop(Interop):
     immutable = False
 
     def export(self, adapter, x):
-        """A DLPack producer for ``x``'s buffer.
+        """A DLPack producer for `x`'s buffer.
 
         Example:
             >>> export(adapter, mx.np.ones(2)).__dlpack_device__()
@@ -56,7 +56,7 @@ class MXNetInterop(Interop):
             raise CopyRequiredError(f"MXNet cannot export it ({str(error).splitlines()[0]})") from None
 
     def adopt(self, adapter, obj, native, immutable: bool):
-        """``mx.nd.from_dlpack`` of ``obj``'s capsule, as an ``mx.np`` array.
+        """`mx.nd.from_dlpack` of `obj`'s capsule, as an `mx.np` array.
 
         Example:
             >>> adopt(adapter, np.ones(2), mx.cpu(), False)
@@ -69,7 +69,7 @@ class MXNetInterop(Interop):
             raise CopyRequiredError(f"MXNet's from_dlpack refused it ({str(error).splitlines()[0]})") from None
 
     def from_host(self, adapter, array, native):
-        """``mx.np.array(array, ctx=native)``: new storage on ``native``.
+        """`mx.np.array(array, ctx=native)`: new storage on `native`.
 
         Example:
             >>> from_host(adapter, np.ones(2), mx.cpu())
@@ -83,7 +83,7 @@ class MXNetInterop(Interop):
         return mx.np.array(array, dtype=array.dtype, ctx=native)
 
     def pointer(self, adapter, x):
-        """The address of ``x``'s first element (MXNet's ``MXNDArrayGetData``).
+        """The address of `x`'s first element (MXNet's `MXNDArrayGetData`).
 
         Example:
             >>> pointer(adapter, mx.np.ones(2)) > 0
@@ -104,7 +104,7 @@ class MXNetInterop(Interop):
         return found.value
 
     def host_device(self, adapter):
-        """``cpu(0)``.
+        """`cpu(0)`.
 
         Example:
             >>> host_device(adapter)

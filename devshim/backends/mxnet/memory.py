@@ -1,17 +1,17 @@
-"""MXNet's memory figures (``ds.memory``, ``ds.memory_peak``) and its out-of-memory error.
+"""MXNet's memory figures (`ds.memory`, `ds.memory_peak`) and its out-of-memory error.
 
 MXNet 1.9 counts no allocations. What devshim reports:
 
-- GPUs: ``mx.context.gpu_memory_info``, the device's free and total bytes; in use, the bytes of
+- GPUs: `mx.context.gpu_memory_info`, the device's free and total bytes; in use, the bytes of
   the live arrays on it, as for virtual GPUs.
-- virtual GPUs (``cpu(1)``, ``cpu(2)``, ...) and GPUs: the bytes of the live NDArrays on the
-  device (``mx.nd`` and ``mx.np`` arrays, Gluon parameters and their gradients), found by a scan
+- virtual GPUs (`cpu(1)`, `cpu(2)`, ...) and GPUs: the bytes of the live NDArrays on the
+  device (`mx.nd` and `mx.np` arrays, Gluon parameters and their gradients), found by a scan
   of the objects Python holds; arrays over one buffer (slices, views) count it once where
   MXNet says their addresses. Sparse arrays are not counted. Virtual GPUs' size comes from
-  ``DEVSHIM_VIRTUAL_MEMORY`` (reported, not enforced).
+  `DEVSHIM_VIRTUAL_MEMORY` (reported, not enforced).
 - the CPU: the process's and the machine's figures.
 
-Out of memory is an ``MXNetError`` whose message says "out of memory".
+Out of memory is an `MXNetError` whose message says "out of memory".
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _size(x):
 
 
 def _address(x):
-    """The address of ``x``'s first element, or None where MXNet cannot say."""
+    """The address of `x`'s first element, or None where MXNet cannot say."""
     get_data = _internals.NDARRAY_GET_DATA.get()
     if get_data is None:
         return None
@@ -51,7 +51,7 @@ def _address(x):
 
 
 class MxnetMemory(DeviceMemory):
-    """The live arrays MXNet holds, and ``gpu_memory_info`` on GPUs.
+    """The live arrays MXNet holds, and `gpu_memory_info` on GPUs.
 
     Example:
         >>> ds.backends.memory("mxnet").figures(ds.get_backend("mxnet"), mx.cpu(1)).source

@@ -1,9 +1,9 @@
-"""Placing Gluon blocks: initialise on the device, or move initialised parameters with ``reset_ctx``.
+"""Placing Gluon blocks: initialise on the device, or move initialised parameters with `reset_ctx`.
 
 Gluon's forward pre-hooks are called with a block's inputs but cannot change
 them, so devshim cannot copy a split model's inputs at the seams for you:
-``place_model`` with a device map refuses, saying how to split by hand
-(place each block, copy at the seams in ``forward`` with ``ds.copy_if_needed``).
+`place_model` with a device map refuses, saying how to split by hand
+(place each block, copy at the seams in `forward` with `ds.copy_if_needed`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def _params(block) -> list:
 
 
 def _deferred(param) -> bool:
-    """Whether Gluon deferred ``param``'s initialisation until its shape is known."""
+    """Whether Gluon deferred `param`'s initialisation until its shape is known."""
     deferred = _internals.DEFERRED_INIT.get()
     return bool(deferred and getattr(param, deferred))
 
@@ -40,7 +40,7 @@ def _initialised(param) -> bool:
 
 
 class GluonPlacement(ModelPlacement):
-    """Placement of Gluon blocks (the contract: ``devshim.backends.model_base.ModelPlacement``).
+    """Placement of Gluon blocks (the contract: `devshim.backends.model_base.ModelPlacement`).
 
     Example:
         >>> ds.backends.model_placement("mxnet").is_model(net)

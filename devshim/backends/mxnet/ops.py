@@ -1,6 +1,6 @@
-"""The operations ``devshim bench`` needs, in MXNet (imported only when an experiment runs).
+"""The operations `devshim bench` needs, in MXNet (imported only when an experiment runs).
 
-They use the classic ``mx.nd`` front-end, which works whether or not ``npx.set_np()``
+They use the classic `mx.nd` front-end, which works whether or not `npx.set_np()`
 was called in the thread running the experiment.
 """
 
@@ -10,7 +10,7 @@ import mxnet as mx
 
 
 def rand(shape, device):
-    """float32 normal samples of ``shape`` on ``device``."""
+    """float32 normal samples of `shape` on `device`."""
     return mx.nd.random.normal(shape=shape, ctx=device, dtype="float32")
 
 
@@ -32,7 +32,7 @@ def concat(xs):
 
 
 def split(x, sections):
-    """``x`` split along axis 0 into pieces of the given sizes."""
+    """`x` split along axis 0 into pieces of the given sizes."""
     pieces, start = [], 0
     for size in sections:
         pieces.append(x[start:start + size])
@@ -46,17 +46,17 @@ def item(x):
 
 
 def from_numpy(values, device):
-    """An array holding a copy of NumPy array ``values`` (its dtype and shape), made on ``device``."""
+    """An array holding a copy of NumPy array `values` (its dtype and shape), made on `device`."""
     return mx.nd.array(values, ctx=device, dtype=values.dtype)
 
 
 def as_generic(x):
-    """``x`` in MXNet's NumPy front-end (``mx.np``), which ``ds.array_module`` serves; classic
-    ``mx.nd`` arrays have no array module."""
+    """`x` in MXNet's NumPy front-end (`mx.np`), which `ds.array_module` serves; classic
+    `mx.nd` arrays have no array module."""
     return x.as_np_ndarray()
 
 
-# A small model and its forward pass, for ``devshim selftest``'s placement checks.
+# A small model and its forward pass, for `devshim selftest`'s placement checks.
 def small_model(n_in, n_out, seed=0):
     """A Gluon MLP (dense with ReLU, dense), initialised on the CPU, seeded."""
     from mxnet import gluon
@@ -72,9 +72,9 @@ def forward(model, x):
     return model(x)
 
 def train_step(model, x, y, lr=0.01):
-    """One SGD step of a Gluon block on squared error: forward under ``autograd.record``,
-    backward, then each parameter's data less ``lr`` times its gradient. Returns
-    ``(loss, model)`` (``devshim bench memory``).
+    """One SGD step of a Gluon block on squared error: forward under `autograd.record`,
+    backward, then each parameter's data less `lr` times its gradient. Returns
+    `(loss, model)` (`devshim bench memory`).
 
     Example:
         >>> loss, model = train_step(model, x, y)
@@ -92,8 +92,8 @@ def train_step(model, x, y, lr=0.01):
 
 
 def native_calls(x, device) -> dict:
-    """What a user writes without devshim, as the timed callables of ``devshim bench overhead``:
-    ``device_of``, ``copy_if_needed`` and ``to_device`` of ``x`` to ``device``, each the
+    """What a user writes without devshim, as the timed callables of `devshim bench overhead`:
+    `device_of`, `copy_if_needed` and `to_device` of `x` to `device`, each the
     framework's own expression written inline (no helper call in the baseline).
 
     Example:
@@ -108,10 +108,10 @@ def native_calls(x, device) -> dict:
 
 
 def native_copy_dict(leaves: dict, device) -> dict:
-    """``{key: copy of value on device}`` as a user writes it: a dict comprehension."""
+    """`{key: copy of value on device}` as a user writes it: a dict comprehension."""
     return {key: value.copyto(device) for key, value in leaves.items()}
 
 
 def native_copy_lists(nest: dict, device) -> dict:
-    """``{key: [copies on device]}`` for a dict of lists of tensors, written out by hand."""
+    """`{key: [copies on device]}` for a dict of lists of tensors, written out by hand."""
     return {key: [value.copyto(device) for value in values] for key, values in nest.items()}

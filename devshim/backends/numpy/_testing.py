@@ -1,9 +1,9 @@
-"""NumPy arithmetic on host copies, for ``ds.testing``: closeness, default tolerances, finite
-differences. Loaded only by ``devshim.testing`` (which may not import NumPy itself: the
+"""NumPy arithmetic on host copies, for `ds.testing`: closeness, default tolerances, finite
+differences. Loaded only by `devshim.testing` (which may not import NumPy itself: the
 layers keep frameworks, NumPy included, inside backend packages).
 
-Every value here is a NumPy array already on the host: ``ds.testing`` reads tensors through
-devshim's transfer door (``devshim.transfer.to_host``), an explicit copy.
+Every value here is a NumPy array already on the host: `ds.testing` reads tensors through
+devshim's transfer door (`devshim.transfer.to_host`), an explicit copy.
 
 Example:
     >>> from devshim.backends.numpy import _testing
@@ -23,7 +23,7 @@ __all__ = [
     "same_bytes", "changed_count", "allowed_difference", "largest_magnitude", "is_finite_number",
 ]
 
-#: dtype name -> (rtol, atol) ``assert_allclose`` uses when none is given: about two units in
+#: dtype name -> (rtol, atol) `assert_allclose` uses when none is given: about two units in
 #: the last place for the half-precision types, looser than that for float32 (sums taken in
 #: another order on another device), near NumPy's own rtol for float64.
 TOLERANCES = {
@@ -34,11 +34,11 @@ TOLERANCES = {
     "float8_e4m3fn": (0.25, 1e-2), "float8_e4m3fnuz": (0.25, 1e-2), "float8_e4m3b11fnuz": (0.25, 1e-2),
     "float8_e5m2": (0.5, 1e-2), "float8_e5m2fnuz": (0.5, 1e-2),
 }
-#: dtype name -> the rtol ``check_backward`` uses when none is given, by the least precise dtype
+#: dtype name -> the rtol `check_backward` uses when none is given, by the least precise dtype
 #: of the check (inputs, outputs, the numerical pass). The autodiff and the central differences
 #: agree to about the dtype's rounding of the gradient's own arithmetic (a few units in the last
-#: place, more through deep graphs) plus the differences' truncation error, ``eps**2`` relative.
-#: The rounding of ``f``'s outputs is not in it: ``check_backward`` adds that, measured.
+#: place, more through deep graphs) plus the differences' truncation error, `eps**2` relative.
+#: The rounding of `f`'s outputs is not in it: `check_backward` adds that, measured.
 GRADIENT_RTOL = {
     "float64": 1e-4, "float32": 1e-2, "float16": 5e-2, "bfloat16": 1e-1,
     "float8_e4m3fn": 0.25, "float8_e4m3fnuz": 0.25, "float8_e4m3b11fnuz": 0.25, "float8_e5m2": 0.5,
@@ -47,7 +47,7 @@ GRADIENT_RTOL = {
 #: How many roundings at the inputs' precision the noise of a central difference allows for
 #: before each output's own last rounding: reductions and a few operations round several times.
 NOISE_FACTOR = 15.0
-#: ``unit_roundoff``'s answers by dtype object (a dtype's name is slow to read in a loop).
+#: `unit_roundoff`'s answers by dtype object (a dtype's name is slow to read in a loop).
 _ROUNDOFF_BY_DTYPE: dict = {}
 #: Unit roundoff (half the spacing of the values at 1) of each floating dtype.
 _UNIT_ROUNDOFF = {
@@ -63,7 +63,7 @@ _EPSILON = {"float64": 2.0 ** -52, "float32": 2.0 ** -23, "float16": 2.0 ** -10,
 
 
 def host_array(value) -> "np.ndarray":
-    """``value`` (a NumPy array, NumPy scalar, Python number or a list of them) as a NumPy array.
+    """`value` (a NumPy array, NumPy scalar, Python number or a list of them) as a NumPy array.
 
     Example:
         >>> host_array(2.0).shape
@@ -73,7 +73,7 @@ def host_array(value) -> "np.ndarray":
 
 
 def is_scalar(value) -> bool:
-    """Whether ``value`` is a Python or NumPy scalar (which ``assert_allclose`` broadcasts).
+    """Whether `value` is a Python or NumPy scalar (which `assert_allclose` broadcasts).
 
     Example:
         >>> is_scalar(np.float32(1)), is_scalar(np.ones(1))
@@ -83,7 +83,7 @@ def is_scalar(value) -> bool:
 
 
 def dtype_name(array) -> str:
-    """``array``'s dtype as NumPy (and ml_dtypes) name it.
+    """`array`'s dtype as NumPy (and ml_dtypes) name it.
 
     Example:
         >>> dtype_name(np.ones(2, np.float32))
@@ -93,7 +93,7 @@ def dtype_name(array) -> str:
 
 
 def is_floating(array) -> bool:
-    """Whether ``array`` holds real floating-point numbers (bfloat16 and float8 included).
+    """Whether `array` holds real floating-point numbers (bfloat16 and float8 included).
 
     Example:
         >>> is_floating(np.ones(2)), is_floating(np.arange(2))
@@ -104,7 +104,7 @@ def is_floating(array) -> bool:
 
 def default_tolerances(dtypes: list, table: dict = TOLERANCES) -> tuple:
     """(rtol, atol, dtype name) for comparing values of these dtypes: the least precise
-    floating dtype's row of ``table``, float64's where there is none but a Python float,
+    floating dtype's row of `table`, float64's where there is none but a Python float,
     (0, 0) for integers and booleans only.
 
     Example:
@@ -138,7 +138,7 @@ class Mismatch:
         self.actual, self.desired = actual, desired
 
     def value_at(self, index: tuple, names: tuple = ("actual", "desired")) -> str:
-        """``actual x, desired y`` at ``index`` (``names`` for the two sides)."""
+        """`actual x, desired y` at `index` (`names` for the two sides)."""
         # str(): a NumPy scalar's shortest repr in its own dtype (format() would widen it to float)
         return f"{names[0]} {str(self.actual[index])}, {names[1]} {str(self.desired[index])}"
 
@@ -150,9 +150,9 @@ def _wide(array, complex_: bool):
 
 
 def mismatch(actual, desired, rtol: float, atol: float, equal_nan: bool):
-    """A ``Mismatch`` where ``|actual - desired| > atol + rtol * |desired|`` anywhere (NumPy's
+    """A `Mismatch` where `|actual - desired| > atol + rtol * |desired|` anywhere (NumPy's
     rule, in float64 or complex128; equal infinities match, NaN matches NaN with
-    ``equal_nan``; integers and booleans without a tolerance compared exactly), else None. The shapes are equal,
+    `equal_nan`; integers and booleans without a tolerance compared exactly), else None. The shapes are equal,
     or one side is 0-d.
 
     Example:
@@ -203,8 +203,8 @@ def float64_copy(array):
 
 
 def rounded_steps(value: float, eps: float, dtype) -> tuple:
-    """``(value + eps, value - eps, step)``, both rounded to ``dtype`` as the input holds them
-    (Python floats), and ``step`` the exact distance between the two after rounding.
+    """`(value + eps, value - eps, step)`, both rounded to `dtype` as the input holds them
+    (Python floats), and `step` the exact distance between the two after rounding.
 
     Example:
         >>> rounded_steps(1.0, 1e-3, np.dtype("float64"))
@@ -216,7 +216,7 @@ def rounded_steps(value: float, eps: float, dtype) -> tuple:
 
 
 def suggested_eps(value: float, dtype) -> float:
-    """An ``eps`` large enough to move ``value`` by a few units in the last place of ``dtype``.
+    """An `eps` large enough to move `value` by a few units in the last place of `dtype`.
 
     Example:
         >>> suggested_eps(1.0, np.dtype("float16"))
@@ -227,7 +227,7 @@ def suggested_eps(value: float, dtype) -> float:
 
 
 def with_element(array, index: tuple, value: float):
-    """A copy of ``array`` with ``array[index] = value``.
+    """A copy of `array` with `array[index] = value`.
 
     Example:
         >>> with_element(np.zeros(2), (1,), 3.0)
@@ -249,7 +249,7 @@ def zeros(shape: tuple):
 
 
 def cast(array, dtype):
-    """``array`` as ``dtype`` (a NumPy or ml_dtypes dtype), in new memory.
+    """`array` as `dtype` (a NumPy or ml_dtypes dtype), in new memory.
 
     Example:
         >>> cast(np.ones(2), np.dtype("float32")).dtype
@@ -259,7 +259,7 @@ def cast(array, dtype):
 
 
 def uniform(shape: tuple, dtype, seed):
-    """Values drawn uniformly from [-1, 1) with ``seed`` (an int or a tuple of ints), as ``dtype``.
+    """Values drawn uniformly from [-1, 1) with `seed` (an int or a tuple of ints), as `dtype`.
 
     Example:
         >>> uniform((2,), np.dtype("float32"), 0).dtype
@@ -269,7 +269,7 @@ def uniform(shape: tuple, dtype, seed):
 
 
 def element_indices(shape: tuple):
-    """Every index of an array of ``shape``, in C order.
+    """Every index of an array of `shape`, in C order.
 
     Example:
         >>> list(element_indices((2,)))
@@ -279,7 +279,7 @@ def element_indices(shape: tuple):
 
 
 def python_value(array, index: tuple) -> float:
-    """The element at ``index`` as a Python float.
+    """The element at `index` as a Python float.
 
     Example:
         >>> python_value(np.array([1.5], np.float32), (0,))
@@ -292,7 +292,7 @@ def python_value(array, index: tuple) -> float:
 
 
 def unit_roundoff(dtype) -> float:
-    """Half the spacing of ``dtype``'s values at 1 (0 for integers and booleans: they are exact).
+    """Half the spacing of `dtype`'s values at 1 (0 for integers and booleans: they are exact).
 
     Example:
         >>> unit_roundoff(np.dtype("float32"))
@@ -305,8 +305,8 @@ def unit_roundoff(dtype) -> float:
 
 
 def float_dtype(value):
-    """``value`` (a NumPy dtype or type, a dtype's name, or a framework's dtype object such as
-    ``torch.float32`` or ``tf.float32``) as a real floating NumPy (or ml_dtypes) dtype; None
+    """`value` (a NumPy dtype or type, a dtype's name, or a framework's dtype object such as
+    `torch.float32` or `tf.float32`) as a real floating NumPy (or ml_dtypes) dtype; None
     when it names none.
 
     Example:
@@ -339,7 +339,7 @@ def _dtype_named(name):
 
 
 def is_half(dtype) -> bool:
-    """Whether ``dtype`` is less precise than float32 (float16, bfloat16, the float8 types).
+    """Whether `dtype` is less precise than float32 (float16, bfloat16, the float8 types).
 
     Example:
         >>> is_half(np.dtype("float16")), is_half(np.dtype("float32"))
@@ -350,7 +350,7 @@ def is_half(dtype) -> bool:
 
 def gradient_rtol(dtypes: list) -> tuple:
     """(rtol, dtype name) for a gradient check over values of these dtypes: the least precise
-    floating one's ``GRADIENT_RTOL``.
+    floating one's `GRADIENT_RTOL`.
 
     Example:
         >>> gradient_rtol(["float64", "float32"])
@@ -362,11 +362,11 @@ def gradient_rtol(dtypes: list) -> tuple:
 
 
 def loss_difference(outputs_plus: list, outputs_minus: list, grad_outputs: list, roundoff: float = 0.0) -> tuple:
-    """``(sum((y+ - y-) * gy), noise, changed)`` over every output (those whose ``gy`` is None
-    left out), in float64. ``noise`` bounds the rounding of the outputs that changed: each
-    rounded once to its dtype (unit roundoff ``u``), after up to ``NOISE_FACTOR`` roundings in
-    the arithmetic before, at ``roundoff`` (the inputs' unit roundoff; at most ``u``):
-    ``(u + NOISE_FACTOR * min(u, roundoff)) * |gy| * (|y+| + |y-|)``. ``changed``: whether any
+    """`(sum((y+ - y-) * gy), noise, changed)` over every output (those whose `gy` is None
+    left out), in float64. `noise` bounds the rounding of the outputs that changed: each
+    rounded once to its dtype (unit roundoff `u`), after up to `NOISE_FACTOR` roundings in
+    the arithmetic before, at `roundoff` (the inputs' unit roundoff; at most `u`):
+    `(u + NOISE_FACTOR * min(u, roundoff)) * |gy| * (|y+| + |y-|)`. `changed`: whether any
     output moved.
 
     Example:
@@ -391,7 +391,7 @@ def loss_difference(outputs_plus: list, outputs_minus: list, grad_outputs: list,
 
 
 def loss(outputs: list, grad_outputs: list) -> float:
-    """``sum(y * gy)`` over every output whose ``gy`` is not None, in float64.
+    """`sum(y * gy)` over every output whose `gy` is not None, in float64.
 
     Example:
         >>> loss([np.ones(2)], [np.full(2, 0.5)])
@@ -406,7 +406,7 @@ def loss(outputs: list, grad_outputs: list) -> float:
 
 
 def allowed_difference(numerical, noise, rtol: float, atol: float):
-    """``atol + rtol * |numerical| + noise``, element by element, in float64.
+    """`atol + rtol * |numerical| + noise`, element by element, in float64.
 
     Example:
         >>> allowed_difference(np.ones(2), np.zeros(2), 0.1, 0.0)
@@ -416,8 +416,8 @@ def allowed_difference(numerical, noise, rtol: float, atol: float):
 
 
 def gradient_mismatch(autodiff, numerical, allowed, limit: int) -> tuple:
-    """``(Mismatch or None, worst)``: where ``|autodiff - numerical| > allowed`` (NaN on either
-    side included), and the indices of up to ``limit`` such elements, greatest difference first.
+    """`(Mismatch or None, worst)`: where `|autodiff - numerical| > allowed` (NaN on either
+    side included), and the indices of up to `limit` such elements, greatest difference first.
 
     Example:
         >>> found, worst = gradient_mismatch(np.zeros(2), np.ones(2), np.full(2, 0.5), 8)
@@ -461,7 +461,7 @@ def changed_count(before, after) -> int:
 
 
 def largest_magnitude(array) -> float:
-    """The greatest ``|element|`` of ``array``, NaN left out (0 when there is none).
+    """The greatest `|element|` of `array`, NaN left out (0 when there is none).
 
     Example:
         >>> largest_magnitude(np.array([1.0, -3.0, np.nan]))
@@ -473,7 +473,7 @@ def largest_magnitude(array) -> float:
 
 
 def is_finite_number(value) -> bool:
-    """Whether ``value`` is a real number (int or float, not bool) that is finite.
+    """Whether `value` is a real number (int or float, not bool) that is finite.
 
     Example:
         >>> is_finite_number(1e-3), is_finite_number(float("nan")), is_finite_number(True)

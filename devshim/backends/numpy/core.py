@@ -1,19 +1,19 @@
 """NumPy's device contract: one device, the host CPU.
 
-The native device is the string ``"cpu"``, which NumPy 2's ``device=``
-arguments accept (``np.ones(2, device=ds.cpu())``). NumPy cannot present
+The native device is the string `"cpu"`, which NumPy 2's `device=`
+arguments accept (`np.ones(2, device=ds.cpu())`). NumPy cannot present
 virtual devices: every array lives in the same host memory, so "distinct"
 devices would be a fiction, and devshim refuses rather than fake them.
 
 NumPy has no GPU, and a NumPy array is every framework's input: sent to another
 framework's device, it becomes that framework's tensor there, new storage, as
-``jax.device_put`` and ``torch.tensor(x, device=...)`` do. A framework's own
-device object (``torch.device``, a JAX ``Device``, a ``cupy.cuda.Device``, ...)
-names that framework, on the CPU as on a GPU; a GPU spec (``"gpu:1"``) names the
+`jax.device_put` and `torch.tensor(x, device=...)` do. A framework's own
+device object (`torch.device`, a JAX `Device`, a `cupy.cuda.Device`, ...)
+names that framework, on the CPU as on a GPU; a GPU spec (`"gpu:1"`) names the
 selected backend's GPU, and under the numpy and cupy backends CuPy's, NumPy's
-*accelerator partner* (as Chainer's ``to_gpu``). Host specs (``"cpu"``, NumPy's
+*accelerator partner* (as Chainer's `to_gpu`). Host specs (`"cpu"`, NumPy's
 own device) keep a NumPy array. Everything else about NumPy stays host-only:
-``ds.gpu(backend="numpy")`` still refuses. docs/tensors.md has the whole table.
+`ds.gpu(backend="numpy")` still refuses. docs/tensors.md has the whole table.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ _copy = methodcaller("copy")
 
 class Landing:
     """Where a NumPy array sent to another framework's device goes: that framework's adapter and
-    native device (what ``NumpyBackend.target`` resolves such a device to). The copy there is a
+    native device (what `NumpyBackend.target` resolves such a device to). The copy there is a
     tensor of that framework.
 
     Example:
@@ -127,13 +127,13 @@ class NumpyBackend(Backend):
     # ------------------------------------------------------------ other frameworks' devices
 
     def target(self, spec):
-        """The host for host specs; for another framework's device, a ``Landing`` there.
+        """The host for host specs; for another framework's device, a `Landing` there.
 
-        A framework's own device object (``torch.device``, a JAX ``Device``, a TensorFlow device,
-        an MXNet ``Context``, a ``cupy.cuda.Device``), or a ``ds.Device`` of that framework, is
+        A framework's own device object (`torch.device`, a JAX `Device`, a TensorFlow device,
+        an MXNet `Context`, a `cupy.cuda.Device`), or a `ds.Device` of that framework, is
         where the array becomes that framework's tensor, on the CPU as on a GPU. A GPU spec
-        (``"gpu:1"``, ``"cuda:0"``) names the selected backend's GPU (CuPy's under the numpy and
-        cupy backends, as Chainer's ``to_gpu``). ``device()`` stays host-only.
+        (`"gpu:1"`, `"cuda:0"`) names the selected backend's GPU (CuPy's under the numpy and
+        cupy backends, as Chainer's `to_gpu`). `device()` stays host-only.
         """
         try:
             return self._targets[spec]
@@ -154,7 +154,7 @@ class NumpyBackend(Backend):
         return native
 
     def _owner_of(self, spec):
-        """The adapter of the framework whose device object (or ``ds.Device``) ``spec`` is, when
+        """The adapter of the framework whose device object (or `ds.Device`) `spec` is, when
         that framework is not NumPy; None for NumPy's own and for spec strings."""
         if type(spec) is str:
             return None
@@ -205,8 +205,8 @@ class NumpyBackend(Backend):
         return False
 
     def _land(self, x, landing):
-        """``x``'s values as a new tensor of ``landing``'s framework on its device (through the
-        framework's ``interop.from_host``, which takes a fresh array in native byte order)."""
+        """`x`'s values as a new tensor of `landing`'s framework on its device (through the
+        framework's `interop.from_host`, which takes a fresh array in native byte order)."""
         from devshim.backends.registry import interop
 
         owner = landing.adapter

@@ -1,10 +1,10 @@
-"""``ds.convert``'s side of NumPy (the contract: ``devshim.backends.interop_base.Interop``,
-which lists what every backend's optional ``interop.py`` provides).
+"""`ds.convert`'s side of NumPy (the contract: `devshim.backends.interop_base.Interop`,
+which lists what every backend's optional `interop.py` provides).
 
-NumPy arrays export through NumPy's own ``__dlpack__``; NumPy before 2.0 marks every array it
+NumPy arrays export through NumPy's own `__dlpack__`; NumPy before 2.0 marks every array it
 imports through DLPack read-only. A read-only array is never
 shared: DLPack's capsule cannot say "read-only", so the importer would get writable
-memory (``ds.convert`` copies it, or refuses under ``copy=False``).
+memory (`ds.convert` copies it, or refuses under `copy=False`).
 
 Example:
     >>> ds.backends.interop("numpy").export(ds.get_backend("numpy"), np.ones(3)).__dlpack_device__()
@@ -22,7 +22,7 @@ __all__ = ["NumpyInterop"]
 
 
 class NumpyInterop(Interop):
-    """NumPy's side of ``ds.convert`` (the contract: ``devshim.backends.interop_base.Interop``).
+    """NumPy's side of `ds.convert` (the contract: `devshim.backends.interop_base.Interop`).
 
     Example:
         >>> ds.backends.interop("numpy").immutable
@@ -32,7 +32,7 @@ class NumpyInterop(Interop):
     immutable = False
 
     def export(self, adapter, x):
-        """``x`` as a DLPack producer (a 0-d array for NumPy scalars).
+        """`x` as a DLPack producer (a 0-d array for NumPy scalars).
 
         Example:
             >>> export(adapter, np.ones(2)) is not None
@@ -47,7 +47,7 @@ class NumpyInterop(Interop):
         return x
 
     def adopt(self, adapter, obj, native, immutable: bool):
-        """A NumPy array sharing ``obj``'s host memory (read-only when the source is immutable).
+        """A NumPy array sharing `obj`'s host memory (read-only when the source is immutable).
 
         Example:
             >>> adopt(adapter, torch.ones(2), "cpu", False)
@@ -62,7 +62,7 @@ class NumpyInterop(Interop):
         return y
 
     def from_host(self, adapter, array, native):
-        """``array`` itself: it is already a fresh NumPy copy.
+        """`array` itself: it is already a fresh NumPy copy.
 
         Example:
             >>> from_host(adapter, np.ones(2), "cpu")
@@ -71,7 +71,7 @@ class NumpyInterop(Interop):
         return array
 
     def pointer(self, adapter, x):
-        """The address of ``x``'s first element.
+        """The address of `x`'s first element.
 
         Example:
             >>> pointer(adapter, np.ones(2)) > 0

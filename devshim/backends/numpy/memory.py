@@ -1,8 +1,8 @@
 """NumPy's memory figures: the host's (NumPy has no other device), and its out-of-memory error.
 
 The CPU's record is the process's resident memory and peak and the machine's total and
-available memory (``memory_base.host_figures``). NumPy runs out of memory with a
-``MemoryError`` (``numpy.core._exceptions._ArrayMemoryError``, a subclass).
+available memory (`memory_base.host_figures`). NumPy runs out of memory with a
+`MemoryError` (`numpy.core._exceptions._ArrayMemoryError`, a subclass).
 """
 
 from __future__ import annotations

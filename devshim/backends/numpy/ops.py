@@ -1,4 +1,4 @@
-"""The operations ``devshim bench`` needs, in NumPy (imported only when an experiment runs)."""
+"""The operations `devshim bench` needs, in NumPy (imported only when an experiment runs)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ _rng = np.random.default_rng(0)
 
 
 def rand(shape, device):
-    """float32 normal samples of ``shape`` on ``device`` (the host)."""
+    """float32 normal samples of `shape` on `device` (the host)."""
     return _rng.standard_normal(shape, dtype=np.float32)
 
 
@@ -17,7 +17,7 @@ add = np.add
 
 
 def norm(x):
-    """The Frobenius norm, left where ``x`` is."""
+    """The Frobenius norm, left where `x` is."""
     return np.linalg.norm(x)
 
 
@@ -30,7 +30,7 @@ def concat(xs):
 
 
 def split(x, sections):
-    """``x`` split along axis 0 into pieces of the given sizes."""
+    """`x` split along axis 0 into pieces of the given sizes."""
     bounds = np.cumsum(sections)[:-1]
     return np.split(x, bounds)
 
@@ -41,7 +41,7 @@ def item(x):
 
 
 def from_numpy(values, device):
-    """A copy of NumPy array ``values`` (NumPy's only device is the host)."""
+    """A copy of NumPy array `values` (NumPy's only device is the host)."""
     return np.array(values, copy=True)
 
 
@@ -49,8 +49,8 @@ def from_numpy(values, device):
 
 
 def native_calls(x, device) -> dict:
-    """What a user writes without devshim, as the timed callables of ``devshim bench overhead``:
-    ``device_of``, ``copy_if_needed`` and ``to_device`` of ``x`` to ``device``, each the
+    """What a user writes without devshim, as the timed callables of `devshim bench overhead`:
+    `device_of`, `copy_if_needed` and `to_device` of `x` to `device`, each the
     framework's own expression written inline (no helper call in the baseline).
 
     Example:
@@ -65,10 +65,10 @@ def native_calls(x, device) -> dict:
 
 
 def native_copy_dict(leaves: dict, device) -> dict:
-    """``{key: copy of value on device}`` as a user writes it: a dict comprehension."""
+    """`{key: copy of value on device}` as a user writes it: a dict comprehension."""
     return {key: value.copy() for key, value in leaves.items()}
 
 
 def native_copy_lists(nest: dict, device) -> dict:
-    """``{key: [copies on device]}`` for a dict of lists of tensors, written out by hand."""
+    """`{key: [copies on device]}` for a dict of lists of tensors, written out by hand."""
     return {key: [value.copy() for value in values] for key, values in nest.items()}

@@ -1,4 +1,4 @@
-"""The TensorFlow backend: devices are ``TFDevice`` values that are also ``with`` scopes;
+"""The TensorFlow backend: devices are `TFDevice` values that are also `with` scopes;
 virtual devices are logical CPUs configured before TensorFlow initialises."""
 
 from devshim.backends.spec import BackendSpec

@@ -1,13 +1,13 @@
 """The private TensorFlow and Keras names the tensorflow backend uses, each behind a probe
-(``devshim.backends.probes``).
+(`devshim.backends.probes`).
 
 The backend's modules ask these probes and name no internal themselves. Each probe says
 which feature needs the name and what that feature does without it; on a release that
-moved one, its first use issues one ``FrameworkInternalWarning``. The canary tests
-(``tests/test_internals.py``) fail in CI the day a release moves one.
+moved one, its first use issues one `FrameworkInternalWarning`. The canary tests
+(`tests/test_internals.py`) fail in CI the day a release moves one.
 
-The transfer guard's (``guard.py``) are TensorFlow's own Python-level entry points, which TF's
-public API (``tf.*``) does not expose: the eager tensor's one reading method, the eager tensor
+The transfer guard's (`guard.py`) are TensorFlow's own Python-level entry points, which TF's
+public API (`tf.*`) does not expose: the eager tensor's one reading method, the eager tensor
 class, and the two functions every eager op goes through.
 """
 

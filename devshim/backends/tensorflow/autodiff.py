@@ -1,8 +1,8 @@
-"""TensorFlow's autodiff for ``ds.testing``'s gradient checks: a ``tf.GradientTape`` watching
-the inputs (which runs a ``tf.custom_gradient`` function's own gradient), two nested tapes
-for second order. Only ``tf.Variable``\\ s can be changed in place, so ``numerical_grad``
-calls a function of plain tensors with the inputs as arguments; a variable input reaches ``f``
-as a variable (a copy). ``IndexedSlices`` gradients (``tf.gather``) come back dense."""
+"""TensorFlow's autodiff for `ds.testing`'s gradient checks: a `tf.GradientTape` watching
+the inputs (which runs a `tf.custom_gradient` function's own gradient), two nested tapes
+for second order. Only `tf.Variable`\\ s can be changed in place, so `numerical_grad`
+calls a function of plain tensors with the inputs as arguments; a variable input reaches `f`
+as a variable (a copy). `IndexedSlices` gradients (`tf.gather`) come back dense."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def _gradients(tape, outputs: list, inputs: list, grad_outputs: list, unconnecte
 
 
 class TensorFlowAutodiff(Autodiff):
-    """``tape.gradient`` of ``f``'s outputs with respect to its inputs.
+    """`tape.gradient` of `f`'s outputs with respect to its inputs.
 
     Example:
         >>> outputs, pullback = TensorFlowAutodiff().vjp(lambda x: [tf.exp(x)], (tf.zeros(2),))

@@ -1,21 +1,21 @@
 """TensorFlow's device contract.
 
-Native devices are ``TFDevice`` values: immutable, hashable, printed as
-TensorFlow names ("/GPU:0"), and usable as ``with`` blocks that open a
-``tf.device`` scope, the way TensorFlow code places new tensors::
+Native devices are `TFDevice` values: immutable, hashable, printed as
+TensorFlow names ("/GPU:0"), and usable as `with` blocks that open a
+`tf.device` scope, the way TensorFlow code places new tensors::
 
     with ds.try_gpu():
         X = tf.ones((2, 3))
 
-Tensors are ``tf.Tensor`` and ``tf.Variable``, composite tensors
-(``tf.RaggedTensor``, ``tf.SparseTensor``, ``tf.IndexedSlices`` and other
-``CompositeTensor`` types: moved component by component, keeping their type)
+Tensors are `tf.Tensor` and `tf.Variable`, composite tensors
+(`tf.RaggedTensor`, `tf.SparseTensor`, `tf.IndexedSlices` and other
+`CompositeTensor` types: moved component by component, keeping their type)
 and Keras 3 variables on the TensorFlow backend (moved through their value).
 
-Virtual devices follow ``devshim.backends.virtual``: with
-``DEVSHIM_VIRTUAL_DEVICES=N`` the host CPU is split into N + 1 logical CPU
-devices before TensorFlow initialises; ``/CPU:0`` stays the host and virtual
-``gpu:i`` is ``/CPU:{i+1}``.
+Virtual devices follow `devshim.backends.virtual`: with
+`DEVSHIM_VIRTUAL_DEVICES=N` the host CPU is split into N + 1 logical CPU
+devices before TensorFlow initialises; `/CPU:0` stays the host and virtual
+`gpu:i` is `/CPU:{i+1}`.
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ from devshim.errors import (
 
 
 class TFDevice(str):
-    """A TensorFlow device name that is also a ``tf.device`` scope.
+    """A TensorFlow device name that is also a `tf.device` scope.
 
     The value is the canonical name ("/GPU:0"), so TensorFlow takes it
-    wherever it takes a device string (``tf.device(dev)``), and it prints,
-    hashes and compares as that name. Each ``with`` opens its own
-    ``tf.device`` scope, so the same object can be nested and re-entered, in
+    wherever it takes a device string (`tf.device(dev)`), and it prints,
+    hashes and compares as that name. Each `with` opens its own
+    `tf.device` scope, so the same object can be nested and re-entered, in
     any thread.
 
     Example:
@@ -463,7 +463,7 @@ _DENSE_ADVICE = {
 
 def _too_late(count: int, configured: int) -> BackendError:
     """Virtual GPUs asked for after TensorFlow started its devices: the remedy is to ask devshim
-    first (the variable, when it was set, was set in time); ``configured`` virtual GPUs were
+    first (the variable, when it was set, was set in time); `configured` virtual GPUs were
     set up already (the number cannot change then)."""
     from_environment = settings.virtual_devices_from_environment()
     asked = (f"{settings.VIRTUAL_DEVICES_VAR}={count} asks" if from_environment

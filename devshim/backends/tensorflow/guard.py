@@ -1,23 +1,23 @@
 """The transfer guard's hooks for TensorFlow (eager execution).
 
-Host reads: every way of reading an eager tensor on the host (``t.numpy()``,
-``float(t)``, ``int(t)``, ``bool(t)``, ``np.asarray(t)``, ``print(t)``,
+Host reads: every way of reading an eager tensor on the host (`t.numpy()`,
+`float(t)`, `int(t)`, `bool(t)`, `np.asarray(t)`, `print(t)`,
 f-strings, pickling) goes through one method of TensorFlow's eager tensor
-base class, which is replaced while some guard is active. ``memoryview(t)``
+base class, which is replaced while some guard is active. `memoryview(t)`
 reads the buffer directly and is not seen.
 
 Op inputs: TensorFlow copies an op's inputs to the op's device without a
 word: the device scope's, or without a scope its own pick (GPU 0 when there
-is one, else ``/CPU:0``; an op with a variable input runs on the variable's
+is one, else `/CPU:0`; an op with a variable input runs on the variable's
 device). The two calls every eager op goes through (the generated ops' fast
-path and ``execute``) are wrapped while a guard is active, and each input on
+path and `execute`) are wrapped while a guard is active, and each input on
 another device than the op's is reported (under "log" once the op ran: one TensorFlow
 refuses, or that fails, is not counted), for ops with one tensor input
-(``tf.exp(x)``, ``x * 2``) as for those with several. Python scalars, 0-d host tensors
+(`tf.exp(x)`, `x * 2`) as for those with several. Python scalars, 0-d host tensors
 and int32 tensors wherever placed (TensorFlow keeps shapes and indices in host
 memory even on a GPU) are not transfers, and reading an int32 tensor is no
-device-to-host read. ``tf.identity`` and copies devshim makes are
-explicit. Ops inside a ``tf.function`` are placed by TensorFlow's graph
+device-to-host read. `tf.identity` and copies devshim makes are
+explicit. Ops inside a `tf.function` are placed by TensorFlow's graph
 runtime and are not seen one by one.
 """
 
@@ -47,7 +47,7 @@ _READERS = {
     "__array__": "np.asarray(t)",
     "__format__": "formatting t (f-string, str.format)",
     "__reduce__": "pickling t",
-    # and TensorFlow's functions that print a tensor (``_internals``): "print(t) / repr(t)"
+    # and TensorFlow's functions that print a tensor (`_internals`): "print(t) / repr(t)"
 }
 # Ops that are copies the user asked for, and function calls whose ops TensorFlow places itself.
 _EXPLICIT_OPS = {"Identity", "IdentityN", "DeepCopy", "CopyToDevice"}
@@ -58,7 +58,7 @@ class _NoEagerTensor:
     """Stands in for TensorFlow's eager tensor class on a release that moved it: no value is one."""
 
 
-# TensorFlow's entry points, from the probes (``_internals``): found once, here, when the guard loads.
+# TensorFlow's entry points, from the probes (`_internals`): found once, here, when the guard loads.
 _NUMPY = _internals.EAGER_NUMPY.get()  # Slot(_EagerTensorBase, "_numpy"): every host read goes through it
 _EagerTensor = _internals.EAGER_TENSOR.get()  # (no tensor made here: that would start TensorFlow's runtime)
 _OP_ENTRY_POINTS = _internals.OP_ENTRY_POINTS.get() if _EagerTensor is not None else None
@@ -201,14 +201,14 @@ _MIXED = re.compile(r"Tensors on conflicting devices|located in device \S+ from 
 
 
 class TensorFlowGuardHooks(GuardHooks):
-    """TensorFlow's transfer-guard hooks (the contract: ``devshim.guard.hooks.GuardHooks``).
+    """TensorFlow's transfer-guard hooks (the contract: `devshim.guard.hooks.GuardHooks`).
 
     Example:
         >>> ds.backends.guard_hooks("tensorflow").install()
     """
 
     def install(self) -> None:
-        """Wrap the reading method and the two op entry points (``uninstall``: the base's restore)."""
+        """Wrap the reading method and the two op entry points (`uninstall`: the base's restore)."""
         global _place, _default_name
         backend = load_backend("tensorflow")  # may load the backend, which may install: check after
         if self.patched():
@@ -223,7 +223,7 @@ class TensorFlowGuardHooks(GuardHooks):
 
     def enter_block(self, state) -> None:
         """Nothing to set (TensorFlow's device policy is the user's); following every block
-        is what lets ``translate`` see the errors leaving it."""
+        is what lets `translate` see the errors leaving it."""
 
     def translate(self, error):
         return mixed_devices_refused("TensorFlow", error, tf.errors.OpError, _MIXED)

@@ -1,7 +1,7 @@
-"""``ds.convert`` for TensorFlow (the contract: ``devshim.backends.interop_base.Interop``).
+"""`ds.convert` for TensorFlow (the contract: `devshim.backends.interop_base.Interop`).
 
-Eager tensors export through ``tf.experimental.dlpack.to_dlpack`` and import through
-``from_dlpack``, which takes dense row-major buffers only (a transposed torch view is
+Eager tensors export through `tf.experimental.dlpack.to_dlpack` and import through
+`from_dlpack`, which takes dense row-major buffers only (a transposed torch view is
 copied). TensorFlow tensors are immutable: a zero-copy NumPy view of one is read-only;
 a torch or MXNet tensor sharing one is writable, and writing through it changes the
 TensorFlow tensor (don't). Variables, composite and symbolic tensors are copied.
@@ -26,7 +26,7 @@ _KDLCPU = 1
 
 
 class TensorFlowInterop(Interop):
-    """TensorFlow's side of ``ds.convert`` (the contract: ``devshim.backends.interop_base.Interop``).
+    """TensorFlow's side of `ds.convert` (the contract: `devshim.backends.interop_base.Interop`).
 
     Example:
         >>> ds.backends.interop("tensorflow").immutable
@@ -56,7 +56,7 @@ class TensorFlowInterop(Interop):
         return CapsuleProducer(capsule, device)
 
     def adopt(self, adapter, obj, native, immutable: bool):
-        """``tf.experimental.dlpack.from_dlpack`` of ``obj``'s capsule.
+        """`tf.experimental.dlpack.from_dlpack` of `obj`'s capsule.
 
         Example:
             >>> adopt(adapter, torch.ones(2), adapter.cpu(), False)
@@ -70,7 +70,7 @@ class TensorFlowInterop(Interop):
                                     f"{str(error).splitlines()[0] if str(error) else ''})") from None
 
     def from_host(self, adapter, array, native):
-        """A tensor on ``native`` holding ``array``'s values (made there with ``tf.identity``).
+        """A tensor on `native` holding `array`'s values (made there with `tf.identity`).
 
         Example:
             >>> from_host(adapter, np.ones(2), adapter.cpu())
@@ -104,7 +104,7 @@ class TensorFlowInterop(Interop):
             return None
 
     def host_device(self, adapter):
-        """TensorFlow's ``/CPU:0``.
+        """TensorFlow's `/CPU:0`.
 
         Example:
             >>> host_device(adapter)

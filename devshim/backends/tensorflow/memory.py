@@ -1,16 +1,16 @@
-"""TensorFlow's memory figures (``ds.memory``, ``ds.memory_peak``) and its out-of-memory error.
+"""TensorFlow's memory figures (`ds.memory`, `ds.memory_peak`) and its out-of-memory error.
 
-- GPUs: ``tf.config.experimental.get_memory_info``, the allocator's ``current`` (in use) and
-  ``peak`` (reset by ``reset_memory_stats``). TensorFlow says neither a GPU's size nor what is
+- GPUs: `tf.config.experimental.get_memory_info`, the allocator's `current` (in use) and
+  `peak` (reset by `reset_memory_stats`). TensorFlow says neither a GPU's size nor what is
   free on it, nor what its allocator holds beyond what is in use.
 - virtual GPUs (logical CPU devices, which share the one CPU allocator and keep no counts):
   the bytes of the live tensors and variables on each, found by a scan of the objects Python
   holds (tens of milliseconds in a large process). A buffer TensorFlow shares between tensors
-  (``tf.identity``, a reshape) counts once per tensor: TensorFlow does not say which share one.
-  Their size comes from ``DEVSHIM_VIRTUAL_MEMORY`` (reported, not enforced).
+  (`tf.identity`, a reshape) counts once per tensor: TensorFlow does not say which share one.
+  Their size comes from `DEVSHIM_VIRTUAL_MEMORY` (reported, not enforced).
 - the CPU: the process's and the machine's figures.
 
-Out of memory is ``tf.errors.ResourceExhaustedError``.
+Out of memory is `tf.errors.ResourceExhaustedError`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ _symbolic = getattr(tf, "is_symbolic_tensor", None) or (lambda t: type(t).__name
 
 
 def _size(x):
-    """Bytes of ``x``'s elements (a tensor, a variable, a Keras variable), or None."""
+    """Bytes of `x`'s elements (a tensor, a variable, a Keras variable), or None."""
     try:
         dtype = tf.as_dtype(x.dtype)
         if dtype in _NO_MEMORY:
@@ -39,7 +39,7 @@ def _size(x):
 
 
 def _holders(found: list):
-    """The live eager tensors and variables among ``found``, each variable's memory once (a
+    """The live eager tensors and variables among `found`, each variable's memory once (a
     distributed variable and its handle's own variable share it)."""
     handles = set()
     for obj in found:

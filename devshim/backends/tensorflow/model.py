@@ -3,28 +3,28 @@
 Keras creates a layer's weights when the layer is built, on the device scope in
 force at that moment, and TensorFlow cannot move a variable afterwards. So:
 
-- an unbuilt model is built under the target device when ``input_shape=`` (or
+- an unbuilt model is built under the target device when `input_shape=` (or
   the model itself) gives the shape; without one (D2L's
-  ``keras.Sequential([keras.layers.Dense(1)])``) it is placed for its first
-  call: the device is recorded on the model, its ``build`` runs under that
-  device when the first call builds it, and ``model_device`` answers the
+  `keras.Sequential([keras.layers.Dense(1)])`) it is placed for its first
+  call: the device is recorded on the model, its `build` runs under that
+  device when the first call builds it, and `model_device` answers the
   recorded device until then and the weights' device from then on;
 - a built model already there is returned as it is;
-- a built ``Sequential`` or functional model (``keras.Model(inputs, outputs)``,
-  which Keras 3 returns as a ``Functional``) elsewhere is cloned under the
-  target device (``keras.models.clone_model``) and given the original's weights
-  (``set_weights``). The clone is a new model: the original's optimizer and its
+- a built `Sequential` or functional model (`keras.Model(inputs, outputs)`,
+  which Keras 3 returns as a `Functional`) elsewhere is cloned under the
+  target device (`keras.models.clone_model`) and given the original's weights
+  (`set_weights`). The clone is a new model: the original's optimizer and its
   state are not carried over, so compile the clone. Subclassed models (a class
-  of your own deriving from ``keras.Model``, functional or not) may hold state a
+  of your own deriving from `keras.Model`, functional or not) may hold state a
   clone cannot reproduce, so devshim refuses them and says how to build them on
   the device instead.
 
 Splitting a model over devices by hooks is refused: Keras places weights at
 build time, per layer, under the scope in force then.
 
-Keras 2 models (``tf_keras``, what ``tf.keras`` is under ``TF_USE_LEGACY_KERAS=1``, and
-the ``keras`` of TensorFlow 2.15 and older) are recognised and refused by name
-(``FrameworkReleaseError``): devshim places Keras 3 models.
+Keras 2 models (`tf_keras`, what `tf.keras` is under `TF_USE_LEGACY_KERAS=1`, and
+the `keras` of TensorFlow 2.15 and older) are recognised and refused by name
+(`FrameworkReleaseError`): devshim places Keras 3 models.
 """
 
 from __future__ import annotations
@@ -41,13 +41,13 @@ from devshim.errors import FrameworkReleaseError, UnbuiltModelError, Unsupported
 
 
 def _keras():
-    """Keras 3, when it is imported (None for none, or for a Keras 2 named ``keras``)."""
+    """Keras 3, when it is imported (None for none, or for a Keras 2 named `keras`)."""
     keras = sys.modules.get("keras")
     return keras if keras is not None and (release("keras") or (3,)) >= (3,) else None
 
 
 def _keras2_layer(obj):
-    """The Keras 2 package (``tf_keras``, or a ``keras`` older than 3) ``obj`` is a layer of, or None."""
+    """The Keras 2 package (`tf_keras`, or a `keras` older than 3) `obj` is a layer of, or None."""
     for name in ("tf_keras", "keras"):
         module = sys.modules.get(name)
         if module is None or (release(name) or (3,)) >= (3,):
@@ -118,7 +118,7 @@ def _builders() -> tuple:
 
 
 def _place_for_first_call(model, native):
-    """Record ``native`` and make the model's next build (its first call) run under it."""
+    """Record `native` and make the model's next build (its first call) run under it."""
     if getattr(model, _ORIGINALS, None) is None:
         builders = _builders()
         originals = {name: vars(model).get(name, _MISSING) for name in builders}
@@ -153,7 +153,7 @@ def _forget_first_call(model) -> None:
 
 
 class KerasPlacement(ModelPlacement):
-    """Placement of Keras models (the contract: ``devshim.backends.model_base.ModelPlacement``).
+    """Placement of Keras models (the contract: `devshim.backends.model_base.ModelPlacement`).
 
     Example:
         >>> ds.backends.model_placement("tensorflow").is_model(net)

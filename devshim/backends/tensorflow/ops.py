@@ -1,4 +1,4 @@
-"""The operations ``devshim bench`` needs, in TensorFlow (imported only when an experiment runs).
+"""The operations `devshim bench` needs, in TensorFlow (imported only when an experiment runs).
 
 TensorFlow runs an op without a device scope on its default device (GPU 0, or
 the host), copying inputs there: each op here runs under the scope of its
@@ -20,7 +20,7 @@ def _where(x):
 
 
 def rand(shape, device):
-    """float32 normal samples of ``shape`` on ``device``."""
+    """float32 normal samples of `shape` on `device`."""
     with _scope(device):
         return tf.random.normal(shape)
 
@@ -52,7 +52,7 @@ def concat(xs):
 
 
 def split(x, sections):
-    """``x`` split along axis 0 into pieces of the given sizes."""
+    """`x` split along axis 0 into pieces of the given sizes."""
     with _where(x):
         return tf.split(x, list(sections), axis=0)
 
@@ -63,12 +63,12 @@ def item(x):
 
 
 def from_numpy(values, device):
-    """A tensor holding a copy of NumPy array ``values`` (its dtype and shape), made on ``device``."""
+    """A tensor holding a copy of NumPy array `values` (its dtype and shape), made on `device`."""
     with _scope(device):
         return tf.identity(tf.constant(values))
 
 
-# A small model and its forward pass, for ``devshim selftest``'s placement checks.
+# A small model and its forward pass, for `devshim selftest`'s placement checks.
 def small_model(n_in, n_out, seed=0):
     """An MLP (dense with ReLU, dense), built, with seeded weights (Keras is imported here)."""
     import keras
@@ -82,13 +82,13 @@ def small_model(n_in, n_out, seed=0):
 
 
 def forward(model, x):
-    """``model(x)`` under the scope of ``x``'s device, where its weights are meant to be."""
+    """`model(x)` under the scope of `x`'s device, where its weights are meant to be."""
     with _where(x):
         return model(x)
 
 def train_step(model, x, y, lr=0.01):
-    """One SGD step of ``model`` on squared error, under ``x``'s device: forward and gradient
-    (``tf.GradientTape``), then ``assign_sub``. Returns ``(loss, model)`` (``devshim bench memory``).
+    """One SGD step of `model` on squared error, under `x`'s device: forward and gradient
+    (`tf.GradientTape`), then `assign_sub`. Returns `(loss, model)` (`devshim bench memory`).
 
     Example:
         >>> loss, model = train_step(model, x, y)
@@ -112,8 +112,8 @@ def _identity_under(x, device):
 
 
 def native_calls(x, device) -> dict:
-    """What a user writes without devshim, as the timed callables of ``devshim bench overhead``:
-    ``device_of``, ``copy_if_needed`` and ``to_device`` of ``x`` to ``device``, each the
+    """What a user writes without devshim, as the timed callables of `devshim bench overhead`:
+    `device_of`, `copy_if_needed` and `to_device` of `x` to `device`, each the
     framework's own expression written inline (no helper call in the baseline).
 
     Example:
@@ -128,10 +128,10 @@ def native_calls(x, device) -> dict:
 
 
 def native_copy_dict(leaves: dict, device) -> dict:
-    """``{key: copy of value on device}`` as a user writes it: a dict comprehension."""
+    """`{key: copy of value on device}` as a user writes it: a dict comprehension."""
     return {key: _identity_under(value, device) for key, value in leaves.items()}
 
 
 def native_copy_lists(nest: dict, device) -> dict:
-    """``{key: [copies on device]}`` for a dict of lists of tensors, written out by hand."""
+    """`{key: [copies on device]}` for a dict of lists of tensors, written out by hand."""
     return {key: [_identity_under(value, device) for value in values] for key, values in nest.items()}

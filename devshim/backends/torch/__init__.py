@@ -1,7 +1,7 @@
 """The PyTorch backend. "gpu" is whichever accelerator this torch build has: CUDA (and
-ROCm), XPU, MPS, MTIA, or an out-of-tree device, found with ``torch.accelerator``. With
-``DEVSHIM_VIRTUAL_DEVICES=N`` it is N virtual GPUs, torch devices ``vgpu:0`` ... backed by
-host memory (the ``_virtual`` package)."""
+ROCm), XPU, MPS, MTIA, or an out-of-tree device, found with `torch.accelerator`. With
+`DEVSHIM_VIRTUAL_DEVICES=N` it is N virtual GPUs, torch devices `vgpu:0` ... backed by
+host memory (the `_virtual` package)."""
 
 from devshim.backends.spec import BackendSpec
 

@@ -1,8 +1,8 @@
 """torch.distributed, the way devshim uses it: the process group for this process's device
-(``ds.init_distributed``) and the cross-process level of ``ds.allreduce``.
+(`ds.init_distributed`) and the cross-process level of `ds.allreduce`.
 
-Imported only when one of those runs: ``import devshim`` and the device functions never
-import ``torch.distributed`` themselves.
+Imported only when one of those runs: `import devshim` and the device functions never
+import `torch.distributed` themselves.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ _HOST_TYPES = ("cpu", "meta", VIRTUAL_TYPE)
 
 
 def backend_for(native) -> str:
-    """torch.distributed's backend for a process whose device is ``native``.
+    """torch.distributed's backend for a process whose device is `native`.
 
     gloo for the CPU and devshim's virtual GPUs; for an accelerator, torch's default
     backend for it (nccl for CUDA and ROCm, xccl for XPU, ...) for its tensors, with gloo
     for CPU tensors beside it ("cpu:gloo,cuda:nccl", what torch itself creates when given no
-    backend), so that ``ds.allreduce`` of a CPU tensor works in a NCCL job too.
+    backend), so that `ds.allreduce` of a CPU tensor works in a NCCL job too.
 
     Example:
         >>> backend_for(torch.device("cuda", 1))
@@ -106,7 +106,7 @@ _RENDEZVOUS_HINTS = {
 
 
 def _rendezvous_address(launch) -> str:
-    """``tcp://MASTER_ADDR:MASTER_PORT`` for a launcher other than torchrun (which sets neither)."""
+    """`tcp://MASTER_ADDR:MASTER_PORT` for a launcher other than torchrun (which sets neither)."""
     address = os.environ.get("MASTER_ADDR", "").strip()
     port = os.environ.get("MASTER_PORT", "").strip()
     one_machine = launch.local_world_size == launch.world_size
@@ -132,12 +132,12 @@ def group_backend():
 
 
 def all_reduce_sum(total):
-    """A new tensor on ``total``'s device: ``total`` summed over every rank of the default group.
+    """A new tensor on `total`'s device: `total` summed over every rank of the default group.
 
     torch.distributed's collectives work in place, so they work on a copy: the caller's
     tensors stay as they are. Tensors on devshim's virtual GPUs are reduced through a host
     copy (their values live in host memory, and no collective library knows the device).
-    The result is not recorded by autograd, as ``torch.distributed.all_reduce`` is not.
+    The result is not recorded by autograd, as `torch.distributed.all_reduce` is not.
     """
     reduced = total.detach().clone()
     if reduced.device.type == VIRTUAL_TYPE:
@@ -149,7 +149,7 @@ def all_reduce_sum(total):
 
 
 def _all_reduce_in_place(tensor) -> None:
-    """``torch.distributed.all_reduce`` (a sum), returning once the group has let go of ``tensor``."""
+    """`torch.distributed.all_reduce` (a sum), returning once the group has let go of `tensor`."""
     try:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     finally:
@@ -166,15 +166,15 @@ _still_held_lock = threading.Lock()
 
 
 def _wait_for_gloo_to_let_go(tensor) -> None:
-    """Return once gloo's worker thread has dropped its reference to ``tensor``, or keep ``tensor``.
+    """Return once gloo's worker thread has dropped its reference to `tensor`, or keep `tensor`.
 
     gloo tells the caller a collective is done a moment before its worker thread drops the
     collective's tensors. A tensor whose Python object has gone by then is freed from that
     thread, which must take the GIL to do it; torch before 2.8 holds the GIL while
-    ``destroy_process_group`` joins that thread, so the two wait on each other for ever (seen
+    `destroy_process_group` joins that thread, so the two wait on each other for ever (seen
     on torch 2.4.1 under load, tests/test_distributed.py). devshim's own tensors never reach
     that point: the sum returns once the thread let go, and a tensor still held after
-    ``_LET_GO_WAIT`` is kept alive until a later call finds it let go.
+    `_LET_GO_WAIT` is kept alive until a later call finds it let go.
     """
     use_count = TENSOR_USE_COUNT.get()
     if use_count is not None:

@@ -1,16 +1,16 @@
-"""The private torch names the torch backend uses, each behind a probe (``devshim.backends.probes``).
+"""The private torch names the torch backend uses, each behind a probe (`devshim.backends.probes`).
 
 The backend's modules ask these probes and name no torch internal themselves. Each probe
 says which feature needs the name and what that feature does without it; on a torch that
-moved one, its first use issues one ``FrameworkInternalWarning``. The canary tests
-(``tests/test_internals.py``) fail in CI the day a release moves one.
+moved one, its first use issues one `FrameworkInternalWarning`. The canary tests
+(`tests/test_internals.py`) fail in CI the day a release moves one.
 
-The virtual GPUs (the ``_virtual`` package) rest on more of them than any other feature:
-torch's Python device registration (``torch._C._acc``), its wrapper-tensor and dispatch
-machinery, its storage and pickling helpers. Those probes are listed in ``VIRTUAL_GPU_INTERNALS``;
-virtual GPUs are refused by name (``BackendError``) on a torch that lacks one of them, before
+The virtual GPUs (the `_virtual` package) rest on more of them than any other feature:
+torch's Python device registration (`torch._C._acc`), its wrapper-tensor and dispatch
+machinery, its storage and pickling helpers. Those probes are listed in `VIRTUAL_GPU_INTERNALS`;
+virtual GPUs are refused by name (`BackendError`) on a torch that lacks one of them, before
 anything is registered. The ATen operator names the package treats specially are in
-``ATEN_OPERATORS`` (names in torch's operator registry, several spelt with a leading
+`ATEN_OPERATORS` (names in torch's operator registry, several spelt with a leading
 underscore); their canary checks each is still an operator.
 """
 
@@ -57,7 +57,7 @@ def _module_slots():
 
 #: The attribute Dynamo traces in a function's place (torch.jit's and torch.compile's wrappers set
 #: it). On a torch before 2.13 devshim's public functions that take tensors carry their traced
-#: version there (the ``_traced`` module; ``devshim.backends.dispatch.follow_torch_release``), and
+#: version there (the `_traced` module; `devshim.backends.dispatch.follow_torch_release`), and
 #: on every torch those that take none a stand-in Dynamo runs in plain Python; set before torch is
 #: imported too, hence a name here and not only the probe's answer. Releases before 2.13 are
 #: fixed: the probe, run by the torch-floor env, checks the one that is the floor.
@@ -150,7 +150,7 @@ MODULE_SLOTS = INTERNALS.add(
 
 # ---------------------------------------------------------------- virtual GPUs (_virtual package)
 # Each is needed by the virtual GPUs as a whole: without one they are refused by name
-# (``missing_for_virtual_gpus``). ``since`` is their own range's floor, torch 2.10 (older releases
+# (`missing_for_virtual_gpus`). `since` is their own range's floor, torch 2.10 (older releases
 # are refused by release first, quietly here).
 
 _VIRTUAL = "virtual GPUs (DEVSHIM_VIRTUAL_DEVICES on the torch backend)"
@@ -160,8 +160,8 @@ _VIRTUAL_FLOOR = (2, 10)
 
 
 class OpParts(NamedTuple):
-    """What the virtual GPUs read of torch's ``OpOverload``: the class, its C++ entry point and
-    its schema (``kernel_of(op)``, ``schema_of(op)``)."""
+    """What the virtual GPUs read of torch's `OpOverload`: the class, its C++ entry point and
+    its schema (`kernel_of(op)`, `schema_of(op)`)."""
 
     cls: type
     kernel_of: Any
@@ -169,7 +169,7 @@ class OpParts(NamedTuple):
 
 
 class RebuildFunctions(NamedTuple):
-    """torch's own functions that rebuild a pickled tensor (so ``weights_only`` loads take them)."""
+    """torch's own functions that rebuild a pickled tensor (so `weights_only` loads take them)."""
 
     tensor_v2: Any
     tensor_v3: Any
@@ -178,7 +178,7 @@ class RebuildFunctions(NamedTuple):
 
 class AccelerationHooks(NamedTuple):
     """torch's Python device registration: the hooks and device-guard base classes and their
-    registration functions (``torch._C._acc``), and the autograd device type they report."""
+    registration functions (`torch._C._acc`), and the autograd device type they report."""
 
     hooks_base: type
     guard_base: type
@@ -339,7 +339,7 @@ DEVICE_TEST_MODULES = INTERNALS.add(
     since=_VIRTUAL_FLOOR,
 )
 
-#: What the virtual GPUs need, all of it (``missing_for_virtual_gpus``).
+#: What the virtual GPUs need, all of it (`missing_for_virtual_gpus`).
 VIRTUAL_GPU_INTERNALS = (
     ACCELERATION_HOOKS, REGISTER_DEVICE_MODULE, BAD_FORK, OPERATOR_LISTING, TENSOR_METADATA,
     STORAGE_FROM_POINTER, WRAPPER_SUBCLASS, DISABLE_TORCH_FUNCTION, DISABLE_TORCH_FUNCTION_SUBCLASS,
@@ -362,7 +362,7 @@ QUEUE_CALLBACK = INTERNALS.add(
 
 
 def missing_for_virtual_gpus() -> list:
-    """The names of the internals in ``VIRTUAL_GPU_INTERNALS`` this torch lacks (probing each).
+    """The names of the internals in `VIRTUAL_GPU_INTERNALS` this torch lacks (probing each).
 
     Example:
         >>> missing_for_virtual_gpus()          # torch 2.10 to 2.15
@@ -372,8 +372,8 @@ def missing_for_virtual_gpus() -> list:
 
 
 #: The ATen operators the virtual GPUs treat specially, by their names in torch's operator
-#: registry (``torch.ops.aten.<name>``; a leading underscore is part of the operator's name, not
-#: Python's privacy). ``_foreach_`` is the prefix of torch's list operators.
+#: registry (`torch.ops.aten.<name>`; a leading underscore is part of the operator's name, not
+#: Python's privacy). `_foreach_` is the prefix of torch's list operators.
 ATEN_OPERATORS = frozenset({
     "_copy_from", "_copy_from_and_resize", "_to_copy", "_local_scalar_dense", "_resize_output_",
     "_index_put_impl_", "_unsafe_index", "_unsafe_index_put", "_ctc_loss", "_ctc_loss_backward",

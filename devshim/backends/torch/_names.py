@@ -1,6 +1,6 @@
 """Names the torch backend's modules share, at the bottom of its imports.
 
-``core.py``, ``_distributed.py`` and the ``_virtual`` package all import from here and
+`core.py`, `_distributed.py` and the `_virtual` package all import from here and
 from nothing of each other's, so imports in this backend go one way: core -> _virtual
 (only when virtual GPUs are asked for), and every module -> _names. No framework is
 imported here.

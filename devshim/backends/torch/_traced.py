@@ -1,16 +1,16 @@
 """devshim's tensor calls as torch.compile traces them on torch before 2.13.
 
 Dynamo before torch 2.13 cannot trace devshim's dispatch (its tables keyed by class, the
-backends' closures). There, Dynamo traces these functions in place of ``ds.device_of``,
-``ds.neutral_device``, ``ds.to_device``, ``ds.copy_if_needed`` and ``ds.same_device``
-(``devshim.backends.dispatch`` hands them to it; eager calls never see them): plain Python over
+backends' closures). There, Dynamo traces these functions in place of `ds.device_of`,
+`ds.neutral_device`, `ds.to_device`, `ds.copy_if_needed` and `ds.same_device`
+(`devshim.backends.dispatch` hands them to it; eager calls never see them): plain Python over
 torch tensors that Dynamo inlines, with what is no tensor op (a device spec resolved, a class
-classified, an error raised) run outside the trace (``trace_constant``). They return what the
-eager calls return: ``to_device`` always copies (``x.to(device, copy=True)``),
-``copy_if_needed`` returns a tensor already there, and a container in which nothing had to be
-copied, as itself; ``skip_keys``, ``non_blocking`` and leaves that are no tensor behave as
+classified, an error raised) run outside the trace (`trace_constant`). They return what the
+eager calls return: `to_device` always copies (`x.to(device, copy=True)`),
+`copy_if_needed` returns a tensor already there, and a container in which nothing had to be
+copied, as itself; `skip_keys`, `non_blocking` and leaves that are no tensor behave as
 eagerly. They walk dicts, lists, tuples and namedtuples; another container, or a tensor of
-another framework, is refused by name (``TorchCompileReleaseError``).
+another framework, is refused by name (`TorchCompileReleaseError`).
 
 Example:
     >>> from devshim.backends.torch import _traced as traced
@@ -35,10 +35,10 @@ from devshim.errors import NotATensorError, TorchCompileReleaseError
 __all__ = ["TRACED", "run_devshim_uncompiled", "device_of", "neutral_device", "to_device", "copy_if_needed", "same_device"]
 
 # What a value is, beyond _tree's container kinds (which are 0 and up; LEAF is a plain value):
-# a torch tensor, a leaf with a ``.to`` method (which takes non_blocking, or not), a tensor of
+# a torch tensor, a leaf with a `.to` method (which takes non_blocking, or not), a tensor of
 # another framework.
 TENSOR, MOVABLE, MOVABLE_BLOCKING, FOREIGN, DEVICE = -1, -2, -3, -4, -5
-# The first item of the tuple that stands for a ds.Device given as the target (``_constant_spec``).
+# The first item of the tuple that stands for a ds.Device given as the target (`_constant_spec`).
 _DEVICE_SPEC = "devshim.Device"
 # The containers these functions walk (the rest are refused by name), and what to_device and
 # copy_if_needed take.
@@ -48,7 +48,7 @@ _ONE_TENSOR = ("device_of", "neutral_device")  # the functions that take a tenso
 
 
 def device_of(x):
-    """``ds.device_of`` as Dynamo traces it: ``x.device``.
+    """`ds.device_of` as Dynamo traces it: `x.device`.
 
     Example:
         >>> device_of(torch.ones(1))
@@ -61,7 +61,7 @@ def device_of(x):
 
 
 def neutral_device(x):
-    """``ds.neutral_device`` as Dynamo traces it: the ``ds.Device`` of ``x.device``.
+    """`ds.neutral_device` as Dynamo traces it: the `ds.Device` of `x.device`.
 
     Example:
         >>> neutral_device(torch.ones(1))
@@ -74,7 +74,7 @@ def neutral_device(x):
 
 
 def to_device(x, device, *, non_blocking=False, skip_keys=None):
-    """``ds.to_device`` as Dynamo traces it: every tensor in ``x`` copied, in new containers.
+    """`ds.to_device` as Dynamo traces it: every tensor in `x` copied, in new containers.
 
     Example:
         >>> to_device([torch.ones(1), "ids"], "cpu")
@@ -85,7 +85,7 @@ def to_device(x, device, *, non_blocking=False, skip_keys=None):
 
 
 def copy_if_needed(x, device, *, non_blocking=False, skip_keys=None):
-    """``ds.copy_if_needed`` as Dynamo traces it: the tensors not on ``device`` copied there.
+    """`ds.copy_if_needed` as Dynamo traces it: the tensors not on `device` copied there.
 
     Example:
         >>> batch = {"x": torch.ones(1)}
@@ -97,7 +97,7 @@ def copy_if_needed(x, device, *, non_blocking=False, skip_keys=None):
 
 
 def same_device(*xs):
-    """``ds.same_device`` as Dynamo traces it: whether the tensors in ``xs`` share one device.
+    """`ds.same_device` as Dynamo traces it: whether the tensors in `xs` share one device.
 
     Example:
         >>> same_device(torch.ones(1), {"y": torch.ones(2)})
@@ -115,13 +115,13 @@ def same_device(*xs):
 
 def run_devshim_uncompiled() -> None:
     """Have Dynamo run devshim's own functions as they are wherever it meets one outside a trace
-    (torch before 2.13; ``dispatch.follow_torch_release`` calls this once torch is imported).
+    (torch before 2.13; `dispatch.follow_torch_release` calls this once torch is imported).
 
     Dynamo compiles every function called from code it runs uncompiled: a compiled function that
-    traced no op at all (Dynamo runs those as they are, torch 2.4's under ``fullgraph=True`` too),
-    code after a graph break, ``torch.compile(ds.to_device)`` itself. Dynamo before 2.13 cannot
+    traced no op at all (Dynamo runs those as they are, torch 2.4's under `fullgraph=True` too),
+    code after a graph break, `torch.compile(ds.to_device)` itself. Dynamo before 2.13 cannot
     trace devshim's dispatch, so each code object of the devshim modules loaded now (but this one,
-    whose functions it traces) is one Dynamo skips (torch's ``skip_code``): such a call runs as
+    whose functions it traces) is one Dynamo skips (torch's `skip_code`): such a call runs as
     eagerly. Calls Dynamo traces are not affected (it inlines them, not asking its skip list).
 
     Example:
@@ -143,7 +143,7 @@ _uncompiled: set = set()  # the devshim modules whose code Dynamo skips
 
 
 def _code_objects(module):
-    """The code objects of the functions and methods defined in ``module``, nested ones included."""
+    """The code objects of the functions and methods defined in `module`, nested ones included."""
     found = []
     for value in list(vars(module).values()):
         members = list(vars(value).values()) if isinstance(value, type) and value.__module__ == module.__name__ else [value]
@@ -166,7 +166,7 @@ def _nested(code):
     return found
 
 
-#: ds.<name> -> the function Dynamo traces in its place (``devshim.backends.dispatch``).
+#: ds.<name> -> the function Dynamo traces in its place (`devshim.backends.dispatch`).
 TRACED = {function.__name__: function for function in (device_of, neutral_device, to_device, copy_if_needed,
                                                        same_device)}
 
@@ -185,7 +185,7 @@ def _copied(x, device, non_blocking, skip_keys, keep_unchanged, function):
 
 
 def _constant_spec(device):
-    """``device``, or for a ``ds.Device`` what names it as constants (Dynamo before torch 2.6 hands
+    """`device`, or for a `ds.Device` what names it as constants (Dynamo before torch 2.6 hands
     no object of a class of devshim's to a function it runs in plain Python)."""
     if _devshim_kind(type(device)) == DEVICE:
         return (_DEVICE_SPEC, device.kind, device.index, device.virtual, device.backend)
@@ -193,8 +193,8 @@ def _constant_spec(device):
 
 
 def _copy(x, kind, how, targets):
-    """``(x's copy, whether it is a new value)`` for one value of ``kind``; ``how`` is
-    ``(device, non_blocking, skip_keys, keep_unchanged, function)``."""
+    """`(x's copy, whether it is a new value)` for one value of `kind`; `how` is
+    `(device, non_blocking, skip_keys, keep_unchanged, function)`."""
     if kind == TENSOR:
         if targets[0] is None:
             targets[0] = _devshim_torch_target(how[0])
@@ -248,7 +248,7 @@ def _copy_sequence(x, kind, how, targets):
 
 
 def _devices(x, found):
-    """Append the device of each tensor in the nest ``x`` to ``found``."""
+    """Append the device of each tensor in the nest `x` to `found`."""
     kind = _devshim_kind(type(x))
     if kind == TENSOR:
         found.append(x.device)
@@ -271,9 +271,9 @@ def _devices(x, found):
 @trace_constant
 def _devshim_follow_release() -> None:
     """On torch 2.13 and later, whose Dynamo traces devshim's own dispatch, these functions are
-    met only when torch was imported after ``devshim.api`` and no devshim call came before the
-    compile: take them off devshim's functions (``dispatch.follow_torch_release``) and have
-    Dynamo start its trace over (the torch adapter's ``restart_trace``), now tracing the functions
+    met only when torch was imported after `devshim.api` and no devshim call came before the
+    compile: take them off devshim's functions (`dispatch.follow_torch_release`) and have
+    Dynamo start its trace over (the torch adapter's `restart_trace`), now tracing the functions
     themselves. Where it cannot start over, this trace goes on here."""
     dispatch.follow_torch_release()  # (before 2.13: devshim modules loaded since run uncompiled too)
     found = release("torch")
@@ -283,10 +283,10 @@ def _devshim_follow_release() -> None:
 
 @trace_constant
 def _devshim_kind(kind: type) -> int:
-    """What values of class ``kind`` are: ``TENSOR``, a container kind of ``devshim._tree``,
-    ``MOVABLE`` / ``MOVABLE_BLOCKING`` (a leaf with a ``.to`` method, with or without
-    ``non_blocking``), ``FOREIGN`` (another framework's tensor), ``DEVICE`` (a ``ds.Device``) or
-    ``_tree.LEAF``."""
+    """What values of class `kind` are: `TENSOR`, a container kind of `devshim._tree`,
+    `MOVABLE` / `MOVABLE_BLOCKING` (a leaf with a `.to` method, with or without
+    `non_blocking`), `FOREIGN` (another framework's tensor), `DEVICE` (a `ds.Device`) or
+    `_tree.LEAF`."""
     if issubclass(kind, sys.modules["torch"].Tensor):
         return TENSOR
     if issubclass(kind, Device):
@@ -315,19 +315,19 @@ def _takes_non_blocking(method) -> bool:
 
 @trace_constant
 def _devshim_torch_target(spec):
-    """``spec`` as the torch device the eager call copies a torch tensor to."""
+    """`spec` as the torch device the eager call copies a torch tensor to."""
     return get_backend("torch").target(_given(spec))
 
 
 @trace_constant
 def _devshim_selected_target(spec):
-    """``spec`` as the selected backend's device: where a leaf's own ``.to`` goes, and the device
+    """`spec` as the selected backend's device: where a leaf's own `.to` goes, and the device
     checked when a nest holds no tensor (as the eager calls do)."""
     return get_backend().target(_given(spec))
 
 
 def _given(spec):
-    """The spec the call was given (a ``ds.Device`` again, from ``_constant_spec``'s tuple)."""
+    """The spec the call was given (a `ds.Device` again, from `_constant_spec`'s tuple)."""
     if type(spec) is tuple and len(spec) == 5 and spec[0] == _DEVICE_SPEC:
         return Device(spec[1], spec[2], virtual=spec[3], backend=spec[4])
     return spec
@@ -340,15 +340,15 @@ def _devshim_describe(native):
 
 @trace_constant
 def _devshim_skip_keys(skip_keys):
-    """``skip_keys`` as a tuple of keys (what every Dynamo keeps as a constant), or None."""
+    """`skip_keys` as a tuple of keys (what every Dynamo keeps as a constant), or None."""
     keys = _tree.skip_set(skip_keys)
     return None if keys is None else tuple(keys)
 
 
 @trace_constant
 def _devshim_refuse(kind: type, function: str):
-    """The error the eager call raises for a value of class ``kind`` that is neither a tensor nor
-    a nest, or ``TorchCompileReleaseError`` for a value it takes that this path does not."""
+    """The error the eager call raises for a value of class `kind` that is neither a tensor nor
+    a nest, or `TorchCompileReleaseError` for a value it takes that this path does not."""
     shape = _devshim_kind(kind)
     if shape in (_tree.LEAF, DEVICE) or shape in (MOVABLE, MOVABLE_BLOCKING) and function in _ONE_TENSOR:
         raise NotATensorError.for_type(kind, function)

@@ -1,8 +1,8 @@
-"""PyTorch's autodiff for ``ds.testing``'s gradient checks: ``torch.autograd.grad`` (a
-``torch.autograd.Function``'s own ``backward`` included) on the checks' private copies of the
-inputs, so the caller's tensors keep their values, ``.grad`` and graph; module parameters
-``f`` reads keep their ``.grad`` too (``autograd.grad`` writes none). Sparse gradients
-(``F.embedding(..., sparse=True)``) come back dense."""
+"""PyTorch's autodiff for `ds.testing`'s gradient checks: `torch.autograd.grad` (a
+`torch.autograd.Function`'s own `backward` included) on the checks' private copies of the
+inputs, so the caller's tensors keep their values, `.grad` and graph; module parameters
+`f` reads keep their `.grad` too (`autograd.grad` writes none). Sparse gradients
+(`F.embedding(..., sparse=True)`) come back dense."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _dense(gradient):
 
 
 class TorchAutodiff(Autodiff):
-    """``torch.autograd.grad`` of ``f``'s outputs with respect to its inputs.
+    """`torch.autograd.grad` of `f`'s outputs with respect to its inputs.
 
     Example:
         >>> outputs, pullback = TorchAutodiff().vjp(lambda x: [torch.exp(x)], (torch.zeros(2),))
@@ -87,7 +87,7 @@ def _gradients(outputs: list, leaves: tuple, grad_outputs: list, create_graph: b
 
 
 def _cudnn_without_tf32(stack: contextlib.ExitStack) -> None:
-    """cuDNN's convolutions in full float32 until ``stack`` closes (torch's own ``cudnn.flags``
+    """cuDNN's convolutions in full float32 until `stack` closes (torch's own `cudnn.flags`
     block, which restores the flags); left as they are where torch cannot say what they are
     (its TF32 settings mixed across its old and new interfaces raise on reading)."""
     cudnn = torch.backends.cudnn

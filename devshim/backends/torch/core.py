@@ -1,18 +1,18 @@
 """PyTorch's device contract.
 
-"gpu" is torch's accelerator, whichever it is: ``torch.accelerator`` (torch
+"gpu" is torch's accelerator, whichever it is: `torch.accelerator` (torch
 2.7 and later) names it (cuda, also for ROCm builds; xpu; mps; mtia; an
 out-of-tree device renamed from privateuse1). Older torch falls back to
 checking cuda, xpu, mps and mtia in turn. Devices are counted by each device
-module (``torch.cuda.device_count()``), which starts no CUDA. Native devices are
-``torch.device`` objects, so ``torch.ones(2, device=ds.try_gpu())`` works.
-torch's ``meta`` device (shapes without data) is devshim's kind ``"meta"``.
+module (`torch.cuda.device_count()`), which starts no CUDA. Native devices are
+`torch.device` objects, so `torch.ones(2, device=ds.try_gpu())` works.
+torch's `meta` device (shapes without data) is devshim's kind `"meta"`.
 PyTorch has a single CPU device.
 
-Virtual GPUs (``DEVSHIM_VIRTUAL_DEVICES=N``) are torch devices of type
-``vgpu`` (torch's out-of-tree device slot, privateuse1, renamed): virtual
-``gpu:i`` is ``torch.device("vgpu", i)``, whose tensors keep their values in
-host memory and follow CUDA's device rules. The ``_virtual`` package implements
+Virtual GPUs (`DEVSHIM_VIRTUAL_DEVICES=N`) are torch devices of type
+`vgpu` (torch's out-of-tree device slot, privateuse1, renamed): virtual
+`gpu:i` is `torch.device("vgpu", i)`, whose tensors keep their values in
+host memory and follow CUDA's device rules. The `_virtual` package implements
 them and is imported only when they are asked for.
 """
 
@@ -45,7 +45,7 @@ _UNKNOWN = object()
 
 
 class TorchBackend(Backend):
-    """PyTorch tensors on the CPU, the accelerator, or ``meta``.
+    """PyTorch tensors on the CPU, the accelerator, or `meta`.
 
     Example:
         >>> ds.get_backend("torch").try_gpu()
@@ -97,7 +97,7 @@ class TorchBackend(Backend):
         log is cleared first because the second pass takes another path through devshim (lookups
         that now succeed) and Dynamo would otherwise report that as a divergence. Both are
         Dynamo internals (torch 2.13 to 2.15): where they are missing, nothing happens and the
-        caller raises ``FirstCallInTraceError``, which says to call devshim once before compiling."""
+        caller raises `FirstCallInTraceError`, which says to call devshim once before compiling."""
         torch = self.fw
         if not torch.compiler.is_compiling():
             return
@@ -159,11 +159,11 @@ class TorchBackend(Backend):
         return None
 
     def _device_count(self, platform: str) -> int:
-        """How many ``platform`` devices torch sees, asked without initialising a CUDA context:
-        the device module's count (``torch.cuda.device_count()``, NVML's where NVML works), which
-        is what ``torch.accelerator.device_count()`` answers from torch 2.8. On torch 2.6 and 2.7
-        that function initialises the accelerator first (``torch.cuda._lazy_init``: no CUDA in
-        forked workers after it, and ``Found no NVIDIA driver`` from a CUDA build without a
+        """How many `platform` devices torch sees, asked without initialising a CUDA context:
+        the device module's count (`torch.cuda.device_count()`, NVML's where NVML works), which
+        is what `torch.accelerator.device_count()` answers from torch 2.8. On torch 2.6 and 2.7
+        that function initialises the accelerator first (`torch.cuda._lazy_init`: no CUDA in
+        forked workers after it, and `Found no NVIDIA driver` from a CUDA build without a
         driver), so devshim never calls it. A device torch cannot count is no device."""
         torch = self.fw
         module = getattr(torch, platform, None)
@@ -185,7 +185,7 @@ class TorchBackend(Backend):
         return self._count
 
     def make_current(self, native) -> None:
-        """Make ``native`` the current device of its accelerator (``torch.cuda.set_device``), so
+        """Make `native` the current device of its accelerator (`torch.cuda.set_device`), so
         NCCL, DDP and code that writes a bare "cuda" use it. Host and virtual devices: nothing."""
         if native.type in ("cpu", "meta", VIRTUAL_TYPE):
             return
@@ -196,8 +196,8 @@ class TorchBackend(Backend):
             self.fw.get_device_module(native.type).set_device(native)
 
     def sum_across_processes(self, total):
-        """``total`` summed over the ranks of torch.distributed's default process group, when
-        one is initialised (``ds.allreduce``'s second level); ``total`` itself otherwise."""
+        """`total` summed over the ranks of torch.distributed's default process group, when
+        one is initialised (`ds.allreduce`'s second level); `total` itself otherwise."""
         dist = sys.modules.get("torch.distributed")
         if dist is None or not dist.is_available() or not dist.is_initialized():
             return total
@@ -229,7 +229,7 @@ class TorchBackend(Backend):
         return torch.device(self.accelerator_platform() or "cuda", index)
 
     def enable_virtual_devices(self, count: int) -> None:
-        """Present ``count`` virtual GPUs as torch devices ``vgpu:0`` ... (see the ``_virtual`` package)."""
+        """Present `count` virtual GPUs as torch devices `vgpu:0` ... (see the `_virtual` package)."""
         if count != self._virtual:
             self.check_virtual_count(count)
             from devshim.backends.torch import _virtual
@@ -291,13 +291,13 @@ class TorchBackend(Backend):
         return self.fw.get_device_module(platform).current_device()
 
     def _accelerator_api(self, function: str):
-        """``torch.accelerator`` when it speaks for this machine's accelerator and has ``function``;
-        else None, and the caller asks the device module (``torch.cuda``, ...) itself.
+        """`torch.accelerator` when it speaks for this machine's accelerator and has `function`;
+        else None, and the caller asks the device module (`torch.cuda`, ...) itself.
 
-        With devshim's virtual GPUs registered beside a real one (``vgpu`` fills torch's
-        out-of-tree slot, which ``torch.accelerator`` asks first), ``torch.accelerator`` speaks
-        for ``vgpu`` and refuses a ``cuda`` device ("cuda doesn't match the current accelerator
-        vgpu"); ``torch.cuda`` still speaks for CUDA."""
+        With devshim's virtual GPUs registered beside a real one (`vgpu` fills torch's
+        out-of-tree slot, which `torch.accelerator` asks first), `torch.accelerator` speaks
+        for `vgpu` and refuses a `cuda` device ("cuda doesn't match the current accelerator
+        vgpu"); `torch.cuda` still speaks for CUDA."""
         self.accelerator_platform()  # finds the platform, and whether torch.accelerator named it
         accelerator = getattr(self.fw, "accelerator", None)
         if self._by_accelerator and accelerator is not None and hasattr(accelerator, function):
@@ -332,7 +332,7 @@ class TorchBackend(Backend):
             raise
 
     def _special_kind(self, x):
-        """What kind of non-dense tensor ``x`` is ("a sparse tensor", ...), or None when dense."""
+        """What kind of non-dense tensor `x` is ("a sparse tensor", ...), or None when dense."""
         if x.is_nested:
             return "a nested tensor"
         if x.is_quantized:
@@ -467,9 +467,9 @@ class TorchBackend(Backend):
 
 
 def _names_the_build_accelerator(accelerator) -> bool:
-    """Whether ``accelerator.current_accelerator()`` (``torch.accelerator``, torch 2.6 and later)
+    """Whether `accelerator.current_accelerator()` (`torch.accelerator`, torch 2.6 and later)
     reads the build's accelerator without a runtime check: from torch 2.7, which added its
-    ``check_available`` argument. torch 2.6's checks availability (cudaGetDeviceCount) and raises
+    `check_available` argument. torch 2.6's checks availability (cudaGetDeviceCount) and raises
     "Cannot access accelerator device when none is available" on a machine without one."""
     found = getattr(accelerator, "current_accelerator", None)
     if found is None:

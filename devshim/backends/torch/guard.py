@@ -1,24 +1,24 @@
 """The transfer guard's hooks for PyTorch.
 
-Host reads: torch.Tensor's reading methods (``float(t)``, ``int(t)``,
-``bool(t)``, ``t.item()``, ``t.tolist()``, ``print(t)``, f-strings, ...) are
+Host reads: torch.Tensor's reading methods (`float(t)`, `int(t)`,
+`bool(t)`, `t.item()`, `t.tolist()`, `print(t)`, f-strings, ...) are
 replaced on the class while some guard is active (and on devshim's virtual-GPU
 tensor class, which has its own), so every thread and every tensor subclass
 goes through them; each checks the guard state of the calling thread or task
 and, for a tensor that is not on the CPU, reports the read before making it.
-``t.numpy()`` and ``np.asarray(t)`` are no transfers: PyTorch refuses them for
+`t.numpy()` and `np.asarray(t)` are no transfers: PyTorch refuses them for
 a tensor off the CPU (CUDA, and devshim's virtual GPUs, alike).
 
 Op inputs: PyTorch itself refuses most ops whose inputs are on different
-devices (a 0-d CPU tensor counts as a number). Inside a ``transfer_guard``
-block a ``TorchFunctionMode`` of devshim's scans each op's direct arguments
+devices (a 0-d CPU tensor counts as a number). Inside a `transfer_guard`
+block a `TorchFunctionMode` of devshim's scans each op's direct arguments
 (and lists of tensors among them): under "disallow" such an op raises
-``DeviceMismatchError`` naming both devices and the fix instead of PyTorch's
+`DeviceMismatchError` naming both devices and the fix instead of PyTorch's
 error, under "log" it is counted once PyTorch has run it (an op PyTorch refuses moved nothing: no
 warning, no count),
 and the few ops PyTorch lets through with mixed inputs (a CPU index into a
 GPU tensor) are caught too. Torch function modes are per thread, so this
-part applies in the threads that enter a block; ``DEVSHIM_TRANSFER_GUARD``
+part applies in the threads that enter a block; `DEVSHIM_TRANSFER_GUARD`
 alone (no block) guards host reads only.
 """
 
@@ -231,7 +231,7 @@ _MIXED = re.compile(r"same device|not on the expected device")
 
 
 class TorchGuardHooks(GuardHooks):
-    """PyTorch's transfer-guard hooks (the contract: ``devshim.guard.hooks.GuardHooks``).
+    """PyTorch's transfer-guard hooks (the contract: `devshim.guard.hooks.GuardHooks`).
 
     Example:
         >>> ds.backends.guard_hooks("torch").install()
@@ -260,7 +260,7 @@ class TorchGuardHooks(GuardHooks):
         _exit_thread()
 
     def enter_block(self, state) -> None:
-        """Nothing to set; following every block is what lets ``translate`` see the errors
+        """Nothing to set; following every block is what lets `translate` see the errors
         leaving it."""
 
     def translate(self, error):

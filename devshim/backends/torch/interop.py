@@ -1,9 +1,9 @@
-"""``ds.convert`` for PyTorch (the contract: ``devshim.backends.interop_base.Interop``).
+"""`ds.convert` for PyTorch (the contract: `devshim.backends.interop_base.Interop`).
 
-Tensors export through ``torch.Tensor.__dlpack__``, detached (autograd history does not
+Tensors export through `torch.Tensor.__dlpack__`, detached (autograd history does not
 cross frameworks); a tensor with the conjugate or negative bit set, a sparse or quantized
-one, or one on a virtual GPU is copied instead. Imports use ``torch.from_dlpack``, except
-for a source with a negative stride (a reversed NumPy or CuPy view, ``a[::-1]``): torch
+one, or one on a virtual GPU is copied instead. Imports use `torch.from_dlpack`, except
+for a source with a negative stride (a reversed NumPy or CuPy view, `a[::-1]`): torch
 cannot take one (torch 2.13 aborts the interpreter in C++ on it; 2.15 raises), so it is copied. torch
 tensors are writable: a tensor sharing a JAX or TensorFlow array's memory writes into
 that array, which those frameworks assume never changes (don't).
@@ -29,7 +29,7 @@ _VIEWS = {"bfloat16": (np.int16, torch.bfloat16), "float8_e4m3fn": (np.uint8, to
 
 
 class TorchInterop(Interop):
-    """PyTorch's side of ``ds.convert`` (the contract: ``devshim.backends.interop_base.Interop``).
+    """PyTorch's side of `ds.convert` (the contract: `devshim.backends.interop_base.Interop`).
 
     Example:
         >>> ds.backends.interop("torch").immutable
@@ -39,7 +39,7 @@ class TorchInterop(Interop):
     immutable = False
 
     def export(self, adapter, x):
-        """``x`` detached, as a DLPack producer.
+        """`x` detached, as a DLPack producer.
 
         Example:
             >>> export(adapter, torch.ones(2)).requires_grad
@@ -52,7 +52,7 @@ class TorchInterop(Interop):
         return x.detach()
 
     def adopt(self, adapter, obj, native, immutable: bool):
-        """``torch.from_dlpack(obj)``, on ``native``.
+        """`torch.from_dlpack(obj)`, on `native`.
 
         Example:
             >>> adopt(adapter, np.ones(2), torch.device("cpu"), False)
@@ -69,7 +69,7 @@ class TorchInterop(Interop):
             raise CopyRequiredError(f"torch.from_dlpack refused it ({error})") from None
 
     def from_host(self, adapter, array, native):
-        """A torch tensor on ``native`` holding ``array``'s values.
+        """A torch tensor on `native` holding `array`'s values.
 
         Example:
             >>> from_host(adapter, np.ones(2), torch.device("cpu"))
@@ -89,7 +89,7 @@ class TorchInterop(Interop):
         return t if native.type == "cpu" else t.to(native)
 
     def pointer(self, adapter, x):
-        """The address of ``x``'s first element (a virtual GPU's host memory included).
+        """The address of `x`'s first element (a virtual GPU's host memory included).
 
         Example:
             >>> pointer(adapter, torch.ones(2)) > 0

@@ -1,13 +1,13 @@
-"""PyTorch's memory figures (``ds.memory``, ``ds.memory_peak``) and its out-of-memory error.
+"""PyTorch's memory figures (`ds.memory`, `ds.memory_peak`) and its out-of-memory error.
 
-- CUDA (and ROCm) and XPU: the caching allocator's own counts, ``torch.<platform>``'s
-  ``memory_allocated`` (in use), ``memory_reserved`` (reserved), ``max_memory_allocated``
-  (peak, reset by ``reset_peak_memory_stats``) and ``mem_get_info`` (free and total).
-- MPS: ``torch.mps.current_allocated_memory`` (in use), ``driver_allocated_memory``
-  (reserved) and ``recommended_max_memory`` (total: Metal's recommended working set); no peak.
-- virtual GPUs: devshim's own count of the storages on each (``_virtual/memory.py``), their
-  size from ``DEVSHIM_VIRTUAL_MEMORY``; an allocation past it raises ``torch.OutOfMemoryError``.
-- the CPU: the process's and the machine's figures (``memory_base.host_figures``).
+- CUDA (and ROCm) and XPU: the caching allocator's own counts, `torch.<platform>`'s
+  `memory_allocated` (in use), `memory_reserved` (reserved), `max_memory_allocated`
+  (peak, reset by `reset_peak_memory_stats`) and `mem_get_info` (free and total).
+- MPS: `torch.mps.current_allocated_memory` (in use), `driver_allocated_memory`
+  (reserved) and `recommended_max_memory` (total: Metal's recommended working set); no peak.
+- virtual GPUs: devshim's own count of the storages on each (`_virtual/memory.py`), their
+  size from `DEVSHIM_VIRTUAL_MEMORY`; an allocation past it raises `torch.OutOfMemoryError`.
+- the CPU: the process's and the machine's figures (`memory_base.host_figures`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _virtual():
 
 
 def _call(module, name: str, *args):
-    """``module.name(*args)``, or None where this torch or this device has no such call."""
+    """`module.name(*args)`, or None where this torch or this device has no such call."""
     function = getattr(module, name, None)
     if function is None:
         return None

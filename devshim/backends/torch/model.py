@@ -1,16 +1,16 @@
-"""Placing torch ``nn.Module``s: one device, a device map with input-copying hooks, replicas.
+"""Placing torch `nn.Module`s: one device, a device map with input-copying hooks, replicas.
 
-``module.to`` moves parameters and every buffer (non-persistent ones too), in
+`module.to` moves parameters and every buffer (non-persistent ones too), in
 place, so a weight shared by two submodules stays one tensor. A split model's
 placed submodules get forward pre-hooks (registered with torch's own
-``register_forward_pre_hook(..., with_kwargs=True)``, removable, ``forward``
+`register_forward_pre_hook(..., with_kwargs=True)`, removable, `forward`
 untouched) that copy their tensor inputs to the submodule's device with
-``ds.copy_if_needed``: explicit copies, which autograd differentiates and the
+`ds.copy_if_needed`: explicit copies, which autograd differentiates and the
 transfer guard allows.
 
 Under a launcher, placing a model on this process's accelerator also makes it the
-current device (``torch.cuda.set_device``), so wrapping the model in
-``DistributedDataParallel`` right after needs nothing more.
+current device (`torch.cuda.set_device`), so wrapping the model in
+`DistributedDataParallel` right after needs nothing more.
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def _copier(native):
 
 
 class TorchPlacement(ModelPlacement):
-    """Placement of PyTorch modules (the contract: ``devshim.backends.model_base.ModelPlacement``).
+    """Placement of PyTorch modules (the contract: `devshim.backends.model_base.ModelPlacement`).
 
     Example:
         >>> ds.backends.model_placement("torch").is_model(net)

@@ -1,4 +1,4 @@
-"""The operations ``devshim bench`` needs, in PyTorch (imported only when an experiment runs)."""
+"""The operations `devshim bench` needs, in PyTorch (imported only when an experiment runs)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import torch
 
 
 def rand(shape, device):
-    """float32 normal samples of ``shape`` on ``device``."""
+    """float32 normal samples of `shape` on `device`."""
     return torch.randn(shape, device=device)
 
 
@@ -28,7 +28,7 @@ def concat(xs):
 
 
 def split(x, sections):
-    """``x`` split along dim 0 into pieces of the given sizes."""
+    """`x` split along dim 0 into pieces of the given sizes."""
     return list(torch.split(x, list(sections)))
 
 
@@ -38,11 +38,11 @@ def item(x):
 
 
 def from_numpy(values, device):
-    """A tensor holding a copy of NumPy array ``values`` (its dtype and shape), made on ``device``."""
+    """A tensor holding a copy of NumPy array `values` (its dtype and shape), made on `device`."""
     return torch.tensor(values, device=device)
 
 
-# A small model and its forward pass, for ``devshim selftest``'s placement checks.
+# A small model and its forward pass, for `devshim selftest`'s placement checks.
 def small_model(n_in, n_out, seed=0):
     """An MLP (linear, ReLU, linear) on the CPU, seeded."""
     torch.manual_seed(seed)
@@ -54,8 +54,8 @@ def forward(model, x):
         return model(x)
 
 def train_step(model, x, y, lr=0.01):
-    """One SGD step of ``model`` on squared error: forward, backward, update in place.
-    Returns ``(loss, model)``, the loss on the device (``devshim bench memory``).
+    """One SGD step of `model` on squared error: forward, backward, update in place.
+    Returns `(loss, model)`, the loss on the device (`devshim bench memory`).
 
     Example:
         >>> loss, model = train_step(model, x, y)
@@ -73,8 +73,8 @@ def train_step(model, x, y, lr=0.01):
 
 
 def native_calls(x, device) -> dict:
-    """What a user writes without devshim, as the timed callables of ``devshim bench overhead``:
-    ``device_of``, ``copy_if_needed`` and ``to_device`` of ``x`` to ``device``, each the
+    """What a user writes without devshim, as the timed callables of `devshim bench overhead`:
+    `device_of`, `copy_if_needed` and `to_device` of `x` to `device`, each the
     framework's own expression written inline (no helper call in the baseline).
 
     Example:
@@ -89,17 +89,17 @@ def native_calls(x, device) -> dict:
 
 
 def native_copy_dict(leaves: dict, device) -> dict:
-    """``{key: copy of value on device}`` as a user writes it: a dict comprehension."""
+    """`{key: copy of value on device}` as a user writes it: a dict comprehension."""
     return {key: value.to(device, copy=True) for key, value in leaves.items()}
 
 
 def native_copy_lists(nest: dict, device) -> dict:
-    """``{key: [copies on device]}`` for a dict of lists of tensors, written out by hand."""
+    """`{key: [copies on device]}` for a dict of lists of tensors, written out by hand."""
     return {key: [value.to(device, copy=True) for value in values] for key, values in nest.items()}
 
 
 # D2L's LeNet from "Multiple GPUs from scratch" (the chapter's own torch calls), for
-# ``devshim bench virtual``: the same epoch on the CPU and on a virtual GPU.
+# `devshim bench virtual`: the same epoch on the CPU and on a virtual GPU.
 
 
 def threads() -> int:
@@ -108,15 +108,15 @@ def threads() -> int:
 
 
 def set_threads(count: int) -> int:
-    """Run torch's CPU kernels on ``count`` threads; returns the count before."""
+    """Run torch's CPU kernels on `count` threads; returns the count before."""
     before = torch.get_num_threads()
     torch.set_num_threads(count)
     return before
 
 
 def lenet_batches(examples: int, batch_size: int, seed: int = 0) -> list:
-    """Synthetic Fashion-MNIST-shaped data on the CPU: ``(X, y)`` batches of ``batch_size``
-    (the last one smaller when ``examples`` does not divide), X of shape (n, 1, 28, 28)."""
+    """Synthetic Fashion-MNIST-shaped data on the CPU: `(X, y)` batches of `batch_size`
+    (the last one smaller when `examples` does not divide), X of shape (n, 1, 28, 28)."""
     generator = torch.Generator().manual_seed(seed)
     X = torch.rand((examples, 1, 28, 28), generator=generator)
     y = torch.randint(0, 10, (examples,), generator=generator)
@@ -124,9 +124,9 @@ def lenet_batches(examples: int, batch_size: int, seed: int = 0) -> list:
 
 
 def lenet_epoch(batches: list, device, lr: float = 0.2, seed: int = 0):
-    """One epoch of the chapter's from-scratch LeNet on ``device``: fresh parameters (seeded,
+    """One epoch of the chapter's from-scratch LeNet on `device`: fresh parameters (seeded,
     the chapter's shapes and scale) moved there, each batch copied there, forward, backward,
-    minibatch SGD. Returns the last batch's loss, on ``device``.
+    minibatch SGD. Returns the last batch's loss, on `device`.
 
     Example:
         >>> loss = lenet_epoch(lenet_batches(64, 16), torch.device("cpu"))

@@ -1,7 +1,7 @@
-"""The experiments of ``devshim bench``, one module each, found by looking in this folder.
+"""The experiments of `devshim bench`, one module each, found by looking in this folder.
 
-Each module declares ``EXPERIMENT`` (a ``devshim.bench.experiment.Experiment``);
-``experiments()`` returns them by name, in the order of ``ORDER`` first (the
+Each module declares `EXPERIMENT` (a `devshim.bench.experiment.Experiment`);
+`experiments()` returns them by name, in the order of `ORDER` first (the
 order the D2L chapter meets them), then any others by name.
 
 Example:

@@ -1,4 +1,4 @@
-"""``ds.convert`` between frameworks: zero-copy on one device, explicit copies across devices."""
+"""`ds.convert` between frameworks: zero-copy on one device, explicit copies across devices."""
 
 from __future__ import annotations
 
@@ -13,17 +13,17 @@ SIZES = (64, 64 * 2**20)  # bytes: 64 B and 64 MiB
 
 
 def run(to=None, *, backend=None, min_run_time: float = 0.2, progress=None, sizes=None) -> list:
-    """``ds.convert`` from the selected backend's tensors to ``to``'s (default: the first other
-    installed framework that ds.convert knows), float32 buffers of ``sizes`` bytes.
+    """`ds.convert` from the selected backend's tensors to `to`'s (default: the first other
+    installed framework that ds.convert knows), float32 buffers of `sizes` bytes.
 
-    Rows, case "same device": ``ds.convert(x, to)`` on the host for 64 B and 64 MiB, with
-    ``vs_smallest`` (this size's time over the smallest size's: about 1 for zero-copy). Case
-    "cross device" (when the target has a GPU, virtual ones included): ``ds.convert(x, to,
-    device=gpu)`` for each size against ``native``, the same two framework calls made directly
+    Rows, case "same device": `ds.convert(x, to)` on the host for 64 B and 64 MiB, with
+    `vs_smallest` (this size's time over the smallest size's: about 1 for zero-copy). Case
+    "cross device" (when the target has a GPU, virtual ones included): `ds.convert(x, to,
+    device=gpu)` for each size against `native`, the same two framework calls made directly
     (the source's copy to a NumPy array, then the target's put on the GPU), measured side by side
-    (their runs take turns: ``devshim.timing.compare``), with ``vs_native`` the median of the
-    per-pair ratios (``vs_native_low``/``_high``: their quartiles). Each framework keeps its own
-    CPU threads here (two frameworks: ``--threads`` would set only one of them).
+    (their runs take turns: `devshim.timing.compare`), with `vs_native` the median of the
+    per-pair ratios (`vs_native_low`/`_high`: their quartiles). Each framework keeps its own
+    CPU threads here (two frameworks: `--threads` would set only one of them).
 
     Example:
         >>> for row in run("jax", backend="torch"):

@@ -16,7 +16,7 @@ ROUNDS = 3
 
 
 class _Unguarded:
-    """A stand-in for ``ds.transfer_guard`` that guards nothing."""
+    """A stand-in for `ds.transfer_guard` that guards nothing."""
 
     def __enter__(self):
         return None
@@ -27,16 +27,16 @@ class _Unguarded:
 
 @on_threads
 def run(size: int = 8, *, backend=None, device=None, min_run_time: float = 0.1, progress=None) -> list:
-    """Time one small op (``add`` of two ``size``-element tensors on one device) and one
-    implicit host read of a host tensor (``ops.item``: ``t.item()``, ``float(t)``,
-    ``a.asscalar()``), outside any guard, inside
-    ``transfer_guard("allow")`` and inside ``transfer_guard("disallow")``.
+    """Time one small op (`add` of two `size`-element tensors on one device) and one
+    implicit host read of a host tensor (`ops.item`: `t.item()`, `float(t)`,
+    `a.asscalar()`), outside any guard, inside
+    `transfer_guard("allow")` and inside `transfer_guard("disallow")`.
 
     Nothing moves, so the guard lets every call through: what is measured is
-    what checking costs. The three conditions are measured in turn, ``ROUNDS``
+    what checking costs. The three conditions are measured in turn, `ROUNDS`
     times, and each keeps its quickest round. Rows: operation, condition, seconds with its spread,
     over_unguarded (seconds added per call) and ratio (this / unguarded).
-    A backend without a ``guard.py`` (NumPy) gives one row saying so.
+    A backend without a `guard.py` (NumPy) gives one row saying so.
 
     Example:
         >>> for row in run(backend="torch"):

@@ -21,12 +21,12 @@ def run(steps: int = 1000, size: int = 100, *, backend=None, device=None, min_ru
     the device and move it once.
 
     The two variants are measured side by side (their runs take turns:
-    ``devshim.timing.compare``). Rows, one per variant: seconds (median for all
-    ``steps``) with its spread, host_reads (``steps`` vs 1, counted through
-    ``HostReads``), and slowdown (this variant's time over the on-device variant's,
+    `devshim.timing.compare`). Rows, one per variant: seconds (median for all
+    `steps`) with its spread, host_reads (`steps` vs 1, counted through
+    `HostReads`), and slowdown (this variant's time over the on-device variant's,
     the median of the per-pair ratios, with slowdown_low/high their quartiles).
-    Both variants must log the same values. ``threads`` sets the framework's CPU
-    threads (default 1: ``devshim.bench.threads``).
+    Both variants must log the same values. `threads` sets the framework's CPU
+    threads (default 1: `devshim.bench.threads`).
 
     Example:
         >>> slow, fast = run(steps=1000)

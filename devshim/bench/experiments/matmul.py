@@ -13,16 +13,16 @@ from devshim.bench.threads import THREADS_OPTION, on_threads
 @on_threads
 def run(sizes=(16, 64, 256, 1024), *, backend=None, devices=None, min_run_time: float = 0.2,
         progress=None) -> list:
-    """Time ``n x n`` float32 matmuls on the CPU and each GPU.
+    """Time `n x n` float32 matmuls on the CPU and each GPU.
 
     Rows: backend, device, size, seconds (median per matmul) with its spread,
     gflops (with gflops_low/high from the quartiles), and cpu_over_device
     (CPU seconds / this device's seconds: above 1, the device is faster). Each
     device's matmul is measured side by side with the CPU's (their runs take
-    turns: ``devshim.timing.compare``), so cpu_over_device is the median of the
+    turns: `devshim.timing.compare`), so cpu_over_device is the median of the
     per-pair ratios, with cpu_over_device_low/high their quartiles.
-    ``devices`` limits the accelerators; the CPU is always measured, as the
-    reference, on ``threads`` threads (default 1: ``devshim.bench.threads``).
+    `devices` limits the accelerators; the CPU is always measured, as the
+    reference, on `threads` threads (default 1: `devshim.bench.threads`).
 
     Example:
         >>> for row in run([64, 1024]):

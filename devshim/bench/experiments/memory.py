@@ -7,12 +7,12 @@ from devshim.backends import get_backend
 from devshim.bench.experiment import BarPlot, Column, Experiment, Option, Steps, check_count, device_name, ops_for
 
 MiB = 2**20
-#: The small model's hidden width and outputs (``ops.small_model(width, OUTPUTS)``: width -> 8 -> 10).
+#: The small model's hidden width and outputs (`ops.small_model(width, OUTPUTS)`: width -> 8 -> 10).
 HIDDEN, OUTPUTS = 8, 10
 
 
 def model_bytes(width: int) -> int:
-    """The hand count of ``ops.small_model(width, 10)``'s float32 parameters: two weights, two biases.
+    """The hand count of `ops.small_model(width, 10)`'s float32 parameters: two weights, two biases.
 
     Example:
         >>> model_bytes(4096)
@@ -23,18 +23,18 @@ def model_bytes(width: int) -> int:
 
 def run(megabytes: int = 16, width: int = 65536, batch: int = 64, *, backend=None, device=None,
         min_run_time: float = 0.0, progress=None) -> list:
-    """On the CPU and each GPU of the backend (or on ``device``): the memory a float32 tensor of
-    ``megabytes`` MiB takes, the memory ``ops.small_model(width, 10)`` takes once placed there
-    (an MLP width -> 8 -> 10), and the most one SGD training step of it on a batch of ``batch``
-    examples takes (``ops.train_step``: forward, backward, update), each against the hand count
+    """On the CPU and each GPU of the backend (or on `device`): the memory a float32 tensor of
+    `megabytes` MiB takes, the memory `ops.small_model(width, 10)` takes once placed there
+    (an MLP width -> 8 -> 10), and the most one SGD training step of it on a batch of `batch`
+    examples takes (`ops.train_step`: forward, backward, update), each against the hand count
     of its bytes where there is one (the tensor's and the parameters').
 
-    Figures come from ``ds.memory`` (what is in use after, less before) and ``ds.memory_peak``
+    Figures come from `ds.memory` (what is in use after, less before) and `ds.memory_peak`
     (the most in use inside, less before). On the host they are the process's resident memory,
     which a freed and reused buffer need not grow; a framework that says nothing of a device's
     use gives "-". Rows: backend, device, case, expected_bytes (the hand count, or None),
     in_use_bytes, peak_bytes, method (how the peak was taken), and the same in MiB for the table.
-    ``min_run_time`` is accepted for the command line's sake: nothing here is timed.
+    `min_run_time` is accepted for the command line's sake: nothing here is timed.
 
     Example:
         >>> rows = run(backend="torch")                  # DEVSHIM_VIRTUAL_DEVICES=1
@@ -71,7 +71,7 @@ def _row(adapter, native, case: str, expected, before, peak) -> dict:
 
 
 def _measure(native, work):
-    """(bytes in use before, the MemoryPeak of ``work()``, what ``work`` returned)."""
+    """(bytes in use before, the MemoryPeak of `work()`, what `work` returned)."""
     before = ds.memory(native).in_use
     with ds.memory_peak(native) as peak:
         result = work()

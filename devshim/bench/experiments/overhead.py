@@ -13,21 +13,21 @@ NEST_LEAVES = 1000
 
 @on_threads
 def run(*, backend=None, device=None, min_run_time: float = 0.05, progress=None) -> list:
-    """devshim's ``device_of``, ``copy_if_needed`` and ``to_device`` against the native call.
+    """devshim's `device_of`, `copy_if_needed` and `to_device` against the native call.
 
-    Cases: ``device_of``; ``copy_if_needed`` when nothing has to be copied;
-    ``to_device`` of a small (64 B) and a 1 MiB tensor; ``to_device`` of a
+    Cases: `device_of`; `copy_if_needed` when nothing has to be copied;
+    `to_device` of a small (64 B) and a 1 MiB tensor; `to_device` of a
     nest of 8 small tensors, and of a dict of 1000 small tensors against a
     dict comprehension of native copies. Each native side is the expression a
-    user writes (``t.device``, ``t.to(dev)``, ``np.asarray(a)``) inline in the
-    timed callable, from the backend's ``ops.native_calls``. The two sides are
-    measured side by side (``devshim.timing.compare``: their blocks of calls take
+    user writes (`t.device`, `t.to(dev)`, `np.asarray(a)`) inline in the
+    timed callable, from the backend's `ops.native_calls`. The two sides are
+    measured side by side (`devshim.timing.compare`: their blocks of calls take
     turns, so both see the same machine), and the ratio is the median of the
     per-pair ratios. Rows: operation, native_seconds and devshim_seconds (each
     with its IQR), ratio (devshim / native; None when the framework has no native
     equivalent) with ratio_low/high (the quartiles of the per-pair ratios), and
-    the flags (noisy, stalled, settled) of the comparison. ``threads`` sets the
-    framework's CPU threads (default 1: ``devshim.bench.threads``).
+    the flags (noisy, stalled, settled) of the comparison. `threads` sets the
+    framework's CPU threads (default 1: `devshim.bench.threads`).
 
     Example:
         >>> for row in run():

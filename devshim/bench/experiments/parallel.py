@@ -20,16 +20,16 @@ def run(size: int = 512, repeats: int = 10, *, backend=None, devices=None, min_r
         progress=None) -> list:
     """Two streams of matmuls on two devices at once vs both in sequence on one device.
 
-    Each stream is ``repeats`` ``size x size`` matmuls; "at once" runs the
+    Each stream is `repeats` `size x size` matmuls; "at once" runs the
     two streams from two threads. The devices are the first two GPUs (or
     virtual devices), or the two given. With one device only (no second GPU,
     or the same device given twice) both streams run on it, and the second
     row says so in its variant and note: it shows what concurrency buys on
     one device, not two. The two variants are measured side by side (their
-    runs take turns: ``devshim.timing.compare``). Rows: variant, devices,
+    runs take turns: `devshim.timing.compare`). Rows: variant, devices,
     seconds with its spread, and speedup (sequential / this: the median of the
-    per-pair ratios, with speedup_low/high their quartiles). ``threads`` sets
-    the framework's CPU threads (default 1: ``devshim.bench.threads``).
+    per-pair ratios, with speedup_low/high their quartiles). `threads` sets
+    the framework's CPU threads (default 1: `devshim.bench.threads`).
 
     Example:
         >>> seq, both = run()

@@ -1,4 +1,4 @@
-"""What ``import devshim`` adds to a Python process's start, and what its first call adds."""
+"""What `import devshim` adds to a Python process's start, and what its first call adds."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ CASES = (
 def run(*, backend=None, min_run_time: float = 1.0, progress=None) -> list:
     """Wall time of fresh interpreters: bare, importing devshim, and making its first call.
 
-    Each case starts ``sys.executable`` in a new process, again and again for
-    ``min_run_time`` seconds (the median start counts). Rows: case, seconds with its spread, and over_bare
+    Each case starts `sys.executable` in a new process, again and again for
+    `min_run_time` seconds (the median start counts). Rows: case, seconds with its spread, and over_bare
     (seconds above the bare interpreter's). The first call uses the NumPy
     backend, so no framework's own import is counted.
 

@@ -20,16 +20,16 @@ NO_DEVICE = ("no device here (no GPU, real or virtual): host->device and device-
 @on_threads
 def run(sizes_mb=(1, 8, 64), *, backend=None, device=None, min_run_time: float = 0.2,
         progress=None) -> list:
-    """Host-to-device (``ds.to_device``) and device-to-host (``ds.to_numpy``)
-    bandwidth for float32 buffers of ``sizes_mb`` MiB.
+    """Host-to-device (`ds.to_device`) and device-to-host (`ds.to_numpy`)
+    bandwidth for float32 buffers of `sizes_mb` MiB.
 
-    ``device`` defaults to the first GPU. Where the device end is the host CPU
-    itself (no GPU, real or virtual, or ``device="cpu"``) there is no transfer
-    to time: the one row returned is ``{"backend": ..., "omitted": NO_DEVICE}``,
+    `device` defaults to the first GPU. Where the device end is the host CPU
+    itself (no GPU, real or virtual, or `device="cpu"`) there is no transfer
+    to time: the one row returned is `{"backend": ..., "omitted": NO_DEVICE}`,
     which the table prints as a line. Rows: direction, device, megabytes,
     seconds (median per copy) with its spread, gb_per_s (with gb_per_s_low/high
     from the quartiles), and threads where a virtual GPU copies on the host
-    (default 1: ``devshim.bench.threads``).
+    (default 1: `devshim.bench.threads`).
 
     Example:
         >>> for row in run([1, 64]):

@@ -26,21 +26,21 @@ CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 def run(examples: int = 1024, batch_size: int = 16, rounds: int = 3, threads: int = 1,
         clock: str = "wall", *, backend=None, min_run_time: float = 1.0, progress=None) -> list:
     """One epoch of D2L's from-scratch LeNet ("Multiple GPUs from scratch", the chapter's own
-    torch calls) on the CPU and on virtual GPU 0: ``examples`` synthetic 28x28 images in
-    batches of ``batch_size``, each batch copied to the device, forward, backward, SGD.
+    torch calls) on the CPU and on virtual GPU 0: `examples` synthetic 28x28 images in
+    batches of `batch_size`, each batch copied to the device, forward, backward, SGD.
 
-    The code is the same on both devices; only ``device`` differs, so the ratio is what
+    The code is the same on both devices; only `device` differs, so the ratio is what
     devshim's virtual GPU (a tensor subclass that runs every operation on host tensors) adds
-    per operation. CPU and virtual GPU alternate for ``rounds`` rounds; each keeps its
+    per operation. CPU and virtual GPU alternate for `rounds` rounds; each keeps its
     quickest median, which resists bursts of load from elsewhere. torch runs its kernels
-    on ``threads`` threads meanwhile (default 1, as ``torch.utils.benchmark.Timer`` does:
+    on `threads` threads meanwhile (default 1, as `torch.utils.benchmark.Timer` does:
     several threads on a busy machine wait for each other and time the machine, not the
-    code); its own setting is put back afterwards. ``clock="cpu"`` times the process's CPU
+    code); its own setting is put back afterwards. `clock="cpu"` times the process's CPU
     time instead of wall time: on a machine shared with other work it counts this work only.
 
     Virtual GPUs are a setting fixed per process. When this process has them on torch
-    (``DEVSHIM_VIRTUAL_DEVICES`` >= 1) both sides run here; otherwise both run in a child
-    process started with ``DEVSHIM_VIRTUAL_DEVICES=1``, and each row's note says so. Without
+    (`DEVSHIM_VIRTUAL_DEVICES` >= 1) both sides run here; otherwise both run in a child
+    process started with `DEVSHIM_VIRTUAL_DEVICES=1`, and each row's note says so. Without
     torch installed the one row is a note. Rows: device, seconds (one epoch) with its spread,
     vs_cpu (this / the CPU's, with vs_cpu_low/high from the quartiles), last_loss (the
     epoch's last batch loss: the same on both devices, within float tolerance).
@@ -77,7 +77,7 @@ def _has_virtual_gpu() -> bool:
 
 def measure_here(examples: int, batch_size: int, rounds: int, threads: int, clock: str = "wall", *,
                  min_run_time: float, progress=None, note: str = "") -> list:
-    """``run``'s measurement, in this process (which has a virtual torch GPU)."""
+    """`run`'s measurement, in this process (which has a virtual torch GPU)."""
     ops = ops_for("torch")
     before = ops.set_threads(threads)
     try:
@@ -136,7 +136,7 @@ def _in_child(examples: int, batch_size: int, rounds: int, threads: int, clock: 
 
 
 def _child(arguments: str) -> None:
-    """The child process's side of ``_in_child``: measure, print the rows as one JSON line."""
+    """The child process's side of `_in_child`: measure, print the rows as one JSON line."""
     examples, batch_size, rounds, threads, clock, min_run_time = json.loads(arguments)
     note = f"measured in a child process with {settings.VIRTUAL_DEVICES_VAR}={CHILD_VIRTUAL_DEVICES}"
     rows = measure_here(examples, batch_size, rounds, threads, clock, min_run_time=min_run_time, note=note)

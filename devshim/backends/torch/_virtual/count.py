@@ -1,4 +1,4 @@
-"""How many virtual GPUs exist now, and which ``vgpu`` devices a call may name.
+"""How many virtual GPUs exist now, and which `vgpu` devices a call may name.
 
 The lowest module of the package: the others read the count from here.
 
@@ -25,7 +25,7 @@ _count = 0          # virtual GPUs presented now (0 once turned off; tensors mad
 
 
 def device_count() -> int:
-    """How many virtual GPUs exist now (``torch.vgpu.device_count()``).
+    """How many virtual GPUs exist now (`torch.vgpu.device_count()`).
 
     Example:
         >>> device_count()
@@ -46,12 +46,12 @@ def set_count(count: int) -> None:
 
 
 def is_virtual_type(device) -> bool:
-    """Whether torch.device ``device`` is a virtual GPU."""
+    """Whether torch.device `device` is a virtual GPU."""
     return device.type == VIRTUAL_TYPE
 
 
 def target(device):
-    """``device`` (a factory's ``device=``) as a torch.device; a bare "vgpu" is vgpu:0, the
+    """`device` (a factory's `device=`) as a torch.device; a bare "vgpu" is vgpu:0, the
     current device (a Python device guard cannot hold another current device)."""
     device = torch.device(device)
     if device.type != VIRTUAL_TYPE:

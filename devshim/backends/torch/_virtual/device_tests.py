@@ -1,21 +1,21 @@
-"""torch's device-generic tests (``instantiate_device_type_tests``) on virtual GPUs.
+"""torch's device-generic tests (`instantiate_device_type_tests`) on virtual GPUs.
 
-torch's ``torch.testing._internal.common_device_type`` makes one test class per device type
-it finds when it is imported: the CPU, CUDA when ``torch.cuda.is_available()``, and the
-out-of-tree device (``PrivateUse1TestBase``) when that device's ``is_available()`` is True.
-A virtual GPU's ``is_available()`` answers False, as the CPU machine it runs on does, so that
-the rest of torch keeps its CPU paths (``DataLoader(pin_memory=True)``, which would ask the
-device for page-locked memory a Python-defined device cannot give; ``torch.utils.benchmark``,
+torch's `torch.testing._internal.common_device_type` makes one test class per device type
+it finds when it is imported: the CPU, CUDA when `torch.cuda.is_available()`, and the
+out-of-tree device (`PrivateUse1TestBase`) when that device's `is_available()` is True.
+A virtual GPU's `is_available()` answers False, as the CPU machine it runs on does, so that
+the rest of torch keeps its CPU paths (`DataLoader(pin_memory=True)`, which would ask the
+device for page-locked memory a Python-defined device cannot give; `torch.utils.benchmark`,
 which would ask it to synchronise). torch's documented way for a downstream device to join
-is the variable ``TORCH_TEST_DEVICES``: paths of files, each run with the module's globals,
-whose ``TEST_CLASS`` is added to the test bases. This module is such a file: run that way it
-hands torch ``PrivateUse1TestBase``, the base torch keeps for an out-of-tree device, whose
-tests then run on ``vgpu:0`` (and multi-device tests, ``@deviceCountAtLeast(2)``, on every
-virtual GPU). ``enable`` (``ds.testing.torch_device_tests()``) sets the variable.
+is the variable `TORCH_TEST_DEVICES`: paths of files, each run with the module's globals,
+whose `TEST_CLASS` is added to the test bases. This module is such a file: run that way it
+hands torch `PrivateUse1TestBase`, the base torch keeps for an out-of-tree device, whose
+tests then run on `vgpu:0` (and multi-device tests, `@deviceCountAtLeast(2)`, on every
+virtual GPU). `enable` (`ds.testing.torch_device_tests()`) sets the variable.
 
 Nothing in torch is patched. torch reads two things when its testing modules are imported,
-so the virtual GPUs must be registered before that: ``NATIVE_DEVICES`` (tests marked
-``@onlyNativeDeviceTypes`` run on those; it names the out-of-tree device under its name at
+so the virtual GPUs must be registered before that: `NATIVE_DEVICES` (tests marked
+`@onlyNativeDeviceTypes` run on those; it names the out-of-tree device under its name at
 that moment) and the test bases.
 
 Example:
@@ -51,7 +51,7 @@ def _too_late(what: str) -> BackendError:
 
 
 def _register_virtual_gpus() -> None:
-    """Make sure torch has the ``vgpu`` device (``ds.num_gpus`` registers it when asked for)."""
+    """Make sure torch has the `vgpu` device (`ds.num_gpus` registers it when asked for)."""
     import torch
 
     from devshim.backends import get_backend
@@ -75,9 +75,9 @@ def _check_native(native_devices) -> None:
 
 
 def enable(count: int | None = None) -> None:
-    """Run torch's device-generic tests (``instantiate_device_type_tests``) on virtual GPUs too:
-    register ``count`` virtual GPUs (default: ``DEVSHIM_VIRTUAL_DEVICES``) and name this file in
-    ``TORCH_TEST_DEVICES``. Call it before ``torch.testing._internal`` is imported.
+    """Run torch's device-generic tests (`instantiate_device_type_tests`) on virtual GPUs too:
+    register `count` virtual GPUs (default: `DEVSHIM_VIRTUAL_DEVICES`) and name this file in
+    `TORCH_TEST_DEVICES`. Call it before `torch.testing._internal` is imported.
 
     Example:
         >>> enable(2)
@@ -98,7 +98,7 @@ def enable(count: int | None = None) -> None:
 
 
 def _test_class(framework_globals: dict):
-    """What this file gives torch when run as ``TORCH_TEST_DEVICES`` asks: the base torch keeps
+    """What this file gives torch when run as `TORCH_TEST_DEVICES` asks: the base torch keeps
     for an out-of-tree device, the virtual GPUs being registered and native to the framework."""
     _register_virtual_gpus()
     _check_native(framework_globals["NATIVE_DEVICES"])

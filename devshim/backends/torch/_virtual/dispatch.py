@@ -1,11 +1,11 @@
 """Running ATen operations on virtual tensors: CUDA's device rules, then the host kernel.
 
 Every ATen operation on a virtual tensor arrives here (from
-``VirtualTensor.__torch_dispatch__``, or from the PrivateUse1 kernels ``registration.py``
-installs), below autograd. ``run`` checks devices the way CUDA does, runs the operation on
+`VirtualTensor.__torch_dispatch__`, or from the PrivateUse1 kernels `registration.py`
+installs), below autograd. `run` checks devices the way CUDA does, runs the operation on
 the host tensors, and wraps the results on the same virtual GPU. The tensor class is
-passed in (``cls``, as torch passes it to ``__torch_dispatch__``), so this module sits
-below ``tensor.py``.
+passed in (`cls`, as torch passes it to `__torch_dispatch__`), so this module sits
+below `tensor.py`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ _embedding = _kernel_of(_aten.embedding.default)
 
 
 def _dense_embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    """``aten::embedding`` on a virtual GPU, refusing ``sparse=True`` by name in the forward: its
+    """`aten::embedding` on a virtual GPU, refusing `sparse=True` by name in the forward: its
     backward would make a sparse gradient, which a virtual GPU cannot hold, and an error raised
     inside torch's autograd engine there ends the process (torch 2.13: "terminate called without
     an active exception")."""
@@ -60,13 +60,13 @@ _account = _memory.account
 
 
 def new(cls, host, device):
-    """A ``cls`` (virtual tensor) on virtual GPU ``device`` (a torch.device) holding CPU tensor
-    ``host``. The wrapper carries ``host``'s sizes, strides and storage offset itself, so torch
+    """A `cls` (virtual tensor) on virtual GPU `device` (a torch.device) holding CPU tensor
+    `host`. The wrapper carries `host`'s sizes, strides and storage offset itself, so torch
     reads them in C++ without calling back into Python; the operations that change them in
-    place make the wrapper follow (``follow_host``). Its device is also kept as the plain
-    attribute ``_device``, which the hot path reads without going through torch. Its storage
-    is counted against the virtual GPU (``memory.account``), which refuses one past the GPU's
-    size with ``torch.OutOfMemoryError``."""
+    place make the wrapper follow (`follow_host`). Its device is also kept as the plain
+    attribute `_device`, which the hot path reads without going through torch. Its storage
+    is counted against the virtual GPU (`memory.account`), which refuses one past the GPU's
+    size with `torch.OutOfMemoryError`."""
     if host.layout != _STRIDED:
         raise UnsupportedValueError(
             f"devshim's virtual GPUs hold dense (strided) tensors only, not {host.layout}. "
@@ -84,9 +84,9 @@ def new(cls, host, device):
 
 
 def new_view(cls, host, device):
-    """``new``, for a host tensor that may carry flags torch keeps on the tensor rather than
-    its storage (the lazy conjugate and negative bits, which views pass on and ``conj()`` and
-    ``x.conj().imag`` set): the wrapper gets them too, so torch's conjugate fallback, ``is_conj()``
+    """`new`, for a host tensor that may carry flags torch keeps on the tensor rather than
+    its storage (the lazy conjugate and negative bits, which views pass on and `conj()` and
+    `x.conj().imag` set): the wrapper gets them too, so torch's conjugate fallback, `is_conj()`
     and every kernel read the same as on the host."""
     self = new(cls, host, device)
     flags = _get_flags(host)
@@ -96,9 +96,9 @@ def new_view(cls, host, device):
 
 
 def follow_host(tensor) -> None:
-    """Give virtual tensor ``tensor`` the sizes, strides and storage offset its host tensor has
-    now, after an operation changed the host's in place (``t_()``, ``resize_()``, ``set_()``,
-    an ``out=`` that resized, ...). torch's ``set_data`` (what ``t.data = v`` runs) copies the
+    """Give virtual tensor `tensor` the sizes, strides and storage offset its host tensor has
+    now, after an operation changed the host's in place (`t_()`, `resize_()`, `set_()`,
+    an `out=` that resized, ...). torch's `set_data` (what `t.data = v` runs) copies the
     metadata of a fresh wrapper into it, keeping the tensor's identity, autograd history and
     version counter; torch function handling is off meanwhile, so no mode sees the step."""
     fresh = new_view(type(tensor), tensor._host, tensor._device)  # shares the host: set_data asks both its kind
@@ -124,7 +124,7 @@ _multithreading_enabled, _set_multithreading_enabled = _internals.AUTOGRAD_THREA
 
 
 # Operations that change their tensor arguments' sizes, strides or storage offset in place,
-# beyond those torch tags ``inplace_view`` (t_, transpose_, squeeze_, unsqueeze_, as_strided_,
+# beyond those torch tags `inplace_view` (t_, transpose_, squeeze_, unsqueeze_, as_strided_,
 # ...) and the out= arguments an operation may resize: name -> the arguments to follow.
 _RESHAPING = {
     **dict.fromkeys(("resize_", "resize_as_", "set_", "_resize_output_"), None),  # their a! arguments
@@ -152,7 +152,7 @@ _host_arguments: dict = {}
 
 
 def _host_argument_positions(func):
-    """Positions and names of ``func``'s arguments that may stay on the CPU, or None."""
+    """Positions and names of `func`'s arguments that may stay on the CPU, or None."""
     try:
         return _host_arguments[func]
     except KeyError:
@@ -167,9 +167,9 @@ def _host_argument_positions(func):
 
 
 def _unwrap(cls, value, seen: list, host_ok: bool = False):
-    """``value`` with virtual tensors replaced by their host tensors; the device of every
-    tensor that must agree with the others goes into ``seen``. CPU tensors agree with
-    everything when they are 0-dim (as on CUDA) or ``host_ok`` (an argument CUDA reads
+    """`value` with virtual tensors replaced by their host tensors; the device of every
+    tensor that must agree with the others goes into `seen`. CPU tensors agree with
+    everything when they are 0-dim (as on CUDA) or `host_ok` (an argument CUDA reads
     from the CPU)."""
     if isinstance(value, cls):
         seen.append(value._device)
@@ -206,8 +206,8 @@ def _mismatch(func, first, other) -> DeviceMismatchError:
 
 
 class _Plan:
-    """What ``run`` needs to know about one operator, worked out on its first call, so a
-    call costs one lookup (by ``id``: an OpOverload hashes in Python) rather than several."""
+    """What `run` needs to know about one operator, worked out on its first call, so a
+    call costs one lookup (by `id`: an OpOverload hashes in Python) rather than several."""
 
     __slots__ = ("func", "name", "foreach", "host_positions", "host_names", "any_device", "kernel",
                  "aliases", "reshapes", "views", "tensor_positions", "returns_first", "seeded",
@@ -252,9 +252,9 @@ _SEEDED = getattr(torch.Tag, "nondeterministic_seeded", None)
 
 
 def _single_tensor_positions(func):
-    """Positions of ``func``'s ``Tensor`` and ``Tensor?`` arguments, when those are the only
+    """Positions of `func`'s `Tensor` and `Tensor?` arguments, when those are the only
     arguments that can hold a tensor (no tensor lists) and none is keyword-only: then a call
-    with positional arguments only can take ``torch_dispatch``'s short path. Else None."""
+    with positional arguments only can take `torch_dispatch`'s short path. Else None."""
     positions = []
     for position, arg in enumerate(_schema_of(func).arguments):
         kind = str(arg.type)
@@ -277,13 +277,13 @@ def _plan_for(func) -> _Plan:
 
 
 def run(cls, func, args, kwargs):
-    """Run ATen operation ``func`` on the host tensors behind ``args`` (``cls`` instances are
+    """Run ATen operation `func` on the host tensors behind `args` (`cls` instances are
     virtual tensors), with CUDA's device rules."""
     return torch_dispatch(cls, func, None, args, kwargs)
 
 
 def torch_dispatch(cls, func, types, args=(), kwargs=None):
-    """``run`` with ``__torch_dispatch__``'s signature: ``VirtualTensor.__torch_dispatch__`` is
+    """`run` with `__torch_dispatch__`'s signature: `VirtualTensor.__torch_dispatch__` is
     this function itself (a classmethod), one Python call less per operation."""
     if _multithreading_enabled():  # single_threaded_autograd(), inlined: this is the hot path
         _set_multithreading_enabled(False)
@@ -304,7 +304,7 @@ def _short_path(cls, plan, args):
     """The path most operations take: positional arguments only, tensors only where the
     schema has a lone Tensor, each a virtual tensor (all on one device), a number (torch hands
     a wrapped one over as a Python number), a 0-dim CPU tensor or None. Anything else (a CPU
-    tensor with dimensions, a mismatch, no virtual tensor at all) answers ``_NOT_SHORT``, and
+    tensor with dimensions, a mismatch, no virtual tensor at all) answers `_NOT_SHORT`, and
     the general path decides it, raises the mismatch, or wraps the results alike."""
     out = None
     host_args = list(args)
@@ -362,7 +362,7 @@ def _general_path(cls, plan, args, kwargs):
 
 
 def refuse_quantized(device) -> UnsupportedValueError:
-    """The error for a quantized tensor on virtual GPU ``device``."""
+    """The error for a quantized tensor on virtual GPU `device`."""
     return UnsupportedValueError(
         f"devshim's virtual GPUs hold no quantized tensors ({device} cannot keep one: torch's "
         f"quantized kernels and tensor internals take only their own devices' tensors). Quantize on "
@@ -379,8 +379,8 @@ def _refuse_quantized(result, device) -> None:
 
 
 def _unwrap_call(cls, plan, args, kwargs):
-    """``(host_args, host_kwargs, seen)``: the call with virtual tensors replaced by their host
-    tensors, and the devices that must agree (see ``_unwrap``)."""
+    """`(host_args, host_kwargs, seen)`: the call with virtual tensors replaced by their host
+    tensors, and the devices that must agree (see `_unwrap`)."""
     seen: list = []
     positions = plan.host_positions
     if positions is None:
@@ -411,7 +411,7 @@ def _host_storages(where, host_args: list, host_kwargs: dict) -> None:
 
 
 def _check_one_device(plan, seen: list, args, kwargs) -> None:
-    """CUDA's rule: every tensor in ``seen`` on one device, else the error CUDA raises (or the
+    """CUDA's rule: every tensor in `seen` on one device, else the error CUDA raises (or the
     operator's own, for those whose kernels check devices themselves)."""
     first = seen[0]
     for device in seen:
@@ -423,9 +423,9 @@ def _check_one_device(plan, seen: list, args, kwargs) -> None:
 
 
 def _result_device(host_kwargs, seen: list):
-    """Where the result goes: ``device=`` when it names a virtual GPU (then the host kernel is
+    """Where the result goes: `device=` when it names a virtual GPU (then the host kernel is
     asked for the CPU), else the virtual GPU of the inputs (every virtual tensor's device is in
-    ``seen``); None when the result stays where the kernel puts it."""
+    `seen`); None when the result stays where the kernel puts it."""
     asked = host_kwargs.get("device") if host_kwargs else None
     if asked is not None:
         target = _target(asked)
@@ -440,8 +440,8 @@ def _result_device(host_kwargs, seen: list):
 
 
 def _finish(cls, plan, result, host_args, out, args, kwargs):
-    """The host kernel's ``result`` as ``torch_dispatch`` returns it: tensors wrapped on virtual
-    GPU ``out``, mutated arguments (in-place and out= operations) as themselves."""
+    """The host kernel's `result` as `torch_dispatch` returns it: tensors wrapped on virtual
+    GPU `out`, mutated arguments (in-place and out= operations) as themselves."""
     aliases = plan.aliases
     if aliases is None:
         if isinstance(result, _Tensor):
@@ -460,7 +460,7 @@ def _finish(cls, plan, result, host_args, out, args, kwargs):
 
 
 def _dispatch_foreach(cls, func, args, kwargs):
-    """``torch._foreach_*``: CUDA's rule holds per position (the i-th tensors of every list,
+    """`torch._foreach_*`: CUDA's rule holds per position (the i-th tensors of every list,
     and any single tensor argument, share a device), and each result lands on its position's device."""
     values = (*args, *kwargs.values())
     lists = [v for v in values if (type(v) is list or type(v) is tuple) and _has_tensor(v)]
@@ -501,8 +501,8 @@ def _wrap(cls, value, device, make=new):
 
 
 def _reshaped_arguments(func):
-    """``(position, name)`` of each argument whose metadata ``func`` may change in place (see
-    ``_RESHAPING``), or None for the (many) operations that change none."""
+    """`(position, name)` of each argument whose metadata `func` may change in place (see
+    `_RESHAPING`), or None for the (many) operations that change none."""
     schema = _schema_of(func)
     name = func.__name__.split(".")[0]
     written = [(position, arg.name) for position, arg in enumerate(schema.arguments)
@@ -535,7 +535,7 @@ _ALIASES: dict = {}
 
 
 def _write_aliases(func):
-    """For each return of ``func``: ``(position, name)`` of the argument it is (``a!``), or
+    """For each return of `func`: `(position, name)` of the argument it is (`a!`), or
     None; None for the whole when no return is a mutated argument."""
     try:
         return _ALIASES[func]
@@ -561,7 +561,7 @@ def _write_aliases(func):
 
 def backend_kernel(cls, op, *args, **kwargs):
     """The PrivateUse1 kernel: factories asked for a virtual GPU run on the CPU; operations
-    that arrive here with virtual tensors run as ``__torch_dispatch__`` would run them."""
+    that arrive here with virtual tensors run as `__torch_dispatch__` would run them."""
     single_threaded_autograd()
     adopted = _adopt_foreign(cls, op, args, kwargs)
     if adopted is not None:
@@ -581,7 +581,7 @@ def backend_kernel(cls, op, *args, **kwargs):
 
 def quantized_kernel(op, *args, **kwargs):
     """The QuantizedPrivateUse1 kernel: what would make a quantized tensor on a virtual GPU
-    (``q.to("vgpu:0")``, ``torch._empty_affine_quantized(..., device="vgpu:0")``) refuses."""
+    (`q.to("vgpu:0")`, `torch._empty_affine_quantized(..., device="vgpu:0")`) refuses."""
     device = kwargs.get("device")
     raise refuse_quantized(_target(device) if device is not None else VIRTUAL_TYPE)
 
@@ -589,7 +589,7 @@ def quantized_kernel(op, *args, **kwargs):
 def _adopt_foreign(cls, op, args, kwargs):
     """A call with tensors on a virtual GPU that are not devshim's wrappers: torch made them in
     C++ over memory devshim handed it (a DLPack capsule of a virtual tensor that torch imported,
-    a storage a legacy-format ``torch.load`` fills), and they run as virtual tensors over that
+    a storage a legacy-format `torch.load` fills), and they run as virtual tensors over that
     host memory; an in-place operation gives back the tensor itself. Any other such tensor has
     no memory devshim knows and is refused rather than computed with. None when there is none."""
     if not (_has_foreign(cls, args) or _has_foreign(cls, kwargs.values())):

@@ -2,19 +2,19 @@
 tensor's does; any other importer is refused by name.
 
 A virtual tensor's own C++ storage holds no memory (its values live in its host tensor), so
-torch's DLPack export would hand out a null pointer. ``exportable`` makes a wrapper over the
+torch's DLPack export would hand out a null pointer. `exportable` makes a wrapper over the
 same host tensor whose C++ storage is the host memory, as a storage of the virtual GPU, and
-torch exports that one: the capsule says "an external device, index i" (``kDLExtDev``) with
+torch exports that one: the capsule says "an external device, index i" (`kDLExtDev`) with
 the host memory's address. torch imports such a capsule as a plain tensor of the virtual GPU
-over that memory, which devshim knows (``saving.remember``) and computes with as a virtual
-tensor (``dispatch._adopt``). So ``torch.from_dlpack(t)`` and
-``torch.from_dlpack(torch.utils.dlpack.to_dlpack(t))`` give a tensor on ``t``'s virtual GPU
-sharing its memory. Another framework would take host memory for a GPU's: ``t.__dlpack__()``
-asked by anything but torch's ``from_dlpack`` raises ``ds.VirtualDLPackError``, naming
-``ds.convert``.
+over that memory, which devshim knows (`saving.remember`) and computes with as a virtual
+tensor (`dispatch._adopt`). So `torch.from_dlpack(t)` and
+`torch.from_dlpack(torch.utils.dlpack.to_dlpack(t))` give a tensor on `t`'s virtual GPU
+sharing its memory. Another framework would take host memory for a GPU's: `t.__dlpack__()`
+asked by anything but torch's `from_dlpack` raises `ds.VirtualDLPackError`, naming
+`ds.convert`.
 
-``torch.utils.dlpack.to_dlpack`` is a C function that reads a tensor's C++ storage; ``install``
-puts a Python function in its place that hands it ``exportable(t)`` for a virtual tensor.
+`torch.utils.dlpack.to_dlpack` is a C function that reads a tensor's C++ storage; `install`
+puts a Python function in its place that hands it `exportable(t)` for a virtual tensor.
 
 Example:
     >>> t = torch.arange(3.0, device="vgpu:1")
@@ -46,8 +46,8 @@ _EXTERNAL_DEVICE = torch.utils.dlpack.DLDeviceType.kDLExtDev
 
 
 def exportable(tensor):
-    """A wrapper over ``tensor``'s host tensor whose C++ storage is the host memory (a storage
-    of ``tensor``'s virtual GPU): what torch's DLPack export reads."""
+    """A wrapper over `tensor`'s host tensor whose C++ storage is the host memory (a storage
+    of `tensor`'s virtual GPU): what torch's DLPack export reads."""
     host = tensor._host
     memory = host.untyped_storage()
     export = new_view(type(tensor), host, tensor._device)
@@ -61,7 +61,7 @@ def exportable(tensor):
 
 
 def _asked_by_torch() -> bool:
-    """Whether the DLPack call comes from torch's own ``torch.from_dlpack``."""
+    """Whether the DLPack call comes from torch's own `torch.from_dlpack`."""
     frame = sys._getframe(2)
     for _ in range(6):
         if frame is None:
@@ -73,23 +73,23 @@ def _asked_by_torch() -> bool:
 
 
 def dlpack(tensor, *args, **kwargs):
-    """``tensor.__dlpack__(...)``: torch's capsule of ``exportable(tensor)`` when torch's
-    ``from_dlpack`` asks, else ``ds.VirtualDLPackError``."""
+    """`tensor.__dlpack__(...)`: torch's capsule of `exportable(tensor)` when torch's
+    `from_dlpack` asks, else `ds.VirtualDLPackError`."""
     if not _asked_by_torch():
         _refuse(tensor)
     return torch.Tensor.__dlpack__(exportable(tensor), *args, **kwargs)
 
 
 def dlpack_device(tensor):
-    """``tensor.__dlpack_device__()``: an external device (``kDLExtDev``) of the virtual GPU's
-    index, for torch's ``from_dlpack``; else ``ds.VirtualDLPackError``."""
+    """`tensor.__dlpack_device__()`: an external device (`kDLExtDev`) of the virtual GPU's
+    index, for torch's `from_dlpack`; else `ds.VirtualDLPackError`."""
     if not _asked_by_torch():
         _refuse(tensor)
     return (_EXTERNAL_DEVICE, tensor._device.index)
 
 
 def to_dlpack(tensor, *args, **kwargs):
-    """``torch.utils.dlpack.to_dlpack``, which takes virtual tensors too."""
+    """`torch.utils.dlpack.to_dlpack`, which takes virtual tensors too."""
     if isinstance(tensor, torch.Tensor) and tensor.device.type == VIRTUAL_TYPE and hasattr(tensor, "_host"):
         tensor = exportable(tensor)
     return _torch_to_dlpack(tensor, *args, **kwargs)
@@ -99,6 +99,6 @@ to_dlpack.__doc__ = _torch_to_dlpack.__doc__
 
 
 def install() -> None:
-    """Put ``to_dlpack`` in the place of ``torch.utils.dlpack.to_dlpack`` (once)."""
+    """Put `to_dlpack` in the place of `torch.utils.dlpack.to_dlpack` (once)."""
     if torch.utils.dlpack.to_dlpack is _torch_to_dlpack:
         torch.utils.dlpack.to_dlpack = to_dlpack

@@ -1,25 +1,25 @@
 """Random numbers on virtual GPUs, as on CUDA: one default generator per device, and
-``torch.Generator(device="vgpu:i")``.
+`torch.Generator(device="vgpu:i")`.
 
-Each virtual GPU has its own default generator (``torch.vgpu.default_generators[i]``),
-seeded by ``torch.manual_seed`` (through ``torch.vgpu.manual_seed_all``, which torch
-calls) and read and set by ``torch.vgpu.get_rng_state``/``set_rng_state``, so drawing on
-``vgpu:1`` does not move the CPU's stream or ``vgpu:0``'s, and a seeded run draws the same
+Each virtual GPU has its own default generator (`torch.vgpu.default_generators[i]`),
+seeded by `torch.manual_seed` (through `torch.vgpu.manual_seed_all`, which torch
+calls) and read and set by `torch.vgpu.get_rng_state`/`set_rng_state`, so drawing on
+`vgpu:1` does not move the CPU's stream or `vgpu:0`'s, and a seeded run draws the same
 numbers every time. A virtual GPU computes on the host, so each of its generators is a CPU
 generator underneath (its state is a CPU generator's); devshim knows it as a virtual GPU's
-by its address (``Generator._cdata``), because torch hands the operations a generator
+by its address (`Generator._cdata`), because torch hands the operations a generator
 object of its own, not the one the caller made.
 
-An operation that draws (torch tags it ``nondeterministic_seeded``) on a virtual GPU gets
-that device's generator: passed as its ``generator`` argument when it has one and the
-caller gave none, else (dropout, ``randn`` without a generator) by running it with the
+An operation that draws (torch tags it `nondeterministic_seeded`) on a virtual GPU gets
+that device's generator: passed as its `generator` argument when it has one and the
+caller gave none, else (dropout, `randn` without a generator) by running it with the
 CPU's default generator holding the device's state for the call. A generator the caller
 passes must be a virtual GPU's, as CUDA wants a CUDA generator.
 
-``torch.Generator`` itself is a class of torch's C extension, which creates only the
-generators of devices registered in C++; ``install()`` puts a subclass in its place whose
-constructor hands out a ``VirtualGenerator`` for a virtual GPU and torch's own generator
-for any other device (``isinstance(g, torch.Generator)`` holds for both).
+`torch.Generator` itself is a class of torch's C extension, which creates only the
+generators of devices registered in C++; `install()` puts a subclass in its place whose
+constructor hands out a `VirtualGenerator` for a virtual GPU and torch's own generator
+for any other device (`isinstance(g, torch.Generator)` holds for both).
 
 Example:
     >>> g = torch.Generator(device="vgpu:1").manual_seed(0)
@@ -51,8 +51,8 @@ _swap_lock = threading.RLock()   # one borrowing of the CPU's default generator 
 
 
 class VirtualGenerator(_CGenerator):
-    """A random number generator of a virtual GPU (what ``torch.Generator(device="vgpu:i")``
-    gives): ``device`` is ``vgpu:i``; the numbers are a CPU generator's.
+    """A random number generator of a virtual GPU (what `torch.Generator(device="vgpu:i")`
+    gives): `device` is `vgpu:i`; the numbers are a CPU generator's.
 
     Example:
         >>> VirtualGenerator("vgpu:1").device
@@ -88,12 +88,12 @@ class VirtualGenerator(_CGenerator):
 
 
 def virtual_device_of(generator):
-    """The virtual GPU whose generator ``generator`` is, or None (a CPU generator)."""
+    """The virtual GPU whose generator `generator` is, or None (a CPU generator)."""
     return _virtual_by_address.get(generator._cdata)
 
 
 def default_generator(device) -> VirtualGenerator:
-    """The default generator of virtual GPU ``device`` (a torch.device or an index)."""
+    """The default generator of virtual GPU `device` (a torch.device or an index)."""
     index = device if isinstance(device, int) else (device.index or 0)
     try:
         return _defaults[index]
@@ -105,7 +105,7 @@ def default_generator(device) -> VirtualGenerator:
 
 
 def run_seeded(plan, host_args: list, host_kwargs: dict, device):
-    """Run ``plan``'s host kernel, which draws random numbers, with virtual GPU ``device``'s
+    """Run `plan`'s host kernel, which draws random numbers, with virtual GPU `device`'s
     generator: the one the caller passed (it must be a virtual GPU's, as CUDA wants a CUDA
     generator), else the device's default one."""
     where = plan.generator
@@ -128,7 +128,7 @@ def run_seeded(plan, host_args: list, host_kwargs: dict, device):
 
 
 def _run_borrowing_cpu_generator(plan, host_args, host_kwargs, device):
-    """An operation with no generator argument (dropout, ``randn`` without one) draws from the
+    """An operation with no generator argument (dropout, `randn` without one) draws from the
     CPU's default generator: give it the device's state for the call, then take it back."""
     own = default_generator(device)
     with _swap_lock:
@@ -174,12 +174,12 @@ def set_rng_state_all(new_states) -> None:
 
 
 def manual_seed(seed) -> None:
-    """Seed the current virtual GPU's generator (``vgpu:0``: there is no other current device)."""
+    """Seed the current virtual GPU's generator (`vgpu:0`: there is no other current device)."""
     default_generator(0).manual_seed(int(seed))
 
 
 def manual_seed_all(seed) -> None:
-    """Seed every virtual GPU's generator (``torch.manual_seed`` calls this)."""
+    """Seed every virtual GPU's generator (`torch.manual_seed` calls this)."""
     for index in range(max(device_count(), len(_defaults))):
         default_generator(index).manual_seed(int(seed))
 
@@ -203,7 +203,7 @@ def _default_generators() -> tuple:
     return tuple(default_generator(index) for index in range(device_count()))
 
 
-#: What ``torch.vgpu`` offers, as ``torch.cuda`` does.
+#: What `torch.vgpu` offers, as `torch.cuda` does.
 DEVICE_MODULE_FUNCTIONS = {
     "get_rng_state": get_rng_state, "get_rng_state_all": get_rng_state_all,
     "set_rng_state": set_rng_state, "set_rng_state_all": set_rng_state_all,
@@ -213,7 +213,7 @@ DEVICE_MODULE_FUNCTIONS = {
 
 
 def module_getattr(name: str):
-    """``torch.vgpu.default_generators``: one per virtual GPU presented now."""
+    """`torch.vgpu.default_generators`: one per virtual GPU presented now."""
     if name == "default_generators":
         return _default_generators()
     raise AttributeError(f"module 'torch.{VIRTUAL_TYPE}' has no attribute {name!r}")
@@ -231,8 +231,8 @@ class _GeneratorType(type(_CGenerator)):
 
 
 class Generator(_CGenerator, metaclass=_GeneratorType):
-    """``torch.Generator`` while virtual GPUs are installed: torch's own generator for a CPU
-    (or any other) device, a ``VirtualGenerator`` for a virtual GPU."""
+    """`torch.Generator` while virtual GPUs are installed: torch's own generator for a CPU
+    (or any other) device, a `VirtualGenerator` for a virtual GPU."""
 
     def __new__(cls, device=_CPU):
         if device is not None and torch.device(device).type == VIRTUAL_TYPE:
@@ -241,6 +241,6 @@ class Generator(_CGenerator, metaclass=_GeneratorType):
 
 
 def install() -> None:
-    """Make ``torch.Generator(device="vgpu:i")`` give a virtual GPU's generator."""
+    """Make `torch.Generator(device="vgpu:i")` give a virtual GPU's generator."""
     if torch.Generator is _CGenerator:
         torch.Generator = Generator

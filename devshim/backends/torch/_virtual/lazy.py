@@ -1,21 +1,21 @@
-"""Lazy parameters and buffers (``torch.nn.Lazy*`` modules) on virtual GPUs.
+"""Lazy parameters and buffers (`torch.nn.Lazy*` modules) on virtual GPUs.
 
-A lazy module holds ``UninitializedParameter``/``UninitializedBuffer`` objects: no shape,
+A lazy module holds `UninitializedParameter`/`UninitializedBuffer` objects: no shape,
 only a device and a dtype, and the first forward pass materialises them on that device.
-On CUDA, ``net.to("cuda")`` keeps them uninitialised (on CUDA) and the first forward
+On CUDA, `net.to("cuda")` keeps them uninitialised (on CUDA) and the first forward
 materialises them there. torch cannot give a plain uninitialised tensor a virtual-GPU
-value (its ``_convert`` step tries to turn the wrapper into the uninitialised class, which a
+value (its `_convert` step tries to turn the wrapper into the uninitialised class, which a
 wrapper tensor cannot become), so a virtual GPU has its own two classes,
-``VirtualUninitializedParameter`` and ``VirtualUninitializedBuffer``: subclasses of torch's
-uninitialised classes *and* of ``VirtualTensor``, so ``isinstance(p, UninitializedParameter)``
-and ``is_lazy(p)`` hold and ``p.device`` is ``vgpu:i``. ``materialize`` (torch's own) then
+`VirtualUninitializedParameter` and `VirtualUninitializedBuffer`: subclasses of torch's
+uninitialised classes *and* of `VirtualTensor`, so `isinstance(p, UninitializedParameter)`
+and `is_lazy(p)` hold and `p.device` is `vgpu:i`. `materialize` (torch's own) then
 sets their data on the virtual GPU and turns them into ordinary virtual tensors (a
-parameter keeps its ``Parameter``-ness).
+parameter keeps its `Parameter`-ness).
 
-Moving one is answered here: ``to``, ``cpu``, ``cuda`` and the dtype conversions give a new
+Moving one is answered here: `to`, `cpu`, `cuda` and the dtype conversions give a new
 uninitialised object of the right kind on the target (an ordinary one off the virtual GPUs).
-``install()`` routes ``.to(vgpu)`` of torch's own uninitialised objects here and lets
-``UninitializedParameter(device="vgpu:1")`` (what ``nn.LazyLinear(1, device=...)`` builds)
+`install()` routes `.to(vgpu)` of torch's own uninitialised objects here and lets
+`UninitializedParameter(device="vgpu:1")` (what `nn.LazyLinear(1, device=...)` builds)
 make a virtual one.
 """
 
@@ -63,7 +63,7 @@ def _place_of(tensor):
 
 
 def _converted(func, args, kwargs):
-    """(device, dtype) that conversion ``func(*args, **kwargs)`` of an uninitialised tensor
+    """(device, dtype) that conversion `func(*args, **kwargs)` of an uninitialised tensor
     asks for (either None when unchanged)."""
     if func is _T.to:
         device, dtype, _, _ = _parse_to(*args[1:], **kwargs)
@@ -77,7 +77,7 @@ def _converted(func, args, kwargs):
 
 
 def _move(lazy, func, args, kwargs):
-    """``func`` (a conversion) of uninitialised ``lazy``: the uninitialised object it gives."""
+    """`func` (a conversion) of uninitialised `lazy`: the uninitialised object it gives."""
     device, dtype = _converted(func, args, kwargs)
     here, here_dtype, requires_grad = _place_of(lazy)
     device = here if device is None else torch.device(device)
@@ -117,7 +117,7 @@ class _VirtualLazy:
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        # Results are ordinary virtual tensors (``.data`` while materialising, say).
+        # Results are ordinary virtual tensors (`.data` while materialising, say).
         return dispatch.run(VirtualTensor, func, args, kwargs or {})
 
     def __init__(self, *args, **kwargs) -> None:
@@ -134,7 +134,7 @@ class _VirtualLazy:
 
 
 class VirtualUninitializedParameter(_VirtualLazy, UninitializedParameter, VirtualTensor):
-    """An ``UninitializedParameter`` on a virtual GPU (a lazy module's weight moved there).
+    """An `UninitializedParameter` on a virtual GPU (a lazy module's weight moved there).
 
     Example:
         >>> net = torch.nn.LazyLinear(2).to("vgpu:1")
@@ -154,7 +154,7 @@ class VirtualUninitializedParameter(_VirtualLazy, UninitializedParameter, Virtua
 
 
 class VirtualUninitializedBuffer(_VirtualLazy, UninitializedBuffer, VirtualTensor):
-    """An ``UninitializedBuffer`` on a virtual GPU (a lazy batch norm's statistics moved there).
+    """An `UninitializedBuffer` on a virtual GPU (a lazy batch norm's statistics moved there).
 
     Example:
         >>> bn = torch.nn.LazyBatchNorm1d().to("vgpu:0")

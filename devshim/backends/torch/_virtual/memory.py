@@ -1,16 +1,16 @@
-"""The memory each virtual GPU holds, and its size (``DEVSHIM_VIRTUAL_MEMORY``).
+"""The memory each virtual GPU holds, and its size (`DEVSHIM_VIRTUAL_MEMORY`).
 
-Every tensor on a virtual GPU is made by ``dispatch.new``, which hands its host tensor here
-(``account``): the first time a host storage is met it is counted against its virtual GPU,
+Every tensor on a virtual GPU is made by `dispatch.new`, which hands its host tensor here
+(`account`): the first time a host storage is met it is counted against its virtual GPU,
 with a weak reference that takes it off again when torch frees the storage (views and
-tensors sharing one storage count it once). So ``in_use`` is the bytes of the live storages
-on each virtual GPU, as ``torch.cuda.memory_allocated`` is on CUDA (without the caching
-allocator's rounding), and ``peak`` the most since ``reset_peak``.
+tensors sharing one storage count it once). So `in_use` is the bytes of the live storages
+on each virtual GPU, as `torch.cuda.memory_allocated` is on CUDA (without the caching
+allocator's rounding), and `peak` the most since `reset_peak`.
 
 With a size set, a new storage that would take a virtual GPU past it raises torch's own
-``torch.OutOfMemoryError``, as a GPU of that size would. The host kernel has run by then (the
+`torch.OutOfMemoryError`, as a GPU of that size would. The host kernel has run by then (the
 bytes to allocate are known only from its result); the result is dropped with the error. Inside
-a backward pass the error is raised when the pass ends (``_deferred``), as ``loss.backward()``
+a backward pass the error is raised when the pass ends (`_deferred`), as `loss.backward()`
 does on a GPU that ran out; what the pass allocated meanwhile is counted.
 
 Example:
@@ -40,7 +40,7 @@ _UNREAD = object()
 # No lock: every update below is one read and one write of a list item with no call between
 # them, which the GIL does not interrupt (the thread switch and the collector run at calls and
 # loops); the weak references' callbacks, which may run in any thread at any allocation, make
-# only such updates too. A lock here cost more than the rest of ``account`` (LeNet's step makes
+# only such updates too. A lock here cost more than the rest of `account` (LeNet's step makes
 # about 70 storages).
 _in_use = [0] * INDICES
 _peak = [0] * INDICES
@@ -83,8 +83,8 @@ def capacity():
 
 
 def account(host, device) -> None:
-    """Count host tensor ``host``'s storage against virtual GPU ``device`` (a torch.device) the
-    first time it is met; ``torch.OutOfMemoryError`` when that takes the GPU past its size."""
+    """Count host tensor `host`'s storage against virtual GPU `device` (a torch.device) the
+    first time it is met; `torch.OutOfMemoryError` when that takes the GPU past its size."""
     storage = host.untyped_storage()
     key = id(storage)
     if key in _held:
@@ -109,9 +109,9 @@ def account(host, device) -> None:
 
 
 def recount(host, device) -> None:
-    """Count ``host``'s storage again after an operation changed its size in place
-    (``resize_``, an ``out=`` that grew): the bytes it holds now. The growth is counted even
-    past the size (the memory is held), and then refused with ``torch.OutOfMemoryError``."""
+    """Count `host`'s storage again after an operation changed its size in place
+    (`resize_`, an `out=` that grew): the bytes it holds now. The growth is counted even
+    past the size (the memory is held), and then refused with `torch.OutOfMemoryError`."""
     storage = host.untyped_storage()
     ref = _held.get(id(storage))
     if ref is None:
@@ -130,11 +130,11 @@ def recount(host, device) -> None:
 
 
 def _deferred(*refused, counted: bool = False) -> bool:
-    """Whether the error for allocation ``refused`` (index, size, limit) will be raised when the
+    """Whether the error for allocation `refused` (index, size, limit) will be raised when the
     backward pass running in this thread ends, not now: torch's device guard for an out-of-tree
     device cannot unwind through one of torch's own backward nodes past a Python error (the
     process ends), so inside a backward pass the allocation is made and counted, and the pass
-    ends in ``torch.OutOfMemoryError``, as ``loss.backward()`` does on a GPU that ran out.
+    ends in `torch.OutOfMemoryError`, as `loss.backward()` does on a GPU that ran out.
     False outside a backward pass."""
     engine = _ENGINE
     if engine is None:
@@ -155,7 +155,7 @@ _ENGINE = _internals.QUEUE_CALLBACK.get()
 
 
 def in_use(index: int) -> int:
-    """Bytes of the live storages on virtual GPU ``index``.
+    """Bytes of the live storages on virtual GPU `index`.
 
     Example:
         >>> in_use(0)
@@ -165,7 +165,7 @@ def in_use(index: int) -> int:
 
 
 def peak(index: int) -> int:
-    """The most bytes in use on virtual GPU ``index`` since ``reset_peak`` (or since start).
+    """The most bytes in use on virtual GPU `index` since `reset_peak` (or since start).
 
     Example:
         >>> peak(0)
@@ -175,7 +175,7 @@ def peak(index: int) -> int:
 
 
 def reset_peak(index: int) -> None:
-    """Start virtual GPU ``index``'s peak over at the bytes in use now.
+    """Start virtual GPU `index`'s peak over at the bytes in use now.
 
     Example:
         >>> reset_peak(0)

@@ -1,27 +1,27 @@
-"""``torch.nn.parallel`` and ``nn.DataParallel`` over virtual GPUs, as on CUDA.
+"""`torch.nn.parallel` and `nn.DataParallel` over virtual GPUs, as on CUDA.
 
-torch's single-process data parallelism is Python (``DataParallel``, ``scatter``,
-``gather``, ``replicate``, ``parallel_apply``, the autograd functions ``Scatter``,
-``Gather``, ``Broadcast`` and ``ReduceAddCoalesced``) over six collective primitives in
-``torch.nn.parallel.comm`` that call CUDA-only C++ (``torch._C._scatter``, ...), plus two
-probes that pick the device type (``_get_available_device_type``, which asks
-``torch.vgpu.is_available()``: False here, see ``registration.py``). ``install()`` gives
+torch's single-process data parallelism is Python (`DataParallel`, `scatter`,
+`gather`, `replicate`, `parallel_apply`, the autograd functions `Scatter`,
+`Gather`, `Broadcast` and `ReduceAddCoalesced`) over six collective primitives in
+`torch.nn.parallel.comm` that call CUDA-only C++ (`torch._C._scatter`, ...), plus two
+probes that pick the device type (`_get_available_device_type`, which asks
+`torch.vgpu.is_available()`: False here, see `registration.py`). `install()` gives
 torch's Python what it lacks, and nothing more:
 
-- ``comm.scatter/gather/broadcast/broadcast_coalesced/reduce_add/reduce_add_coalesced``
+- `comm.scatter/gather/broadcast/broadcast_coalesced/reduce_add/reduce_add_coalesced`
   work on virtual GPUs: the same splits, copies and sums CUDA's kernels make (the first
   device of a broadcast gets the source tensors themselves, as on CUDA, so a replica on
-  ``device_ids[0]`` shares its module's parameters and buffers). Calls on other devices
+  `device_ids[0]` shares its module's parameters and buffers). Calls on other devices
   go to torch's own functions.
-- ``parallel_apply`` runs each replica in its own thread, as torch does, without CUDA
+- `parallel_apply` runs each replica in its own thread, as torch does, without CUDA
   streams (virtual GPUs compute synchronously).
-- ``DataParallel`` and ``data_parallel`` find the virtual GPUs as their device type while
-  devshim presents them (integer device ids then mean ``vgpu:i``).
+- `DataParallel` and `data_parallel` find the virtual GPUs as their device type while
+  devshim presents them (integer device ids then mean `vgpu:i`).
 
 So autograd runs torch's own backward functions: gradients of the replicas are summed back
-into the module's parameters on ``device_ids[0]``, and the output lands on
-``output_device``. Should torch change so that ``DataParallel`` ends up with no devices
-while virtual GPUs are given, construction raises ``VirtualDataParallelError`` rather than
+into the module's parameters on `device_ids[0]`, and the output lands on
+`output_device`. Should torch change so that `DataParallel` ends up with no devices
+while virtual GPUs are given, construction raises `VirtualDataParallelError` rather than
 running on one device without a word.
 
 Example:
@@ -67,7 +67,7 @@ def _presented() -> bool:
 def _ours(tensors, devices) -> bool:
     """Whether a comm call concerns virtual GPUs: a virtual tensor or device among its
     arguments, or only CPU tensors and integer devices while virtual GPUs are presented
-    (torch turns ``vgpu:i`` into ``i`` before it calls comm)."""
+    (torch turns `vgpu:i` into `i` before it calls comm)."""
     for t in tensors:
         if isinstance(t, VirtualTensor):
             return True
@@ -163,7 +163,7 @@ def gather(tensors, dim=0, destination=None, *, out=None):
 
 
 def parallel_apply(modules, inputs, kwargs_tup=None, devices=None):
-    """torch's ``parallel_apply``; over virtual GPUs, its threads without CUDA streams."""
+    """torch's `parallel_apply`; over virtual GPUs, its threads without CUDA streams."""
     found = [t for t in (_a_tensor(i) for i in inputs) if t is not None]
     if not _ours(found, [d for d in devices or () if d is not None]):
         return _original["parallel_apply"](modules, inputs, kwargs_tup, devices)

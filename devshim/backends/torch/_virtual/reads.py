@@ -1,10 +1,10 @@
-"""Host reads of a virtual tensor: what ``tolist()``, ``numpy()``, printing, storage,
-pickling and ``t.data = ...`` do, with CUDA's rules.
+"""Host reads of a virtual tensor: what `tolist()`, `numpy()`, printing, storage,
+pickling and `t.data = ...` do, with CUDA's rules.
 
-``numpy()`` and ``numpy.asarray(t)`` refuse, as on CUDA (copy first: ``t.cpu()``,
-``ds.to_numpy(t)``); ``item()``, ``tolist()`` and printing read the values, as on CUDA.
-``SPECIAL`` maps each torch.Tensor method to the function here that answers it for a
-virtual tensor (``tensor.py`` routes them). A virtual tensor is recognised by its device
+`numpy()` and `numpy.asarray(t)` refuse, as on CUDA (copy first: `t.cpu()`,
+`ds.to_numpy(t)`); `item()`, `tolist()` and printing read the values, as on CUDA.
+`SPECIAL` maps each torch.Tensor method to the function here that answers it for a
+virtual tensor (`tensor.py` routes them). A virtual tensor is recognised by its device
 type; this module does not need the tensor class.
 """
 
@@ -102,8 +102,8 @@ def _set_data(self, value):
         )
     with _DisableTorchFunctionSubclass():
         torch.Tensor.data.__set__(self, value)
-    # Its own host tensor over the same memory: an in-place change of ``value``'s shape
-    # (value.t_()) must not reach ``self``, whose sizes torch now keeps apart (as on CUDA).
+    # Its own host tensor over the same memory: an in-place change of `value`'s shape
+    # (value.t_()) must not reach `self`, whose sizes torch now keeps apart (as on CUDA).
     self._host = value._host.detach()
     self._device = value._device
 

@@ -1,9 +1,9 @@
-"""Registering the ``vgpu`` device with torch, once per process.
+"""Registering the `vgpu` device with torch, once per process.
 
 torch's open registration slot for an out-of-tree device ("privateuse1") is renamed
-``vgpu`` and given a device module (``torch.vgpu``), a Python device guard and hooks
-(``torch._C._acc``); PrivateUse1 kernels run factories that name a virtual GPU on the
-CPU and wrap the result. ``install(count)`` does it (once) and sets how many exist.
+`vgpu` and given a device module (`torch.vgpu`), a Python device guard and hooks
+(`torch._C._acc`); PrivateUse1 kernels run factories that name a virtual GPU on the
+CPU and wrap the result. `install(count)` does it (once) and sets how many exist.
 
 Example:
     >>> install(2)
@@ -46,7 +46,7 @@ def _backend_kernel(op, *args, **kwargs):
 
 
 def installed() -> bool:
-    """Whether this process has the ``vgpu`` device (it stays once installed).
+    """Whether this process has the `vgpu` device (it stays once installed).
 
     Example:
         >>> installed()
@@ -56,9 +56,9 @@ def installed() -> bool:
 
 
 def install(count: int) -> None:
-    """Present ``count`` virtual GPUs to torch as ``vgpu:0`` ... ``vgpu:{count-1}``.
+    """Present `count` virtual GPUs to torch as `vgpu:0` ... `vgpu:{count-1}`.
 
-    The first call registers the ``vgpu`` device with torch (once per process:
+    The first call registers the `vgpu` device with torch (once per process:
     torch cannot unregister it); later calls only change the count.
 
     Example:
@@ -177,7 +177,7 @@ def _kernel_for(op):
 
 
 def _device_module() -> types.ModuleType:
-    """``torch.vgpu``: what torch and user code ask a device module."""
+    """`torch.vgpu`: what torch and user code ask a device module."""
     module = types.ModuleType(
         f"torch.{VIRTUAL_TYPE}",
         "devshim's virtual GPUs (DEVSHIM_VIRTUAL_DEVICES). Values live in host memory; "

@@ -3,7 +3,7 @@
 torch's composite code picks fused kernels that exist for GPUs only (CUDA, and
 out-of-tree devices like this one) and not for the CPU. Each is run here as the same
 math on host tensors; a forward and its backward agree on the workspace they share.
-``HOST_KERNELS`` maps each ATen operator to its host implementation.
+`HOST_KERNELS` maps each ATen operator to its host implementation.
 """
 
 from __future__ import annotations

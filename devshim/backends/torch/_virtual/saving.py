@@ -1,17 +1,17 @@
-"""``torch.save``/``torch.load`` (and pickling) of tensors on virtual GPUs, as of CUDA tensors:
+"""`torch.save`/`torch.load` (and pickling) of tensors on virtual GPUs, as of CUDA tensors:
 storages shared, each with its device.
 
 torch saves a tensor as its storage (once per storage, however many tensors view it: views
-and tied weights stay views after loading) and the storage's location tag (``"cuda:1"``);
-``torch.load`` restores each storage by its tag, or where ``map_location`` sends it, and
+and tied weights stay views after loading) and the storage's location tag (`"cuda:1"`);
+`torch.load` restores each storage by its tag, or where `map_location` sends it, and
 rebuilds every tensor on its storage. A virtual tensor's storage is its host tensor's, a CPU
-storage, so devshim tags it itself: ``reduce`` (what a virtual tensor pickles as) marks the
-host storage with the device (``_devshim_device``), which the tagger registered here reads
-(``"vgpu:1"``). The deserializer registered for ``vgpu`` tags gives torch's rebuild a storage
-on the virtual GPU over the loaded bytes (``_devshim_host`` names them); the dispatch of
-``set_`` puts the host storage in its place (``host_storage``). A checkpoint saved from a
-virtual GPU is an ordinary torch checkpoint: ``torch.load(f, map_location="cpu")`` reads it
-anywhere, ``weights_only`` included; without ``map_location`` it needs virtual GPUs, as a
+storage, so devshim tags it itself: `reduce` (what a virtual tensor pickles as) marks the
+host storage with the device (`_devshim_device`), which the tagger registered here reads
+(`"vgpu:1"`). The deserializer registered for `vgpu` tags gives torch's rebuild a storage
+on the virtual GPU over the loaded bytes (`_devshim_host` names them); the dispatch of
+`set_` puts the host storage in its place (`host_storage`). A checkpoint saved from a
+virtual GPU is an ordinary torch checkpoint: `torch.load(f, map_location="cpu")` reads it
+anywhere, `weights_only` included; without `map_location` it needs virtual GPUs, as a
 CUDA checkpoint needs GPUs.
 
 Example:
@@ -54,7 +54,7 @@ _loaded: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 
 
 def reduce(tensor):
-    """What virtual tensor ``tensor`` pickles as: torch's own rebuild of a tensor on a storage,
+    """What virtual tensor `tensor` pickles as: torch's own rebuild of a tensor on a storage,
     the storage being its host's, tagged with its virtual GPU. A parameter, as torch pickles
     one: its data, and whether it requires grad."""
     if getattr(tensor, _PARAMETER_MARK, False):
@@ -75,7 +75,7 @@ def reduce(tensor):
 
 
 def rebuild_flagged_tensor(rebuild, *args):
-    """torch's ``rebuild(*args)`` for a tensor with the conjugate or negative bit, which torch
+    """torch's `rebuild(*args)` for a tensor with the conjugate or negative bit, which torch
     sets on the tensor object alone: on a virtual GPU its host gets them too."""
     tensor = rebuild(*args)
     host = getattr(tensor, "_host", None)
@@ -90,8 +90,8 @@ def _tag(storage):
 
 
 def _restore(storage, location: str):
-    """A storage loaded from a ``vgpu:i`` location (or mapped to one): a storage on that virtual
-    GPU over the loaded bytes, which ``set_`` on a virtual tensor turns back into the bytes."""
+    """A storage loaded from a `vgpu:i` location (or mapped to one): a storage on that virtual
+    GPU over the loaded bytes, which `set_` on a virtual tensor turns back into the bytes."""
     if not location.startswith(VIRTUAL_TYPE):
         return None
     device = target(location)  # DeviceUnavailableError when this process has no such virtual GPU
@@ -102,14 +102,14 @@ def _restore(storage, location: str):
 
 
 def remember(memory, address: int) -> None:
-    """Note that torch was handed ``address`` (in host storage ``memory``) as a virtual GPU's."""
+    """Note that torch was handed `address` (in host storage `memory`) as a virtual GPU's."""
     if address:
         _loaded[address] = memory
 
 
 def host_storage(storage):
-    """The CPU storage behind ``storage`` when it is a virtual GPU's (made by ``_restore``, or
-    over memory ``remember`` noted)."""
+    """The CPU storage behind `storage` when it is a virtual GPU's (made by `_restore`, or
+    over memory `remember` noted)."""
     host = getattr(storage, _HOST, None)
     if host is not None:
         return host

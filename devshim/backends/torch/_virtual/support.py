@@ -1,9 +1,9 @@
 """Whether this torch can carry virtual GPUs: its release, and the private torch names they rest on.
 
-``check()`` runs when the package is imported, before any of its modules touches torch's
+`check()` runs when the package is imported, before any of its modules touches torch's
 internals: a torch older than the tested range, or one that lacks an internal listed in
-``torch/_internals.py``'s ``VIRTUAL_GPU_INTERNALS``, is refused by name (``BackendError``)
-with nothing registered. ``warn_if_newer()`` warns once, as the device is registered, on a
+`torch/_internals.py`'s `VIRTUAL_GPU_INTERNALS`, is refused by name (`BackendError`)
+with nothing registered. `warn_if_newer()` warns once, as the device is registered, on a
 torch newer than the tested range.
 
 Example:
@@ -27,7 +27,7 @@ TESTED = ((2, 10), (2, 15))
 
 
 def refuse(reason: str) -> BackendError:
-    """The error that refuses virtual GPUs on this torch, for ``reason``.
+    """The error that refuses virtual GPUs on this torch, for `reason`.
 
     Example:
         >>> raise refuse("torch.library.Library has no fallback()")
@@ -61,7 +61,7 @@ def check() -> None:
 
 
 def warn_if_newer() -> None:
-    """Warn (once: run as the ``vgpu`` device is registered) on a torch newer than the newest tested.
+    """Warn (once: run as the `vgpu` device is registered) on a torch newer than the newest tested.
 
     Example:
         >>> warn_if_newer()  # torch 2.16: DevshimWarning "devshim's virtual GPUs are tested on ..."

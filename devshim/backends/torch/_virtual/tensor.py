@@ -1,10 +1,10 @@
-"""The tensor on a virtual GPU: ``VirtualTensor``, a ``torch.Tensor`` wrapper subclass
-whose device is ``vgpu:i`` and whose values live in an ordinary CPU tensor (``_host``).
+"""The tensor on a virtual GPU: `VirtualTensor`, a `torch.Tensor` wrapper subclass
+whose device is `vgpu:i` and whose values live in an ordinary CPU tensor (`_host`).
 
-Its ``__torch_dispatch__`` hands every ATen operation to ``dispatch.py``. It has no
-``__torch_function__`` of its own (torch's "disabled" marker), so torch calls no Python at
-its function layer; the few methods that need devshim's behaviour (host reads, ``.data =``,
-``new_tensor``) are defined on the class and answered through ``reads.py``.
+Its `__torch_dispatch__` hands every ATen operation to `dispatch.py`. It has no
+`__torch_function__` of its own (torch's "disabled" marker), so torch calls no Python at
+its function layer; the few methods that need devshim's behaviour (host reads, `.data =`,
+`new_tensor`) are defined on the class and answered through `reads.py`.
 """
 
 from __future__ import annotations
@@ -22,23 +22,23 @@ from devshim.guard.hooks import original_of
 __all__ = ["VirtualTensor"]
 
 _DisableTorchFunctionSubclass = _internals.DISABLE_TORCH_FUNCTION_SUBCLASS.get()
-# One C function, two roles: as a class's ``__torch_function__`` it is torch's marker for
+# One C function, two roles: as a class's `__torch_function__` it is torch's marker for
 # "none"; called, it runs func(*args, **kwargs) with __torch_function__ off for subclasses,
-# as ``with DisableTorchFunctionSubclass(): func(...)`` does, in one C call.
+# as `with DisableTorchFunctionSubclass(): func(...)` does, in one C call.
 _disabled_torch_function = _call_below = _internals.DISABLED_TORCH_FUNCTION_IMPL.get()
 _multithreading_enabled, _set_multithreading_enabled = _internals.AUTOGRAD_THREADS.get()
 _new = dispatch.new
 
 # The framework's own method behind a transfer-guard wrapper: the guard replaces some of
-# torch.Tensor's reading methods while it checks, and torch then hands ``__torch_function__``
-# the guard's wrapper (``devshim.guard.hooks.mark_wrapper``).
+# torch.Tensor's reading methods while it checks, and torch then hands `__torch_function__`
+# the guard's wrapper (`devshim.guard.hooks.mark_wrapper`).
 _unguarded = original_of
 
 
 class _DeviceOnce:
-    """``VirtualTensor._device`` for an object made some way that did not set it (``dispatch.new``
+    """`VirtualTensor._device` for an object made some way that did not set it (`dispatch.new`
     sets it): torch's device, read once and kept in the instance, which then answers first.
-    Not ``__getattr__``: torch probes wrapper tensors for attributes they lack, and each miss
+    Not `__getattr__`: torch probes wrapper tensors for attributes they lack, and each miss
     would call it."""
 
     def __get__(self, tensor, owner=None):
@@ -51,8 +51,8 @@ class _DeviceOnce:
 
 
 class VirtualTensor(torch.Tensor):
-    """A tensor on a devshim virtual GPU: ``device`` is ``vgpu:i``, the values are the
-    CPU tensor ``_host``. Made by torch calls that name a virtual GPU, never directly.
+    """A tensor on a devshim virtual GPU: `device` is `vgpu:i`, the values are the
+    CPU tensor `_host`. Made by torch calls that name a virtual GPU, never directly.
 
     Example:
         >>> x = torch.ones(2, device="vgpu:1")
@@ -78,8 +78,8 @@ class VirtualTensor(torch.Tensor):
         return VirtualTensor(inner["_host"], device)
 
     # torch's marker for "no __torch_function__": torch then calls no Python at its function
-    # layer, where each call cost about 1.9 µs (a LeNet training step made 73: ``.grad``,
-    # ``.shape``, every method). ``_present`` switches ``route_torch_function`` on while a
+    # layer, where each call cost about 1.9 µs (a LeNet training step made 73: `.grad`,
+    # `.shape`, every method). `_present` switches `route_torch_function` on while a
     # TorchFunctionMode handles one of the methods below.
     __torch_function__ = _disabled_torch_function
 
@@ -87,7 +87,7 @@ class VirtualTensor(torch.Tensor):
     __torch_dispatch__ = classmethod(dispatch.torch_dispatch)
 
     # What a virtual tensor answers differently from torch's own methods (reads.SPECIAL).
-    # Under an active TorchFunctionMode (devshim's transfer guard, ``with torch.device(...)``)
+    # Under an active TorchFunctionMode (devshim's transfer guard, `with torch.device(...)`)
     # each shows itself to the mode under torch's own name, as on CUDA.
     def tolist(self):
         if _has_torch_function(self):
@@ -145,7 +145,7 @@ class VirtualTensor(torch.Tensor):
             return _present(torch.Tensor.data.__set__, self, value)
         return _set_data(self, value)
 
-    # ``t.data`` as torch reads it; ``t.data = v`` through reads.py (its own host view).
+    # `t.data` as torch reads it; `t.data = v` through reads.py (its own host view).
     data = property(_internals.TENSOR_DATA.get().__get__, _set_data_checked, doc=torch.Tensor.data.__doc__)
     del _set_data_checked
 
@@ -154,8 +154,8 @@ class VirtualTensor(torch.Tensor):
 
 
 def route_torch_function(cls, func, types, args=(), kwargs=None):
-    """``VirtualTensor.__torch_function__`` while a TorchFunctionMode handles one of its special
-    methods (``_present``): torch's method, called by the mode, comes back here and is
+    """`VirtualTensor.__torch_function__` while a TorchFunctionMode handles one of its special
+    methods (`_present`): torch's method, called by the mode, comes back here and is
     answered by devshim's (reads.SPECIAL); anything else runs as torch's."""
     if _multithreading_enabled():  # dispatch.single_threaded_autograd(), inlined
         _set_multithreading_enabled(False)
@@ -174,9 +174,9 @@ _presenting_lock = threading.Lock()
 
 def _present(method, self, *args, **kwargs):
     """Hand a call of a special method to the active TorchFunctionModes as a call of torch's
-    ``method`` (what they see on a CUDA tensor). The mode then calls torch's method, which
-    reaches devshim's answer only through the class's ``__torch_function__``: so that is
-    ``route_torch_function`` for as long as some thread is presenting. Any other thread's
+    `method` (what they see on a CUDA tensor). The mode then calls torch's method, which
+    reaches devshim's answer only through the class's `__torch_function__`: so that is
+    `route_torch_function` for as long as some thread is presenting. Any other thread's
     calls meanwhile take that route too, which answers them the same, only slower."""
     global _presenting
     with _presenting_lock:
