@@ -252,3 +252,11 @@ def test_each_docs_example_runs_as_printed(block, tmp_path):
     command, env = python_command(args, block.env())
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert result.returncode == 0, f"{block.id} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+
+
+def test_docstrings_read_the_same_in_help_the_cli_and_the_docs_site():
+    """Markdown's `code` renders on the docs site and reads as it is in help() and --help;
+    reST's ``code`` showed its doubled backticks in both."""
+    doubled = [f"{path.relative_to(ROOT)}:{number}" for path in sorted((ROOT / "devshim").rglob("*.py"))
+               for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if "``" in line]
+    assert not doubled, f"reST's double backticks in: {doubled[:10]}"
