@@ -87,3 +87,21 @@ def test_the_readme_names_the_torch_range_that_pyproject_gives():
     assert f"({framework})" in README
     guide = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
     assert f"`{framework}`" in guide, "docs/getting-started.md must quote pyproject's torch requirement"
+
+
+def test_the_first_screen_shows_an_install_and_the_hello_programs_output():
+    """The README opens with a result: an install, a short program and what it prints, checked
+    here by running it (on the CPU, as its text says; with two virtual GPUs, as it says too)."""
+    first_screen = "\n".join(README.splitlines()[:45])
+    assert "pip install" in first_screen and "```python" in first_screen and "```text" in first_screen
+    code = re.search(r"## Hello\n.*?```python\n(.*?)```", README, re.S).group(1)
+    printed = re.search(r"## Hello\n.*?```text\n(.*?)```", README, re.S).group(1)
+    assert len(code.strip().splitlines()) <= 9
+    pytest.importorskip("torch")
+    from helpers import run_python
+
+    on_the_cpu = run_python(code, DEVSHIM_DEVICE="cpu")
+    assert on_the_cpu.returncode == 0, on_the_cpu.stderr
+    assert on_the_cpu.stdout == printed
+    two = run_python(code, DEVSHIM_VIRTUAL_DEVICES="2")
+    assert two.stdout.splitlines()[0] == "gpu:0 gpu:1 True" and "`gpu:0 gpu:1 True`" in README
