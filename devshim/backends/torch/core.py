@@ -62,6 +62,7 @@ class TorchBackend(Backend):
         self._described = DeviceTable("device", exact=True, attribute_is_native=True)  # torch.device -> Device
         self._platform = _UNKNOWN
         self._count = None
+        self._by_accelerator = False  # whether torch.accelerator named the platform (and speaks for it)
         self._virtual = 0  # virtual GPUs this adapter last presented
         if self.spec.is_loaded():
             self._learn_tensor_types()
@@ -145,9 +146,11 @@ class TorchBackend(Backend):
         # which always checks (and raises without an accelerator): there the old checks run.
         torch = self.fw
         accelerator = getattr(torch, "accelerator", None)
+        self._by_accelerator = False
         if _names_the_build_accelerator(accelerator):
             found = accelerator.current_accelerator()
             if found is not None and found.type != VIRTUAL_TYPE:
+                self._by_accelerator = True
                 return found.type if self._device_count(found.type) else None
             if _privateuse1_name() != VIRTUAL_TYPE:
                 return None
