@@ -297,7 +297,8 @@ def test_info_lists_the_virtual_gpus():
         DEVSHIM_BACKEND="mxnet", DEVSHIM_VIRTUAL_DEVICES="2",
     )
     assert result.returncode == 0, result.stderr
-    lines = [line.split() for line in result.stdout.splitlines() if line.strip().startswith("mxnet")]
+    section = result.stdout.split("\ndevices:\n", 1)[1].split("\n\n", 1)[0]  # not the memory table
+    lines = [line.split() for line in section.splitlines() if line.strip().startswith("mxnet")]
     devices = [line for line in lines if line[1] in ("cpu:0", "gpu:0", "gpu:1")]
     assert [line[1:3] for line in devices] == [["cpu:0", "cpu(0)"], ["gpu:0", "cpu(1)"], ["gpu:1", "cpu(2)"]]
     assert [line[-1] == "(virtual)" for line in devices] == [False, True, True]

@@ -68,8 +68,15 @@ def small_model(n_in, n_out, seed=0):
     return net
 
 
+def _as_block_input(x):
+    """`x` in the front-end a Gluon block calls in this thread: with `npx.set_np()` on, its
+    layers call `mx.np` operators, which refuse classic arrays (a view, no copy)."""
+    return x.as_np_ndarray() if mx.util.is_np_array() and isinstance(x, mx.nd.NDArray) else x
+
+
 def forward(model, x):
-    return model(x)
+    return model(_as_block_input(x))
+
 
 def train_step(model, x, y, lr=0.01):
     """One SGD step of a Gluon block on squared error: forward under `autograd.record`,
@@ -80,7 +87,7 @@ def train_step(model, x, y, lr=0.01):
         >>> loss, model = train_step(model, x, y)
     """
     with mx.autograd.record():
-        loss = ((model(x) - y) ** 2).mean()
+        loss = ((model(_as_block_input(x)) - _as_block_input(y)) ** 2).mean()
     loss.backward()
     for parameter in model.collect_params().values():
         for data, grad in zip(parameter.list_data(), parameter.list_grad()):
