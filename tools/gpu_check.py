@@ -8,13 +8,14 @@ have no network. Nothing is installed into that Python: it runs this checkout th
 an editable install would (no dependency is installed, no build backend runs). Packages the suite needs that the image lacks are named, with how to bring
 them as wheels (``--wheels``).
 
-    python tools/gpu_check.py --out gpu-check        # about 5 minutes on 16 cores
+    python tools/gpu_check.py --out gpu-check --time-limit 900
     python tools/gpu_check.py --backends torch --no-virtual --no-bench
 
 The summary (``summary.md`` in ``--out``, also printed) gives, per suite pass, the counts of
 passed, failed and skipped tests and each failure's first line; the selftest verdict; each
-bench experiment's table. The full logs lie beside it: ``suites.log``, ``selftest.txt``,
-``bench.txt``. Exit status 0 when every pass ran without a failure and the selftest passed.
+bench experiment's table. It is rewritten as each stage ends, so a check stopped from outside
+keeps what it found. The full logs lie beside it: ``suites.log``, ``selftest.txt``,
+``bench.txt``, and every test's outcome and seconds in ``outcomes-<backend>-<virtual GPUs>.jsonl``. Exit status 0 when every pass ran without a failure and the selftest passed.
 docs/contributing.md explains how to run it and what to do with its results.
 """
 
@@ -28,6 +29,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -79,7 +81,8 @@ def main(argv=None) -> int:
     started = time.monotonic()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    summary = [f"# devshim GPU check ({time.strftime('%Y-%m-%d %H:%M')})", "", *_machine()]
+    summary = Summary(out / "summary.md", started, args.time_limit)
+    summary += [f"# devshim GPU check ({time.strftime('%Y-%m-%d %H:%M')})", "", *_machine()]
     missing = _missing(summary, args.wheels)
     if missing and not args.wheels:
         summary += _how_to_bring(missing)
@@ -88,13 +91,54 @@ def main(argv=None) -> int:
         SHARED_GPU.update(_checkout_in_use(Path(scratch), args.wheels))
         python = sys.executable
         backends = [name for name in (args.backends or FRAMEWORKS) if _installed(name)]
-        ok = _suites(python, backends, args, out, summary, started)
+        ok = _suites(python, backends, args, out, summary)
         ok = _selftest(python, backends, out, summary) and ok
         if not args.no_bench:
             _bench(python, out, summary, args.bench_time)
         _extras(python, out, summary)
     summary.append(f"\ntotal: {time.monotonic() - started:.0f} s")
     return _finish(out, summary, ok)
+
+
+class Summary(list):
+    """The summary's lines, written to `path` whenever a stage adds to it: a check stopped from
+    outside (a lent machine's time running out) leaves what it had found."""
+
+    def __init__(self, path: Path, started: float, limit: int):
+        super().__init__()
+        self.path, self.started, self.limit = path, started, limit
+
+    def __iadd__(self, lines):
+        self.extend(lines)
+        self.save()
+        return self
+
+    def append(self, line) -> None:
+        super().append(line)
+        self.save()
+
+    def save(self) -> None:
+        self.path.write_text("\n".join(self) + "\n")
+
+    def left(self, wanted: float) -> float:
+        """Seconds a stage that wants `wanted` may take: all of it without a time limit."""
+        if not self.limit:
+            return wanted
+        return max(0.0, min(wanted, self.limit - (time.monotonic() - self.started)))
+
+
+def _run(command: list, seconds: float, **options) -> tuple:
+    """`(returncode or None if stopped, output)` of `command`, stopped with everything it started
+    (pytest-xdist's workers hold its pipes open) after `seconds`."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True, **options)
+    try:
+        output, _ = process.communicate(timeout=max(seconds, 1))
+        return process.returncode, output
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        return None, f"{output}\nSTOPPED after {seconds:.0f} s"
 
 
 def _arguments(argv):
@@ -110,6 +154,9 @@ def _arguments(argv):
     parser.add_argument("--parallel", type=int, default=6, help="suite passes run at once")
     parser.add_argument("--pass-time", type=int, default=270, help="seconds one suite pass may take")
     parser.add_argument("--bench-time", type=int, default=60, help="seconds one bench experiment may take")
+    parser.add_argument("--time-limit", type=int, default=0,
+                        help="seconds the whole check may take (default: no limit); a stage that would start "
+                             "later is reported as not run, and each stage's limits shrink to what is left")
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest after --, e.g. -- -k guard")
     return parser.parse_args(argv)
 
@@ -204,7 +251,7 @@ def pytest_runtest_logreport(report):
         return
     message = str(report.longrepr).strip().splitlines()[-1][:200] if report.failed and report.longrepr else ""
     with open(os.environ["GPU_CHECK_OUTCOMES"], "a") as f:
-        f.write(json.dumps([report.nodeid, report.when, report.outcome, message]) + "\\n")
+        f.write(json.dumps([report.nodeid, report.when, report.outcome, message, round(report.duration, 2)]) + "\\n")
 '''
 
 
@@ -225,32 +272,49 @@ def _passes(backends: list, no_virtual: bool) -> list:
     return found
 
 
-def _suites(python: str, backends: list, args, out: Path, summary: list, started: float) -> bool:
+def _suites(python: str, backends: list, args, out: Path, summary: Summary) -> bool:
     passes = _passes(backends, args.no_virtual)
     workers = args.workers or max(2, os.cpu_count() or 4)
     parallel = max(1, min(args.parallel, len(passes)))
     each = max(1, workers // parallel) if _installed("xdist") else 0
     summary += ["", f"## Test suite ({len(passes)} passes, {parallel} at a time, {each or 'no'} xdist workers each)", "",
                 "| pass | passed | failed | errors | skipped | seconds |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
-        results = list(pool.map(lambda p: _one_pass(python, p, each, args, out), passes))
+    seconds = summary.left(args.pass_time)
     ok = True
     failures = []
-    with open(out / "suites.log", "w") as log:
-        for (name, virtual), result in zip(passes, results):
+    with open(out / "suites.log", "w") as log, concurrent.futures.ThreadPoolExecutor(parallel) as pool:
+        running = {pool.submit(_one_pass, python, which, each, args, out, seconds): which for which in passes}
+        for future in concurrent.futures.as_completed(running):  # each pass's row as soon as it ends
+            name, virtual = running[future]
             label = f"{name}" + (f" on {virtual} virtual GPUs" if virtual else "")
-            counts, text, seconds = result
+            counts, text, took = future.result()
             log.write(f"\n######## {label}\n{text}")
+            log.flush()
             summary.append(f"| {label} | {counts.get('passed', '?')} | {counts.get('failed', '?')} | "
-                           f"{counts.get('errors', '?')} | {counts.get('skipped', '?')} | {seconds:.0f} |")
-            ok = ok and counts.get("failed") == 0 and counts.get("errors") == 0
+                           f"{counts.get('errors', '?')} | {counts.get('skipped', '?')} | {took:.0f} |")
+            # pytest's own exit status too: a pass that did not finish, or collected nothing, is no pass
+            ok = ok and counts["exit"] == 0 and counts.get("failed") == 0 and counts.get("errors") == 0
+            if counts["exit"] not in (0, 1, None):  # (None: stopped, which its counts say)
+                failures.append(f"- {label}: pytest exited {counts['exit']} (suites.log says why)")
             failures += [f"- {label}: {line}" for line in counts.get("failures", [])]
     if failures:
         summary += ["", "Failures (first line of each; suites.log has the tracebacks):", "", *failures]
+    summary += ["", "Slowest tests (where a pass's time goes; outcomes-*.jsonl has every test's):", "",
+                *_slowest(out.glob("outcomes-*.jsonl"), 12)]
     return ok
 
 
-def _one_pass(python: str, which: tuple, workers: int, args, out: Path):
+def _slowest(files, count: int) -> list:
+    timed = []
+    for path in files:
+        for line in path.read_text().splitlines():
+            nodeid, when, _, _, *seconds = json.loads(line)
+            if seconds and when == "call":
+                timed.append((seconds[0], f"{path.stem.removeprefix('outcomes-')}: {nodeid}"))
+    return [f"- {seconds:.1f} s {where}" for seconds, where in sorted(timed, reverse=True)[:count]]
+
+
+def _one_pass(python: str, which: tuple, workers: int, args, out: Path, seconds: float):
     name, virtual = which
     report = out / f".junit-{name}-{virtual}.xml"
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEVSHIM_")}
@@ -262,31 +326,24 @@ def _one_pass(python: str, which: tuple, workers: int, args, out: Path):
     if virtual and not args.full_virtual:  # (pytest collects a file named here even where --ignore-glob matches it)
         selection = [path for path in VIRTUAL_TESTS if not any(fnmatch.fnmatch(path, other) for other in others)]
     others = [f"--ignore-glob={pattern}" for pattern in others]
-    outcomes = out / f".outcomes-{name}-{virtual}.jsonl"
+    outcomes = out / f"outcomes-{name}-{virtual}.jsonl"  # kept: every test's outcome and seconds
+    outcomes.unlink(missing_ok=True)
     env["GPU_CHECK_OUTCOMES"] = str(outcomes)
     command = [python, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "-p", _PLUGIN, f"--junitxml={report}",
                *(["-n", str(workers)] if workers else []), *others, *args.pytest_args, *selection]
     began = time.monotonic()
-    try:
-        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.pass_time)
-        text = done.stdout + done.stderr
-    except subprocess.TimeoutExpired as late:
-        text = f"{_text(late.stdout)}{_text(late.stderr)}\nTIMEOUT after {args.pass_time} s"
+    code, text = _run(command, seconds, cwd=ROOT, env=env)
     counts = _junit_counts(report) if report.exists() else _outcome_counts(outcomes)
+    counts["exit"] = code
     report.unlink(missing_ok=True)
-    outcomes.unlink(missing_ok=True)
     return counts, text, time.monotonic() - began
-
-
-def _text(value) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else (value or "")
 
 
 def _outcome_counts(outcomes: Path) -> dict:
     """The counts of a pass that did not finish, from the outcomes written as tests ran."""
     found: dict = {}
     lines = outcomes.read_text().splitlines() if outcomes.exists() else []
-    for nodeid, when, outcome, message in (json.loads(line) for line in lines):
+    for nodeid, when, outcome, message, *_ in (json.loads(line) for line in lines):
         state = "failed" if outcome == "failed" and when == "call" else "errors" if outcome == "failed" else outcome
         if found.get(nodeid, ("passed", ""))[0] == "passed" or state in ("failed", "errors"):
             found[nodeid] = (state, message)
@@ -315,20 +372,23 @@ def _junit_counts(report: Path) -> dict:
 # ------------------------------------------------------------------ selftest, bench, extras
 
 
-def _selftest(python: str, backends: list, out: Path, summary: list) -> bool:
+def _selftest(python: str, backends: list, out: Path, summary: Summary) -> bool:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEVSHIM_")}
     env.update(SHARED_GPU)
     selected = [part for name in backends for part in ("--backend", name)]
-    done = subprocess.run([python, "-m", "devshim", "selftest", *selected], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    (out / "selftest.txt").write_text(done.stdout + done.stderr)
-    verdict = next((line for line in reversed(done.stdout.splitlines()) if line.startswith("verdict:")), "no verdict")
-    failed = [line.strip() for line in done.stdout.splitlines() if line.strip().startswith("FAIL ")]
+    seconds = summary.left(600)
+    if seconds < 10:
+        summary += ["", "## devshim selftest", "", "not run: the check's time limit was reached"]
+        return False
+    code, text = _run([python, "-m", "devshim", "selftest", *selected], seconds, cwd=ROOT, env=env)
+    (out / "selftest.txt").write_text(text)
+    verdict = next((line for line in reversed(text.splitlines()) if line.startswith("verdict:")), "no verdict")
+    failed = [line.strip() for line in text.splitlines() if line.strip().startswith("FAIL ")]
     summary += ["", "## devshim selftest", "", verdict, *(f"- {line}" for line in failed)]
-    return done.returncode == 0
+    return code == 0
 
 
-def _bench(python: str, out: Path, summary: list, seconds: int) -> None:
+def _bench(python: str, out: Path, summary: Summary, seconds: int) -> None:
     listing = subprocess.run([python, "-c", "from devshim.bench.experiments import experiments\n"
                               "import json; print(json.dumps({n: e.per_backend for n, e in experiments().items()}))"],
                              cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -342,17 +402,18 @@ def _bench(python: str, out: Path, summary: list, seconds: int) -> None:
         for name, per_backend in json.loads(listing.stdout).items():
             command = [python, "-m", "devshim", "bench", name, "--min-run-time", "0.05", "--no-progress",
                        *(["--backend", "all"] if per_backend else [])]
-            try:
-                done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=seconds)
-                text, status = done.stdout + done.stderr, ("ok" if done.returncode == 0 else f"FAILED ({done.returncode})")
-            except subprocess.TimeoutExpired as late:
-                text, status = _text(late.stdout) + _text(late.stderr), f"stopped after {seconds} s"
+            allowed = summary.left(seconds)
+            if allowed < 5:
+                summary += [f"### {name}: not run (the check's time limit was reached)", ""]
+                continue
+            code, text = _run(command, allowed, cwd=ROOT, env=env)
+            status = "ok" if code == 0 else f"stopped after {allowed:.0f} s" if code is None else f"FAILED ({code})"
             log.write(f"\n######## bench {name}: {status}\n{text}")
             table = [line for line in text.splitlines() if line.startswith("|") or line.startswith(("!", "*"))]
             summary += [f"### {name}: {status}", "", *table, ""]
 
 
-def _extras(python: str, out: Path, summary: list) -> None:
+def _extras(python: str, out: Path, summary: Summary) -> None:
     """Checks in tools/ that compare devshim with the frameworks' own figures on this GPU."""
     for script in ("gpu_memory_check.py",):
         path = ROOT / "tools" / script
@@ -360,16 +421,19 @@ def _extras(python: str, out: Path, summary: list) -> None:
             continue
         env = {k: v for k, v in os.environ.items() if not k.startswith("DEVSHIM_")}
         env.update(SHARED_GPU)
-        done = subprocess.run([python, str(path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-        (out / f"{path.stem}.txt").write_text(done.stdout + done.stderr)
-        summary += ["", f"## tools/{script} (exit {done.returncode})", "", "```", done.stdout[-6000:], "```"]
+        allowed = summary.left(300)
+        if allowed < 5:
+            summary += ["", f"## tools/{script}: not run (the check's time limit was reached)"]
+            continue
+        code, text = _run([python, str(path)], allowed, cwd=ROOT, env=env)
+        (out / f"{path.stem}.txt").write_text(text)
+        status = f"exit {code}" if code is not None else f"stopped after {allowed:.0f} s"
+        summary += ["", f"## tools/{script} ({status})", "", "```", text[-6000:], "```"]
 
 
-def _finish(out: Path, summary: list, ok: bool) -> int:
+def _finish(out: Path, summary: Summary, ok: bool) -> int:
     summary.append(f"\nresult: {'PASSED' if ok else 'FAILED'}")
-    text = "\n".join(summary) + "\n"
-    (out / "summary.md").write_text(text)
-    print(text)
+    print("\n".join(summary))
     return 0 if ok else 1
 
 
