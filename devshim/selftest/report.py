@@ -41,7 +41,7 @@ def _highlights(section: dict) -> list:
                          f"{_doubt(row, cpu)}")
     for row in section["measurements"].get("transfer", []):
         if "omitted" in row:  # no device: a host-to-host copy is no transfer (the experiment says so)
-            lines.append("host -> device: not measured, no device here (no GPU, real or virtual)")
+            lines.append(f"host -> device: not measured, no device here for {row['backend']} (no GPU, real or virtual)")
         elif row["direction"] == "host->device":
             lines.append(f"host -> {row['device']}: {row['gb_per_s']:.1f} GB/s ({row['megabytes']:g} MiB)"
                          f"{_doubt(row)}")

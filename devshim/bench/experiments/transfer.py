@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import devshim as ds
-from devshim.backends import get_backend
+from devshim.backends import get_backend, virtual_capable_backends
 from devshim.bench.experiment import (
     Column, Experiment, LinePlot, Option, Steps, check_sizes, device_name, native_device, ops_for,
 )
 from devshim.bench.measure import measure, spread_fields
 from devshim.bench.threads import THREADS_OPTION, on_threads
 
-#: The line that stands for the rows left out when the device end is the host itself.
-NO_DEVICE = ("no device here (no GPU, real or virtual): host->device and device->host rows left out, "
-             "since a copy from the host to itself measures the host's memory, not a transfer. "
-             "Run on a machine with a GPU, or set DEVSHIM_VIRTUAL_DEVICES=1 to time devshim's code "
-             "path to a virtual GPU (a host copy as well).")
+def no_device_line(backend: str) -> str:
+    """The line that stands for the rows left out when `backend`'s device end is the host itself.
+
+    Example:
+        >>> no_device_line("numpy")[:44]
+        'numpy: no device but the host (no GPU, real'
+    """
+    how = ("run on a machine with a GPU, or set DEVSHIM_VIRTUAL_DEVICES=1 to time devshim's code path "
+           "to a virtual GPU (a host copy as well)" if backend in virtual_capable_backends()
+           else f"{backend} keeps its arrays on the host")
+    return (f"{backend}: no device but the host (no GPU, real or virtual, or the CPU was asked for): its "
+            "host->device and device->host rows are left out, since a copy from the host to itself "
+            f"measures the host's memory, not a transfer; {how}.")
 
 
 @on_threads
@@ -25,7 +33,7 @@ def run(sizes_mb=(1, 8, 64), *, backend=None, device=None, min_run_time: float =
 
     `device` defaults to the first GPU. Where the device end is the host CPU
     itself (no GPU, real or virtual, or `device="cpu"`) there is no transfer
-    to time: the one row returned is `{"backend": ..., "omitted": NO_DEVICE}`,
+    to time: the one row returned is `{"backend": ..., "omitted": no_device_line(backend)}`,
     which the table prints as a line. Rows: direction, device, megabytes,
     seconds (median per copy) with its spread, gb_per_s (with gb_per_s_low/high
     from the quartiles), and threads where a virtual GPU copies on the host
@@ -41,7 +49,7 @@ def run(sizes_mb=(1, 8, 64), *, backend=None, device=None, min_run_time: float =
     target = adapter.try_gpu() if device is None else native_device(device, name)
     where = device_name(target, name)
     if adapter.describe(target).kind == "cpu":
-        return [{"backend": name, "omitted": NO_DEVICE}]
+        return [{"backend": name, "omitted": no_device_line(name)}]
     rows: list = []
     plan = Steps(progress)
 
