@@ -164,7 +164,13 @@ def test_guard_measures_each_condition_or_says_there_is_no_guard(harness):
         for c in ("no guard", "allow block", "disallow block")]
     for row in rows:
         _has_spread(row)
-        assert row["ratio"] == pytest.approx(row["seconds"] / (row["seconds"] - row["over_unguarded"]))
+        if row["condition"] == "no guard":
+            assert (row["ratio"], row["over_unguarded"]) == (1.0, 0.0)
+            assert row["unguarded_seconds"] == row["seconds"]
+        else:  # each guarded condition side by side with the unguarded op: per-pair ratios
+            _ratio_with_spread(row, "ratio")
+            assert row["pairs"] >= compare.MIN_PAIRS
+            assert row["over_unguarded"] == pytest.approx(row["unguarded_seconds"] * (row["ratio"] - 1))
     _json_ready(rows)
 
 
