@@ -7,35 +7,74 @@ from devshim.backends import get_backend, specs
 from devshim.bench.experiment import (
     BarPlot, Column, Experiment, Option, Steps, check_sizes, device_name, native_device, ops_for,
 )
-from devshim.bench.measure import measure, spread_fields
+from devshim.bench.measure import measure_pair, pair_fields, spread_fields
 from devshim.bench.threads import THREADS_OPTION, on_threads
 
-CONDITIONS = (("no guard", None), ("allow block", "allow"), ("disallow block", "disallow"))
-#: Turns each condition is measured in; the quickest is kept.
-ROUNDS = 3
+UNGUARDED = "no guard"
+#: The guarded conditions, each compared with the op unguarded: (condition, transfer_guard level).
+GUARDED = (("allow block", "allow"), ("disallow block", "disallow"))
+#: Calls of the op in each timed call, all inside one guard block (or none): the block's own
+#: entry and exit (about 3 us for "allow", 25 us for "disallow", which installs the hooks, on
+#: torch on this project's machine) is spread over the batch, and the rows' times are per op.
+BATCH = 1000
 
 
-class _Unguarded:
-    """A stand-in for `ds.transfer_guard` that guards nothing."""
+def _batch(fn, args, level):
+    """A callable running `BATCH` calls of `fn(*args)`, in one `transfer_guard(level)` block (none
+    for `level` None); it returns the last output, so a wait on it covers the batch."""
+    def unguarded():
+        out = None
+        for _ in range(BATCH):
+            out = fn(*args)
+        return out
 
-    def __enter__(self):
-        return None
+    if level is None:
+        return unguarded
 
-    def __exit__(self, *exc):
-        return None
+    def guarded():
+        with ds.transfer_guard(level):
+            return unguarded()
+
+    return guarded
+
+
+def _per_op(fields: dict) -> dict:
+    """Row fields of a measurement of whole batches (`spread_fields`), with its times per op."""
+    for key in ("seconds", "seconds_iqr", "seconds_q1", "seconds_q3"):
+        fields[key] /= BATCH
+    return fields
+
+
+def _guarded_row(where: dict, condition: str, c) -> dict:
+    """The row of one guarded condition from its comparison with the op unguarded (`c`)."""
+    fields = pair_fields(c, "unguarded", "guarded")
+    for key in ("guarded_seconds", "guarded_iqr", "unguarded_iqr"):
+        del fields[key]
+    base = fields.pop("unguarded_seconds") / BATCH
+    low, high = fields["ratio_low"], fields["ratio_high"]
+    return {**where, "condition": condition, **_per_op(spread_fields(c.second)), **fields,
+            "unguarded_seconds": base, "over_unguarded": base * (c.ratio - 1),
+            "over_unguarded_low": base * (low - 1), "over_unguarded_high": base * (high - 1)}
 
 
 @on_threads
 def run(size: int = 8, *, backend=None, device=None, min_run_time: float = 0.1, progress=None) -> list:
     """Time one small op (`add` of two `size`-element tensors on one device) and one
     implicit host read of a host tensor (`ops.item`: `t.item()`, `float(t)`,
-    `a.asscalar()`), outside any guard, inside
-    `transfer_guard("allow")` and inside `transfer_guard("disallow")`.
+    `a.asscalar()`), outside any guard, inside `transfer_guard("allow")` and inside
+    `transfer_guard("disallow")`.
 
-    Nothing moves, so the guard lets every call through: what is measured is
-    what checking costs. The three conditions are measured in turn, `ROUNDS`
-    times, and each keeps its quickest round. Rows: operation, condition, seconds with its spread,
-    over_unguarded (seconds added per call) and ratio (this / unguarded).
+    Nothing moves, so the guard lets every call through: what is measured is what
+    checking costs. Each timed call runs a batch of `BATCH` (1000) calls of the op inside one
+    guard block (the unguarded side the same batch with no block), so the block's own entry
+    and exit weigh a thousandth per op; the rows' times are per op (the batch's time / 1000). Each
+    guarded condition is measured side by side with the unguarded batch
+    (`devshim.timing.compare`: their runs take turns, so both see the same machine). Rows:
+    operation, condition, seconds (per op) with its spread, ratio (guarded / unguarded:
+    the median of the per-pair ratios, with ratio_low/high their quartiles),
+    over_unguarded (seconds the guard adds per op: (ratio - 1) x unguarded_seconds, the
+    unguarded time per op of the same comparison), and the comparison's flags (noisy,
+    stalled, settled). The "no guard" row is the unguarded side of the "allow" comparison.
     A backend without a `guard.py` (NumPy) gives one row saying so.
 
     Example:
@@ -50,30 +89,24 @@ def run(size: int = 8, *, backend=None, device=None, min_run_time: float = 0.1, 
     ops = ops_for(name)
     target = adapter.try_gpu() if device is None else native_device(device, name)
     a, b = ops.rand((size,), target), ops.rand((size,), target)
-    one = ops.rand((1,), adapter.cpu())
-    cases = (("add (same device)", ops.add, (a, b)), ("host read of a host tensor", ops.item, (one,)))
+    host_one = ops.rand((1,), adapter.cpu())
+    cases = (("add (same device)", ops.add, (a, b)), ("host read of a host tensor", ops.item, (host_one,)))
     rows: list = []
     plan = Steps(progress)
 
     def one(operation: str, fn, args) -> None:
-        # The conditions take turns, ROUNDS times, and each keeps its quickest round: a busy
-        # machine only ever adds time, and taking turns keeps a slow spell from landing on one
-        # condition alone (which would show as a cost, or a saving, of the guard).
-        best: dict = {}
-        for _ in range(ROUNDS):
-            for condition, level in CONDITIONS:
-                block = ds.transfer_guard(level) if level else _Unguarded()
-                with block:
-                    m = measure(fn, *args, warmup=3, min_run_time=min_run_time, device=target)
-                if condition not in best or m.median < best[condition].median:
-                    best[condition] = m
-        found = [{"backend": name, "device": device_name(target, name), "operation": operation,
-                  "condition": condition, **spread_fields(best[condition])} for condition, _ in CONDITIONS]
-        base = found[0]["seconds"]
-        for row in found:
-            row["over_unguarded"] = row["seconds"] - base
-            row["ratio"] = row["seconds"] / base
-        rows.extend(found)
+        where = {"backend": name, "device": device_name(target, name), "operation": operation}
+        unguarded = _batch(fn, args, None)
+        found = []
+        for condition, level in GUARDED:
+            c = measure_pair(unguarded, _batch(fn, args, level), warmup=1, min_run_time=min_run_time,
+                             device=target, labels=(UNGUARDED, condition))
+            found.append((condition, c))
+        base = found[0][1].first
+        rows.append({**where, "condition": UNGUARDED, **_per_op(spread_fields(base)), "ratio": 1.0,
+                     "ratio_low": 1.0, "ratio_high": 1.0, "unguarded_seconds": base.median / BATCH,
+                     "over_unguarded": 0.0})
+        rows.extend(_guarded_row(where, condition, c) for condition, c in found)
 
     for operation, fn, args in cases:
         plan.add(f"{name} {operation}", lambda o=operation, f=fn, a=args: one(o, f, a))
@@ -96,5 +129,6 @@ EXPERIMENT = Experiment(
         Column("over_unguarded", "added", form="seconds"), Column("ratio", "vs unguarded", form="ratio"),
         Column("threads", "threads", form="number"), Column("note", "note"),
     ],
-    plot=BarPlot(label="condition", value="ratio", reference=1.0, xlabel="time / unguarded time"),
+    plot=BarPlot(label="condition", value="ratio", reference=1.0,
+                 xlabel="time / unguarded time (bars: quartiles over the pairs)"),
 )

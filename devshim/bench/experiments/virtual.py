@@ -13,8 +13,9 @@ from devshim.backends import get_backend, specs
 from devshim.bench.experiment import (
     BarPlot, Column, Experiment, Option, Steps, check_count, device_name, ops_for,
 )
-from devshim.bench.measure import measure, spread_fields
+from devshim.bench.measure import measure_pair, spread_fields
 from devshim.errors import ExperimentError
+from devshim.timing.compare import MIN_PAIRS
 
 #: What the child process runs when this process has no virtual torch GPU.
 CHILD_VIRTUAL_DEVICES = 1
@@ -23,7 +24,7 @@ CHILD_VIRTUAL_DEVICES = 1
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
-def run(examples: int = 1024, batch_size: int = 16, rounds: int = 3, threads: int = 1,
+def run(examples: int = 1024, batch_size: int = 16, rounds: int = MIN_PAIRS, threads: int = 1,
         clock: str = "wall", *, backend=None, min_run_time: float = 1.0, progress=None) -> list:
     """One epoch of D2L's from-scratch LeNet ("Multiple GPUs from scratch", the chapter's own
     torch calls) on the CPU and on virtual GPU 0: `examples` synthetic 28x28 images in
@@ -31,8 +32,12 @@ def run(examples: int = 1024, batch_size: int = 16, rounds: int = 3, threads: in
 
     The code is the same on both devices; only `device` differs, so the ratio is what
     devshim's virtual GPU (a tensor subclass that runs every operation on host tensors) adds
-    per operation. CPU and virtual GPU alternate for `rounds` rounds; each keeps its
-    quickest median, which resists bursts of load from elsewhere. torch runs its kernels
+    per operation. The two are measured side by side (`devshim.timing.compare`): each round is
+    one CPU epoch and one virtual GPU epoch back to back (which goes first alternates), so both
+    see the same moment of the machine, for `rounds` rounds at least (default 10, and until
+    each side has run `min_run_time` seconds); the ratio is the median of the per-round
+    ratios, with their quartiles, and a comparison whose ratios disagree or whose epochs
+    stalled is measured again (`devshim.bench.measure`) and marked. torch runs its kernels
     on `threads` threads meanwhile (default 1, as `torch.utils.benchmark.Timer` does:
     several threads on a busy machine wait for each other and time the machine, not the
     code); its own setting is put back afterwards. `clock="cpu"` times the process's CPU
@@ -42,8 +47,10 @@ def run(examples: int = 1024, batch_size: int = 16, rounds: int = 3, threads: in
     (`DEVSHIM_VIRTUAL_DEVICES` >= 1) both sides run here; otherwise both run in a child
     process started with `DEVSHIM_VIRTUAL_DEVICES=1`, and each row's note says so. Without
     torch installed the one row is a note. Rows: device, seconds (one epoch) with its spread,
-    vs_cpu (this / the CPU's, with vs_cpu_low/high from the quartiles), last_loss (the
-    epoch's last batch loss: the same on both devices, within float tolerance).
+    vs_cpu (this / the CPU's: the median of the per-round ratios, with vs_cpu_low/high their
+    quartiles; 1.0 on the CPU's row), the comparison's flags (noisy, stalled, settled) and
+    pairs (rounds measured), last_loss (the epoch's last batch loss: the same on both
+    devices, within float tolerance).
 
     Example:
         >>> cpu, gpu = run()
@@ -90,30 +97,33 @@ def _measure(ops, examples, batch_size, rounds, threads, clock, min_run_time, pr
     adapter = get_backend("torch")
     batches = ops.lenet_batches(examples, batch_size)
     places = {"cpu": adapter.cpu(), "gpu": adapter.try_gpu()}
-    best: dict = {}
+    found: list = []
     plan = Steps(progress)
 
-    def one(who: str) -> None:
-        device = places[who]
-        m = measure(ops.lenet_epoch, batches, device, warmup=1, min_run_time=min_run_time,
-                    device=device, label=f"LeNet epoch on {device}", clock=CLOCKS[clock])
-        if who not in best or m.median < best[who].median:
-            best[who] = m
+    def both() -> None:
+        def cpu_epoch():
+            return ops.lenet_epoch(batches, places["cpu"])
 
-    for turn in range(rounds):
-        for who in ("cpu", "gpu"):
-            plan.add(f"torch {who} epoch, round {turn + 1}", lambda who=who: one(who))
+        def gpu_epoch():
+            return ops.lenet_epoch(batches, places["gpu"])
+
+        found.append(measure_pair(cpu_epoch, gpu_epoch, warmup=1, min_run_time=min_run_time,
+                                  min_pairs=rounds, backend="torch", clock=CLOCKS[clock],
+                                  labels=tuple(f"LeNet epoch on {d}" for d in places.values())))
+
+    plan.add(f"torch cpu vs virtual gpu epochs, {rounds} rounds or more", both)
     plan.run()
+    c = found[0]
+    low, high = c.quartiles()
     rows = []
-    (c1, c3), cpu = best["cpu"].quartiles(), best["cpu"].median
-    for who, device in places.items():
-        m = best[who]
-        q1, q3 = m.quartiles()
+    for device, m, vs_cpu in ((places["cpu"], c.first, (1.0, 1.0, 1.0)),
+                              (places["gpu"], c.second, (c.ratio, low, high))):
         last = float(adapter.tensor_to_numpy(ops.lenet_epoch(batches, device)))  # type: ignore[arg-type]
         rows.append({"backend": "torch", "device": device_name(device, "torch"), "examples": examples,
                      "batch_size": batch_size, "threads": threads, "clock": clock, **spread_fields(m),
-                     "vs_cpu": m.median / cpu, "vs_cpu_low": q1 / c3, "vs_cpu_high": q3 / c1,
-                     "last_loss": last, "note": note})
+                     "vs_cpu": vs_cpu[0], "vs_cpu_low": vs_cpu[1], "vs_cpu_high": vs_cpu[2],
+                     "noisy": c.noisy or m.noisy, "stalled": c.stalled, "settled": c.settled,
+                     "tries": c.tries, "pairs": len(c.ratios), "last_loss": last, "note": note})
     return rows
 
 
@@ -151,7 +161,8 @@ EXPERIMENT = Experiment(
         Option("--examples", dest="examples", type=int, metavar="N", help="synthetic examples per epoch (default 1024)"),
         Option("--batch-size", dest="batch_size", type=int, metavar="N", help="examples per batch (default 16)"),
         Option("--rounds", dest="rounds", type=int, metavar="N",
-               help="alternating CPU/virtual GPU rounds; each side keeps its fastest (default 3)"),
+               help="rounds (a CPU epoch and a virtual GPU epoch, taking turns) to measure at least; "
+                    "the ratio is the median over them (default 10)"),
         Option("--threads", dest="threads", type=int, metavar="N",
                help="torch's kernel threads while measuring (default 1, as torch.utils.benchmark)"),
         Option("--clock", dest="clock", metavar="wall|cpu",
