@@ -41,7 +41,7 @@ if TYPE_CHECKING:
         UnsupportedPlacementError, UnsupportedValueError, VirtualDataParallelError, VirtualDeviceCountError,
         NotCloseError, GradientMismatchError, NoAutodiffError, ImmutableInputError, GradientCheckUsageError,
         FrameworkReleaseError, FrameworkInternalWarning, VirtualDLPackError, TorchCompileReleaseError,
-        NondifferentiableError, InputMutatedError, GradientFunctionError,
+        NondifferentiableError, InputMutatedError, GradientFunctionError, ToleranceError,
     )
     from devshim.generic import array_module, get_array_module
     from devshim.guard import TransferReport
@@ -88,7 +88,8 @@ _EXPORTS = {
          "TorchCompileReleaseError", "DevshimWarning",
          "ImplicitTransferWarning", "SharedDeviceWarning", "FrameworkInternalWarning",
          "NotCloseError", "GradientMismatchError", "NoAutodiffError", "ImmutableInputError",
-         "GradientCheckUsageError", "NondifferentiableError", "InputMutatedError", "GradientFunctionError"),
+         "GradientCheckUsageError", "NondifferentiableError", "InputMutatedError", "GradientFunctionError",
+         "ToleranceError"),
         "devshim.errors",
     ),
 }
@@ -120,7 +121,7 @@ __all__ = [
     "FrameworkReleaseError", "TorchCompileReleaseError", "DevshimWarning", "ImplicitTransferWarning",
     "SharedDeviceWarning", "FrameworkInternalWarning", "NotCloseError", "GradientMismatchError",
     "NoAutodiffError", "ImmutableInputError", "GradientCheckUsageError", "NondifferentiableError",
-    "InputMutatedError", "GradientFunctionError",
+    "InputMutatedError", "GradientFunctionError", "ToleranceError",
     "memory", "memory_peak", "MemoryInfo", "MemoryPeak", "DeviceOutOfMemoryError", "VirtualMemorySizeError",
     "testing", "settings", "backends",
 ]

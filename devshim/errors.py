@@ -56,7 +56,7 @@ __all__ = [
     "FrameworkInternalWarning",
     "NotCloseError", "GradientMismatchError", "NoAutodiffError", "ImmutableInputError", "GradientCheckUsageError",
     "TorchCompileReleaseError",
-    "NondifferentiableError", "InputMutatedError", "GradientFunctionError",
+    "NondifferentiableError", "InputMutatedError", "GradientFunctionError", "ToleranceError",
     "DeviceOutOfMemoryError", "VirtualMemorySizeError",
 ]
 
@@ -617,6 +617,18 @@ class GradientCheckUsageError(DevshimError, ValueError):
         >>> ds.testing.numerical_grad(f, (torch.arange(3),), (gy,))
         Traceback (most recent call last):
         devshim.errors.GradientCheckUsageError: input 0 is a torch int64 array ...
+    """
+
+
+class ToleranceError(DevshimError, ValueError):
+    """A tolerance given to `ds.testing.assert_allclose` (`rtol`, `atol`) is not a finite
+    number, 0 or more: a negative or NaN one would fail or pass every comparison whatever the
+    values. The message names the argument and what to pass.
+
+    Example:
+        >>> ds.testing.assert_allclose(x, y, atol=-1e-6)
+        Traceback (most recent call last):
+        devshim.errors.ToleranceError: assert_allclose(atol=-1e-06): a tolerance is a finite number ...
     """
 
 

@@ -53,6 +53,14 @@ def test_a_given_tolerance_replaces_only_its_own_default():
     ds.testing.assert_allclose(np.float32([1.0]), np.float32([1.5]), rtol=0, atol=0.5)
 
 
+@pytest.mark.parametrize("name, value", [("rtol", -1e-5), ("atol", -1e-6), ("rtol", float("nan")),
+                                         ("atol", float("inf")), ("atol", "1e-6")])
+def test_a_tolerance_that_cannot_work_is_refused_by_name(name, value):
+    with pytest.raises(ds.ToleranceError, match=rf"assert_allclose\({name}=.*a tolerance is a finite number, 0 or more"):
+        ds.testing.assert_allclose(np.float32([1.0]), np.float32([1.0]), **{name: value})
+    assert issubclass(ds.ToleranceError, ValueError)
+
+
 def test_integers_compare_exactly_unless_given_a_tolerance():
     big = np.array([2 ** 62, 1], dtype=np.int64)
     with pytest.raises(ds.NotCloseError, match=r"rtol=0, atol=0 \(int64's defaults\)\nMismatched elements: 1 / 2"):

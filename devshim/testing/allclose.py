@@ -7,7 +7,7 @@ Example:
 from __future__ import annotations
 
 from devshim.backends.numpy import _testing as host
-from devshim.errors import NotCloseError
+from devshim.errors import NotCloseError, ToleranceError
 from devshim.testing import _values
 from devshim.testing._values import Value
 
@@ -46,7 +46,8 @@ def assert_allclose(actual, desired, *, rtol=None, atol=None, equal_nan: bool = 
     `ds.NotCloseError` (an `AssertionError`) saying how many elements differ, the
     greatest absolute and relative difference with their index and the values there, and
     each side's framework, dtype, shape and device; `err_msg` is added to it. Differing
-    shapes or nest structures fail, saying so.
+    shapes or nest structures fail, saying so. A negative, NaN or infinite `rtol` or `atol`
+    raises `ds.ToleranceError`.
 
     Example:
         >>> x = torch.tensor([1.0, 2.0], device=ds.try_gpu())
@@ -57,6 +58,11 @@ def assert_allclose(actual, desired, *, rtol=None, atol=None, equal_nan: bool = 
         devshim.errors.NotCloseError: Not equal to tolerance rtol=1e-05, atol=1e-06 (float32's defaults)
         Mismatched elements: 1 / 2 (50%) ...
     """
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if value is not None and (not host.is_finite_number(value) or value < 0):
+            raise ToleranceError(f"assert_allclose({name}={value!r}): a tolerance is a finite number, 0 or more. "
+                                 f"Pass {name}=None for the default of the values' dtype, or a number such as "
+                                 f"{name}=1e-5.")
     failures = []
     for path, got, want in _pairs(actual, desired):
         problem = _compare(got, want, rtol, atol, equal_nan)
