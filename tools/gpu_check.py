@@ -280,6 +280,8 @@ def _suites(python: str, backends: list, args, out: Path, summary: Summary) -> b
     summary += ["", f"## Test suite ({len(passes)} passes, {parallel} at a time, {each or 'no'} xdist workers each)", "",
                 "| pass | passed | failed | errors | skipped | seconds |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
     seconds = summary.left(args.pass_time)
+    for stale in out.glob("outcomes-*.jsonl"):  # an earlier check's, into the same folder
+        stale.unlink()
     ok = True
     failures = []
     with open(out / "suites.log", "w") as log, concurrent.futures.ThreadPoolExecutor(parallel) as pool:
@@ -327,7 +329,6 @@ def _one_pass(python: str, which: tuple, workers: int, args, out: Path, seconds:
         selection = [path for path in VIRTUAL_TESTS if not any(fnmatch.fnmatch(path, other) for other in others)]
     others = [f"--ignore-glob={pattern}" for pattern in others]
     outcomes = out / f"outcomes-{name}-{virtual}.jsonl"  # kept: every test's outcome and seconds
-    outcomes.unlink(missing_ok=True)
     env["GPU_CHECK_OUTCOMES"] = str(outcomes)
     command = [python, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "-p", _PLUGIN, f"--junitxml={report}",
                *(["-n", str(workers)] if workers else []), *others, *args.pytest_args, *selection]
