@@ -165,6 +165,15 @@ def test_numerical_grad_of_a_function_reading_its_inputs_changes_them_in_place_a
     np.testing.assert_array_equal(harness.values(x), before)
 
 
+def _fills_its_second_input(harness):
+    """An `f(a, b)` that writes 5 into `b` in place, then returns `a * b`."""
+    def changes_y(a, b):
+        harness.fill(b, 5.0)
+        return a * b
+
+    return changes_y
+
+
 def test_numerical_grad_calls_f_with_copies_and_names_an_f_that_changes_its_inputs(harness):
     x, y = inputs(harness, ds.devices()[-1], 2)
     before = harness.values(y).copy()
@@ -179,9 +188,7 @@ def test_numerical_grad_calls_f_with_copies_and_names_an_f_that_changes_its_inpu
     if not harness.mutable:
         return  # its arrays cannot be changed in place: f cannot change its inputs
 
-    def changes_y(a, b):
-        harness.fill(b, 5.0)
-        return a * b
+    changes_y = _fills_its_second_input(harness)
 
     with pytest.raises(ds.InputMutatedError, match=r"^f changed input 1 \(of 2: .*\) in place \(6 of 6 elements "
                                                    r"differ after its call with input 0's element \(0, 0\) moved to "):
@@ -352,9 +359,7 @@ def test_check_backward_leaves_the_callers_tensors_alone_and_names_an_f_that_cha
     if not harness.mutable:
         return  # its arrays cannot be changed in place: f cannot change its inputs
 
-    def changes_y(a, b):
-        harness.fill(b, 5.0)
-        return a * b
+    changes_y = _fills_its_second_input(harness)
 
     with pytest.raises(ds.InputMutatedError, match=r"f changed input 1 .* in place .*Your own tensors are "
                                                    r"unchanged: f was given copies"):
