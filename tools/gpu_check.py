@@ -93,9 +93,9 @@ def main(argv=None) -> int:
         backends = [name for name in (args.backends or FRAMEWORKS) if _installed(name)]
         ok = _suites(python, backends, args, out, summary)
         ok = _selftest(python, backends, out, summary) and ok
+        _extras(python, out, summary)  # (before the bench, which takes whatever time is left)
         if not args.no_bench:
             _bench(python, out, summary, args.bench_time)
-        _extras(python, out, summary)
     summary.append(f"\ntotal: {time.monotonic() - started:.0f} s")
     return _finish(out, summary, ok)
 
