@@ -261,9 +261,22 @@ def pytest_report_header(config) -> list:
     for name in names:
         if plan.virtual_count() and not specs()[name].virtual_devices:
             lines.append(f"devshim {name} devices: {_describe_cpu(name)} (no virtual GPUs: its tests run on its CPU)")
-        elif plan.explicit or specs()[name].is_loaded():
+        elif plan.explicit or _running(name):
             lines.append(f"devshim {name} devices: {_describe_devices(name)}")
     return lines
+
+
+def _running(name: str) -> bool:
+    """Whether listing `name`'s devices starts nothing: the framework is imported already, and
+    so is its accelerator partner, whose GPUs it lists (CuPy, under the numpy backend: another
+    plugin importing NumPy must not make this header start CUDA)."""
+    from devshim.backends import specs
+
+    found = specs()
+    if not found[name].is_loaded():
+        return False
+    partners = [spec for spec in found.values() if spec.host_partner == name and spec.is_installed()]
+    return all(spec.is_loaded() for spec in partners)
 
 
 # ------------------------------------------------------------------ parametrisation

@@ -35,6 +35,38 @@ _STDERR = pytest.StashKey()
 def pytest_configure(config):
     # stderr as it is before any test runs: while a test runs, pytest's capture holds fd 2.
     config.stash[_STDERR] = os.fdopen(os.dup(sys.__stderr__.fileno()), "w")
+    config.addinivalue_line("markers", f"{TORCH_VIRTUAL_MARK}: the test registers torch's virtual GPUs in "
+                            "its process (tests/conftest.py runs it after the others where torch has a real GPU)")
+
+
+#: Marks a test that registers torch's virtual GPUs in its own process; tests using a fixture
+#: named `vgpu`, and those of tests/test_torch_virtual*.py, are taken as marked.
+TORCH_VIRTUAL_MARK = "registers_torch_virtual_gpus"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Where torch has a real GPU, the tests that register torch's virtual GPUs in their process
+    run after all the others. torch cannot unregister them, and from then on a backward pass on
+    the real GPU fails in that process (torch 2.11 on an H200: an internal assert in its
+    autograd engine; docs/virtual-devices.md): a test of real-GPU autograd must not come after
+    one of them in the same process, nor in the same pytest-xdist worker, which takes its tests
+    in the order collected."""
+    if VIRTUAL:  # this pass registered them at start-up, in every process
+        return
+    registering = [item for item in items if _registers_torch_virtual_gpus(item)]
+    if not registering:
+        return
+    from machine import real_gpus
+
+    if real_gpus("torch"):
+        chosen = set(map(id, registering))
+        items[:] = [item for item in items if id(item) not in chosen] + registering
+
+
+def _registers_torch_virtual_gpus(item) -> bool:
+    return (item.get_closest_marker(TORCH_VIRTUAL_MARK) is not None
+            or "vgpu" in getattr(item, "fixturenames", ())
+            or os.path.basename(str(item.fspath)).startswith("test_torch_virtual"))
 
 
 def pytest_unconfigure(config):

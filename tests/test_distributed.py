@@ -279,6 +279,7 @@ def test_init_distributed_under_tf_config_says_how_to_give_torch_its_own_rendezv
     assert not dist.is_initialized()
 
 
+@pytest.mark.registers_torch_virtual_gpus
 def test_the_process_group_backend_suits_the_device():
     from devshim.backends.torch._distributed import backend_for
 

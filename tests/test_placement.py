@@ -88,6 +88,22 @@ def test_torch_hooks_are_removable_and_forward_is_untouched(torch):
         ds.place_model(net, {"1": "meta"}) and ds.replicate(net, ["cpu"])
 
 
+def test_a_torch_device_is_torchs_where_no_tensor_says_so_whatever_backend_is_selected(torch):
+    """An empty nest (a block's kwargs, copied by the hooks above) or a leaf with a .to method:
+    torch resolves torch.device("meta"), which the jax or cupy backend could not name."""
+
+    class Leaf:
+        def to(self, device):
+            self.got = device
+            return self
+
+    for name in ds.available_backends():
+        with ds.use_backend(name):
+            assert ds.to_device({}, torch.device("meta")) == {}
+            assert ds.copy_if_needed([], torch.device("meta")) == []
+            assert ds.to_device([Leaf()], torch.device("meta"))[0].got == torch.device("meta"), name
+
+
 def test_torch_balanced_spreads_children_by_parameter_bytes(torch):
     net = torch.nn.Sequential(torch.nn.Linear(100, 100), torch.nn.Linear(100, 2), torch.nn.Linear(2, 2))
     ds.place_model(net, "balanced")

@@ -153,8 +153,32 @@ def test_a_project_that_does_not_use_devshim_starts_no_framework(pytester, fresh
         imported[plugin] = json.loads(listing.read_text())
         if plugin == "with":
             result.stdout.fnmatch_lines([f"devshim: backend {selected()} (*); *"])
-            assert f"devshim {selected()} devices:" not in result.stdout.str()
+            header = result.stdout.str()
     assert imported["with"] == imported["without"], imported
+    # Devices are listed only for a framework running already (another plugin imported it)
+    if specs()[selected()].import_name not in imported["without"]:
+        assert f"devshim {selected()} devices:" not in header
+
+
+def test_the_header_lists_numpy_devices_only_where_the_gpu_partner_runs_already(pytester, fresh, monkeypatch):
+    """Under the numpy backend the GPUs are CuPy's: another plugin importing NumPy (a lab image
+    has several) must not make the header import CuPy to list them. A stand-in CuPy, found
+    installed, records its import."""
+    fake = pytester.mkdir("site")
+    (fake / "cupy").mkdir()
+    marker = pytester.path / "cupy-imported"
+    (fake / "cupy" / "__init__.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\nraise ImportError('a stand-in CuPy: importing it is the failure')\n")
+    pytester.makeconftest("import numpy  # as another pytest plugin might\n")
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    monkeypatch.setenv("DEVSHIM_BACKEND", "numpy")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(fake), os.environ["PYTHONPATH"]]))
+    monkeypatch.delenv(settings.VIRTUAL_DEVICES_VAR, raising=False)
+    result = fresh()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["devshim: backend numpy (DEVSHIM_BACKEND=numpy); no virtual devices"])
+    assert "devshim numpy devices:" not in result.stdout.str()
+    assert not marker.exists()
 
 
 # ------------------------------------------------------------------ options

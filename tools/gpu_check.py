@@ -154,6 +154,9 @@ def _arguments(argv):
     parser.add_argument("--parallel", type=int, default=6, help="suite passes run at once")
     parser.add_argument("--pass-time", type=int, default=270, help="seconds one suite pass may take")
     parser.add_argument("--bench-time", type=int, default=60, help="seconds one bench experiment may take")
+    parser.add_argument("--select", metavar="FILE",
+                        help="run only the test files and node ids listed in FILE, one a line (a rerun of what "
+                             "failed, or of what an earlier check did not reach), instead of the whole suite")
     parser.add_argument("--time-limit", type=int, default=0,
                         help="seconds the whole check may take (default: no limit); a stage that would start "
                              "later is reported as not run, and each stage's limits shrink to what is left")
@@ -245,9 +248,21 @@ def _checkout_in_use(scratch: Path, wheels) -> dict:
 _PLUGIN = "devshim_gpu_check_outcomes"
 _PLUGIN_SOURCE = '''import json, os
 
+_WORKER = []
+
+
+def pytest_configure(config):
+    _WORKER.append(hasattr(config, "workerinput"))  # an xdist worker: its controller writes its reports
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("GPU_CHECK_SELECT"):  # tools/gpu_check.py --select: these node ids and files
+        wanted = set(open(os.environ["GPU_CHECK_SELECT"]).read().splitlines())
+        items[:] = [item for item in items if item.nodeid in wanted or item.nodeid.split("::")[0] in wanted]
+
 
 def pytest_runtest_logreport(report):
-    if report.when != "call" and report.outcome == "passed":
+    if _WORKER[-1] or (report.when != "call" and report.outcome == "passed"):
         return
     message = str(report.longrepr).strip().splitlines()[-1][:200] if report.failed and report.longrepr else ""
     with open(os.environ["GPU_CHECK_OUTCOMES"], "a") as f:
@@ -325,8 +340,18 @@ def _one_pass(python: str, which: tuple, workers: int, args, out: Path, seconds:
         env["DEVSHIM_VIRTUAL_DEVICES"] = str(virtual)
     others = [f"tests/{pattern}" for other, patterns in OWN_FILES.items() if other != name for pattern in patterns]
     selection = ["tests"]
-    if virtual and not args.full_virtual:  # (pytest collects a file named here even where --ignore-glob matches it)
-        selection = [path for path in VIRTUAL_TESTS if not any(fnmatch.fnmatch(path, other) for other in others)]
+    if args.select:  # the files named, each filtered to the node ids named by the plugin below (an
+        # id this machine's collection lacks, a parameter it does not have, is left out, not an error)
+        chosen = _selected(args.select, name)
+        (out / f".select-{name}.txt").write_text("\n".join(chosen) + "\n")
+        env["GPU_CHECK_SELECT"] = str(out / f".select-{name}.txt")
+        selection = list(dict.fromkeys(line.split("::")[0] for line in chosen))
+    if virtual and not args.full_virtual and not args.select:
+        selection = list(VIRTUAL_TESTS)
+    # (pytest collects a file named here even where --ignore-glob matches it)
+    selection = [path for path in selection if not any(fnmatch.fnmatch(path.split("::")[0], other) for other in others)]
+    if not selection:
+        return {"exit": 0, "passed": 0, "failed": 0, "errors": 0, "skipped": 0}, "nothing selected for this pass\n", 0.0
     others = [f"--ignore-glob={pattern}" for pattern in others]
     outcomes = out / f"outcomes-{name}-{virtual}.jsonl"  # kept: every test's outcome and seconds
     env["GPU_CHECK_OUTCOMES"] = str(outcomes)
@@ -338,6 +363,21 @@ def _one_pass(python: str, which: tuple, workers: int, args, out: Path, seconds:
     counts["exit"] = code
     report.unlink(missing_ok=True)
     return counts, text, time.monotonic() - began
+
+
+def _selected(path: str, backend: str) -> list:
+    """The test files and node ids listed in `path` for `backend`'s pass: one a line, `#` starts
+    a comment, and a line `torch: tests/...` is for that backend's pass alone."""
+    found = []
+    for line in Path(path).read_text().splitlines():
+        line = line.split("  #")[0].strip() if not line.lstrip().startswith("#") else ""
+        owner, _, rest = line.partition(": ")
+        if owner in FRAMEWORKS and rest:
+            if owner == backend:
+                found.append(rest.strip())
+        elif line:
+            found.append(line)
+    return found
 
 
 def _outcome_counts(outcomes: Path) -> dict:

@@ -14,7 +14,7 @@ Example:
 
 from __future__ import annotations
 
-from devshim import _tree, transfer
+from devshim import _device, _tree, transfer
 from devshim.backends.dispatch import fast_paths
 from devshim.backends.selection import get_backend
 
@@ -85,7 +85,7 @@ def _mover(targets, non_blocking: bool, value):
         return None
 
     def move(leaf):
-        native = targets.native(get_backend())  # the selected backend's device object
+        native = targets.native(_resolver(targets.spec))
         if non_blocking:
             try:
                 return leaf.to(native, non_blocking=True)
@@ -137,6 +137,20 @@ def _walk(x, device, function: str, leaf_for, keep_unchanged: bool, skip_keys=No
     # the same way: map_nest maps a lone leaf too, and refuses one it cannot map.
     result = transfer.explicitly(_tree.map_nest, x, leaf_for, keep_unchanged, _tree.skip_set(skip_keys), function)
     if not leaf_for.targets.natives:
-        get_backend().target(device)  # no tensor in the nest: the device is still checked
+        _resolver(device).target(device)  # no tensor in the nest: the device is still checked
     return result
+
+
+def _resolver(spec):
+    """The backend that resolves `spec` where no tensor says which: a framework's own device
+    object is its framework's (`torch.device("meta")` under the jax backend is torch's, which JAX
+    could not name), a spec string or a `ds.Device` the selected backend's."""
+    if spec is None or isinstance(spec, (str, int, _device.Device)):
+        return get_backend()
+    from devshim.backends.registry import describe_native_device, load_backend
+
+    described = describe_native_device(spec)
+    if described is None or not described.backend:
+        return get_backend()
+    return load_backend(described.backend)
 

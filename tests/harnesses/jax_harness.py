@@ -134,10 +134,12 @@ class JaxHarness(Harness):
     def out_of_memory(self):
         try:
             with on_the_host():
-                jnp.ones((10**6, 10**6))  # 4 TB: RESOURCE_EXHAUSTED at once
+                # 2**60 bytes, past any address space: refused at once wherever the kernel
+                # overcommits (4 TB was granted on a GPU machine, and filling it killed the process)
+                jnp.ones((2**30, 2**28))
         except RuntimeError as error:
             return error
-        raise AssertionError("JAX allocated 4 TB")
+        raise AssertionError("JAX allocated 2**60 bytes")
 
 
 HARNESS = JaxHarness()
