@@ -42,6 +42,7 @@ if TYPE_CHECKING:
         NotCloseError, GradientMismatchError, NoAutodiffError, ImmutableInputError, GradientCheckUsageError,
         FrameworkReleaseError, FrameworkInternalWarning, VirtualDLPackError, TorchCompileReleaseError,
         NondifferentiableError, InputMutatedError, GradientFunctionError, ToleranceError,
+        VirtualBesideRealGpuWarning,
     )
     from devshim.generic import array_module, get_array_module
     from devshim.guard import TransferReport
@@ -89,7 +90,7 @@ _EXPORTS = {
          "ImplicitTransferWarning", "SharedDeviceWarning", "FrameworkInternalWarning",
          "NotCloseError", "GradientMismatchError", "NoAutodiffError", "ImmutableInputError",
          "GradientCheckUsageError", "NondifferentiableError", "InputMutatedError", "GradientFunctionError",
-         "ToleranceError"),
+         "ToleranceError", "VirtualBesideRealGpuWarning"),
         "devshim.errors",
     ),
 }
@@ -121,7 +122,7 @@ __all__ = [
     "FrameworkReleaseError", "TorchCompileReleaseError", "DevshimWarning", "ImplicitTransferWarning",
     "SharedDeviceWarning", "FrameworkInternalWarning", "NotCloseError", "GradientMismatchError",
     "NoAutodiffError", "ImmutableInputError", "GradientCheckUsageError", "NondifferentiableError",
-    "InputMutatedError", "GradientFunctionError", "ToleranceError",
+    "InputMutatedError", "GradientFunctionError", "ToleranceError", "VirtualBesideRealGpuWarning",
     "memory", "memory_peak", "MemoryInfo", "MemoryPeak", "DeviceOutOfMemoryError", "VirtualMemorySizeError",
     "testing", "settings", "backends",
 ]

@@ -54,6 +54,7 @@ __all__ = [
     "ImplicitTransferWarning",
     "SharedDeviceWarning",
     "FrameworkInternalWarning",
+    "VirtualBesideRealGpuWarning",
     "NotCloseError", "GradientMismatchError", "NoAutodiffError", "ImmutableInputError", "GradientCheckUsageError",
     "TorchCompileReleaseError",
     "NondifferentiableError", "InputMutatedError", "GradientFunctionError", "ToleranceError",
@@ -551,6 +552,20 @@ class SharedDeviceWarning(DevshimWarning):
         >>> ds.try_gpu()     # LOCAL_RANK=2, LOCAL_WORLD_SIZE=4, two GPUs
         SharedDeviceWarning: 4 processes on this machine share 2 GPUs ...
         device(type='cuda', index=0)
+    """
+
+
+class VirtualBesideRealGpuWarning(DevshimWarning):
+    """torch's virtual GPUs were registered in a process where torch also sees a real GPU:
+    from then on a backward pass on the real GPU fails in that process (torch's autograd engine
+    follows the one accelerator `torch.accelerator` names, now `vgpu`: an internal assert of
+    torch's). Forward passes, copies, waits and timing on the real GPU keep working. Issued once
+    per process. Train on the real GPU in a process that does not ask for virtual GPUs.
+
+    Example:
+        >>> ds.testing.virtual_devices(2); ds.num_gpus()   # on a machine with a CUDA GPU
+        VirtualBesideRealGpuWarning: torch's virtual GPUs are registered beside a real cuda GPU ...
+        2
     """
 
 

@@ -12,6 +12,7 @@ import copy
 import io
 import json
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -661,7 +662,18 @@ def test_virtual_gpus_beside_a_real_gpu_leave_waiting_for_it_to_its_own_module(v
         monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
         monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
         monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(torch.device(device)))
+    from devshim.backends.torch import core
+
+    monkeypatch.setattr(core, "_warned_beside", [])  # (a real GPU here: the vgpu fixture warned already)
+    ds.testing.virtual_devices(0)
     ds.testing.virtual_devices(2)  # devshim looks for the accelerator again, with the fake in place
+    with pytest.warns(ds.VirtualBesideRealGpuWarning, match="a backward pass on the real GPU fails in this process"):
+        assert ds.get_backend().accelerator_platform() == "cuda"
+    ds.testing.virtual_devices(0)
+    ds.testing.virtual_devices(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ds.VirtualBesideRealGpuWarning)  # once per process
+        assert ds.get_backend().accelerator_platform() == "cuda"
     assert torch.accelerator.current_accelerator() == torch.device("vgpu")
     assert ds.num_gpus() == 2 and ds.get_backend().accelerator_platform() == "cuda"
     cuda = torch.device("cuda", 0)

@@ -19,15 +19,16 @@ them and is imported only when they are asked for.
 from __future__ import annotations
 
 import sys
+import warnings
 
 from devshim import settings
-from devshim.backends.base import Backend, DeviceTable
+from devshim.backends.base import Backend, DeviceTable, _caller_level
 from devshim.backends.torch import SPEC, _internals
 from devshim.backends.torch._names import VIRTUAL_TYPE
 from devshim._device import Device, register_platform
 from devshim.errors import (
     BackendError, DatalessTensorError, DeviceUnavailableError, DevshimError, InvalidDeviceError,
-    UnsupportedDtypeError, UnsupportedValueError,
+    UnsupportedDtypeError, UnsupportedValueError, VirtualBesideRealGpuWarning,
 )
 
 # torch dtypes NumPy lacks, and the ml_dtypes type (same bits) that stands in for each.
@@ -42,6 +43,25 @@ _ML_DTYPES = {
 # torch.accelerator.
 _FALLBACK_PLATFORMS = ("cuda", "xpu", "mps", "mtia")
 _UNKNOWN = object()
+
+
+_warned_beside: list = []  # VirtualBesideRealGpuWarning was issued (once per process)
+
+
+def _warn_autograd_beside(platform: str) -> None:
+    """Measured with torch 2.11 on an H200: once the virtual GPUs are registered, a backward pass
+    on the real GPU fails in every thread of the process (torch's engine asks torch.accelerator
+    for the streams to wait on, and it names vgpu)."""
+    if _warned_beside:
+        return
+    _warned_beside.append(platform)
+    warnings.warn(VirtualBesideRealGpuWarning(
+        f"torch's virtual GPUs are registered beside a real {platform} GPU: from now on a backward "
+        f"pass on the real GPU fails in this process (measured with torch 2.11 on CUDA: torch's own "
+        f"'opt_ready_stream && opt_parent_stream INTERNAL ASSERT FAILED'), as torch's autograd follows "
+        f"torch.accelerator, which names vgpu now; torch cannot unregister it. Forward passes, copies, waits and timing "
+        f"on the real GPU keep working. Train on the real GPU in a process that does not ask for "
+        f"virtual GPUs (ds.testing.virtual_devices, DEVSHIM_VIRTUAL_DEVICES)."), stacklevel=_caller_level())
 
 
 class TorchBackend(Backend):
@@ -156,8 +176,13 @@ class TorchBackend(Backend):
                 return None
             # devshim's virtual GPUs fill torch.accelerator's out-of-tree slot, which torch
             # asks before any other: look for a real accelerator the old way.
+            beside_virtual = True
+        else:
+            beside_virtual = False
         for platform in _FALLBACK_PLATFORMS:
             if self._device_count(platform) > 0:
+                if beside_virtual:
+                    _warn_autograd_beside(platform)
                 return platform
         return None
 
