@@ -220,11 +220,15 @@ def run_one(name: str) -> dict:
 
 
 def _differs(record: dict) -> list:
+    """The figures devshim and the framework both have and disagree on (a framework with no
+    figure of its own, CuPy's peak, is nothing to disagree with: devshim's is its sampled one)."""
     mine, theirs = record["devshim"], record["framework"]
-    return [f for f in FIELDS if f in mine and f in theirs and mine[f] != theirs[f]]
+    return [f for f in FIELDS if f in mine and theirs.get(f) is not None and mine[f] != theirs[f]]
 
 
 def _mib(value) -> str:
+    if isinstance(value, bool):  # (a bool is an int: "recognised" read 0.0 for True)
+        return "yes" if value else "no"
     return "-" if value is None else f"{value / MiB:.1f}" if isinstance(value, int) else str(value)
 
 
