@@ -37,11 +37,32 @@ def pytest_configure(config):
     config.stash[_STDERR] = os.fdopen(os.dup(sys.__stderr__.fileno()), "w")
     config.addinivalue_line("markers", f"{TORCH_VIRTUAL_MARK}: the test registers torch's virtual GPUs in "
                             "its process (tests/conftest.py runs it after the others where torch has a real GPU)")
+    config.addinivalue_line("markers", f"{SAME_IN_EVERY_PASS}: the test does the same whatever backend is "
+                            f"selected (it runs fresh interpreters naming their own); with {ONE_PASS_VAR} set, "
+                            "it runs in that backend's pass alone")
 
 
 #: Marks a test that registers torch's virtual GPUs in its own process; tests using a fixture
 #: named `vgpu`, and those of tests/test_torch_virtual*.py, are taken as marked.
 TORCH_VIRTUAL_MARK = "registers_torch_virtual_gpus"
+
+
+#: Marks a test whose work does not depend on the selected backend. tools/gpu_check.py runs the
+#: suite once per installed backend in one Python that holds them all, and names one pass in
+#: this variable (the suite's own, which devshim does not read) to run such tests once.
+SAME_IN_EVERY_PASS = "same_in_every_pass"
+ONE_PASS_VAR = "DEVSHIM_TEST_ONE_PASS"
+
+
+def _run_once(items) -> None:
+    one = os.environ.get(ONE_PASS_VAR, "").strip()
+    here = os.environ.get("DEVSHIM_BACKEND", "").strip()
+    if not one or one == here or VIRTUAL:
+        return
+    skip = pytest.mark.skip(reason=f"the same in every backend's pass: it runs in the {one} pass ({ONE_PASS_VAR})")
+    for item in items:
+        if item.get_closest_marker(SAME_IN_EVERY_PASS) is not None:
+            item.add_marker(skip)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -51,6 +72,7 @@ def pytest_collection_modifyitems(config, items):
     autograd engine; docs/virtual-devices.md): a test of real-GPU autograd must not come after
     one of them in the same process, nor in the same pytest-xdist worker, which takes its tests
     in the order collected."""
+    _run_once(items)
     if VIRTUAL:  # this pass registered them at start-up, in every process
         return
     registering = [item for item in items if _registers_torch_virtual_gpus(item)]

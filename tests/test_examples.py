@@ -24,6 +24,11 @@ TESTED_ELSEWHERE = {"ddp.py": "test_distributed.py"}
 PROJECTS = {"plugin_project"}
 
 
+# Every test here runs fresh interpreters that name their own backend (run_python passes on no
+# DEVSHIM_ variable): the same work whichever backend this pass selected.
+pytestmark = pytest.mark.same_in_every_pass
+
+
 def run_example(name: str, backend: str, *args: str, **env: str):
     if importlib.util.find_spec(backend) is None:
         pytest.skip(f"{backend} is not installed in this environment")

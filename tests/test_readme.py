@@ -89,6 +89,7 @@ def test_the_readme_names_the_torch_range_that_pyproject_gives():
     assert f"`{framework}`" in guide, "docs/getting-started.md must quote pyproject's torch requirement"
 
 
+@pytest.mark.same_in_every_pass
 def test_the_first_screen_shows_an_install_and_the_hello_programs_output():
     """The README opens with a result: an install, a short program and what it prints, checked
     here by running it (on the CPU, as its text says; with two virtual GPUs, as it says too)."""

@@ -289,6 +289,7 @@ def _passes(backends: list, no_virtual: bool) -> list:
 
 def _suites(python: str, backends: list, args, out: Path, summary: Summary) -> bool:
     passes = _passes(backends, args.no_virtual)
+    args.one_pass = "numpy" if "numpy" in backends else (backends or [""])[-1]  # the lightest pass
     workers = args.workers or max(2, os.cpu_count() or 4)
     parallel = max(1, min(args.parallel, len(passes)))
     each = max(1, workers // parallel) if _installed("xdist") else 0
@@ -338,6 +339,8 @@ def _one_pass(python: str, which: tuple, workers: int, args, out: Path, seconds:
     env.update(SHARED_GPU, DEVSHIM_BACKEND=name)
     if virtual:
         env["DEVSHIM_VIRTUAL_DEVICES"] = str(virtual)
+    else:  # tests marked same_in_every_pass (tests/conftest.py) run in one plain pass alone
+        env["DEVSHIM_TEST_ONE_PASS"] = args.one_pass
     others = [f"tests/{pattern}" for other, patterns in OWN_FILES.items() if other != name for pattern in patterns]
     selection = ["tests"]
     if args.select:  # the files named, each filtered to the node ids named by the plugin below (an
