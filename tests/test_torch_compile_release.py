@@ -169,6 +169,31 @@ def test_a_ds_device_is_a_target_and_a_leaf_inside_a_trace():
     assert moved["where"] is where and moved["x"] is not x and torch.equal(moved["x"], x) and kept is x
 
 
+_DEVICE_LEAF_BESIDE = """
+import importlib, json
+import torch
+import devshim as ds
+other = importlib.import_module("{other}")
+ds.to_device([other.ones(1)], "cpu")  # {other}'s adapter is loaded
+x = torch.ones(2)
+where = ds.neutral_device(x)
+step = torch.compile(lambda x, batch: ds.to_device(batch, where), fullgraph=True, backend="eager")
+moved = step(x, {{"x": x, "where": where}})
+print(json.dumps([moved["where"] is where, moved["x"] is not x and torch.equal(moved["x"], x)]))
+"""
+
+
+@pytest.mark.parametrize("other", ["jax.numpy", "tensorflow"])
+def test_a_ds_device_leaf_traces_where_a_backend_that_cannot_tell_tensors_by_class_is_loaded(other):
+    """JAX's and TensorFlow's adapters cannot say from a class alone that it holds no tensor: with one
+    loaded, a ds.Device leaf met first inside the trace was asked of them through a lock, which
+    Dynamo cannot enter (the test above failed after any test that loaded the JAX adapter)."""
+    pytest.importorskip(other)
+    result = run_python(_DEVICE_LEAF_BESIDE.format(other=other), DEVSHIM_BACKEND="torch")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == [True, True]
+
+
 @pytest.mark.skipif(_RELEASE < (2, 6), reason="torch 2.4's Dynamo hands no ds.Device made inside its trace to a "
                     "function it runs in plain Python (2.6 and later do; 2.5 not measured)")
 @pytest.mark.skipif(_RELEASE >= dispatch.COMPILE_SUPPORT, reason="from torch 2.13 devshim's own dispatch fails with "

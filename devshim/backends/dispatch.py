@@ -156,6 +156,12 @@ def learn_class(kind: type):
         return True
     if kind in _owners and _owners[kind] is None:
         return False
+    if kind.__module__.partition(".")[0] == "devshim":
+        # devshim's own classes (a ds.Device leaf in a batch) hold no tensor: said from the class,
+        # where a backend that cannot tell from it (JAX, TensorFlow) would send the question to
+        # learn_type, which takes a lock: inside a trace, Dynamo cannot enter it.
+        _remember(kind, None)
+        return False
     unsure = False
     for adapter in list(registry.loaded_adapters()):  # made here, not in a trace
         owns = adapter.is_tensor_type(kind)
