@@ -153,4 +153,3 @@ def _resolver(spec):
     if described is None or not described.backend:
         return get_backend()
     return load_backend(described.backend)
-
