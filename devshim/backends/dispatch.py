@@ -156,12 +156,6 @@ def learn_class(kind: type):
         return True
     if kind in _owners and _owners[kind] is None:
         return False
-    if kind.__module__.partition(".")[0] == "devshim":
-        # devshim's own classes (a ds.Device leaf in a batch) hold no tensor: said from the class,
-        # where a backend that cannot tell from it (JAX, TensorFlow) would send the question to
-        # learn_type, which takes a lock: inside a trace, Dynamo cannot enter it.
-        _remember(kind, None)
-        return False
     unsure = False
     for adapter in list(registry.loaded_adapters()):  # made here, not in a trace
         owns = adapter.is_tensor_type(kind)
@@ -171,8 +165,11 @@ def learn_class(kind: type):
                 _restart_trace(kind)
             return True
         unsure = unsure or owns is None
-    if unsure:
+    if unsure and kind.__module__.partition(".")[0] != "devshim":
         return None
+    # (a class of devshim's own that no backend claims, a ds.Device leaf in a batch, holds no
+    # tensor: said here, where a backend that cannot tell from the class, JAX's or TensorFlow's,
+    # would leave it to learn_type, whose lock a torch.compile trace cannot enter)
     _remember(kind, None)
     return False
 
