@@ -33,9 +33,9 @@ import time
 from typing import Any, Optional
 
 from devshim._device import Device
-from devshim.backends import get_backend, load_backend, memory as _contract_of
+from devshim.backends import get_backend, memory as _contract_of
 from devshim.backends.memory_base import MemoryInfo, host_figures
-from devshim.backends.registry import describe_native_device
+from devshim.backends.registry import backend_of_device
 
 __all__ = ["memory", "memory_peak", "MemoryInfo", "MemoryPeak", "DEFAULT_INTERVAL"]
 
@@ -47,9 +47,9 @@ def _adapter_for(device, backend):
     """The backend a device spec belongs to: `backend=`, the one a `ds.Device` or another
     framework's device object names, else the selected backend."""
     if backend is None and device is not None and not isinstance(device, str):
-        described = describe_native_device(device)
-        if described is not None and described.backend:
-            return load_backend(described.backend)
+        owner = backend_of_device(device)
+        if owner is not None:
+            return owner
     return get_backend(backend)
 
 

@@ -147,9 +147,7 @@ def _resolver(spec):
     could not name), a spec string or a `ds.Device` the selected backend's."""
     if spec is None or isinstance(spec, (str, int, _device.Device)):
         return get_backend()
-    from devshim.backends.registry import describe_native_device, load_backend
+    from devshim.backends.registry import backend_of_device
 
-    described = describe_native_device(spec)
-    if described is None or not described.backend:
-        return get_backend()
-    return load_backend(described.backend)
+    owner = backend_of_device(spec)
+    return get_backend() if owner is None else owner

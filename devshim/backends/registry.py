@@ -34,7 +34,7 @@ __all__ = [
     "specs", "backend_names", "canonical_name", "register_backend", "unregister_backend",
     "load_backend", "instance", "loaded_adapters", "available_backends", "virtual_capable_backends",
     "accelerator_partner", "guard_hooks", "on_table_change", "rebuild_device",
-    "describe_native_device", "native_for", "backend_folders", "model_placement", "interop",
+    "describe_native_device", "backend_of_device", "native_for", "backend_folders", "model_placement", "interop",
 ]
 
 _lock = _lazy.LOCK  # devshim's one loading lock (see devshim._lazy)
@@ -397,6 +397,21 @@ def describe_native_device(obj):
     """
     specs()  # the resolver is installed with the table
     return _device.describe_native(obj)
+
+
+def backend_of_device(obj):
+    """The adapter of the framework a device object belongs to (a `torch.device`, a JAX
+    `Device`, a `ds.Device` that names its backend), or None for a spec string or an object no
+    loaded framework knows. Where no tensor says which framework a target is for, its device does.
+
+    Example:
+        >>> ds.backends.registry.backend_of_device(torch.device("meta")).name
+        'torch'
+    """
+    described = describe_native_device(obj)
+    if described is None or not described.backend:
+        return None
+    return load_backend(described.backend)
 
 
 def native_for(device):

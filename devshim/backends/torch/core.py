@@ -167,7 +167,8 @@ class TorchBackend(Backend):
         torch = self.fw
         accelerator = getattr(torch, "accelerator", None)
         self._by_accelerator = False
-        if _names_the_build_accelerator(accelerator):
+        asked_the_api = _names_the_build_accelerator(accelerator)  # (False: a torch without virtual GPUs)
+        if asked_the_api:
             found = accelerator.current_accelerator()
             if found is not None and found.type != VIRTUAL_TYPE:
                 self._by_accelerator = True
@@ -176,12 +177,9 @@ class TorchBackend(Backend):
                 return None
             # devshim's virtual GPUs fill torch.accelerator's out-of-tree slot, which torch
             # asks before any other: look for a real accelerator the old way.
-            beside_virtual = True
-        else:
-            beside_virtual = False
         for platform in _FALLBACK_PLATFORMS:
             if self._device_count(platform) > 0:
-                if beside_virtual:
+                if asked_the_api:  # (reached only where torch.accelerator named the virtual GPUs)
                     _warn_autograd_beside(platform)
                 return platform
         return None
