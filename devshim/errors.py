@@ -559,8 +559,10 @@ class VirtualBesideRealGpuWarning(DevshimWarning):
     """torch's virtual GPUs were registered in a process where torch also sees a real GPU:
     from then on a backward pass on the real GPU fails in that process (torch's autograd engine
     follows the one accelerator `torch.accelerator` names, now `vgpu`: an internal assert of
-    torch's). Forward passes, copies, waits and timing on the real GPU keep working. Issued once
-    per process. Train on the real GPU in a process that does not ask for virtual GPUs.
+    torch's, reported to torch as pytorch/pytorch#161129, since torch 2.8). Forward passes, copies,
+    waits and timing on the real GPU keep working. Issued once per process. Train on the real GPU
+    in a process that does not ask for virtual GPUs, or hide it from the one that does
+    (`CUDA_VISIBLE_DEVICES=`).
 
     Example:
         >>> ds.testing.virtual_devices(2); ds.num_gpus()   # on a machine with a CUDA GPU

@@ -5,6 +5,7 @@ from __future__ import annotations
 import faulthandler
 import os
 import sys
+import zlib
 
 import pytest
 
@@ -38,8 +39,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", f"{TORCH_VIRTUAL_MARK}: the test registers torch's virtual GPUs in "
                             "its process (tests/conftest.py runs it after the others where torch has a real GPU)")
     config.addinivalue_line("markers", f"{SAME_IN_EVERY_PASS}: the test does the same whatever backend is "
-                            f"selected (it runs fresh interpreters naming their own); with {ONE_PASS_VAR} set, "
-                            "it runs in that backend's pass alone")
+                            f"selected (it runs fresh interpreters naming their own); with {PASSES_VAR} set, "
+                            "it runs in one of those passes alone")
 
 
 #: Marks a test that registers torch's virtual GPUs in its own process; tests using a fixture
@@ -47,22 +48,45 @@ def pytest_configure(config):
 TORCH_VIRTUAL_MARK = "registers_torch_virtual_gpus"
 
 
-#: Marks a test whose work does not depend on the selected backend. tools/gpu_check.py runs the
-#: suite once per installed backend in one Python that holds them all, and names one pass in
-#: this variable (the suite's own, which devshim does not read) to run such tests once.
+#: Marks a test whose work does not depend on the selected backend (fresh interpreters that name
+#: their own, `--backend all`).
 SAME_IN_EVERY_PASS = "same_in_every_pass"
-ONE_PASS_VAR = "DEVSHIM_TEST_ONE_PASS"
+
+#: The backends whose passes together make one run of the suite: tools/gpu_check.py runs the suite
+#: once per installed backend in one Python that holds them all, and names them here (the suite's
+#: own variable, which devshim does not read). A test would otherwise do the same work in each
+#: pass: one marked `same_in_every_pass` runs in one of them (chosen from its node id, which
+#: spreads such tests over the passes), and a test of one backend's `harness` (which selects that
+#: backend, whatever the pass's) in that backend's pass.
+PASSES_VAR = "DEVSHIM_TEST_PASSES"
+
+
+def owning_pass(item, passes: list) -> str | None:
+    """The pass of `passes` that runs `item`, or None where every pass runs it.
+
+    Example:
+        >>> owning_pass(item_of_harness_jax, ["torch", "jax"])
+        'jax'
+    """
+    callspec = getattr(item, "callspec", None)
+    harness = callspec.params.get("harness") if callspec is not None else None
+    if harness in passes:
+        return harness
+    if item.get_closest_marker(SAME_IN_EVERY_PASS) is not None:
+        return passes[zlib.crc32(item.nodeid.encode()) % len(passes)]
+    return None
 
 
 def _run_once(items) -> None:
-    one = os.environ.get(ONE_PASS_VAR, "").strip()
+    passes = [name.strip() for name in os.environ.get(PASSES_VAR, "").split(",") if name.strip()]
     here = os.environ.get("DEVSHIM_BACKEND", "").strip()
-    if not one or one == here or VIRTUAL:
+    if here not in passes or VIRTUAL:
         return
-    skip = pytest.mark.skip(reason=f"the same in every backend's pass: it runs in the {one} pass ({ONE_PASS_VAR})")
     for item in items:
-        if item.get_closest_marker(SAME_IN_EVERY_PASS) is not None:
-            item.add_marker(skip)
+        owner = owning_pass(item, passes)
+        if owner is not None and owner != here:
+            item.add_marker(pytest.mark.skip(reason=f"the same in every pass of this run: it runs in the {owner} "
+                                             f"pass ({PASSES_VAR})"))
 
 
 def pytest_collection_modifyitems(config, items):

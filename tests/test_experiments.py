@@ -182,6 +182,7 @@ def test_startup_measures_fresh_interpreters():
     _json_ready(rows)
 
 
+@pytest.mark.same_in_every_pass  # torch's virtual GPUs, in a fresh interpreter
 def test_virtual_times_one_lenet_epoch_on_the_cpu_and_on_a_virtual_gpu():
     if "torch" not in ds.available_backends():
         rows = run["virtual"](examples=32, batch_size=16, rounds=1, **FAST)

@@ -309,6 +309,7 @@ print(str(bk.describe(own)), bk.describe(own).virtual, [str(bk.describe(d)) for 
 """
 
 
+@pytest.mark.same_in_every_pass  # fresh interpreters naming their own backend
 @pytest.mark.parametrize("framework", ["torch", "tensorflow", "jax", "mxnet"])
 def test_a_launched_process_takes_its_own_virtual_gpu_on_every_framework(framework):
     if framework not in ds.available_backends():
@@ -339,6 +340,7 @@ print(json.dumps({"own": str(bk.describe(ds.try_gpu())), "all": [str(bk.describe
 """
 
 
+@pytest.mark.same_in_every_pass  # fresh interpreters naming their own backend
 def test_the_jax_distributed_recipe_on_two_processes_of_a_fake_launcher():
     """Two interpreters with torchrun's variables run docs/distributed.md's JAX recipe (on the CPU,
     with virtual GPUs, a free loopback port, bounded in time); each takes its own virtual GPU."""
@@ -370,6 +372,7 @@ print(json.dumps({"info": info.as_dict(), "all": [str(bk.describe(d)) for d in d
 """
 
 
+@pytest.mark.same_in_every_pass  # fresh interpreters naming their own backend
 @pytest.mark.parametrize("virtual", ["2", "0"], ids=["two-virtual-gpus", "no-gpu"])
 def test_jax_distributed_alone_says_each_process_its_rank_and_gives_it_its_own_gpu(virtual):
     """Two interpreters meet through jax.distributed.initialize (a local coordinator, a free
@@ -407,6 +410,7 @@ print(json.dumps({"info": info.as_dict(), "sum": float(strategy.run(total).numpy
 """
 
 
+@pytest.mark.same_in_every_pass  # fresh interpreters naming their own backend
 def test_two_tensorflow_workers_from_tf_config_each_take_their_own_virtual_gpu():
     """Two interpreters with TF_CONFIG describing two workers on localhost (free ports) meet in a
     MultiWorkerMirroredStrategy; each says its rank and takes the virtual GPU of its local rank."""
@@ -423,6 +427,7 @@ def test_two_tensorflow_workers_from_tf_config_each_take_their_own_virtual_gpu()
         assert seen["sum"] == 3.0  # 1 + 2: the two workers are one job
 
 
+@pytest.mark.same_in_every_pass  # fresh interpreters naming their own backend
 def test_devshim_info_says_which_process_this_is_under_a_launcher():
     variables = dict(LOCAL_RANK="1", RANK="3", WORLD_SIZE="4", LOCAL_WORLD_SIZE="2", DEVSHIM_BACKEND="numpy")
     text = run_python("", "-m", "devshim", "info", timeout=240, **variables)

@@ -5,6 +5,8 @@ must be configured before TensorFlow initialises."""
 from __future__ import annotations
 
 import copy
+import inspect
+import os
 import pickle
 import types
 
@@ -198,6 +200,26 @@ def test_symbolic_tensors_have_no_device_yet():
 
     with pytest.raises(ds.UnplacedTensorError, match="tf.function"):
         where(tf.constant(1.0))
+
+
+def test_autograph_leaves_devshims_code_as_written_inside_a_tf_function():
+    """AutoGraph rewrites the Python of what a tf.function calls; devshim's, rewritten, failed
+    there (a truth test of a symbolic tensor in its dispatch, once torch's adapter was loaded).
+    A `.to` leaf sees who called it: devshim's own source, not AutoGraph's rewrite of it."""
+    ds.device_of(tf.constant(1.0))  # TensorFlow's adapter reached TensorFlow (as any eager use does)
+    callers = []
+
+    class Leaf:
+        def to(self, device):
+            callers.append(inspect.stack()[1].filename)
+            return self
+
+    @tf.function
+    def moved(x):
+        return ds.to_device({"x": x, "leaf": Leaf()}, ds.cpu())["x"] * 2.0
+
+    np.testing.assert_array_equal(moved(tf.constant([1.0, 2.0])).numpy(), [2.0, 4.0])
+    assert callers and all(os.path.dirname(ds.__file__) in caller for caller in callers), callers
 
 
 # ------------------------------------------------------------ copies

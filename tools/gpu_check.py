@@ -72,6 +72,11 @@ OPTIONAL = (
 # Every process the check starts runs with these. JAX takes 75% of a GPU's memory at its first
 # array unless told otherwise, TensorFlow all of it: several test processes share the GPU here, so
 # each takes what it uses. (_checkout_in_use adds PYTHONPATH.)
+#: How much test time one plain pass needs, relative to the others, where the passes are one run
+#: (tests/conftest.py's DEVSHIM_TEST_PASSES): seconds of test calls on the H200 of 2026-11-27
+#: (torch 2.11, JAX 0.11.2, CuPy 14.2), per pass, once each test runs in one pass alone. Passes
+#: that run at once share the xdist workers in these proportions, so that they end together.
+PASS_WEIGHT = {"torch": 1.7, "jax": 1.0, "cupy": 0.65, "numpy": 1.0}
 SHARED_GPU = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_FORCE_GPU_ALLOW_GROWTH": "true",
               "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
 
@@ -258,7 +263,13 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     if os.environ.get("GPU_CHECK_SELECT"):  # tools/gpu_check.py --select: these node ids and files
         wanted = set(open(os.environ["GPU_CHECK_SELECT"]).read().splitlines())
-        items[:] = [item for item in items if item.nodeid in wanted or item.nodeid.split("::")[0] in wanted]
+        items[:] = [item for item in items if _wanted(item.nodeid, wanted)]
+
+
+def _wanted(nodeid, wanted):
+    """As on pytest's command line: the id itself, or its file, class or test without parameters."""
+    parts = nodeid.split("[")[0].split("::")
+    return nodeid in wanted or any("::".join(parts[:end]) in wanted for end in range(1, len(parts) + 1))
 
 
 def pytest_runtest_logreport(report):
@@ -289,11 +300,11 @@ def _passes(backends: list, no_virtual: bool) -> list:
 
 def _suites(python: str, backends: list, args, out: Path, summary: Summary) -> bool:
     passes = _passes(backends, args.no_virtual)
-    args.one_pass = "numpy" if "numpy" in backends else (backends or [""])[-1]  # the lightest pass
     workers = args.workers or max(2, os.cpu_count() or 4)
     parallel = max(1, min(args.parallel, len(passes)))
-    each = max(1, workers // parallel) if _installed("xdist") else 0
-    summary += ["", f"## Test suite ({len(passes)} passes, {parallel} at a time, {each or 'no'} xdist workers each)", "",
+    shares = _worker_shares(passes, workers, parallel) if _installed("xdist") else {}
+    split = ", ".join(f"{name}{f' on {virtual}' if virtual else ''} {count}" for (name, virtual), count in shares.items())
+    summary += ["", f"## Test suite ({len(passes)} passes, {parallel} at a time; xdist workers: {split or 'none'})", "",
                 "| pass | passed | failed | errors | skipped | seconds |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
     seconds = summary.left(args.pass_time)
     for stale in out.glob("outcomes-*.jsonl"):  # an earlier check's, into the same folder
@@ -301,7 +312,9 @@ def _suites(python: str, backends: list, args, out: Path, summary: Summary) -> b
     ok = True
     failures = []
     with open(out / "suites.log", "w") as log, concurrent.futures.ThreadPoolExecutor(parallel) as pool:
-        running = {pool.submit(_one_pass, python, which, each, args, out, seconds): which for which in passes}
+        plain = ",".join(name for name, virtual in passes if not virtual)
+        running = {pool.submit(_one_pass, python, which, shares.get(which, 0), args, out, seconds, plain): which
+                   for which in passes}
         for future in concurrent.futures.as_completed(running):  # each pass's row as soon as it ends
             name, virtual = running[future]
             label = f"{name}" + (f" on {virtual} virtual GPUs" if virtual else "")
@@ -322,6 +335,16 @@ def _suites(python: str, backends: list, args, out: Path, summary: Summary) -> b
     return ok
 
 
+def _worker_shares(passes: list, workers: int, parallel: int) -> dict:
+    """xdist workers per pass: split by PASS_WEIGHT where every pass runs at once (a pass on
+    virtual GPUs, which runs a part of the suite, weighs 1), evenly where they take turns."""
+    if parallel < len(passes):
+        return {which: max(1, workers // parallel) for which in passes}
+    weights = {which: 1.0 if which[1] else PASS_WEIGHT.get(which[0], 1.0) for which in passes}
+    total = sum(weights.values())
+    return {which: max(1, round(workers * weight / total)) for which, weight in weights.items()}
+
+
 def _slowest(files, count: int) -> list:
     timed = []
     for path in files:
@@ -332,15 +355,15 @@ def _slowest(files, count: int) -> list:
     return [f"- {seconds:.1f} s {where}" for seconds, where in sorted(timed, reverse=True)[:count]]
 
 
-def _one_pass(python: str, which: tuple, workers: int, args, out: Path, seconds: float):
+def _one_pass(python: str, which: tuple, workers: int, args, out: Path, seconds: float, plain: str):
     name, virtual = which
     report = out / f".junit-{name}-{virtual}.xml"
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEVSHIM_")}
     env.update(SHARED_GPU, DEVSHIM_BACKEND=name)
     if virtual:
         env["DEVSHIM_VIRTUAL_DEVICES"] = str(virtual)
-    else:  # tests marked same_in_every_pass (tests/conftest.py) run in one plain pass alone
-        env["DEVSHIM_TEST_ONE_PASS"] = args.one_pass
+    else:  # the plain passes are one run: a test they would all repeat runs in one (tests/conftest.py)
+        env["DEVSHIM_TEST_PASSES"] = plain
     others = [f"tests/{pattern}" for other, patterns in OWN_FILES.items() if other != name for pattern in patterns]
     selection = ["tests"]
     if args.select:  # the files named, each filtered to the node ids named by the plugin below (an

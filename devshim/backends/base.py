@@ -132,7 +132,16 @@ class Backend(ABC):
         module = state.get("_fw")
         if module is None:  # a race here only imports twice, which Python makes safe
             module = state["_fw"] = importlib.import_module(self.spec.import_name)
+            self.framework_imported(module)
         return module
+
+    def framework_imported(self, module) -> None:
+        """Called when this adapter first reaches its framework (twice at most, in a race): where
+        a backend tells the framework what it must know of devshim. Nothing by default.
+
+        Example:
+            >>> get_backend("tensorflow").fw    # AutoGraph now leaves devshim's code alone
+        """
 
     # ------------------------------------------------ framework primitives
 

@@ -79,6 +79,21 @@ def _print_frames():
     return frozenset(names)
 
 
+def _autograph_rules():
+    from tensorflow.python.autograph.core import config
+
+    if not isinstance(config.CONVERSION_RULES, tuple) or not callable(getattr(config, "DoNotConvert", None)):
+        raise TypeError("tensorflow.python.autograph.core.config has no CONVERSION_RULES tuple and DoNotConvert rule")
+
+    def leave_alone(package: str) -> None:
+        """Make AutoGraph call `package`'s functions as written, as it calls NumPy's and Keras's."""
+        rules = config.CONVERSION_RULES
+        if not any(isinstance(rule, config.DoNotConvert) and rule.matches(package) for rule in rules):
+            config.CONVERSION_RULES = (config.DoNotConvert(package),) + rules
+
+    return leave_alone
+
+
 _OPS = "the transfer guard's checks of eager ops' inputs (an input on another device than the op's)"
 _OPS_FALLBACK = ("op inputs on other devices are not seen: TensorFlow copies them without a word "
                  "(host reads are still checked).")
@@ -113,6 +128,14 @@ COMPOSITE_TENSOR = INTERNALS.add(
     fallback="composite tensors are not taken as tensors: move their component tensors yourself.",
     find=_composite_tensor,
 )
+AUTOGRAPH_RULES = INTERNALS.add(
+    "tensorflow.python.autograph.core.config.CONVERSION_RULES",
+    feature="devshim's functions inside a tf.function running as written (AutoGraph rewrites the Python "
+            "of the functions a tf.function calls, but NumPy's, Keras's and, with this, devshim's)",
+    fallback="AutoGraph rewrites devshim's functions called inside a tf.function, which can fail there: "
+             "call them outside it, or as tf.autograph.experimental.do_not_convert(ds.to_device)(x, device).",
+    find=_autograph_rules,
+)
 KERAS_FUNCTIONAL = INTERNALS.add(
     "keras.src.models.functional.Functional",
     feature="ds.place_model / ds.replicate cloning functional Keras models (keras.Model(inputs, outputs))",
@@ -133,4 +156,4 @@ KERAS_MAYBE_BUILD = INTERNALS.add(
 )
 
 __all__ = ["INTERNALS", "TESTED", "EAGER_NUMPY", "EAGER_TENSOR", "OP_ENTRY_POINTS", "PRINT_FRAMES", "COMPOSITE_TENSOR",
-           "KERAS_FUNCTIONAL", "KERAS_MAYBE_BUILD"]
+           "AUTOGRAPH_RULES", "KERAS_FUNCTIONAL", "KERAS_MAYBE_BUILD"]

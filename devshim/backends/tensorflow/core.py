@@ -130,6 +130,15 @@ class TensorflowBackend(Backend):
     def device_table(self):
         return self._described
 
+    def framework_imported(self, module) -> None:
+        # AutoGraph rewrites the Python of every function a tf.function calls, unless its module
+        # is on AutoGraph's list (NumPy's and Keras's are): devshim's, rewritten, fails there
+        # (a truth test of a symbolic tensor inside the dispatch). Added before the first trace
+        # that could call devshim, as every devshim call on a TF tensor reaches TF through here.
+        leave_alone = _internals.AUTOGRAPH_RULES.get()
+        if leave_alone is not None:
+            leave_alone("devshim")
+
     def reset(self) -> None:
         super().reset()
         self._described.clear()

@@ -59,9 +59,11 @@ def _warn_autograd_beside(platform: str) -> None:
         f"torch's virtual GPUs are registered beside a real {platform} GPU: from now on a backward "
         f"pass on the real GPU fails in this process (measured with torch 2.11 on CUDA: torch's own "
         f"'opt_ready_stream && opt_parent_stream INTERNAL ASSERT FAILED'), as torch's autograd follows "
-        f"torch.accelerator, which names vgpu now; torch cannot unregister it. Forward passes, copies, waits and timing "
-        f"on the real GPU keep working. Train on the real GPU in a process that does not ask for "
-        f"virtual GPUs (ds.testing.virtual_devices, DEVSHIM_VIRTUAL_DEVICES)."), stacklevel=_caller_level())
+        f"torch.accelerator, which names vgpu now; torch cannot unregister it (torch's issue "
+        f"pytorch/pytorch#161129, since torch 2.8). Forward passes, copies, waits and timing on the real GPU "
+        f"keep working. Train on the real GPU in a process that does not ask for virtual GPUs "
+        f"(ds.testing.virtual_devices, DEVSHIM_VIRTUAL_DEVICES), or hide it from this one "
+        f"(CUDA_VISIBLE_DEVICES= before torch starts) to train on the virtual GPUs alone."), stacklevel=_caller_level())
 
 
 class TorchBackend(Backend):
