@@ -46,7 +46,7 @@ def test_passes_that_run_at_once_share_the_workers_by_their_weight():
     # taking turns, each pass has the workers of its turn; a single pass, all of them
     assert set(gpu_check._worker_shares(plain, 16, 2).values()) == {8}
     assert gpu_check._worker_shares([("numpy", 0)], 2, 6) == {("numpy", 0): 2}
-    # a pass on virtual GPUs weighs as the lightest plain pass would not: 1
+    # a pass on virtual GPUs (a part of the suite) weighs 1, as JAX's plain pass does
     with_virtual = gpu_check._worker_shares(plain + [("jax", 4)], 16, 6)
     assert with_virtual[("jax", 4)] == with_virtual[("jax", 0)]
 

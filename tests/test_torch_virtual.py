@@ -702,6 +702,7 @@ def test_torch_probes_answer_as_on_this_cpu_machine_so_torch_code_takes_its_cpu_
     assert [b.tolist() for b in batches] == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
 
 
+@pytest.mark.filterwarnings("ignore::devshim.VirtualBesideRealGpuWarning")  # its own test is above
 def test_a_real_accelerator_is_still_found_once_virtual_gpus_exist(vgpu, monkeypatch):
     """torch.accelerator answers for the virtual GPUs from now on; devshim looks past them."""
     ds.testing.virtual_devices(0)
