@@ -69,14 +69,16 @@ OPTIONAL = (
     ("matplotlib", "matplotlib", "the bench plots' tests"),
     ("tqdm", "tqdm", "progress bars (plain lines without)"),
 )
-# Every process the check starts runs with these. JAX takes 75% of a GPU's memory at its first
-# array unless told otherwise, TensorFlow all of it: several test processes share the GPU here, so
-# each takes what it uses. (_checkout_in_use adds PYTHONPATH.)
+
 #: How much test time one plain pass needs, relative to the others, where the passes are one run
 #: (tests/conftest.py's DEVSHIM_TEST_PASSES): seconds of test calls on the H200 of 2026-11-27
 #: (torch 2.11, JAX 0.11.2, CuPy 14.2), per pass, once each test runs in one pass alone. Passes
 #: that run at once share the xdist workers in these proportions, so that they end together.
 PASS_WEIGHT = {"torch": 1.7, "jax": 1.0, "cupy": 0.65, "numpy": 1.0}
+
+# Every process the check starts runs with these. JAX takes 75% of a GPU's memory at its first
+# array unless told otherwise, TensorFlow all of it: several test processes share the GPU here, so
+# each takes what it uses. (_checkout_in_use adds PYTHONPATH.)
 SHARED_GPU = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_FORCE_GPU_ALLOW_GROWTH": "true",
               "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
 
