@@ -6,9 +6,9 @@ plugin, as devshim's own folders are; an entry point that cannot be used is left
 The packages here are written into a temporary folder as pip installs them (the package, and its
 distribution's metadata with the entry points), and used in fresh interpreters that have it on
 their path. The backend is docs/adapters.md's minimal one, its two files taken from the page as
-printed, over a small stand-in for an array-API framework. An installed plug-in (the apistrict
-tox env installs tests/plugin_backend/) is checked here too, and runs devshim's conformance suite
-in that env."""
+printed, over a small stand-in for an array-API framework. An installed plug-in (the tox env of
+tests/plugin_backend/ installs it) is checked here too, and runs devshim's conformance suite in
+that env."""
 
 from __future__ import annotations
 
@@ -195,7 +195,7 @@ def test_an_entry_point_that_cannot_be_used_is_left_out_saying_why(tmp_path, cas
 # ------------------------------------------------------------ the installed plug-ins
 
 def plugins() -> list:
-    """The backends installed packages declare (none outside the apistrict tox env)."""
+    """The backends installed packages declare (none but in the tox env of tests/plugin_backend)."""
     return [name for name, spec in specs().items() if not spec.package.startswith("devshim.backends.")]
 
 
@@ -211,7 +211,7 @@ def installed_from(name: str):
 
 
 @pytest.mark.parametrize("name", plugins() or [pytest.param(None, marks=pytest.mark.skip(
-    reason="no backend of an installed package here (the apistrict tox env installs one)"))])
+    reason="no backend of an installed package here (the tox env of tests/plugin_backend installs one)"))])
 def test_an_installed_backend_is_found_by_name_and_named_only_in_its_own_files(name):
     spec = specs()[name]
     result = run_python("import devshim as ds; print(ds.get_backend().name, ds.backends.specs()[ds.get_backend().name].package)",

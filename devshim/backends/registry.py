@@ -140,7 +140,7 @@ def installed_plugins() -> list:
         except OSError:
             continue
         for entry in entries:
-            stem, dot, kind = entry.name.rpartition(".")
+            stem, _, kind = entry.name.rpartition(".")
             if kind not in ("dist-info", "egg-info") or not entry.is_dir():
                 continue
             distribution = stem.split("-")[0].lower().replace(".", "_").replace("-", "_")
@@ -174,38 +174,33 @@ def _plugin_specs(built_in: dict) -> list:
     `BackendPluginWarning` saying why (a plug-in never breaks devshim's other backends)."""
     global _plugins
     if _plugins is None:
-        _plugins = []
-        for name, value, distribution in installed_plugins():
-            spec = _plugin_spec(name, value, distribution, built_in)
+        taken, _plugins = set(built_in), []
+        for name, package, distribution in installed_plugins():
+            spec, why = _plugin_row(name, package, taken)
             if spec is not None:
-                built_in = {**built_in, spec.name: spec}
+                taken.add(name)
                 _plugins.append(spec)
+            else:
+                warnings.warn(f"the {distribution} distribution's {ENTRY_POINT_GROUP} entry point {name} = {package} "
+                              f"{why}. That backend is left out; fix the {distribution} package (docs/adapters.md, "
+                              f"\"A backend outside devshim\"), or uninstall it.", BackendPluginWarning, stacklevel=4)
     return _plugins
 
 
-def _plugin_spec(name: str, value: str, distribution: str, taken: dict):
-    module_name, _, attribute = value.partition(":")
-    where = f"the {distribution} distribution's {ENTRY_POINT_GROUP} entry point {name} = {value}"
+def _plugin_row(name: str, package: str, taken: set) -> tuple:
+    """(the `BackendSpec` of plug-in `name`, its package's `SPEC`, None), or (None, what is wrong)."""
     try:
-        module = importlib.import_module(module_name.strip())
-        spec = getattr(module, attribute.strip() or "SPEC", None)
+        spec = getattr(importlib.import_module(package), "SPEC", None)
     except Exception as err:  # a plug-in's own failure: every other backend still works
-        return _skip(f"{where} could not be imported ({type(err).__name__}: {err})", distribution)
+        return None, f"could not be imported ({type(err).__name__}: {err})"
     if not isinstance(spec, BackendSpec):
-        return _skip(f"{where} names no BackendSpec (its module must define SPEC = BackendSpec(...))",
-                     distribution)
+        return None, "names no BackendSpec (its package must define SPEC = BackendSpec(...))"
     if spec.name != name:
-        return _skip(f"{where} declares a backend named {spec.name!r}: name the entry point after it",
-                     distribution)
+        return None, f"declares a backend named {spec.name!r}: name the entry point after it"
     if name in taken:
-        return _skip(f"{where} declares {name!r}, a backend devshim has already", distribution)
-    spec.package = module.__name__
-    return spec
-
-
-def _skip(why: str, distribution: str) -> None:
-    warnings.warn(f"{why}. That backend is left out; fix the {distribution} package (docs/adapters.md, "
-                  f"\"A backend outside devshim\"), or uninstall it.", BackendPluginWarning, stacklevel=4)
+        return None, f"declares {name!r}, a backend devshim has already"
+    spec.package = package
+    return spec, None
 
 
 def backend_names() -> tuple:
