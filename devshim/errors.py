@@ -59,6 +59,7 @@ __all__ = [
     "TorchCompileReleaseError",
     "NondifferentiableError", "InputMutatedError", "GradientFunctionError", "ToleranceError",
     "DeviceOutOfMemoryError", "VirtualMemorySizeError",
+    "BackendPluginWarning",
 ]
 
 
@@ -762,4 +763,17 @@ class VirtualMemorySizeError(DevshimError, ValueError):
         >>> ds.settings.set_virtual_memory("lots")
         Traceback (most recent call last):
         devshim.errors.VirtualMemorySizeError: DEVSHIM_VIRTUAL_MEMORY='lots' is not a size ...
+    """
+
+
+class BackendPluginWarning(DevshimWarning):
+    """An installed package declares a devshim backend (the `devshim.backends` entry point) that
+    cannot be used: its module fails to import, defines no `SPEC`, names another backend than its
+    entry point, or takes the name of one devshim has. That backend is left out, the others work;
+    the message names the package and what to fix. Issued when the backend table is first built.
+
+    Example:
+        >>> ds.available_backends()     # with a broken plug-in installed
+        BackendPluginWarning: the devshim_mine distribution's devshim.backends entry point mine = ...
+        ['torch', 'numpy']
     """

@@ -1,4 +1,5 @@
-"""Shared fixtures. ``harness`` runs a test once per backend that has a harness."""
+"""Shared fixtures. ``harness`` runs a test once per backend that has a harness (the conformance
+suite's fixtures, tests/devshim_conformance/fixtures.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import zlib
 
 import pytest
 
-import devshim as ds
 from devshim import settings
-from devshim.backends import specs
-from harnesses import backends_with_harness, installed_backends, load_harness
+from devshim_conformance.fixtures import (  # noqa: F401  (the fixtures harness, two_devices, setenv, _fresh_settings)
+    fresh_settings_fixture, harness_fixture, setenv_fixture, two_devices_fixture,
+)
 
 VIRTUAL = bool(os.environ.get(settings.VIRTUAL_DEVICES_VAR, "").strip())
 
@@ -126,70 +127,3 @@ def pytest_runtest_protocol(item, nextitem):
         yield
     finally:
         faulthandler.cancel_dump_traceback_later()
-
-
-def _backend_params():
-    installed = set(installed_backends())
-    params = []
-    for name in backends_with_harness():
-        marks = []
-        if name not in installed:
-            marks.append(pytest.mark.skip(reason=f"{name} is not installed in this environment"))
-        elif VIRTUAL and not specs()[name].virtual_devices:
-            marks.append(pytest.mark.skip(
-                reason=f"{settings.VIRTUAL_DEVICES_VAR} is set and {name} has no virtual devices "
-                f"(tests/test_virtual_devices.py checks that it refuses)"))
-        params.append(pytest.param(name, marks=marks, id=name))
-    return params
-
-
-@pytest.fixture(autouse=True)
-def _fresh_settings():
-    """Each test starts, and leaves, with settings read from the environment as it is.
-
-    Autouse fixtures are set up before ``monkeypatch``, so this runs after
-    monkeypatch has restored the environment.
-    """
-    yield
-    settings.set_virtual_devices(None)
-    settings.reload()
-
-
-@pytest.fixture
-def setenv(monkeypatch):
-    """``setenv(name, value)``: set (or with None, unset) a variable and make devshim read it."""
-
-    def set_variable(name: str, value):
-        if value is None:
-            monkeypatch.delenv(name, raising=False)
-        else:
-            monkeypatch.setenv(name, value)
-        settings.reload()
-
-    return set_variable
-
-
-@pytest.fixture(params=_backend_params())
-def harness(request):
-    """The framework's test harness, with devshim's backend selected to match it."""
-    if VIRTUAL:
-        # Virtual devices must exist before the harness makes its first tensor.
-        ds.num_gpus(backend=request.param)
-    h = load_harness(request.param)
-    with ds.use_backend(h.name):
-        yield h
-
-
-@pytest.fixture
-def two_devices(harness):
-    """Two distinct native devices of the harness's backend, or a skip saying why not."""
-    found = ds.devices()
-    gpus = found[1:]
-    if len(gpus) >= 2:
-        return gpus[0], gpus[1]
-    if len(found) >= 2:
-        return found[0], found[1]
-    pytest.skip(
-        f"{harness.name} sees a single device here; run with a second GPU or "
-        f"{settings.VIRTUAL_DEVICES_VAR}=2 on a backend that supports it"
-    )

@@ -34,18 +34,6 @@ def _python(code: str, args: tuple, env: dict) -> tuple:
     return command, full_env
 
 
-def gpus_reachable(backend: str) -> int:
-    """How many GPUs ``to_device`` can send a tensor of ``backend`` to, with that backend selected:
-    its own; for NumPy arrays, those of CuPy, NumPy's accelerator partner (none on virtual GPUs)."""
-    import devshim as ds
-
-    if backend != "numpy":
-        return ds.num_gpus(backend=backend)
-    if "cupy" not in ds.available_backends() or ds.settings.virtual_device_count():
-        return 0
-    return ds.num_gpus(backend="cupy")
-
-
 class FakeGpu:
     """A stand-in framework's GPU device object, numbered like ``torch.device("cuda", i)``."""
 

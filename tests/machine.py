@@ -14,44 +14,28 @@ Example:
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 import subprocess
 import sys
 
-# How each framework counts its accelerators, in its own words (prints one integer).
-_COUNT = {
-    "torch": """
-import torch
-count = torch.cuda.device_count()  # CUDA and ROCm; NVML or the runtime, never an error without a driver
-if not count and hasattr(torch, "xpu") and torch.xpu.is_available():
-    count = torch.xpu.device_count()
-if not count and torch.backends.mps.is_available():
-    count = 1
-print(count)
-""",
-    "jax": "import jax; print(sum(d.platform != 'cpu' for d in jax.devices()))",
-    "tensorflow": "import tensorflow as tf; print(len(tf.config.list_physical_devices('GPU')))",
-    "mxnet": "import mxnet as mx; print(mx.context.num_gpus())",
-    "cupy": """
-import cupy
-try:
-    print(cupy.cuda.runtime.getDeviceCount())
-except cupy.cuda.runtime.CUDARuntimeError:
-    print(0)
-""",
-    "numpy": "print(0)",
-}
+# A fresh interpreter asks the backend's harness, which counts in the framework's own words.
+_COUNT = "from devshim_conformance import load_harness; print(load_harness({name!r}).gpu_count())"
+_TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
 @functools.lru_cache(maxsize=None)
 def real_gpus(framework: str) -> int:
-    """How many GPUs ``framework`` sees on this machine (0 when it is not installed)."""
-    if framework != "numpy" and importlib.util.find_spec(framework) is None:
+    """How many GPUs ``framework`` (a backend's name) sees on this machine (0 when it is not
+    installed), asked of the framework by its harness (``Harness.gpu_count``)."""
+    import devshim as ds
+
+    spec = ds.backends.specs().get(framework)
+    if spec is None or not spec.is_installed():
         return 0
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEVSHIM_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [_TESTS, env.get("PYTHONPATH")]))
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    done = subprocess.run([sys.executable, "-c", _COUNT[framework]], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", _COUNT.format(name=framework)], capture_output=True, text=True,
                           env=env, timeout=300)
     if done.returncode != 0:
         raise RuntimeError(f"asking {framework} for its GPUs failed:\n{done.stderr}")

@@ -6,8 +6,11 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import json
 import pathlib
 import pkgutil
+import subprocess
+import sys
 
 import pytest
 
@@ -21,7 +24,8 @@ from devshim.backends.model_base import ModelPlacement
 from devshim.backends.spec import CAPABILITY_MODULES
 from devshim.guard.hooks import GuardHooks
 
-PACKAGES = [m.name for m in pkgutil.iter_modules(devshim.backends.__path__) if m.ispkg]
+#: Every registered backend: devshim's folders, and the installed packages' (entry points).
+PACKAGES = list(specs())
 OPS = ("rand", "from_numpy", "matmul", "norm", "stack", "split", "concat", "add", "item",
        "native_calls", "native_copy_dict", "native_copy_lists")
 # What devshim selftest's placement checks need from a backend that places models.
@@ -29,13 +33,14 @@ MODEL_OPS = ("small_model", "forward")
 
 
 def test_every_folder_is_a_registered_backend():
-    assert sorted(PACKAGES) == sorted(specs())
-    assert devshim.backends.registry.backend_folders() == sorted(PACKAGES)
+    folders = sorted(m.name for m in pkgutil.iter_modules(devshim.backends.__path__) if m.ispkg)
+    own = [name for name, spec in specs().items() if spec.package == f"devshim.backends.{name}"]
+    assert sorted(own) == folders == devshim.backends.registry.backend_folders()
 
 
 @pytest.mark.parametrize("name", PACKAGES)
 def test_the_package_declares_its_row_and_imports_no_framework(name):
-    package = importlib.import_module(f"devshim.backends.{name}")
+    package = importlib.import_module(specs()[name].package)
     spec = package.SPEC
     assert isinstance(spec, BackendSpec) and spec.name == name
     assert spec.title and spec.import_name and spec.distributions
@@ -141,3 +146,30 @@ def test_nothing_below_the_public_api_reaches_it_through_the_root_package():
                 if not_modules:
                     offenders.append(f"{name}:{node.lineno}")
     assert not offenders, f"import the lower module itself, not the root package: {offenders}"
+
+
+_IMPORT_EACH = """
+import importlib, json, sys
+frameworks, found = {frameworks!r}, {{}}
+for module in {modules!r}:
+    before = {{name for name in frameworks if name in sys.modules}}
+    importlib.import_module(module)
+    new = sorted(name for name in frameworks if name in sys.modules and name not in before)
+    if new:
+        found[module] = new
+print(json.dumps(found))
+"""
+
+
+def test_devshim_and_each_backends_package_and_core_load_no_framework():
+    """`import devshim`, and loading a backend's `__init__.py` and `core.py` (which the registry
+    and dispatch do for every backend), import no framework: in a fresh interpreter, each is
+    imported in turn and no backend's framework may follow it. Every registered backend, devshim's
+    folders and installed plug-ins alike; modules that may import it (`ops.py`, `guard.py`, ...)
+    are loaded only once it is in use. (ruff's TID253 checks the rest of devshim's modules.)"""
+    frameworks = sorted({spec.import_name for spec in specs().values()})
+    modules = ["devshim"] + [module for spec in specs().values() for module in (spec.package, f"{spec.package}.core")]
+    code = _IMPORT_EACH.format(frameworks=frameworks, modules=modules)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {}

@@ -83,17 +83,25 @@ def test_every_documented_function_has_an_example(label, obj):
     assert has_example(obj), f"{label}'s docstring has no example"
 
 
-def test_the_capability_table_in_the_backends_page_is_the_registrys():
+def test_the_backends_page_and_the_navigation_list_the_registrys_backends_each_with_its_page():
+    """docs/backends.md's tables and the navigation's Backends section are made from the backend
+    folders when the site is built (tools/docs_backends.py, an mkdocs hook): each folder needs its
+    page, docs/<name>.md, and nothing else in the docs."""
+    spec = importlib.util.spec_from_file_location("docs_backends", ROOT / "tools" / "docs_backends.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
     page = (ROOT / "docs" / "backends.md").read_text()
-    rows = {}
-    for line in page.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if cells and cells[0] in specs() and len(cells) == 1 + len(next(iter(specs().values())).capabilities()):
-            rows[cells[0]] = cells[1:]
-    assert set(rows) == set(specs())
-    for name, spec in specs().items():
-        expected = ["yes" if v else "-" for v in spec.capabilities().values()]
-        assert rows[name] == expected, f"docs/backends.md says {rows[name]} for {name}, devshim info {expected}"
+    rendered = hook.on_page_markdown(page, None, None, None)
+    assert all(marker in page and marker not in rendered for marker in hook.MARKERS.values())
+    folders = ds.backends.registry.backend_folders()
+    assert sorted(hook.rows()) == folders and all((ROOT / "docs" / f"{name}.md").is_file() for name in folders)
+    for name, row in hook.rows().items():
+        capabilities = ["yes" if v else "-" for v in row.capabilities().values()]
+        assert f"| {name} | {' | '.join(capabilities)} |" in rendered
+        assert f"| `{name}` |" in rendered and f"]({name}.md) |" in rendered
+    nav = {"nav": [{"Backends": ["backends.md"]}]}
+    hook.on_config(type("Config", (), nav)())
+    assert nav["nav"][0]["Backends"] == ["backends.md"] + [{row.title: f"{name}.md"} for name, row in hook.rows().items()]
 
 
 def test_the_readme_links_the_docs():
@@ -104,13 +112,14 @@ def test_the_readme_links_the_docs():
 # ------------------------------------------------------------------ the examples, run as printed
 
 PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
-#: A fenced python block, with the HTML comment (unseen on the site) right above it, if any.
-FENCE = re.compile(r"(?:^<!--(?P<note>.*?)-->\n)?^```python\n(?P<code>.*?)^```", re.S | re.M)
+#: A fenced python block, with the one-line HTML comment (unseen on the site) right above it, if any.
+FENCE = re.compile(r"(?:^<!--(?P<note>[^\n]*?)-->\n)?^```python\n(?P<code>.*?)^```", re.S | re.M)
 SNIPPET = re.compile(r'^--8<-- "(?P<path>[^"]+)"\s*$')
 #: Where each framework's examples run under tox: its own env; those of several frameworks run
 #: in the interop env, those of none (devshim and NumPy) in the numpy env. Outside tox, each runs
 #: wherever its frameworks are installed.
-FRAMEWORKS = ("torch", "tensorflow", "jax", "mxnet", "cupy", "horovod")
+#: (Each backend's framework but one devshim always installs, which has no extra: NumPy.)
+FRAMEWORKS = tuple(spec.import_name for spec in specs().values() if spec.extra) + ("horovod",)
 #: The reviewed list of blocks that are not meant to run, each marked in its page with
 #: ``<!-- not run: why -->`` right above the block: (page, first line of code) -> why.
 FRAGMENTS = {

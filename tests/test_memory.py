@@ -1,6 +1,6 @@
 """What is specific to memory: the size setting, peaks taken each way, and torch's virtual GPUs,
 where devshim sees every allocation (a size set refuses one past it with torch's own
-out-of-memory error). What every backend must do is in tests/conformance/test_contract_memory.py.
+out-of-memory error). What every backend must do is in tests/devshim_conformance/test_contract_memory.py.
 """
 
 from __future__ import annotations

@@ -59,6 +59,18 @@ def test_the_sdist_carries_what_its_tests_and_docs_need():
     assert (ROOT / "CHANGELOG.md").read_text(encoding="utf-8").startswith("# Changelog")
 
 
+def test_the_conformance_suite_ships_in_the_wheel_beside_devshim():
+    """tests/devshim_conformance/ is the package devshim_conformance in the wheel (a backend in a
+    package of its own runs it with `pytest --pyargs devshim_conformance`; the tox env of
+    tests/plugin_backend does, from the installed wheel), with its fixtures and its harness base."""
+    found = pyproject()["tool"]["setuptools"]["packages"]["find"]
+    assert "tests" in found["where"] and "devshim_conformance" in found["include"]
+    suite = ROOT / "tests" / "devshim_conformance"
+    assert all((suite / name).is_file() for name in ("__init__.py", "conftest.py", "fixtures.py", "harness.py"))
+    assert not (ROOT / "tests" / "__init__.py").exists()  # only the suite, not the rest of the tests
+    assert "devshim_conformance" in (ROOT / "MANIFEST.in").read_text(encoding="utf-8")
+
+
 def test_the_docs_extra_pins_what_the_docs_env_installs():
     extra = sorted(pyproject()["project"]["optional-dependencies"]["docs"])
     tox = configparser.ConfigParser(interpolation=None)

@@ -1,5 +1,5 @@
 """ds.testing's assert_allclose, numerical_grad and check_backward: what the conformance suite
-(tests/conformance/test_contract_testing.py) does not cover per backend. The comparisons and the
+(tests/devshim_conformance/test_contract_testing.py) does not cover per backend. The comparisons and the
 argument checks, on NumPy values (every tox env has NumPy); then what is framework-specific:
 torch's caller-facing behaviour, TensorFlow variables, JAX's immutable arrays, frameworks mixed."""
 

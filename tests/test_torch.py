@@ -206,7 +206,7 @@ def test_unsupported_torch_device_types_say_what_is_handled(bk):
 
 def test_a_numpy_array_sent_to_a_torch_device_becomes_a_torch_tensor_there():
     """A torch.device names torch: a NumPy array sent there becomes a torch tensor, on the CPU as on
-    a GPU, whatever backend is selected (tests/conformance/test_contract_numpy_arrays.py: the rest)."""
+    a GPU, whatever backend is selected (tests/devshim_conformance/test_contract_numpy_arrays.py: the rest)."""
     a = np.arange(3)
     with ds.use_backend("numpy"):
         for device in (torch.device("cpu"), ds.Device("cpu", 0, backend="torch")):

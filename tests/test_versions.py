@@ -143,4 +143,4 @@ def test_each_release_where_behaviour_changed_has_an_env_in_range_running_the_co
     newest = max(pins()[package])
     assert release(floor) < release(version) < newest, (package, floor, version, newest)
     commands = section.get("commands", parser["testenv"]["commands"])
-    assert "tests/conformance" in commands or re.search(r"^\s*pytest \{posargs\}\s*$", commands, re.M), commands
+    assert "tests/devshim_conformance" in commands or re.search(r"^\s*pytest \{posargs\}\s*$", commands, re.M), commands

@@ -44,7 +44,7 @@ FRAMEWORKS = ("torch", "tensorflow", "jax", "mxnet", "cupy", "numpy")
 VIRTUAL = {"torch": 2, "tensorflow": 2, "mxnet": 2, "jax": 4}
 #: What the virtual pass runs beside the real GPUs (--full-virtual: everything): the contract, and
 #: what virtual GPUs beside real ones can break (waiting, timing, defaults, the guard).
-VIRTUAL_TESTS = ("tests/conformance", "tests/test_virtual_devices.py", "tests/test_timing.py",
+VIRTUAL_TESTS = ("tests/devshim_conformance", "tests/test_virtual_devices.py", "tests/test_timing.py",
                  "tests/test_torch_virtual.py", "tests/test_jax.py", "tests/test_jax_guard.py",
                  "tests/test_tensorflow.py", "tests/test_mxnet.py", "tests/test_examples.py")
 #: The test files of one framework: a backend's pass leaves the other frameworks' files to their

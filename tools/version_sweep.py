@@ -54,7 +54,7 @@ DOC = ROOT / "docs" / "supported-versions.md"
 START, END = "<!-- version sweep: start -->", "<!-- version sweep: end -->"
 # The interpreters tried for a framework release, in order: CI's default first.
 PYTHONS = ("3.11", "3.12", "3.13", "3.10", "3.9")
-CONFORMANCE = "tests/conformance"
+CONFORMANCE = "tests/devshim_conformance"
 INTERNALS = "tests/test_internals.py"  # the canaries of the private names each backend uses
 INSTALL_TIMEOUT, TEST_TIMEOUT = 1800, 2700
 

@@ -205,7 +205,11 @@ class Backend(ABC):
 
     def array_namespace(self, x):
         """The module whose functions take `x` (`ds.array_module`): NumPy-like, ideally the
-        array-API namespace of the framework's arrays. Backends without one refuse."""
+        array-API namespace of the framework's arrays. Default: the one `x` names itself
+        (`x.__array_namespace__()`, the array API's own query); without it, a refusal."""
+        namespace = getattr(x, "__array_namespace__", None)
+        if namespace is not None:
+            return namespace()
         raise UnsupportedValueError(
             f"The {self.name} backend has no array module for {type(x).__name__} values, so "
             f"ds.array_module cannot answer. Convert the value first, e.g. with ds.to_numpy(x)."
@@ -277,8 +281,9 @@ class Backend(ABC):
         return total
 
     def narrow(self, x, start: int, stop: int):
-        """Rows `start:stop` of `x`, computed where `x` lives (a view where the framework has them)."""
-        return x[start:stop]
+        """Rows `start:stop` of `x`, computed where `x` lives (a view where the framework has them);
+        the index names every axis, as the array API asks (`x[start:stop, ...]`)."""
+        return x[start:stop, ...]
 
     def on_device(self, native):
         """A `with` block in which the framework's ops run on `native` (TensorFlow needs

@@ -1,9 +1,11 @@
 """The backend table: one row per backend package, and one adapter per backend.
 
 Every folder `devshim/backends/<name>/` declares `SPEC` (a `BackendSpec`)
-in its `__init__.py`; the table is read from those rows the first time it is
-needed, and nothing else lists backends. Adapters (`core.py`) are made
-lazily, once per process, under devshim's loading lock (`devshim._lazy.LOCK`).
+in its `__init__.py`, and so does the package an installed distribution names
+under the `devshim.backends` entry point (a backend that lives outside devshim);
+the table is read from those rows the first time it is needed, and nothing else
+lists backends. Adapters (`core.py`) are made lazily, once per process, under
+devshim's loading lock (`devshim._lazy.LOCK`).
 
 When the table is first built the registry wires itself into the two layers
 below it, which never import it: `devshim._device` gets a resolver (so a
@@ -21,12 +23,13 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import warnings
 from devshim import _device, _lazy, settings
 from devshim.backends.base import Backend
 from devshim.backends.interop_base import Interop
 from devshim.backends.model_base import ModelPlacement
 from devshim.backends.spec import BackendSpec
-from devshim.errors import BackendError, InvalidGuardLevelError
+from devshim.errors import BackendError, BackendPluginWarning, InvalidGuardLevelError
 from devshim.guard import lifecycle
 from devshim.guard.hooks import GuardHooks
 
@@ -35,6 +38,7 @@ __all__ = [
     "load_backend", "instance", "loaded_adapters", "available_backends", "virtual_capable_backends",
     "accelerator_partner", "guard_hooks", "on_table_change", "rebuild_device",
     "describe_native_device", "backend_of_device", "native_for", "backend_folders", "model_placement", "interop",
+    "ENTRY_POINT_GROUP", "installed_plugins",
 ]
 
 _lock = _lazy.LOCK  # devshim's one loading lock (see devshim._lazy)
@@ -46,6 +50,11 @@ _contracts: dict = {}  # (name, module) -> the instance of its contract class, o
 _table_listeners: list = []
 _PACKAGE = __name__.rsplit(".", 1)[0]
 _FOLDER = os.path.dirname(os.path.abspath(__file__))
+_plugins = None  # BackendSpec of each installed plug-in (the entry points), read once per process
+
+#: The entry-point group through which an installed distribution declares a backend: each entry
+#: names the backend and the package whose `SPEC` declares it (`mine = "devshim_mine"`).
+ENTRY_POINT_GROUP = "devshim.backends"
 
 
 def _rank(spec: BackendSpec) -> tuple:
@@ -80,6 +89,8 @@ def _build() -> dict:
                     f"backend package must (see docs/adapters.md)."
                 )
             found[spec.name] = spec
+        for spec in _plugin_specs(found):
+            found[spec.name] = spec
         for name, (spec, _) in _extra_specs.items():
             found[name] = spec
         ordered = dict(sorted(found.items(), key=lambda item: _rank(item[1])))
@@ -110,6 +121,86 @@ def backend_folders() -> list:
                 and os.path.isfile(os.path.join(entry.path, "__init__.py"))):
             folders.add(entry.name)
     return sorted(folders)
+
+
+def installed_plugins() -> list:
+    """(name, value, distribution) of every `devshim.backends` entry point of the distributions on
+    `sys.path`, the first distribution of a name first, as `importlib.metadata` finds them (read
+    from their `entry_points.txt` here: importing `importlib.metadata` would load some 60 modules
+    on devshim's first call).
+
+    Example:
+        >>> registry.installed_plugins()
+        [('mine', 'devshim_mine', 'devshim_mine')]
+    """
+    found, seen = [], set()
+    for folder in sys.path:
+        try:
+            entries = sorted(os.scandir(folder or "."), key=lambda entry: entry.name)
+        except OSError:
+            continue
+        for entry in entries:
+            stem, _, kind = entry.name.rpartition(".")
+            if kind not in ("dist-info", "egg-info") or not entry.is_dir():
+                continue
+            distribution = stem.split("-")[0].lower().replace(".", "_").replace("-", "_")
+            if distribution in seen:
+                continue
+            seen.add(distribution)
+            found += [(name, value, distribution) for name, value in _entry_points(entry.path)]
+    return found
+
+
+def _entry_points(folder: str) -> list:
+    """(name, value) of the `devshim.backends` section of a distribution's `entry_points.txt`."""
+    try:
+        with open(os.path.join(folder, "entry_points.txt"), encoding="utf-8") as file:
+            lines = file.read().splitlines()
+    except OSError:
+        return []
+    found, inside = [], False
+    for line in lines:
+        line = line.strip()
+        if line.startswith("["):
+            inside = line == f"[{ENTRY_POINT_GROUP}]"
+        elif inside and "=" in line and not line.startswith(("#", ";")):
+            name, _, value = line.partition("=")
+            found.append((name.strip(), value.strip()))
+    return found
+
+
+def _plugin_specs(built_in: dict) -> list:
+    """The rows of the installed plug-ins, read once; one that cannot be used is left out with a
+    `BackendPluginWarning` saying why (a plug-in never breaks devshim's other backends)."""
+    global _plugins
+    if _plugins is None:
+        taken, _plugins = set(built_in), []
+        for name, package, distribution in installed_plugins():
+            spec, why = _plugin_row(name, package, taken)
+            if spec is not None:
+                taken.add(name)
+                _plugins.append(spec)
+            else:
+                warnings.warn(f"the {distribution} distribution's {ENTRY_POINT_GROUP} entry point {name} = {package} "
+                              f"{why}. That backend is left out; fix the {distribution} package (docs/adapters.md, "
+                              f"\"A backend outside devshim\"), or uninstall it.", BackendPluginWarning, stacklevel=4)
+    return _plugins
+
+
+def _plugin_row(name: str, package: str, taken: set) -> tuple:
+    """(the `BackendSpec` of plug-in `name`, its package's `SPEC`, None), or (None, what is wrong)."""
+    try:
+        spec = getattr(importlib.import_module(package), "SPEC", None)
+    except Exception as err:  # a plug-in's own failure: every other backend still works
+        return None, f"could not be imported ({type(err).__name__}: {err})"
+    if not isinstance(spec, BackendSpec):
+        return None, "names no BackendSpec (its package must define SPEC = BackendSpec(...))"
+    if spec.name != name:
+        return None, f"declares a backend named {spec.name!r}: name the entry point after it"
+    if name in taken:
+        return None, f"declares {name!r}, a backend devshim has already"
+    spec.package = package
+    return spec, None
 
 
 def backend_names() -> tuple:
@@ -441,8 +532,9 @@ __all__ += ["autodiff"]
 
 
 def memory(name: str):
-    """The `DeviceMemory` of backend `name` (from its `memory.py`, made once), or None
-    without one (`ds.memory` then has the host's figures only).
+    """The `DeviceMemory` of backend `name` (from its `memory.py`, made once); for a backend
+    without one, a contract that knows the host alone (`ds.memory` has the host's figures, none
+    of its accelerators', and no error of its framework is taken for out of memory).
 
     Example:
         >>> ds.backends.memory("torch").is_out_of_memory(torch.OutOfMemoryError("out of memory"))
@@ -450,7 +542,25 @@ def memory(name: str):
     """
     from devshim.backends.memory_base import DeviceMemory
 
-    return _contract_instance(name, "memory", DeviceMemory, "its memory figures, for ds.memory")
+    found = _contract_instance(name, "memory", DeviceMemory, "its memory figures, for ds.memory")
+    if found is None:
+        key = (canonical_name(name), "memory")
+        found = _contracts[key] = _contracts.get(key) or _host_only_memory()
+    return found
+
+
+def _host_only_memory():
+    """The memory contract of a backend whose folder has no `memory.py`."""
+    from devshim.backends.memory_base import DeviceMemory, MemoryInfo
+
+    class HostOnlyMemory(DeviceMemory):
+        def accelerator_figures(self, adapter, native, device) -> MemoryInfo:
+            return MemoryInfo(device, source=f"the {adapter.name} backend has no memory.py")
+
+        def is_out_of_memory(self, error: BaseException) -> bool:
+            return False
+
+    return HostOnlyMemory()
 
 
 __all__ += ["memory"]

@@ -4,7 +4,7 @@ import jax
 import numpy as np
 
 import devshim as ds
-from harnesses import Harness
+from devshim_conformance import Harness
 
 # Under DEVSHIM_VIRTUAL_DEVICES the host devices must be configured before JAX
 # initialises, and harness.tensor() may be the first thing to make an array.
@@ -25,6 +25,14 @@ def on_the_host():
 
 class JaxHarness(Harness):
     name = "jax"
+    first_tensor_code = "import jax.numpy as jnp; x = jnp.ones(4)"
+    starts_devices_code = "import jax\njax.devices()\n"
+
+    def array_module(self):
+        return jnp
+
+    def gpu_count(self):
+        return sum(d.platform != "cpu" for d in jax.devices())
 
     def placements(self, device):
         return [("jax.device_put(np.ones(2), d)", lambda: jax.device_put(np.ones(2, np.float32), device)),

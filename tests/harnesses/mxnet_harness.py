@@ -13,7 +13,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon, npx
 
-from harnesses import Harness
+from devshim_conformance import Harness
 
 npx.set_np()
 
@@ -28,6 +28,14 @@ def data_span(x) -> tuple:
 
 class MxnetHarness(Harness):
     name = "mxnet"
+    first_tensor_code = "import mxnet as mx; x = mx.np.ones(4)"
+
+    def array_module(self):
+        return mx.np
+
+    def gpu_count(self):
+        return mx.context.num_gpus()
+
     namespace_device_keyword = "ctx"  # mxnet.np in 1.9 (MXNet 2 renamed it device=)
 
     def placements(self, device):

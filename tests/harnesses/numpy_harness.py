@@ -3,11 +3,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from harnesses import Harness
+from devshim_conformance import Harness
 
 
 class NumpyHarness(Harness):
     name = "numpy"
+    first_tensor_code = "import numpy; x = numpy.ones(4)"
+
+    def array_module(self):
+        return np
+
     dtypes = (
         "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
         "float16", "float32", "float64", "complex64", "complex128",

@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 import devshim as ds
-from harnesses import Harness
+from devshim_conformance import Harness
 
 # Under DEVSHIM_VIRTUAL_DEVICES the logical CPUs must be configured before the
 # first tensor exists, and harness.tensor() may be the first thing to make one.
@@ -13,6 +13,15 @@ ds.num_gpus(backend="tensorflow")
 
 class TensorflowHarness(Harness):
     name = "tensorflow"
+    first_tensor_code = "import tensorflow as tf; x = tf.ones(4)"
+    starts_devices_code = "import tensorflow as tf\ntf.constant(1.0)\n"
+
+    def array_module(self):
+        return tf.experimental.numpy
+
+    def gpu_count(self):
+        return len(tf.config.list_physical_devices("GPU"))
+
     namespace_device_keyword = None  # tf.experimental.numpy places by device scope
 
     def placements(self, device):

@@ -3,11 +3,26 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from harnesses import Harness
+from devshim_conformance import Harness
 
 
 class TorchHarness(Harness):
     name = "torch"
+    first_tensor_code = "import torch; x = torch.ones(4)"
+
+    def array_module(self):
+        import array_api_compat.torch
+
+        return array_api_compat.torch  # torch's own namespace is not the array API
+
+    def gpu_count(self):
+        count = torch.cuda.device_count()  # CUDA and ROCm; NVML or the runtime, never an error without a driver
+        if not count and hasattr(torch, "xpu") and torch.xpu.is_available():
+            count = torch.xpu.device_count()
+        if not count and torch.backends.mps.is_available():
+            count = 1
+        return count
+
     has_meta = True
     runs_mixed_ops = False
 

@@ -1,33 +1,13 @@
-"""The one framework-specific piece of the tests: making an array on a device."""
+"""The tests' one fixture: an array of the test's backend on a device, whatever the backend."""
 
 import numpy as np
 import pytest
 
-
-def make_array(backend, values, device):
-    """``values`` as an array of ``backend``'s framework, made its own way on ``device``."""
-    values = np.asarray(values, dtype=np.float32)
-    if backend == "torch":
-        import torch
-
-        return torch.tensor(values, device=device)
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        with device:
-            return tf.constant(values)
-    if backend == "jax":
-        import jax
-
-        return jax.device_put(values, device)
-    if backend == "mxnet":
-        import mxnet as mx
-
-        return mx.np.array(values, ctx=device)
-    return values
+import devshim as ds
 
 
 @pytest.fixture
 def array(ds_backend):
-    """``array(values, device)``: an array of the test's backend on ``device``."""
-    return lambda values, device: make_array(ds_backend, values, device)
+    """``array(values, device)``: ``values`` as an array of the test's backend on ``device``
+    (``ds.convert`` makes it the framework's own way: one copy from the host, explicit)."""
+    return lambda values, device: ds.convert(np.asarray(values, dtype=np.float32), ds_backend, device=device)

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import devshim as ds
-from conformance.test_contract_misuse import says_what_to_do
+from devshim_conformance.test_contract_misuse import says_what_to_do
 
 HOSTILE = settings(max_examples=25, deadline=None,
                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import devshim as ds
-from helpers import gpus_reachable
+from devshim_conformance import gpus_reachable
 
 Pair = collections.namedtuple("Pair", "first second")
 
@@ -91,7 +91,7 @@ def test_to_device_with_a_bad_or_absent_device_raises(harness):
     with pytest.raises(ds.InvalidDeviceError):
         ds.to_device(x, "banana:0")
     # One past the GPUs x can reach: the backend's own, or for a NumPy array CuPy's, NumPy's partner
-    # under the numpy backend (tests/conformance/test_contract_numpy_arrays.py).
+    # under the numpy backend (tests/devshim_conformance/test_contract_numpy_arrays.py).
     with pytest.raises(ds.DeviceUnavailableError):
         ds.to_device(x, f"gpu:{gpus_reachable(harness.name)}")
 
