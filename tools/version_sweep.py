@@ -24,7 +24,8 @@ torch takes about 5.5 GB, and the pip cache (the sweep's own) is emptied when it
     python tools/version_sweep.py                             # all of it, resuming
     python tools/version_sweep.py --framework jax             # one framework
     python tools/version_sweep.py --release torch==2.7.1      # one release (run again if recorded)
-    python tools/version_sweep.py --stale                     # rerun rows tested at another commit
+    python tools/version_sweep.py --stale                     # rerun rows tested on other devshim/ code
+    python tools/version_sweep.py --rotate --budget 240       # CI's part: releases tox does not pin
     python tools/version_sweep.py --table                     # rewrite the docs table only
 
 Needs git, the ``packaging`` library and the Pythons 3.9 to 3.13 (python3.X on PATH, or pyenv's).
@@ -36,6 +37,7 @@ import argparse
 import datetime
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -327,11 +329,11 @@ def test_release(release: Release, venv: Path, source: Path, workdir: Path) -> d
     return outcome
 
 
-def sweep_one(release: Release, workdir: Path, source: Path, cache: Path, commit: str) -> dict:
+def sweep_one(release: Release, workdir: Path, source: Path, cache: Path, described: dict) -> dict:
     started = time.monotonic()
     venv, python, log = make_venv(release, workdir, source, cache)
-    outcome = {"framework": release.framework.name, "release": release.version, "commit": commit,
-               "date": datetime.date.today().isoformat(), "install_log": log}
+    outcome = {"framework": release.framework.name, "release": release.version, **described,
+               "date": datetime.date.today().isoformat(), "machine": machine(), "install_log": log}
     try:
         if venv is None:
             outcome.update(result="not installable", python=None)
@@ -352,6 +354,32 @@ def verdict(outcome: dict) -> str:
     if any(p.get("failed") for p in passes) or str(outcome.get("virtual", {}).get("refused", "")).startswith("ERROR"):
         return "failed"
     return "passed"
+
+
+def machine() -> str:
+    """The machine a row ran on, in words: "Linux x86_64, 2 CPU cores, 24 GiB, no GPU"."""
+    memory = ""
+    try:
+        pages, page = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        memory = f", {round(pages * page / 2**30)} GiB"
+    except (ValueError, OSError, AttributeError):
+        pass
+    gpus = []
+    if shutil.which("nvidia-smi"):
+        listed = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                                capture_output=True, text=True)
+        gpus = [line.strip() for line in listed.stdout.splitlines() if line.strip()] if listed.returncode == 0 else []
+    gpu = f"{len(gpus)} x {gpus[0]}" if gpus else "no GPU"
+    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores{memory}, {gpu}"
+
+
+def described_code(root: Path = ROOT) -> dict:
+    """What a row describes: HEAD's short commit and the git tree of its ``devshim/`` folder (the
+    code a release sees; a commit that leaves ``devshim/`` alone leaves the rows current)."""
+    def git(*args) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+
+    return {"commit": git("rev-parse", "--short=10", "HEAD"), "devshim_tree": git("rev-parse", "HEAD:devshim")}
 
 
 # ------------------------------------------------------------------ results and the table
@@ -375,9 +403,29 @@ def _counts(part) -> str:
     return f"{part['passed']} / {part['failed']} / {part['skipped']}"
 
 
+def described_by(results: dict) -> str:
+    """The sentence above the table: the code and machine its rows describe."""
+    if not results:
+        return "No release has been swept yet."
+    commits = sorted({row["commit"] for row in results.values()})
+    trees = {row.get("devshim_tree") for row in results.values()}
+    machines = sorted({row.get("machine") or "a machine not recorded" for row in results.values()})
+    dates = sorted(row["date"] for row in results.values())
+    when = dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}"
+    if len(trees) == 1 and None not in trees:
+        code = (f"devshim at commit `{commits[-1]}`" if len(commits) == 1 else
+                f"one state of devshim's code (`devshim/` tree `{next(iter(trees))[:10]}`), run from commits "
+                + ", ".join(f"`{c}`" for c in commits))
+    else:
+        code = "several states of devshim's code (commits " + ", ".join(f"`{c}`" for c in commits) + ")"
+    return (f"Every row below describes {code}, swept {when} on {'; '.join(machines)} "
+            f"({len(results)} releases).")
+
+
 def table(results: dict) -> str:
-    """The docs table: one row per release, grouped by framework."""
-    lines = []
+    """The docs table: the sentence saying what it describes, then one row per release, grouped by
+    framework."""
+    lines = [described_by(results)]
     for name, framework in FRAMEWORKS.items():
         rows = [r for r in results.values() if r["framework"] == name]
         if not rows:
@@ -385,12 +433,12 @@ def table(results: dict) -> str:
         rows.sort(key=lambda r: Version(r["release"]))
         lines += ["", f"**{framework.title}**", "",
                   "| release | Python | plain: passed / failed / skipped | virtual devices: passed / failed / skipped "
-                  "| result | date |", "| --- | --- | --- | --- | --- | --- |"]
+                  "| result | date | commit |", "| --- | --- | --- | --- | --- | --- | --- |"]
         for row in rows:
             virtual = _counts(row.get("virtual")) if FRAMEWORKS[name].virtual else "(the backend has none)"
             python = (row.get("versions") or {}).get("python", row.get("python") or "-")
             lines.append(f"| {row['release']} | {python} | {_counts(row.get('plain'))} | {virtual} "
-                         f"| {row['result']} | {row['date']} |")
+                         f"| {row['result']} | {row['date']} | `{row['commit']}` |")
     return "\n".join(lines + _failure_notes(results)).strip("\n")
 
 
@@ -425,25 +473,24 @@ def write_table(results: dict) -> None:
 
 
 def export_source(workdir: Path) -> tuple:
-    """HEAD of this checkout, exported into ``workdir``: (folder, short commit)."""
-    commit = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True, check=True).stdout.strip()
-    source = workdir / f"devshim-{commit}"
+    """HEAD of this checkout, exported into ``workdir``: (folder, what it describes: `described_code`)."""
+    described = described_code()
+    source = workdir / f"devshim-{described['commit']}"
     if not source.exists():
         source.mkdir(parents=True)
         archive = subprocess.Popen(["git", "archive", "HEAD"], cwd=ROOT, stdout=subprocess.PIPE)
         subprocess.run(["tar", "-x", "-C", str(source)], stdin=archive.stdout, check=True)
         archive.wait()
-    return source, commit
+    return source, described
 
 
-def due(release: Release, results: dict, args, commit: str) -> bool:
+def due(release: Release, results: dict, args, described: dict) -> bool:
     recorded = results.get(release.key)
     if args.release or recorded is None or args.redo:
         return True
     if args.redo_failed and recorded["result"] != "passed":
         return True
-    return bool(args.stale and recorded["commit"] != commit)
+    return bool(args.stale and recorded.get("devshim_tree") != described["devshim_tree"])
 
 
 def trim_cache(cache: Path, limit_gb: float) -> None:
@@ -462,18 +509,52 @@ def parse_args(argv=None):
     parser.add_argument("--table", action="store_true", help="rewrite the docs table from the results, then stop")
     parser.add_argument("--redo", action="store_true", help="run recorded releases again")
     parser.add_argument("--redo-failed", action="store_true", help="run releases recorded as not passed again")
-    parser.add_argument("--stale", action="store_true", help="run releases recorded at another commit again")
+    parser.add_argument("--stale", action="store_true", help="run again the releases recorded on other code (another `devshim/` tree than HEAD's)")
+    parser.add_argument("--rotate", action="store_true",
+                        help="CI's part: the releases tox does not pin, starting at HEAD's commit count "
+                             "(modulo their number), until --budget is spent; reported, not recorded")
+    parser.add_argument("--budget", type=float, default=240.0,
+                        help="with --rotate: start no release after this many seconds (default 240)")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "devshim-version-sweep")
     parser.add_argument("--cache-limit-gb", type=float, default=12.0,
                         help="empty the sweep's pip cache when it grows past this (default 12)")
     return parser.parse_args(argv)
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    if args.table:
-        write_table(load_results())
-        return 0
+def pinned_by_tox() -> set:
+    """The releases tox.ini's envs pin, as result keys ("torch==2.13.0", "python==3.11"): CI tests
+    those in its own envs every run."""
+    tox = (ROOT / "tox.ini").read_text()
+    pinned = {f"python=={minor}" for minor in re.findall(r"basepython = python([0-9.]+)", tox)}
+    pinned.add(f"python=={sys.version_info[0]}.{sys.version_info[1]}")  # the envs without a basepython
+    for framework in FRAMEWORKS.values():
+        for version in re.findall(rf"^\s*{re.escape(framework.package)}==([0-9][0-9.]*)\s*$", tox, re.MULTILINE):
+            pinned.add(f"{framework.name}=={version}")
+    return pinned
+
+
+def rotation(releases: list, pinned: set, turn: int) -> list:
+    """The releases tox does not pin, in sweep order, starting at ``turn`` (modulo their number).
+
+    >>> names = [Release(FRAMEWORKS["jax"], v) for v in ("0.4.31", "0.4.38", "0.5.3", "0.6.2")]
+    >>> [r.version for r in rotation(names, {"jax==0.4.31"}, 4)]
+    ['0.5.3', '0.6.2', '0.4.38']
+    """
+    unpinned = [r for r in releases if r.key not in pinned]
+    if not unpinned:
+        return []
+    start = turn % len(unpinned)
+    return unpinned[start:] + unpinned[:start]
+
+
+def commit_count() -> int:
+    """How many commits HEAD has: CI's turn in the rotation (each commit on main moves it on)."""
+    counted = subprocess.run(["git", "rev-list", "--count", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return int(counted.stdout.strip() or 0) if counted.returncode == 0 else 0
+
+
+def selected_releases(args) -> list:
+    """The releases this run covers, from ``--framework``, ``--release`` and ``--rotate``."""
     wanted = {r.split("==")[0] for r in args.release or ()}
     releases = releases_to_sweep(args.framework or sorted(wanted, key=list(FRAMEWORKS).index) or list(FRAMEWORKS))
     if args.release:
@@ -481,22 +562,44 @@ def main(argv=None) -> int:
             Release(FRAMEWORKS[k.split("==")[0]], k.split("==")[1],
                     pythons=(k.split("==")[1],) if k.startswith("python==") else PYTHONS)
             for k in args.release if k not in {r.key for r in releases}]
+    if args.rotate:
+        releases = rotation(releases, pinned_by_tox(), commit_count())
+    return releases
+
+
+def _summary(outcome: dict) -> str:
+    return (f"{outcome['result']} in {outcome['seconds']} s (plain {_counts(outcome.get('plain'))}, "
+            f"virtual {_counts(outcome.get('virtual'))})")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.table:
+        write_table(load_results())
+        return 0
+    releases = selected_releases(args)
     if args.list:
         print("\n".join(r.key for r in releases))
         return 0
     args.workdir.mkdir(parents=True, exist_ok=True)
-    source, commit = export_source(args.workdir)
-    results = load_results()
+    source, described = export_source(args.workdir)
+    results = {} if args.rotate else load_results()
+    started = time.monotonic()
     for release in releases:
-        if not due(release, results, args, commit):
+        if args.rotate and results and time.monotonic() - started > args.budget:
+            print(f"sweep: {args.budget} s spent; the next CI run starts the rotation further on", flush=True)
+            break
+        if not args.rotate and not due(release, results, args, described):
             continue
         print(f"sweep: {release.key} ...", flush=True)
-        results[release.key] = sweep_one(release, args.workdir, source, args.workdir / "pip-cache", commit)
-        save_results(results)
-        write_table(results)
-        print(f"sweep: {release.key} {results[release.key]['result']} in {results[release.key]['seconds']} s "
-              f"(plain {_counts(results[release.key].get('plain'))}, "
-              f"virtual {_counts(results[release.key].get('virtual'))})", flush=True)
+        results[release.key] = sweep_one(release, args.workdir, source, args.workdir / "pip-cache", described)
+        if not args.rotate:  # CI's rotating part reports; the results file records full sweeps
+            save_results(results)
+            write_table(results)
+        print(f"sweep: {release.key} {_summary(results[release.key])}", flush=True)
+        for failure in (results[release.key].get("plain") or {}).get("failures", []) + (
+                results[release.key].get("virtual") or {}).get("failures", []):
+            print(f"  {failure}", flush=True)
         trim_cache(args.workdir / "pip-cache", args.cache_limit_gb)
     return 0 if all(results[r.key]["result"] == "passed" for r in releases if r.key in results) else 1
 
