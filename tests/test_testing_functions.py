@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import importlib.util
+import warnings
 
 import numpy as np
 import pytest
@@ -328,6 +329,46 @@ def test_torch_checks_run_f_in_full_float32_precision_and_put_the_settings_back(
         assert (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32) == ("high", before[1])
     finally:
         torch.set_float32_matmul_precision(before[0])
+
+
+@pytest.mark.skipif(not installed["torch"], reason="torch is not installed in this environment")
+def test_torch_checks_say_so_where_tf32_cannot_be_turned_off(monkeypatch):
+    """Where torch refuses to turn cuDNN's TF32 off (its old and new TF32 settings mixed raise on
+    reading), the check still runs, and PrecisionWarning names the setting to make: never silently."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ds.PrecisionWarning)
+        ds.testing.check_backward(lambda x: x * 2, (torch.rand(3),))  # torch turns it off: no warning
+
+    def refuses(**settings):
+        raise RuntimeError("mixing the legacy allow_tf32 and the new fp32_precision settings")
+
+    monkeypatch.setattr(torch.backends.cudnn, "flags", refuses)
+    with pytest.warns(ds.PrecisionWarning, match=r"torch could not turn TF32 off for cuDNN in this gradient check "
+                                                 r"\(torch\.backends\.cudnn\.flags raised RuntimeError: mixing the "
+                                                 r"legacy .*fp32_precision = 'ieee'.*allow_tf32 = False"):
+        ds.testing.check_backward(lambda x: x * 2, (torch.rand(3),))
+
+
+@pytest.mark.skipif(not installed["torch"], reason="torch is not installed in this environment")
+def test_torch_tensors_a_closure_reads_change_their_dtype_for_the_numerical_pass():
+    """Chainer's form with dtype: the tensors f closes over hold float64 values while f runs, and are
+    float32 again, with their values, after."""
+    import torch
+
+    x = torch.tensor([0.3, -1.7], dtype=torch.float32)
+    before = x.clone()
+    seen = []
+
+    def f():
+        seen.append(x.dtype)
+        return x * x
+
+    gx, = ds.testing.numerical_grad(f, (x,), (np.ones(2),), dtype="float64")
+    assert set(seen) == {torch.float64} and x.dtype == torch.float32 and torch.equal(x, before)
+    assert gx.dtype == torch.float32
+    np.testing.assert_allclose(gx.numpy(), 2 * before.numpy(), rtol=1e-6)
 
 
 @pytest.mark.skipif(not installed["torch"], reason="torch is not installed in this environment")

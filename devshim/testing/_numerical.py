@@ -115,7 +115,11 @@ class Samples:
         the points (the central difference for two), and the rounding it may carry."""
         scaled = np.asarray(self.offsets) / self.eps
         degree = len(scaled)
-        weights = np.linalg.solve(np.vander(scaled, degree, increasing=True).T, np.eye(degree)[1]) / self.eps
+        if degree == 2:  # the central difference itself: exact where f's values are
+            step = self.offsets[1] - self.offsets[0]
+            weights = np.array([-1.0 / step, 1.0 / step])
+        else:
+            weights = np.linalg.solve(np.vander(scaled, degree, increasing=True).T, np.eye(degree)[1]) / self.eps
         center = self.outputs[len(scaled) // 2] if degree % 2 else None
         total, noise = 0.0, 0.0
         for o, gy in enumerate(grad_outputs):

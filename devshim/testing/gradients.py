@@ -312,8 +312,8 @@ def check_double_backward(f, inputs, grad_outputs=None, grad_grad_inputs=None, p
         raise GradientCheckUsageError(
             "check_double_backward() got one of grad_grad_inputs and params_grad_grad: give both (one gradient per "
             "floating-point input, one per param), or neither (both drawn).")
-    grad_grads = None if grad_grad_inputs is None else list(_as_list(grad_grad_inputs)) + list(
-        _as_list(params_grad_grad or ()))
+    grad_grads = None if grad_grad_inputs is None else _as_list(grad_grad_inputs) + (
+        [] if params_grad_grad is None else _as_list(params_grad_grad))
     subject = "The gradient of f's backward with respect to"
     with _running(items):
         evaluator = Evaluator(f, items + held, False, [None] * (len(items) + len(held)), options.function,

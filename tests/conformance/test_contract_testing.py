@@ -320,6 +320,26 @@ def test_check_backward_differentiates_half_precision_in_float32_and_refuses_a_h
         ds.testing.check_backward(to_half, (x32,), eps=2 ** -4)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_backward_ten_percent_wrong_fails_in_half_precision_for_twenty_seeds(harness, dtype):
+    """x * x with inputs in [0.25, 1] of a half-precision dtype: a backward that returns 2.2 x (10% wrong)
+    fails for each of 20 seeds (inputs and grad outputs drawn from each), with the default eps and with
+    the 2**-4 once advised for half precision; the right one (2 x) passes for each."""
+    needs_autodiff(harness)
+    if dtype not in harness.dtypes:
+        pytest.skip(f"{harness.name} has no {dtype}")
+    right = harness.custom_gradient(lambda x: x * x, lambda x, gy: (gy * x * 2,))
+    wrong = harness.custom_gradient(lambda x: x * x, lambda x, gy: (gy * x * 2.2,))
+    device = ds.devices()[-1]
+    for seed in range(20):
+        values = np.random.default_rng(seed).uniform(0.25, 1.0, (3, 2))
+        x = harness.tensor(values.astype(np.float32).tolist(), device, dtype)
+        ds.testing.check_backward(right, (x,), seed=seed)
+        for eps in (None, 2 ** -4):
+            with pytest.raises(ds.GradientMismatchError, match=rf"\(of 1: {harness.name} {dtype} \(3, 2\)"):
+                ds.testing.check_backward(wrong, (x,), seed=seed, eps=eps)
+
+
 def test_check_backward_fails_an_all_zero_backward_of_a_mean_of_1000_values(harness):
     """The mean's true gradient (1/1000 of the output's gradient) is below the old fixed atol of
     1e-3: the tolerance follows the gradient's own size."""
