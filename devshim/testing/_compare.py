@@ -54,7 +54,7 @@ class Settings:
     __slots__ = ("function", "eps", "rtol", "atol", "dtypes", "subject", "numeric_dtypes")
 
     def __init__(self, function: str, eps: float, rtol, atol, dtypes: list, subject: str,
-                 numeric_dtypes: list = ()) -> None:
+                 numeric_dtypes=()) -> None:
         self.function, self.eps, self.rtol, self.atol, self.dtypes, self.subject = (
             function, eps, rtol, atol, dtypes, subject)
         self.numeric_dtypes = list(numeric_dtypes)
@@ -126,8 +126,11 @@ def _finding(item, position: int, a, want, noise, rtol: float, settings: Setting
     kinks, wrong = [], False
     selection = differences.evaluator.selection
     for index in worst:
-        samples = differences.samples(position, index, 5) if np.isfinite(item.host[index]) else None
-        found = None if samples is None else samples.nondifferentiable(selection)
+        if not np.isfinite(item.host[index]):  # no function has a derivative there to differ from
+            wrong = True
+            break
+        samples = differences.samples(position, index, 5)
+        found = samples.nondifferentiable(selection)
         if found is None:
             wrong = True
             break

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import math
+from typing import Any, Optional
 
 import numpy as np
 
@@ -51,12 +52,15 @@ class Evaluator:
     def __init__(self, f, items: list, closure: bool, dtypes: list, function: str, grad_outputs=None,
                  seed=0) -> None:
         self.f, self.items, self.closure, self.function = f, items, closure, function
-        self.grad_outputs, self.seed, self.selection = grad_outputs, seed, None
+        self.grad_outputs, self.seed = grad_outputs, seed
+        self.selection: Any = None
         self.bases = [item.host if dtype is None else item.host.astype(dtype) for item, dtype in zip(items, dtypes)]
         self.copies = [None if item.in_place else item.copy(base) for item, base in zip(items, self.bases)]
         for item, copy, dtype in zip(items, self.copies, dtypes):
-            held = None if copy is None or dtype is None else _values.read(copy, function).host.dtype
-            if held is not None and held != dtype:
+            if copy is None or dtype is None:
+                continue
+            held = _values.read(copy, function).host.dtype
+            if held != dtype:
                 raise GradientCheckUsageError(
                     f"{function}(dtype={dtype.name!r}): {item.adapter.name} made a {held} array of {item.name}'s "
                     f"values cast to {dtype}, not a {dtype} one (JAX holds float64 only with jax_enable_x64). Pass "
@@ -69,12 +73,13 @@ class Evaluator:
             self.selection = Selection.build(result, self.grad_outputs, self.seed, self.function)
         return result
 
-    def outputs(self, position=None, index=None, value=None) -> list:
+    def outputs(self, position: Optional[int] = None, index: Any = None, value: Any = None) -> list:
         """The selected outputs of `f`'s result, read to the host (copies) before anything is
         put back."""
-        moved = None if position is None else self.items[position]
+        moved = None
         arguments, expected = list(self.copies), list(self.bases)
-        if moved is not None:
+        if position is not None:
+            moved = self.items[position]
             expected[position] = self.bases[position].copy()
             expected[position][index] = value
             if moved.in_place:
@@ -92,7 +97,7 @@ class Evaluator:
                 tensor = item.value if item.in_place else argument
                 item.check_unchanged(tensor, values, when, restore=base if item.in_place else None)
         finally:
-            if moved is not None and moved.in_place:
+            if position is not None and moved is not None and moved.in_place:
                 moved.set_element(index, float(self.bases[position][index]))
         return found
 
@@ -147,7 +152,7 @@ class Samples:
         """`(output position, flat index, why)` of an output element that shows `f` has no
         derivative at the element (five points), or None."""
         scaled = np.asarray(self.offsets) / self.eps
-        for o, output in enumerate(selection.outputs):
+        for o in range(len(selection.outputs)):
             ys = np.stack([np.asarray(point[o], dtype=np.float64).ravel() for point in self.outputs])
             finite = np.isfinite(ys)
             flips = (finite != finite[2]).any(axis=0)

@@ -166,7 +166,7 @@ def read(value, function: str = "assert_allclose") -> Value:
     """
     adapter = backend_for_tensor(value)
     if adapter is not None:
-        array = transfer.to_host(adapter, value)
+        array: Any = transfer.to_host(adapter, value)
         try:
             place = adapter.tensor_device(value)
             device = f"{place} (virtual)" if place.virtual else str(place)

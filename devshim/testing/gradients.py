@@ -157,15 +157,13 @@ def _autodiff_of(items: list, function: str):
     return found
 
 
-def _prepare(f, inputs, params, no_grads, function: str) -> tuple:
+def _prepare(inputs, params, no_grads, function: str) -> tuple:
     """The inputs and params as items, their autodiff, with `no_grads` applied."""
-    _inputs.check_callable(f, function)
     items = _inputs.read_inputs(inputs, function, integers=True)
     held = _inputs.changed_in_place(_inputs.read_inputs(params, function, names="param"),
                                     f"{function}()'s params are", f"pass that tensor among them, {function}(lambda "
                                     f"*xs, w: ..., (*inputs, w))")
     found = _autodiff_of(items + held, function)
-    _inputs.takes_no_arguments(f, len(items), function, closure_allowed=False)
     if no_grads is not None:
         if not isinstance(no_grads, (tuple, list)) or len(no_grads) != len(items):
             raise GradientCheckUsageError(
@@ -184,14 +182,21 @@ def _check(f, items: list, held: list, found, grad_outputs, seed, options: _Opti
     """The autodiff of `f` at `items` (and the tensors `held` that `f` reads itself) against
     the numerical gradient (`seed`: for the gradients of `f`'s outputs that `grad_outputs`
     does not give)."""
+    _inputs.check_callable(f, options.function)
+    _inputs.takes_no_arguments(f, len(items), options.function, closure_allowed=False)
     everything = items + held
     with found.differentiating([item.value for item in held]):
         evaluator = Evaluator(f, everything, False, [None] * len(everything), options.function, grad_outputs, seed)
         evaluator.outputs()
         selection = evaluator.selection
+
+        def picked(*xs):
+            result = f(*xs)
+            return selection.pick(result)
+
         copies = [item.copy() for item in items]
-        outputs, pullback = found.vjp(lambda *xs: selection.pick(f(*xs)), tuple(copies),
-                                      [item.floating for item in items], [item.value for item in held])
+        outputs, pullback = found.vjp(picked, tuple(copies), [item.floating for item in items],
+                                      [item.value for item in held])
         for item, copy in zip(items, copies):
             item.check_unchanged(copy, item.host, "in the autodiff pass")
         analytic = pullback(selection.upload(list(outputs)))
@@ -272,7 +277,7 @@ def check_backward(f, inputs, grad_outputs=None, params=(), *, eps=None, atol=No
         >>> ds.testing.check_backward(Exp.apply, (x,))
     """
     options = _Options("check_backward", eps, rtol, atol, seed, dtype, detect_nondifferentiable)
-    items, held, found = _prepare(f, inputs, params, no_grads, "check_backward")
+    items, held, found = _prepare(inputs, params, no_grads, "check_backward")
     with _running(items):
         _check(f, items, held, found, grad_outputs, options.seed, options, "The gradient of")
 
@@ -307,7 +312,7 @@ def check_double_backward(f, inputs, grad_outputs=None, grad_grad_inputs=None, p
         >>> ds.testing.check_double_backward(lambda x: torch.sin(x) * x, (x,))
     """
     options = _Options("check_double_backward", eps, rtol, atol, seed, dtype, detect_nondifferentiable)
-    items, held, found = _prepare(f, inputs, params, no_grads, "check_double_backward")
+    items, held, found = _prepare(inputs, params, no_grads, "check_double_backward")
     if (grad_grad_inputs is None) != (params_grad_grad is None) and held:
         raise GradientCheckUsageError(
             "check_double_backward() got one of grad_grad_inputs and params_grad_grad: give both (one gradient per "
@@ -315,6 +320,8 @@ def check_double_backward(f, inputs, grad_outputs=None, grad_grad_inputs=None, p
     grad_grads = None if grad_grad_inputs is None else _as_list(grad_grad_inputs) + (
         [] if params_grad_grad is None else _as_list(params_grad_grad))
     subject = "The gradient of f's backward with respect to"
+    _inputs.check_callable(f, options.function)
+    _inputs.takes_no_arguments(f, len(items), options.function, closure_allowed=False)
     with _running(items):
         evaluator = Evaluator(f, items + held, False, [None] * (len(items) + len(held)), options.function,
                               grad_outputs, options.seed)
