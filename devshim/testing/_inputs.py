@@ -23,7 +23,7 @@ from devshim.backends.registry import autodiff, interop
 from devshim.errors import GradientCheckUsageError, GradientFunctionError, ImmutableInputError, InputMutatedError
 from devshim.testing import _values
 
-__all__ = ["Input", "read_inputs", "check_callable", "takes_no_arguments", "changed_in_place", "retyped"]
+__all__ = ["Input", "read_inputs", "takes_no_arguments", "changed_in_place", "retyped"]
 
 
 class Input:
@@ -156,21 +156,6 @@ def _input(value, position: int, count: int, function: str, names: str, integers
             f"element by eps, which an integer or boolean array cannot hold. Close over it instead "
             f"(lambda x: f(x, indices)), or cast it to a float dtype.")
     return Input(value, adapter, read, f"{names} {position}", count)
-
-
-def check_callable(f, function: str) -> None:
-    """Raise `GradientFunctionError` unless `f` can be called.
-
-    Example:
-        >>> check_callable(torch.ones(2), "check_backward")
-        Traceback (most recent call last):
-        devshim.errors.GradientFunctionError: check_backward() takes the function to check first ...
-    """
-    if not callable(f):
-        raise GradientFunctionError(
-            f"{function}() takes the function to check first, then its inputs; f is a "
-            f"{type(f).__module__}.{type(f).__qualname__}, which cannot be called. Pass the function first: "
-            f"{function}(f, (x, y)).")
 
 
 def takes_no_arguments(f, count: int, function: str, closure_allowed: bool) -> bool:

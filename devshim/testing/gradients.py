@@ -21,7 +21,7 @@ import contextlib
 
 import numpy as np
 
-from devshim.errors import GradientCheckUsageError, MixedFrameworksError, NoAutodiffError
+from devshim.errors import GradientCheckUsageError, GradientFunctionError, MixedFrameworksError, NoAutodiffError
 from devshim.testing import _inputs, _values
 from devshim.testing._compare import Settings, compare
 from devshim.testing._numerical import Differences, Evaluator
@@ -72,6 +72,15 @@ class _Options:
         floating items, else float32 for half-precision ones; integer items as they are."""
         return [None if not item.floating else self.dtype if self.dtype is not None else
                 _WIDER if _values.is_half(item.host.dtype) else None for item in items]
+
+
+def _check_callable(f, function: str) -> None:
+    """Raise `GradientFunctionError` unless `f` can be called."""
+    if not callable(f):
+        raise GradientFunctionError(
+            f"{function}() takes the function to check first, then its inputs; f is a "
+            f"{type(f).__module__}.{type(f).__qualname__}, which cannot be called. Pass the function first: "
+            f"{function}(f, (x, y)).")
 
 
 @contextlib.contextmanager
@@ -125,7 +134,7 @@ def numerical_grad(f, inputs, grad_outputs, *, eps: float = DEFAULT_EPS, dtype=N
         >>> ds.testing.assert_allclose(gx, torch.exp(x), rtol=1e-3)
         >>> gx, = ds.testing.numerical_grad(lambda: x * x, (x,), (np.ones(2),))   # Chainer's form
     """
-    _inputs.check_callable(f, "numerical_grad")
+    _check_callable(f, "numerical_grad")
     options = _Options("numerical_grad", eps, dtype=dtype, detect=detect_nondifferentiable)
     items = _inputs.read_inputs(inputs, "numerical_grad")
     closure = _inputs.takes_no_arguments(f, len(items), "numerical_grad", closure_allowed=True)
@@ -182,7 +191,6 @@ def _check(f, items: list, held: list, found, grad_outputs, seed, options: _Opti
     """The autodiff of `f` at `items` (and the tensors `held` that `f` reads itself) against
     the numerical gradient (`seed`: for the gradients of `f`'s outputs that `grad_outputs`
     does not give)."""
-    _inputs.check_callable(f, options.function)
     _inputs.takes_no_arguments(f, len(items), options.function, closure_allowed=False)
     everything = items + held
     with found.differentiating([item.value for item in held]):
@@ -277,6 +285,7 @@ def check_backward(f, inputs, grad_outputs=None, params=(), *, eps=None, atol=No
         >>> ds.testing.check_backward(Exp.apply, (x,))
     """
     options = _Options("check_backward", eps, rtol, atol, seed, dtype, detect_nondifferentiable)
+    _check_callable(f, "check_backward")
     items, held, found = _prepare(inputs, params, no_grads, "check_backward")
     with _running(items):
         _check(f, items, held, found, grad_outputs, options.seed, options, "The gradient of")
@@ -312,6 +321,7 @@ def check_double_backward(f, inputs, grad_outputs=None, grad_grad_inputs=None, p
         >>> ds.testing.check_double_backward(lambda x: torch.sin(x) * x, (x,))
     """
     options = _Options("check_double_backward", eps, rtol, atol, seed, dtype, detect_nondifferentiable)
+    _check_callable(f, "check_double_backward")
     items, held, found = _prepare(inputs, params, no_grads, "check_double_backward")
     if (grad_grad_inputs is None) != (params_grad_grad is None) and held:
         raise GradientCheckUsageError(
@@ -320,7 +330,6 @@ def check_double_backward(f, inputs, grad_outputs=None, grad_grad_inputs=None, p
     grad_grads = None if grad_grad_inputs is None else _as_list(grad_grad_inputs) + (
         [] if params_grad_grad is None else _as_list(params_grad_grad))
     subject = "The gradient of f's backward with respect to"
-    _inputs.check_callable(f, options.function)
     _inputs.takes_no_arguments(f, len(items), options.function, closure_allowed=False)
     with _running(items):
         evaluator = Evaluator(f, items + held, False, [None] * (len(items) + len(held)), options.function,
