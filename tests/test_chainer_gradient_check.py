@@ -286,7 +286,7 @@ def test_nondifferentiable_points_are_found_as_chainer_finds_them(harness, row):
     for outputs in (1, 2):
         x, gys, f, eps = _row_inputs(harness, row, outputs, seed=outputs)
         if row[3] is True:
-            with pytest.raises(ds.NondifferentiableError, match=r"f is not differentiable at input 0 .*'s element"):
+            with pytest.raises(ds.NondifferentiableError, match=r"f is not differentiable at element \(.*\) of input 0 \(of 1: "):
                 ds.testing.numerical_grad(f, (x,), gys, eps=eps, detect_nondifferentiable=True)
         else:
             ds.testing.numerical_grad(f, (x,), gys, eps=eps, detect_nondifferentiable=True)
@@ -303,7 +303,7 @@ def test_check_backward_finds_the_same_points(harness, row):
     needs_autodiff(harness)
     x, gys, f, eps = _row_inputs(harness, row, 1, seed=3)
     if row[3] is True:
-        with pytest.raises(ds.NondifferentiableError, match=r"f is not differentiable at input 0 "):
+        with pytest.raises(ds.NondifferentiableError, match=r"f is not differentiable at element \(.*\) of input 0 "):
             ds.testing.check_backward(f, (x,), gys, eps=eps, detect_nondifferentiable=True)
     elif row[3] == "domain":
         with pytest.raises(ds.GradientMismatchError):

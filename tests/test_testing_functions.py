@@ -332,6 +332,19 @@ def test_torch_checks_run_f_in_full_float32_precision_and_put_the_settings_back(
 
 
 @pytest.mark.skipif(not installed["torch"], reason="torch is not installed in this environment")
+def test_the_guides_non_differentiable_message_is_the_one_devshim_gives():
+    """docs/testing-your-code.md quotes the message for abs(x) + x near 0: it is this code's, word for word."""
+    import pathlib
+
+    import torch
+
+    with pytest.raises(ds.NondifferentiableError) as info:
+        ds.testing.check_backward(lambda x: abs(x) + x, (torch.tensor([0.0004, -0.0003, 0.0, 0.0007]),), np.ones(4))
+    guide = (pathlib.Path(__file__).parent.parent / "docs" / "testing-your-code.md").read_text()
+    assert f"devshim.errors.NondifferentiableError: {info.value}" in guide
+
+
+@pytest.mark.skipif(not installed["torch"], reason="torch is not installed in this environment")
 def test_torch_checks_say_so_where_tf32_cannot_be_turned_off(monkeypatch):
     """Where torch refuses to turn cuDNN's TF32 off (its old and new TF32 settings mixed raise on
     reading), the check still runs, and PrecisionWarning names the setting to make: never silently."""

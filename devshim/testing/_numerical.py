@@ -253,7 +253,7 @@ class Differences:
             return
         item = self.evaluator.items[position]
         raise NondifferentiableError(
-            f"f is not differentiable at {item.title}'s element {index} (value {samples.value:g}), where "
+            f"f is not differentiable at element {index} (value {samples.value:g}) of {item.title}, where "
             f"{function}(detect_nondifferentiable=True) looked at it over eps={self.eps:g}: "
             f"{samples.explain(selection, found)}. No central difference there is a derivative. Move the input "
             f"further than eps from such a point, or pass a smaller eps.")
