@@ -42,7 +42,7 @@ if TYPE_CHECKING:
         NotCloseError, GradientMismatchError, NoAutodiffError, ImmutableInputError, GradientCheckUsageError,
         FrameworkReleaseError, FrameworkInternalWarning, VirtualDLPackError, TorchCompileReleaseError,
         NondifferentiableError, InputMutatedError, GradientFunctionError, ToleranceError,
-        VirtualBesideRealGpuWarning,
+        VirtualBesideRealGpuWarning, PrecisionWarning,
     )
     from devshim.generic import array_module, get_array_module
     from devshim.guard import TransferReport
@@ -91,7 +91,7 @@ _EXPORTS = {
          "ImplicitTransferWarning", "SharedDeviceWarning", "FrameworkInternalWarning",
          "NotCloseError", "GradientMismatchError", "NoAutodiffError", "ImmutableInputError",
          "GradientCheckUsageError", "NondifferentiableError", "InputMutatedError", "GradientFunctionError",
-         "ToleranceError", "VirtualBesideRealGpuWarning"),
+         "ToleranceError", "VirtualBesideRealGpuWarning", "PrecisionWarning"),
         "devshim.errors",
     ),
 }
@@ -125,6 +125,7 @@ __all__ = [
     "SharedDeviceWarning", "FrameworkInternalWarning", "NotCloseError", "GradientMismatchError",
     "NoAutodiffError", "ImmutableInputError", "GradientCheckUsageError", "NondifferentiableError",
     "InputMutatedError", "GradientFunctionError", "ToleranceError", "VirtualBesideRealGpuWarning",
+    "PrecisionWarning",
     "memory", "memory_peak", "MemoryInfo", "MemoryPeak", "DeviceOutOfMemoryError", "VirtualMemorySizeError",
     "BackendPluginWarning",
     "testing", "settings", "backends",

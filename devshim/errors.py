@@ -60,6 +60,7 @@ __all__ = [
     "NondifferentiableError", "InputMutatedError", "GradientFunctionError", "ToleranceError",
     "DeviceOutOfMemoryError", "VirtualMemorySizeError",
     "BackendPluginWarning",
+    "PrecisionWarning",
 ]
 
 
@@ -647,6 +648,19 @@ class ToleranceError(DevshimError, ValueError):
         >>> ds.testing.assert_allclose(x, y, atol=-1e-6)
         Traceback (most recent call last):
         devshim.errors.ToleranceError: assert_allclose(atol=-1e-06): a tolerance is a finite number ...
+    """
+
+
+class PrecisionWarning(DevshimWarning):
+    """A gradient check could not run `f` in the full float32 precision it promises: the
+    framework refused to turn TF32 off for its duration (torch's `cudnn.flags` raising where
+    its old and new TF32 settings are mixed), so products and convolutions may round to TF32's
+    10 bits and their central differences be noise. The message names the setting to make
+    yourself before the check. Issued at each such check.
+
+    Example:
+        >>> ds.testing.check_backward(conv, (x,))    # torch.backends.cudnn.flags refused
+        PrecisionWarning: torch could not turn TF32 off for cuDNN in this check ...
     """
 
 

@@ -3,7 +3,8 @@ backend folder is checked with no edit to pyproject.toml:
 
 - import-linter contract types: in a layer, ``{backend folders}`` stands for every backend folder
   as independent siblings ("cupy | jax | ..."); among forbidden modules, ``{backend frameworks}``
-  for each backend's framework (its ``SPEC.import_name``);
+  for each backend's framework (its ``SPEC.import_name``), and ``{backend frameworks} but numpy``
+  for each but those named;
 - ``python tools/backend_lint.py ruff check ...`` runs ruff with each backend's framework added to
   the libraries pyproject.toml bans at module level (TID253).
 
@@ -45,9 +46,16 @@ def expand(value, rows: dict):
     if isinstance(value, str):
         return value.replace(FOLDERS, " | ".join(rows))
     if isinstance(value, list):
-        frameworks = sorted({spec.import_name for spec in rows.values()})
-        return [name for item in value for name in (frameworks if item == FRAMEWORKS else [expand(item, rows)])]
+        return [name for item in value for name in _frameworks(item, rows)]
     return value
+
+
+def _frameworks(item: str, rows: dict) -> list:
+    """``{backend frameworks}`` (optionally ``... but numpy, cupy``: those left out) as a list."""
+    if not item.startswith(FRAMEWORKS):
+        return [expand(item, rows)]
+    kept = {name.strip() for name in item[len(FRAMEWORKS):].strip().removeprefix("but").split(",") if name.strip()}
+    return sorted({spec.import_name for spec in rows.values()} - kept)
 
 
 class _FromFolders:

@@ -11,8 +11,11 @@ plain arrays.
 
 What the checks hand `vjp` and `gradient_function` are their own private copies of the
 caller's inputs, made by `copy_like`: a backend may mark them for differentiation in place.
-The functions they differentiate return a list of floating-point tensors (the outputs that
-have a gradient, picked from whatever `f` returned).
+`wrt` says which of them to differentiate by (the floating-point ones; integer inputs go to
+`f` as they are); `params` are the caller's own tensors that `f` reads itself, whose gradients
+come after the inputs' (inside `differentiating(params)`). The functions they differentiate
+return a list of floating-point tensors (the outputs that have a gradient, picked from
+whatever `f` returned).
 
 Example:
     >>> autodiff = ds.backends.autodiff("jax")
@@ -42,32 +45,56 @@ class Autodiff(ABC):
     differentiates_grad_outputs = True
 
     @abstractmethod
-    def vjp(self, f, inputs: tuple):
-        """`(outputs, pullback)`: `outputs = f(*inputs)` (a list of tensors) run under the
-        framework's autodiff, and `pullback(grad_outputs)`, which takes a list with one tensor
-        per output (same shape, dtype and device) and returns a list with one dense gradient per
-        input, of the input's kind (a sparse gradient made dense), or None where the framework
-        says the outputs do not depend on that input. An output that depends on no input is
-        allowed. `pullback` is called once.
+    def vjp(self, f, inputs: tuple, wrt: list, params: list = ()):
+        """`(outputs, pullback)`: `outputs = f(*inputs)` (a list of tensors, maybe empty) run
+        under the framework's autodiff, and `pullback(grad_outputs)`, which takes a list with
+        one tensor per output (same shape, dtype and device) and returns a list with one dense
+        gradient per input, of the input's kind (a sparse gradient made dense), then one per
+        param; None for an input not in `wrt`, and where the framework says the outputs do not
+        depend on that input. An output that depends on no input is allowed. `pullback` is
+        called once.
 
         Example:
-            >>> outputs, pullback = autodiff.vjp(lambda x: [x * 2], (x,))
+            >>> outputs, pullback = autodiff.vjp(lambda x: [x * 2], (x,), [True])
             >>> pullback([torch.ones(3)])
             [tensor([2., 2., 2.])]
         """
 
     @abstractmethod
-    def gradient_function(self, f, count: int):
+    def gradient_function(self, f, count: int, wrt: list, params: list = ()):
         """A function of `count` inputs followed by one gradient per output of `f` (a
         function returning a list of tensors), returning the list of `f`'s gradients with
-        respect to its inputs (zeros where they do not depend on one): the first-order backward
-        as a function, itself differentiable by `vjp` (for `check_double_backward`).
+        respect to the inputs in `wrt`, then to `params` (zeros where they do not depend on
+        one): the first-order backward as a function, itself differentiable by `vjp` (for
+        `check_double_backward`).
 
         Example:
-            >>> first_order = autodiff.gradient_function(lambda x: [x * x], 1)
+            >>> first_order = autodiff.gradient_function(lambda x: [x * x], 1, [True])
             >>> first_order(x, torch.ones(3))
             [tensor([2., 4., 6.])]
         """
+
+    def differentiating(self, params: list):
+        """A `with` block in which the autodiff records `params` (the caller's tensors that
+        `f` reads itself) so that `vjp` can differentiate by them; what it changes to do so
+        is put back after. The default: nothing to change.
+
+        Example:
+            >>> with autodiff.differentiating([weight]):
+            ...     outputs, pullback = autodiff.vjp(f, (x,), [True], [weight])
+        """
+        return contextlib.nullcontext()
+
+    def retype(self, x, fresh):
+        """Make `x` (the caller's tensor, which `f` reads itself) hold `fresh`, of another
+        dtype, in place, and return a function that puts `x` back as it was; None where the
+        framework cannot change a tensor's dtype in place (the default).
+
+        Example:
+            >>> restore = autodiff.retype(x, x.double())
+            >>> restore()
+        """
+        return None
 
     def copy_like(self, x, fresh):
         """`fresh` (a new tensor of `x`'s framework, holding the values of a copy of `x`)

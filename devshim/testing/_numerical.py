@@ -1,224 +1,309 @@
 """The numerical pass of the gradient checks: `f` called on inputs that differ in one element,
-its outputs read to the host, central differences taken there in float64.
+its outputs read to the host, differences taken there in float64.
 
-`Evaluator` makes the calls: on private copies of the inputs (`f` taking them as
-arguments; in `dtype` when one is asked for), or on the caller's arrays changed in place and
-restored (Chainer's form, `f` taking none), and checks after each call that `f` left its
-inputs as they were. `Differences` takes the differences, with the rounding noise each
-carries, and the one-sided slopes around an element that tell a kink from a wrong backward.
+`Evaluator` makes the calls: on private copies of the inputs (`f` taking them as arguments;
+in another dtype when one is asked for), or on the caller's tensors changed in place and put
+back (Chainer's form, `f` taking none, and `params`), and checks after each call that `f`
+left its inputs as they were. `Differences` takes the differences with the rounding noise
+each carries: two points per element (`x - eps`, `x + eps`), or five (also `x` and
+`x -+ eps/2`) where non-differentiable points are looked for, as Chainer does: an output that
+is finite at some of the five points only, or that no parabola fits within a hundredth of its
+spread (plus its rounding), marks a point where `f` has no derivative.
 
 Example:
-    >>> gradients = Differences(Evaluator(f, items, False, None), 1e-3).gradients()
+    >>> gradients = Differences(Evaluator(f, items, False, [None], "numerical_grad"), 1e-3).gradients()
 """
 
 from __future__ import annotations
 
-from devshim.backends.numpy import _testing as host
-from devshim.errors import GradientCheckUsageError
+import math
+from typing import Any, Optional
+
+import numpy as np
+
+from devshim.errors import GradientCheckUsageError, NondifferentiableError
 from devshim.testing import _values
 from devshim.testing._outputs import Selection
 
-__all__ = ["Evaluator", "Differences", "Slopes"]
+__all__ = ["Evaluator", "Differences", "Samples", "NOISE_FACTOR", "FIT_RTOL"]
+
+#: How many roundings at the inputs' precision the noise of a difference allows for before
+#: each output's own last rounding: reductions and a few operations round several times.
+NOISE_FACTOR = 15.0
+#: A parabola fits `f` through five points within this share of the output's spread wherever
+#: `f` is differentiable (Chainer's `diff_rtol`): a kink, a step or a pole breaks the fit.
+FIT_RTOL = 1e-2
+#: The spacing of each dtype's values at 1 (its machine epsilon), for suggesting an eps.
+_EPSILON = {"float64": 2.0 ** -52, "float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
 
 
 class Evaluator:
-    """Calls `f` with input `position`'s element `index` set to `value` (or with the
-    inputs as they are), and reads the selected outputs of its result.
+    """Calls `f` with item `position`'s element `index` set to `value` (or with the items as
+    they are), and reads the selected outputs of its result to the host at once.
 
-    `selection` is set by the caller, or made from `grad_outputs` on the first call.
+    `dtypes`: per item, the NumPy dtype `f` sees it in (None: its own). `selection` is set
+    by the caller, or made from `grad_outputs` on the first call.
 
     Example:
         >>> evaluator.outputs(0, (1, 0), 0.501)
         [array([...], dtype=float32)]
     """
 
-    def __init__(self, f, items: list, closure: bool, dtype, function: str, grad_outputs=None) -> None:
+    def __init__(self, f, items: list, closure: bool, dtypes: list, function: str, grad_outputs=None,
+                 seed=0) -> None:
         self.f, self.items, self.closure, self.function = f, items, closure, function
-        self.grad_outputs, self.selection = grad_outputs, None
-        self.bases = [item.host if dtype is None else host.cast(item.host, dtype) for item in items]
-        self.copies = None if closure else [item.copy(base) for item, base in zip(items, self.bases)]
-        if dtype is not None and self.copies is not None:
-            self._check_dtype(dtype)
-
-    def _check_dtype(self, dtype) -> None:
-        for item, copy in zip(self.items, self.copies or []):
-            held = _values.read(copy, self.function).host.dtype
+        self.grad_outputs, self.seed = grad_outputs, seed
+        self.selection: Any = None
+        self.bases = [item.host if dtype is None else item.host.astype(dtype) for item, dtype in zip(items, dtypes)]
+        self.copies = [None if item.in_place else item.copy(base) for item, base in zip(items, self.bases)]
+        for item, copy, dtype in zip(items, self.copies, dtypes):
+            if copy is None or dtype is None:
+                continue
+            held = _values.read(copy, function).host.dtype
             if held != dtype:
                 raise GradientCheckUsageError(
-                    f"{self.function}(dtype={dtype.name!r}): {item.adapter.name} "
-                    f"made a {held} array of {item.name}'s values cast to {dtype}, not a {dtype} one (JAX holds "
-                    f"float64 only with jax_enable_x64). Pass a dtype the framework has here.")
+                    f"{function}(dtype={dtype.name!r}): {item.adapter.name} made a {held} array of {item.name}'s "
+                    f"values cast to {dtype}, not a {dtype} one (JAX holds float64 only with jax_enable_x64). Pass "
+                    f"a dtype the framework has here.")
 
-    def result(self, position=None, index=None, value=None):
-        """`f`'s result with the one element changed (None: the inputs as they are)."""
-        first = self.items[0]
-        with first.adapter.on_device(first.native):
-            if self.closure:
-                return self._closure_call(position, index, value)
-            return self._argument_call(position, index, value)
-
-    def outputs(self, position=None, index=None, value=None) -> list:
-        """The selected outputs of `f`'s result, read to the host."""
-        result = self.result(position, index, value)
+    def result(self):
+        """`f`'s result on (copies of) the items as they are, as it returned it."""
+        result = self.f() if self.closure else self.f(*[copy for copy in self.copies if copy is not None])
         if self.selection is None:
-            self.selection = Selection.build(result, self.grad_outputs, 0, self.function)
-        return self.selection.read(result)
+            self.selection = Selection.build(result, self.grad_outputs, self.seed, self.function)
+        return result
 
-    def _when(self, position, index, value) -> str:
-        if position is None:
-            return "on the inputs as given"
-        return f"with {self.items[position].name}'s element {index} moved to {value:g} (in the numerical pass)"
-
-    def _argument_call(self, position, index, value):
-        arguments, expected = list(self.copies or []), list(self.bases)
+    def outputs(self, position: Optional[int] = None, index: Any = None, value: Any = None) -> list:
+        """The selected outputs of `f`'s result, read to the host (copies) before anything is
+        put back."""
+        moved = None
+        arguments, expected = list(self.copies), list(self.bases)
         if position is not None:
-            expected[position] = host.with_element(self.bases[position], index, value)
-            arguments[position] = self.items[position].copy(expected[position])
-        result = self.f(*arguments)
-
-        def when() -> str:
-            return self._when(position, index, value)
-
-        for item, argument, values in zip(self.items, arguments, expected):
-            item.check_unchanged(argument, values, when)
-        return result
-
-    def _closure_call(self, position, index, value):
-        item = None if position is None else self.items[position]
-        original = None if item is None else host.python_value(item.host, index)
+            moved = self.items[position]
+            expected[position] = self.bases[position].copy()
+            expected[position][index] = value
+            if moved.in_place:
+                moved.set_element(index, value)
+            else:
+                arguments[position] = moved.copy(expected[position])
         try:
-            if item is not None:
-                item.set_element(index, value)
-            result = self.f()
-
-            def when() -> str:
-                return self._when(position, index, value)
-
-            for other, base in zip(self.items, self.bases):
-                expected = host.with_element(base, index, value) if other is item else base
-                other.check_unchanged(other.value, expected, when, restore=True)
+            result = self.f() if self.closure else self.f(*[a for a in arguments if a is not None])
+            if self.selection is None:
+                self.selection = Selection.build(result, self.grad_outputs, self.seed, self.function)
+            found = self.selection.read(result)
+            when = (lambda: "on the inputs as given") if moved is None else (
+                lambda: f"with {moved.name}'s element {index} moved to {value:g} (in the numerical pass)")
+            for item, argument, values, base in zip(self.items, arguments, expected, self.bases):
+                tensor = item.value if item.in_place else argument
+                item.check_unchanged(tensor, values, when, restore=base if item.in_place else None)
         finally:
-            if item is not None:
-                item.set_element(index, original)
-        return result
+            if position is not None and moved is not None and moved.in_place:
+                moved.set_element(index, float(self.bases[position][index]))
+        return found
 
 
-class Slopes:
-    """The slopes of `sum(f(x) * gy)` around one element: `below` and `above` (one-sided,
-    over one step each side), and `irregularity`: how far the slopes over one and two steps on
-    each side are from those of a smooth function (large at a kink, near zero elsewhere).
+class Samples:
+    """`f`'s selected outputs at points around one element: `offsets` (how far each point is
+    from the element's value, after rounding to its dtype) and `outputs` (per point, one host
+    array per output), with what the differences need to weigh their rounding.
 
     Example:
-        >>> slopes.below, slopes.above
-        (0.0, 0.73)
+        >>> samples.derivative(grad_outputs)
+        (0.73, 1.2e-07)
     """
 
-    __slots__ = ("below", "above", "irregularity")
+    def __init__(self, value: float, offsets: list, outputs: list, eps: float, roundoff: float) -> None:
+        self.value, self.offsets, self.outputs, self.eps, self.roundoff = value, offsets, outputs, eps, roundoff
 
-    def __init__(self, below: float, above: float, irregularity: float) -> None:
-        self.below, self.above, self.irregularity = below, above, irregularity
+    def derivative(self, grad_outputs: list) -> tuple:
+        """`(d/dx sum(f * gy), its noise)`: the slope at the element of the polynomial through
+        the points (the central difference for two), and the rounding it may carry."""
+        scaled = np.asarray(self.offsets) / self.eps
+        degree = len(scaled)
+        if degree == 2:  # the central difference itself: exact where f's values are
+            step = self.offsets[1] - self.offsets[0]
+            weights = np.array([-1.0 / step, 1.0 / step])
+        else:
+            weights = np.linalg.solve(np.vander(scaled, degree, increasing=True).T, np.eye(degree)[1]) / self.eps
+        center = self.outputs[len(scaled) // 2] if degree % 2 else None
+        total, noise = 0.0, 0.0
+        for o, gy in enumerate(grad_outputs):
+            ys = [np.asarray(point[o], dtype=np.float64) for point in self.outputs]
+            reference = ys[0] if center is None else np.asarray(center[o], dtype=np.float64)
+            moved = np.zeros(reference.shape, dtype=bool)
+            for y in ys:
+                moved |= y != reference
+            with np.errstate(invalid="ignore", over="ignore"):
+                total += float(sum(w * np.sum((y - reference) * gy) for w, y in zip(weights, ys)))
+                for w, point in zip(weights, self.outputs):
+                    counted = moved | _subnormal(point[o])
+                    noise += abs(w) * float(np.nansum(np.where(counted, np.abs(gy) * self._rounding(point[o]), 0)))
+        return total, noise
+
+    def _rounding(self, y):
+        """A bound on the rounding each element of output `y` carries: its dtype's last
+        rounding after up to `NOISE_FACTOR` at the inputs' precision, or the dtype's smallest
+        step where the value is below its normal range (where rounding is absolute)."""
+        u = _values.unit_roundoff(y.dtype)
+        weight = u + NOISE_FACTOR * (min(u, self.roundoff) if self.roundoff else u)
+        return weight * np.abs(y.astype(np.float64)) + np.where(_subnormal(y), _values.smallest_subnormal(y.dtype), 0)
+
+    def nondifferentiable(self, selection):
+        """`(output position, flat index, why)` of an output element that shows `f` has no
+        derivative at the element (five points), or None."""
+        scaled = np.asarray(self.offsets) / self.eps
+        for o in range(len(selection.outputs)):
+            ys = np.stack([np.asarray(point[o], dtype=np.float64).ravel() for point in self.outputs])
+            finite = np.isfinite(ys)
+            flips = (finite != finite[2]).any(axis=0)
+            if flips.any():
+                return o, int(np.argmax(flips)), "finite"
+            smooth = finite.all(axis=0) & (ys.max(axis=0) > ys.min(axis=0))
+            if not smooth.any():
+                continue
+            moved = ys[:, smooth] - ys[2, smooth]
+            basis = np.vander(scaled, 3)
+            fitted = basis @ np.linalg.lstsq(basis, moved, rcond=None)[0]
+            misfit = np.sqrt(np.mean((fitted - moved) ** 2, axis=0))
+            noise = np.max([self._rounding(point[o]).ravel()[smooth] for point in self.outputs], axis=0)
+            excess = misfit - FIT_RTOL * (moved.max(axis=0) - moved.min(axis=0)) - noise
+            if (excess > 0).any():
+                return o, int(np.flatnonzero(smooth)[np.argmax(excess)]), "fit"
+        return None
+
+    def explain(self, selection, found) -> str:
+        """What the points show at output element `found` (from `nondifferentiable`), in
+        words a reader checks by hand: the slopes of `f` on either side, or where it is not
+        finite, and `f`'s values at the five points."""
+        o, flat, why = found
+        output = selection.outputs[o]
+        index = tuple(int(i) for i in np.unravel_index(flat, output.shape)) if output.shape else ()
+        ys = [float(np.asarray(point[o], dtype=np.float64).ravel()[flat]) for point in self.outputs]
+        xs = [self.value + t for t in self.offsets]
+        where = "" if output.title == "the output" else f" of {output.title}"
+        listing = ", ".join(f"{y:.6g} at {x:.6g}" for x, y in zip(xs, ys))
+        if why == "finite":
+            return (f"f's value{where} at index {index} is finite at some of the points around it and not at others "
+                    f"(f there: {listing}): it has no derivative there")
+        below = (ys[1] - ys[0]) / (self.offsets[1] - self.offsets[0])
+        above = (ys[4] - ys[3]) / (self.offsets[4] - self.offsets[3])
+        return (f"its slope is {below:.6g} just below and {above:.6g} just above, in f's value{where} at index "
+                f"{index} (f there: {listing}): a kink, a step or an infinite slope")
+
+
+def _subnormal(y):
+    """Where `y`'s nonzero values are below its dtype's normal range (absolute rounding)."""
+    tiny = _values.smallest_subnormal(y.dtype)
+    if not tiny:
+        return np.zeros(np.shape(y), dtype=bool)
+    magnitude = np.abs(np.asarray(y, dtype=np.float64))
+    return (magnitude > 0) & (magnitude < tiny / (2 * _values.unit_roundoff(y.dtype)))
 
 
 class Differences:
-    """Central differences for every element of every input, each with its rounding noise.
+    """The numerical gradient of every checked item, element by element, with its noise.
 
-    `half_check` (a function's name, or None): refuse, naming what to pass, when an input
-    or an output of the numerical pass is less precise than float32 and `eps` was not given.
+    `detect`: take five points per element and raise `NondifferentiableError` where `f` has
+    no derivative (Chainer's `detect_nondifferentiable`). `half_check` (a function's name,
+    or None): refuse, naming what to pass, when an output of the numerical pass is less
+    precise than float32 and `eps` was not given.
 
     Example:
         >>> [(gradient.shape, noise.max()) for gradient, noise in differences.gradients()]
         [((3, 2), 1.2e-07)]
     """
 
-    def __init__(self, evaluator: Evaluator, eps: float, half_check=None) -> None:
-        self.evaluator, self.eps, self.half_check = evaluator, eps, half_check
+    def __init__(self, evaluator: Evaluator, eps: float, detect: bool = False, half_check=None) -> None:
+        self.evaluator, self.eps, self.detect, self.half_check = evaluator, eps, detect, half_check
         self.output_dtypes: list = []
         self._center = None
+        floating = [base.dtype for base in evaluator.bases if _values.is_floating(base)]
         #: the least precise input's unit roundoff: the precision `f`'s arithmetic runs at
-        self.roundoff = max(host.unit_roundoff(base.dtype) for base in evaluator.bases)
-        if half_check is not None:
-            self._refuse_half_inputs()
+        self.roundoff = max([_values.unit_roundoff(dtype) for dtype in floating] or [0.0])
 
     def gradients(self) -> list:
-        """`(gradient, noise)` per input: float64 host arrays of the input's shape."""
+        """`(gradient, noise)` per checked item (float64 host arrays of its shape), None for
+        the others."""
         found = []
-        for position, base in enumerate(self.evaluator.bases):
-            gradient, noise = host.zeros(tuple(base.shape)), host.zeros(tuple(base.shape))
-            for index in host.element_indices(tuple(base.shape)):
+        for position, (item, base) in enumerate(zip(self.evaluator.items, self.evaluator.bases)):
+            if not item.checked:
+                found.append(None)
+                continue
+            gradient, noise = np.zeros(base.shape), np.zeros(base.shape)
+            for index in np.ndindex(*base.shape):
                 gradient[index], noise[index] = self.derivative(position, index)
             found.append((gradient, noise))
         return found
 
     def derivative(self, position: int, index: tuple) -> tuple:
-        """`(central difference, its noise)` for one element."""
+        """`(numerical derivative, its noise)` for one element (NaN where it is not finite)."""
+        value = float(self.evaluator.bases[position][index])
+        if not math.isfinite(value):
+            return math.nan, 0.0
+        samples = self.samples(position, index, 5 if self.detect else 2)
+        if self.detect:
+            self.raise_if_nondifferentiable(samples, position, index, self.evaluator.function)
+        total, noise = samples.derivative(self.grad_outputs())
+        return total, noise
+
+    def raise_if_nondifferentiable(self, samples: Samples, position: int, index: tuple, function: str) -> None:
+        selection = self.evaluator.selection
+        found = samples.nondifferentiable(selection)
+        if found is None:
+            return
+        item = self.evaluator.items[position]
+        raise NondifferentiableError(
+            f"f is not differentiable at element {index} (value {samples.value:g}) of {item.title}, where "
+            f"{function}(detect_nondifferentiable=True) looked at it over eps={self.eps:g}: "
+            f"{samples.explain(selection, found)}. No central difference there is a derivative. Move the input "
+            f"further than eps from such a point, or pass a smaller eps.")
+
+    def samples(self, position: int, index: tuple, count: int) -> Samples:
+        """`f`'s outputs at `count` points around one element (2: `-+eps`; 5: also
+        `-+eps/2` and the element itself)."""
         base = self.evaluator.bases[position]
-        value = host.python_value(base, index)
-        plus, minus, step = host.rounded_steps(value, self.eps, base.dtype)
-        if step == 0:
+        value = float(base[index])
+        fractions = (-1.0, 1.0) if count == 2 else (-1.0, -0.5, 0.0, 0.5, 1.0)
+        points = [float(np.asarray(value + share * self.eps, dtype=np.float64).astype(base.dtype)) for share in
+                  fractions]
+        if len(set(points)) < count:
             item = self.evaluator.items[position]
             raise GradientCheckUsageError(
-                f"eps={self.eps:g} does not change {item.name} ({item.described}) at index {index}: {value:g} + eps "
-                f"and {value:g} - eps round to the same {host.dtype_name(base)} value. Pass a larger eps, e.g. "
-                f"eps={host.suggested_eps(value, base.dtype):g}.")
-        outputs_plus = self._outputs(position, index, plus)
-        outputs_minus = self._outputs(position, index, minus)
-        total, noise, _ = host.loss_difference(outputs_plus, outputs_minus, self._grad_outputs(), self.roundoff)
-        return total / step, noise / step
+                f"eps={self.eps:g} does not change {item.name} ({item.described}) at index {index}: {value:g} moved "
+                f"by eps{' and eps/2' if count == 5 else ''} rounds to {value:g} or to another point in "
+                f"{base.dtype.name}. Pass a larger eps, e.g. eps={self._suggested_eps(value, base.dtype):g}.")
+        outputs = [self.center() if point == value and share == 0 else self._outputs(position, index, point)
+                   for share, point in zip(fractions, points)]
+        return Samples(value, [point - value for point in points], outputs, self.eps, self.roundoff)
 
-    def slopes(self, position: int, index: tuple):
-        """The `Slopes` around one element (four more calls of `f`), or None where the steps
-        round to nothing."""
-        base = self.evaluator.bases[position]
-        value = host.python_value(base, index)
-        points = [(0.0, self.center())]
-        for multiple in (1, 2):
-            plus, minus, _ = host.rounded_steps(value, multiple * self.eps, base.dtype)
-            for moved in (plus, minus):
-                points.append((moved - value, host.loss(self._outputs(position, index, moved), self._grad_outputs())))
-        (t0, l0), (t1, l1), (tm1, lm1), (t2, l2), (tm2, lm2) = points
-        if len({t0, t1, tm1, t2, tm2}) < 5:
-            return None
-        s1, s2, s3, s4 = ((lm1 - lm2) / (tm1 - tm2), (l0 - lm1) / (t0 - tm1), (l1 - l0) / (t1 - t0),
-                          (l2 - l1) / (t2 - t1))
-        left, right = (3 * s2 - s1) / 2, (3 * s3 - s4) / 2  # one-sided, exact for parabolas
-        narrow, wide = (l1 - lm1) / (t1 - tm1), (l2 - lm2) / (t2 - tm2)
-        return Slopes(s2, s3, max(abs(right - left), 4 * abs(wide - narrow)))
-
-    def center(self) -> float:
-        """`sum(f(x) * gy)` at the inputs as they are (one call, kept)."""
+    def center(self) -> list:
+        """`f`'s selected outputs at the items as they are (one call, kept)."""
         if self._center is None:
-            self._center = host.loss(self._outputs(None, None, None), self._grad_outputs())
+            self._center = self._outputs(None, None, None)
         return self._center
 
-    def _grad_outputs(self) -> list:
+    def grad_outputs(self) -> list:
         selection = self.evaluator.selection
         return [] if selection is None else selection.grad_outputs
+
+    @staticmethod
+    def _suggested_eps(value: float, dtype) -> float:
+        return 4 * _EPSILON.get(np.dtype(dtype).name, 2.0 ** -3) * max(1.0, abs(value))
 
     def _outputs(self, position, index, value) -> list:
         found = self.evaluator.outputs(position, index, value)
         if not self.output_dtypes:
-            self.output_dtypes = [host.dtype_name(output) for output in found]
+            self.output_dtypes = [output.dtype.name for output in found]
             if self.half_check is not None:
                 self._refuse_half_outputs(found)
         return found
 
-    def _refuse_half_inputs(self) -> None:
-        for item, base in zip(self.evaluator.items, self.evaluator.bases):
-            if host.is_half(base.dtype):
-                raise GradientCheckUsageError(
-                    f"{self.half_check}() would take central differences of {item.name} ({item.described}) in "
-                    f"{host.dtype_name(base)}, whose rounding (a part in {1 / host.unit_roundoff(base.dtype):.0f} of "
-                    f"each value, over a step of 2 * eps = {2 * self.eps:g}) swamps the gradient. Pass "
-                    f"dtype='float32' (or 'float64'): the numerical gradient then comes from f run on copies of "
-                    f"the inputs in that dtype, while the autodiff still runs in {host.dtype_name(base)}. Or pass "
-                    f"eps (2**-4, say) to take the differences in {host.dtype_name(base)} itself.")
-
     def _refuse_half_outputs(self, found: list) -> None:
         selection = self.evaluator.selection
         for output, value in zip(selection.outputs if selection is not None else [], found):
-            if host.is_half(value.dtype):
+            if _values.is_half(value.dtype):
                 raise GradientCheckUsageError(
                     f"{self.half_check}() would take central differences of {output.title} of f in "
-                    f"{host.dtype_name(value)} (f computes it so from its inputs, whose dtype the numerical pass "
-                    f"takes), whose rounding over a step of 2 * eps = {2 * self.eps:g} swamps the gradient. Pass "
-                    f"eps (2**-4, say) to take the differences at that precision, with its looser tolerances.")
+                    f"{value.dtype.name} (f computes it so, whatever the dtype of its inputs), whose rounding over a "
+                    f"step of 2 * eps = {2 * self.eps:g} swamps the gradient. Pass eps (2**-4, say) to take the "
+                    f"differences at that precision, with its looser tolerances, or return the output in float32.")

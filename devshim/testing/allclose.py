@@ -6,12 +6,25 @@ Example:
 
 from __future__ import annotations
 
-from devshim.backends.numpy import _testing as host
+import numpy as np
+
 from devshim.errors import NotCloseError, ToleranceError
 from devshim.testing import _values
 from devshim.testing._values import Value
 
-__all__ = ["assert_allclose"]
+__all__ = ["assert_allclose", "Mismatch", "mismatch", "TOLERANCES"]
+
+#: dtype name -> (rtol, atol) `assert_allclose` uses when none is given: about two units in
+#: the last place for the half-precision types, looser than that for float32 (sums taken in
+#: another order on another device), near NumPy's own rtol for float64.
+TOLERANCES = {
+    "float64": (1e-7, 1e-9), "complex128": (1e-7, 1e-9),
+    "float32": (1e-5, 1e-6), "complex64": (1e-5, 1e-6),
+    "float16": (2e-3, 1e-4),
+    "bfloat16": (1.6e-2, 1e-3),
+    "float8_e4m3fn": (0.25, 1e-2), "float8_e4m3fnuz": (0.25, 1e-2), "float8_e4m3b11fnuz": (0.25, 1e-2),
+    "float8_e5m2": (0.5, 1e-2), "float8_e5m2fnuz": (0.5, 1e-2),
+}
 
 
 def assert_allclose(actual, desired, *, rtol=None, atol=None, equal_nan: bool = True, err_msg: str = "") -> None:
@@ -59,7 +72,7 @@ def assert_allclose(actual, desired, *, rtol=None, atol=None, equal_nan: bool = 
         Mismatched elements: 1 / 2 (50%) ...
     """
     for name, value in (("rtol", rtol), ("atol", atol)):
-        if value is not None and (not host.is_finite_number(value) or value < 0):
+        if value is not None and (not _values.is_finite_number(value) or value < 0):
             raise ToleranceError(f"assert_allclose({name}={value!r}): a tolerance is a finite number, 0 or more. "
                                  f"Pass {name}=None for the default of the values' dtype, or a number such as "
                                  f"{name}=1e-5.")
@@ -157,7 +170,7 @@ def _listing(found: list) -> str:
 def _tolerances(got: Value, want: Value, rtol, atol) -> tuple:
     """(rtol, atol, where they came from)."""
     dtypes = [v.dtype for v in (got, want) if v.dtype is not None]
-    default_rtol, default_atol, dtype = host.default_tolerances(dtypes)
+    default_rtol, default_atol, dtype = _default_tolerances(dtypes)
     if rtol is None and atol is None:
         return default_rtol, default_atol, f" ({dtype}'s defaults)"
     if rtol is None:
@@ -172,7 +185,7 @@ def _compare(got: Value, want: Value, rtol, atol, equal_nan: bool):
     if got.shape != want.shape and not (got.scalar or want.scalar):
         return f"Shapes differ: actual {got.shape}, desired {want.shape}.\n{_sides(got, want)}"
     rtol, atol, source = _tolerances(got, want, rtol, atol)
-    found = host.mismatch(got.host, want.host, rtol, atol, equal_nan)
+    found = mismatch(got.host, want.host, rtol, atol, equal_nan)
     if found is None:
         return None
     return "\n".join([
@@ -188,3 +201,79 @@ def _compare(got: Value, want: Value, rtol, atol, equal_nan: bool):
 
 def _sides(got: Value, want: Value) -> str:
     return f" actual: {got.describe()}\n desired: {want.describe()}"
+
+
+def _default_tolerances(dtypes: list) -> tuple:
+    """(rtol, atol, dtype name) for comparing values of these dtypes: the least precise
+    floating dtype's row of `TOLERANCES`, float64's where there is none but a Python float,
+    (0, 0) for integers and booleans only."""
+    floating = [name for name in dtypes if name in TOLERANCES]
+    if not floating:
+        if dtypes and all(np.dtype(name).kind in "biu" for name in dtypes):
+            return 0.0, 0.0, dtypes[0]
+        return (*TOLERANCES["float64"], "float64")
+    least = min(floating, key=_values.PRECISION.index)
+    return (*TOLERANCES[least], least)
+
+
+class Mismatch:
+    """Where two arrays differ beyond the tolerance: how many elements, and the greatest
+    absolute and relative differences with their index and the two values there.
+
+    Example:
+        >>> found = mismatch(np.array([1.0, 2.0]), np.array([1.0, 3.0]), 0.0, 0.0, True)
+        >>> found.count, found.abs_index
+        (1, (1,))
+    """
+
+    __slots__ = ("count", "total", "abs_diff", "abs_index", "rel_diff", "rel_index", "actual", "desired")
+
+    def __init__(self, actual, desired, bad) -> None:
+        complex_ = actual.dtype.kind == "c" or desired.dtype.kind == "c"
+        a, d = _wide(actual, complex_), _wide(desired, complex_)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            abs_diff = np.abs(a - d)
+            rel_diff = abs_diff / np.abs(d)
+        # NaN differences (one side NaN) rank first: they are the worst kind of mismatch.
+        self.abs_index, self.rel_index = (
+            tuple(int(i) for i in np.unravel_index(int(np.argmax(np.where(bad, np.nan_to_num(diff, nan=np.inf), -1.0))),
+                                                   bad.shape)) for diff in (abs_diff, rel_diff))
+        self.count, self.total = int(np.count_nonzero(bad)), int(bad.size)
+        self.abs_diff, self.rel_diff = float(abs_diff[self.abs_index]), float(rel_diff[self.rel_index])
+        self.actual, self.desired = actual, desired
+
+    def value_at(self, index: tuple, names: tuple = ("actual", "desired")) -> str:
+        """`actual x, desired y` at `index` (`names` for the two sides)."""
+        # str(): a NumPy scalar's shortest repr in its own dtype (format() would widen it to float)
+        return f"{names[0]} {str(self.actual[index])}, {names[1]} {str(self.desired[index])}"
+
+
+def _wide(array, complex_: bool):
+    if array.dtype.kind in "biu" and not complex_:
+        return array.astype(np.float64)
+    return array.astype(np.complex128 if complex_ else np.float64)
+
+
+def mismatch(actual, desired, rtol: float, atol: float, equal_nan: bool):
+    """A `Mismatch` where `|actual - desired| > atol + rtol * |desired|` anywhere (NumPy's
+    rule, in float64 or complex128; equal infinities match, NaN matches NaN with
+    `equal_nan`; integers and booleans without a tolerance compared exactly), else None. The
+    shapes are equal, or one side is 0-d.
+
+    Example:
+        >>> mismatch(np.ones(2), np.ones(2), 1e-7, 0.0, True) is None
+        True
+    """
+    actual, desired = np.broadcast_arrays(np.asarray(actual), np.asarray(desired))
+    complex_ = actual.dtype.kind == "c" or desired.dtype.kind == "c"
+    if actual.dtype.kind in "biu" and desired.dtype.kind in "biu" and rtol == 0 and atol == 0:
+        bad = actual != desired  # exactly, without a detour through float64 (int64 has more digits)
+    else:
+        a, d = _wide(actual, complex_), _wide(desired, complex_)
+        with np.errstate(invalid="ignore", over="ignore"):
+            # An infinity matches only itself: inf - (-inf) is within an infinite tolerance.
+            close = (a == d) | (np.isfinite(a) & np.isfinite(d) & (np.abs(a - d) <= atol + rtol * np.abs(d)))
+        if equal_nan:
+            close |= np.isnan(a) & np.isnan(d)
+        bad = ~close
+    return Mismatch(actual, desired, bad) if bad.any() else None

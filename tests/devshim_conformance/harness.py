@@ -168,6 +168,30 @@ class Harness:
         ``IndexedSlices``, MXNet ``row_sparse``); a plain gather elsewhere."""
         return weight[np.asarray(rows)]
 
+    #: a regular expression for the framework's own refusal of a custom backward that returns more
+    #: gradients than its function has inputs (Chainer's "invalid number of gradients" case)
+    wrong_gradient_count: str = ""
+    #: whether the framework raises a custom backward's error for a 0-size input (MXNet 1.9 prints it,
+    #: goes on, and fails the next custom backward of the process)
+    runs_backward_of_empty: bool = True
+
+    def identity(self, count: int) -> Optional[Callable[..., Any]]:
+        """The framework's own custom-gradient identity of ``count`` inputs and as many outputs (one
+        tensor for one), whose backward passes each output's gradient on (zeros for an output that
+        got none); None without autodiff."""
+        return None
+
+    def views(self) -> list:
+        """(how the code says it, view(x)) for the outputs Chainer's closure form must read as they
+        were: the input itself and views of its memory, for a 2-D ``x``."""
+        return [("x", lambda x: x), ("x.T", lambda x: x.T), ("x.reshape(-1)", lambda x: x.reshape(-1)),
+                ("x[0]", lambda x: x[0])]
+
+    def in_place_kind(self, x: Any) -> Any:
+        """``x`` as a tensor the framework can change in place (a ``tf.Variable``), or None where it
+        has none (JAX)."""
+        return x
+
     def special_kind(self, x: Any) -> Any:
         """A copy of ``x`` as the framework's other kind of input a check must keep (a torch
         ``nn.Parameter``, a ``tf.Variable``, an MXNet classic ``nd`` array); ``x`` where it has none."""

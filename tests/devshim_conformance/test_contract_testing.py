@@ -295,17 +295,23 @@ def test_check_backward_matches_dict_outputs_and_their_grad_outputs_by_key(harne
     ds.testing.check_backward(f, (x,), {"a": None, "b": np.ones((3, 2))})
 
 
-def test_check_backward_refuses_half_precision_by_name_and_checks_it_with_dtype(harness):
+def test_check_backward_differentiates_half_precision_in_float32_and_refuses_a_half_dtype(harness):
+    """Half-precision inputs are differentiated numerically in float32 unless told otherwise (the
+    autodiff runs in float16): right passes, a backward 10% wrong fails. Central differences in half
+    precision are refused by name: as `dtype`, and for half outputs of wider inputs without `eps`."""
     needs_autodiff(harness)
     if "float16" not in harness.dtypes:
         pytest.skip(f"{harness.name} has no float16")
     for device in ds.devices():
         x16, = inputs(harness, device, 1, dtype="float16")
-        with pytest.raises(ds.GradientCheckUsageError, match=r"input 0 \(.*float16.*\) in float16.*Pass "
-                                                             r"dtype='float32'"):
-            ds.testing.check_backward(lambda x: x * x, (x16,))
-        ds.testing.check_backward(lambda x: x * x, (x16,), dtype="float32")
-        ds.testing.check_backward(lambda x: x * x, (x16,), eps=2 ** -4)
+        ds.testing.check_backward(lambda x: x * x, (x16,))
+        ds.testing.check_backward(lambda x: x * x, (x16,), dtype="float64" if "float64" in harness.dtypes else None)
+        off = harness.custom_gradient(lambda x: x * x, lambda x, gy: (gy * x * 2.2,))
+        with pytest.raises(ds.GradientMismatchError, match=r"rtol=0\.01 \(float16's default\)"):
+            ds.testing.check_backward(off, (x16,))
+        with pytest.raises(ds.GradientCheckUsageError, match=r"dtype='float16'\): central differences taken in "
+                                                             r"float16 are swamped"):
+            ds.testing.check_backward(lambda x: x * x, (x16,), dtype="float16")
         x32, = inputs(harness, device, 1)
 
         def to_half(x):
@@ -314,6 +320,26 @@ def test_check_backward_refuses_half_precision_by_name_and_checks_it_with_dtype(
         with pytest.raises(ds.GradientCheckUsageError, match=r"central differences of the output of f in float16.*Pass eps"):
             ds.testing.check_backward(to_half, (x32,))
         ds.testing.check_backward(to_half, (x32,), eps=2 ** -4)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_backward_ten_percent_wrong_fails_in_half_precision_for_twenty_seeds(harness, dtype):
+    """x * x with inputs in [0.25, 1] of a half-precision dtype: a backward that returns 2.2 x (10% wrong)
+    fails for each of 20 seeds (inputs and grad outputs drawn from each), with the default eps and with
+    the 2**-4 once advised for half precision; the right one (2 x) passes for each."""
+    needs_autodiff(harness)
+    if dtype not in harness.dtypes:
+        pytest.skip(f"{harness.name} has no {dtype}")
+    right = harness.custom_gradient(lambda x: x * x, lambda x, gy: (gy * x * 2,))
+    wrong = harness.custom_gradient(lambda x: x * x, lambda x, gy: (gy * x * 2.2,))
+    device = ds.devices()[-1]
+    for seed in range(20):
+        values = np.random.default_rng(seed).uniform(0.25, 1.0, (3, 2))
+        x = harness.tensor(values.astype(np.float32).tolist(), device, dtype)
+        ds.testing.check_backward(right, (x,), seed=seed)
+        for eps in (None, 2 ** -4):
+            with pytest.raises(ds.GradientMismatchError, match=rf"\(of 1: {harness.name} {dtype} \(3, 2\)"):
+                ds.testing.check_backward(wrong, (x,), seed=seed, eps=eps)
 
 
 def test_check_backward_fails_an_all_zero_backward_of_a_mean_of_1000_values(harness):

@@ -130,6 +130,20 @@ class JaxHarness(Harness):
                         lambda inputs, grad: tuple(backward(*inputs, grad)))
         return function
 
+    wrong_gradient_count = r"Custom VJP bwd rule must produce an output with the same container"
+
+    def identity(self, count):
+        @jax.custom_vjp
+        def identity(*inputs):
+            return inputs if count > 1 else inputs[0]
+
+        identity.defvjp(lambda *inputs: (identity(*inputs), None),
+                        lambda _, grads: tuple(grads) if count > 1 else (grads,))
+        return identity
+
+    def in_place_kind(self, x):
+        return None  # JAX arrays are immutable
+
     def stop_gradient(self, x):
         return jax.lax.stop_gradient(x)
 

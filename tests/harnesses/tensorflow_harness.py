@@ -157,6 +157,28 @@ class TensorflowHarness(Harness):
 
         return function
 
+    wrong_gradient_count = r"custom_gradient function expected to return 1 gradients, but returned 2"
+
+    def identity(self, count):
+        @tf.custom_gradient
+        def identity(*inputs):
+            outputs = tuple(tf.identity(x) for x in inputs)
+
+            def backward(*grads):
+                return [tf.zeros_like(x) if g is None else g for x, g in zip(inputs, grads)]
+
+            return (outputs if count > 1 else outputs[0]), backward
+
+        return identity
+
+    def views(self):
+        return [("x", lambda x: x), ("tf.transpose(x)", tf.transpose), ("tf.reshape(x, [-1])",
+                                                                       lambda x: tf.reshape(x, [-1])),
+                ("x[0]", lambda x: x[0])]
+
+    def in_place_kind(self, x):
+        return self.special_kind(x)
+
     def stop_gradient(self, x):
         return tf.stop_gradient(x)
 

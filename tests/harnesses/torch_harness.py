@@ -132,6 +132,21 @@ class TorchHarness(Harness):
 
         return Function.apply
 
+    wrong_gradient_count = r"returned an incorrect number of gradients \(expected 1, got 2\)"
+
+    def identity(self, count):
+        class Identity(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, *inputs):
+                outputs = tuple(x.clone() for x in inputs)
+                return outputs if count > 1 else outputs[0]
+
+            @staticmethod
+            def backward(ctx, *grads):  # torch gives zeros for an output that got no gradient
+                return grads
+
+        return Identity.apply
+
     def stop_gradient(self, x):
         return x.detach()
 

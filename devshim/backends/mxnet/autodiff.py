@@ -9,7 +9,8 @@ MXNet refuses to differentiate an output that depends on no input, or with respe
 no output depends on; each output is given a zero that depends on every input, so both are
 zeros instead. Its second order covers few operators (MXNet 1.9: exp, log, tanh, relu and
 some other elementwise ones; not `*`): `check_double_backward` of anything else raises
-`NoAutodiffError` naming the operator. Nor does it reach the gradients given to the backward
+`NoAutodiffError` naming the operator. An array given in `params` that holds no gradient
+buffer gets one (`attach_grad`), which MXNet cannot take back. Nor does it reach the gradients given to the backward
 (they are constants to it): there the check differentiates the backward by the inputs only."""
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def _anchored(outputs: list, leaves: tuple) -> list:
     for leaf in leaves:
         term = (_as_np(leaf) * 0).sum()
         zero = term if zero is None else zero + term
-    return [_as_np(y) + zero.astype(y.dtype) for y in outputs]
+    return [_as_np(y) if zero is None else _as_np(y) + zero.astype(y.dtype) for y in outputs]
 
 
 def _second_order_refusal(err) -> NoAutodiffError:
@@ -52,7 +53,9 @@ def _second_order_refusal(err) -> NoAutodiffError:
         f"tensorflow).")
 
 
-def _gradients(heads: list, leaves: tuple, grad_outputs: list, create_graph: bool) -> list:
+def _gradients(heads: list, leaves, grad_outputs: list, create_graph: bool) -> list:
+    if not heads or not leaves:
+        return [None] * len(leaves)
     try:
         found = mx.autograd.grad(heads, list(leaves), head_grads=[_as_np(g) for g in grad_outputs],
                                  retain_graph=create_graph, create_graph=create_graph)
@@ -73,43 +76,53 @@ class MXNetAutodiff(Autodiff):
     """`mx.autograd.grad` of `f`'s outputs, recorded at the checks' copies of the inputs.
 
     Example:
-        >>> outputs, pullback = MXNetAutodiff().vjp(lambda x: [mx.np.exp(x)], (mx.np.zeros(2),))
+        >>> outputs, pullback = MXNetAutodiff().vjp(lambda x: [mx.np.exp(x)], (mx.np.zeros(2),), [True])
         >>> pullback([mx.np.ones(2)])
         [array([1., 1.])]
     """
 
     differentiates_grad_outputs = False
 
-    def vjp(self, f, inputs: tuple):
-        for leaf in inputs:  # the checks' own copies
+    def vjp(self, f, inputs: tuple, wrt: list, params: list = ()):
+        targets = [x for x, w in zip(inputs, wrt) if w] + list(params)
+        for leaf in targets[:len(targets) - len(params)]:  # the checks' own copies
             leaf.attach_grad()
         with mx.autograd.record():
             outputs = f(*inputs)
             with mx.util.np_shape(True):
-                heads = _anchored(list(outputs), inputs)
+                heads = _anchored(list(outputs), targets)
 
         def pullback(grad_outputs: list) -> list:
             with mx.util.np_shape(True):
-                return _gradients(heads, inputs, list(grad_outputs), create_graph=False)
+                found = iter(_gradients(heads, targets, list(grad_outputs), create_graph=False))
+            return [next(found) if w else None for w in wrt] + list(found)
 
         return outputs, pullback
 
-    def gradient_function(self, f, count: int):
+    def gradient_function(self, f, count: int, wrt: list, params: list = ()):
         def first_order(*arguments) -> list:
             xs, gys = arguments[:count], list(arguments[count:])
             if mx.autograd.is_recording():  # inside vjp: xs are its leaves, the result is recorded
-                return _gradients(list(f(*xs)), xs, gys, create_graph=True)
-            leaves = tuple(x.copy() for x in xs)
-            for leaf in leaves:
+                targets = [x for x, w in zip(xs, wrt) if w] + list(params)
+                return _gradients(list(f(*xs)), targets, gys, create_graph=True)
+            leaves = tuple(x.copy() if w else x for x, w in zip(xs, wrt))
+            targets = [x for x, w in zip(leaves, wrt) if w] + list(params)
+            for leaf in targets[:len(targets) - len(params)]:
                 leaf.attach_grad()
             with mx.autograd.record():
                 outputs = list(f(*leaves))
                 with mx.util.np_shape(True):
-                    heads = _anchored(outputs, leaves)
+                    heads = _anchored(outputs, targets)
             with mx.util.np_shape(True):
-                return _gradients(heads, leaves, gys, create_graph=False)
+                return _gradients(heads, targets, gys, create_graph=False)
 
         return first_order
+
+    def differentiating(self, params: list):
+        for p in params:  # an array MXNet differentiates by must hold a gradient buffer
+            if p.grad is None:
+                p.attach_grad()
+        return super().differentiating(params)
 
     def copy_like(self, x, fresh):
         return fresh if isinstance(x, mx.np.ndarray) else fresh.as_nd_ndarray()

@@ -32,30 +32,33 @@ class TensorFlowAutodiff(Autodiff):
     """`tape.gradient` of `f`'s outputs with respect to its inputs.
 
     Example:
-        >>> outputs, pullback = TensorFlowAutodiff().vjp(lambda x: [tf.exp(x)], (tf.zeros(2),))
+        >>> outputs, pullback = TensorFlowAutodiff().vjp(lambda x: [tf.exp(x)], (tf.zeros(2),), [True])
         >>> pullback([tf.ones(2)])
         [<tf.Tensor: shape=(2,), dtype=float32, numpy=array([1., 1.], dtype=float32)>]
     """
 
-    def vjp(self, f, inputs: tuple):
+    def vjp(self, f, inputs: tuple, wrt: list, params: list = ()):
+        targets = [x for x, w in zip(inputs, wrt) if w] + list(params)
         with tf.GradientTape(watch_accessed_variables=False) as tape:
-            for x in inputs:
+            for x in targets:
                 tape.watch(x)
             outputs = f(*inputs)
 
         def pullback(grad_outputs: list) -> list:
-            return _gradients(tape, list(outputs), list(inputs), list(grad_outputs), tf.UnconnectedGradients.NONE)
+            found = iter(_gradients(tape, list(outputs), targets, list(grad_outputs), tf.UnconnectedGradients.NONE))
+            return [next(found) if w else None for w in wrt] + list(found)
 
         return outputs, pullback
 
-    def gradient_function(self, f, count: int):
+    def gradient_function(self, f, count: int, wrt: list, params: list = ()):
         def first_order(*arguments) -> list:
             xs, gys = list(arguments[:count]), list(arguments[count:])
+            targets = [x for x, w in zip(xs, wrt) if w] + list(params)
             with tf.GradientTape(watch_accessed_variables=False) as tape:
-                for x in xs:
+                for x in targets:
                     tape.watch(x)
                 ys = f(*xs)
-            return _gradients(tape, list(ys), xs, gys, tf.UnconnectedGradients.ZERO)
+            return _gradients(tape, list(ys), targets, gys, tf.UnconnectedGradients.ZERO)
 
         return first_order
 
