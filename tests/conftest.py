@@ -127,8 +127,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     skipped = len(terminalreporter.stats.get("skipped", []))
     shown = getattr(config.option, "reportchars", "") or ""
     if skipped and not set(shown) & set("sSaA"):
-        terminalreporter.write_line(f"{skipped} skipped (other backends' tests, and tests that need a GPU or "
-                                    f"another framework): pytest -rs lists each with its reason")
+        terminalreporter.write_line(f"{skipped} skipped: pytest -rs lists each with its reason (another backend's "
+                                    f"tests, a GPU or a framework release this machine lacks)")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -69,8 +69,7 @@ def test_the_suites_summary_counts_skips_and_lists_none():
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert not [line for line in lines if line.startswith("SKIPPED")], done.stdout
-    assert "1 skipped (other backends' tests, and tests that need a GPU or another framework): pytest -rs " \
-           "lists each with its reason" in lines, done.stdout
+    assert [line for line in lines if line.startswith("1 skipped: pytest -rs lists each with its reason")], done.stdout
     assert re.search(r"\b1 skipped in [\d.]+s", lines[-1]), lines[-1]
 
 
