@@ -618,3 +618,32 @@ def test_a_value_read_outside_every_guard_is_held_on_the_host_too(gpu):
         with ds.transfer_guard("disallow") as report:
             transfer()
         assert report.total == 0, what
+
+
+def test_on_a_real_device_jaxs_own_guard_says_whether_a_read_copies():
+    """On a GPU, JAX holds a value it copied once in C++ (after `copy_to_host_async`, where
+    `_npy_value` stays None): devshim asks JAX's own guard, set to "disallow", first, and counts
+    a read as a transfer only when JAX refuses it (its C++ checks where it copies). Here with
+    reads that stand for JAX's: one it lets through, one it refuses, one failing otherwise. A
+    virtual GPU is never asked (JAX's guard never checks a CPU device)."""
+    from devshim._device import Device
+    from devshim.backends.jax import guard
+
+    real, virtual = Device("gpu", 0, backend="jax"), Device("gpu", 0, backend="jax", virtual=True)
+    seen = []
+
+    def held():
+        seen.append(jax.config.jax_transfer_guard_device_to_host)
+        return "value"
+
+    def copies():
+        raise JAX_REFUSAL("INVALID_ARGUMENT: Disallowed device-to-host transfer: shape=(3,), dtype=float32")
+
+    def deleted():
+        raise JAX_REFUSAL("INVALID_ARGUMENT: Array has been deleted.")
+
+    assert guard._held_on_host(real, held) == (True, "value") and seen == ["disallow"]
+    assert guard._held_on_host(real, copies) == (False, None)
+    with pytest.raises(JAX_REFUSAL, match="deleted"):
+        guard._held_on_host(real, deleted)
+    assert guard._held_on_host(virtual, held) == (False, None) and seen == ["disallow"]
