@@ -558,7 +558,7 @@ def test_jax_case_mixed_nesting(on_gpu):
 
 @pytest.mark.parametrize("name, transfers, guard", DIRECTIONS, ids=_IDS)
 def test_jax_case_allow_by_default(on_gpu, name, transfers, guard):
-    for what, _, transfer in transfers(on_gpu):
+    for _, _, transfer in transfers(on_gpu):
         transfer()  # no guard: every transfer is allowed
 
 

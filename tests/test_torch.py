@@ -434,7 +434,7 @@ def test_the_public_functions_themselves_compile_with_fullgraph():
             assert second > first or fn is ds.copy_if_needed  # (a batch already on the host: no op, no graph)
             continue
         assert graphs == [], f"torch {torch.__version__} traced {fn.__name__} compiled as it is"
-        inside = torch.compile(lambda b, d: fn(b, d, skip_keys="skip"), fullgraph=True, backend=count_graphs)
+        inside = torch.compile(lambda b, d, fn=fn: fn(b, d, skip_keys="skip"), fullgraph=True, backend=count_graphs)
         there = inside(batch, meta)
         assert len(graphs) == 1 and there["skip"] is x and there["x"].device == meta
 

@@ -186,4 +186,5 @@ EXPERIMENT = Experiment(
     ],
     plot=BarPlot(label="device", value="seconds", xlabel="seconds per epoch (median, IQR bars)"),
     per_backend=False,
+    framework="torch",
 )
