@@ -468,3 +468,17 @@ def test_the_passes_of_one_run_each_run_a_shared_test_once(tmp_path):
     assert len(ran[ONCE_TEST]) == 1
     for name in passes:
         assert f"| {name} | " in summary
+
+
+def test_devshim_bench_takes_several_backends_separated_by_commas():
+    """What the check's bench runs use: one run of an experiment on the backends checked."""
+    import argparse
+
+    from devshim import bench
+    from devshim.bench.experiments import experiments
+
+    installed = [name for name in ds.available_backends() if specs()[name].has_module("ops")]
+    named = argparse.Namespace(backend=" , ".join(installed + installed[:1]))
+    assert bench._backends_for(named, experiments()["matmul"]) == installed
+    with pytest.raises(ds.DevshimError, match="pytroch"):
+        bench._backends_for(argparse.Namespace(backend="numpy,pytroch"), experiments()["matmul"])
