@@ -233,8 +233,9 @@ def _guarded_value(original):
         state = current()
         if state.checking:
             if marker.is_explicit():
+                value = getter(self)  # (remembered once read: a read JAX refuses holds nothing)
                 _remember_fetched(self, _device_place(self))
-                return getter(self)
+                return value
             place = _needs_report(self, state)
             if place is not None:
                 what = _what()
