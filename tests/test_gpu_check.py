@@ -115,6 +115,8 @@ def fakes(tmp_path, monkeypatch):
 
     found = Fakes()
     monkeypatch.setattr(gpu_check, "SUITE_NEEDS", ())
+    monkeypatch.setattr(gpu_check, "FEWEST_SECONDS", 1)  # (fakes start in no time: short limits suffice)
+    monkeypatch.setattr(gpu_check, "FEWEST_PASS_SECONDS", 1)
     monkeypatch.setattr(gpu_check, "memory_frameworks", lambda: tuple(specs()))
     monkeypatch.setattr(gpu_check, "suite_command",
                         lambda python, which, workers, args, report, selection, ignored:
@@ -140,11 +142,10 @@ def test_a_slow_pass_is_stopped_at_the_time_limit_and_queued_passes_are_not_star
     """Three passes taking turns (--parallel 1), each a fake that takes a minute: the first is
     stopped at the check's limit, the two queued behind it are reported as not run, and the
     check ends within its limit, failed."""
-    monkeypatch.setattr(gpu_check, "FEWEST_PASS_SECONDS", 1)
     monkeypatch.setattr(gpu_check, "passes", lambda backends, no_virtual: [("numpy", 0), ("numpy", 2), ("numpy", 4)])
     fakes.set("suite", 60)
-    code, summary, took = _check(tmp_path, "--backends", "numpy", "--no-bench", "--parallel", "1", "--time-limit", "8")
-    assert took < 8 + 4, took
+    code, summary, took = _check(tmp_path, "--backends", "numpy", "--no-bench", "--parallel", "1", "--time-limit", "5")
+    assert took < 5 + 4, took
     assert code == 1 and "result: FAILED" in summary
     assert "- numpy: stopped at the time limit" in summary
     assert "- numpy on 2 virtual GPUs: not run (the time limit)" in summary
@@ -154,11 +155,10 @@ def test_a_slow_pass_is_stopped_at_the_time_limit_and_queued_passes_are_not_star
 
 @once
 @pytest.mark.parametrize("stage", ["selftest", "memory", "bench"])
-def test_every_other_stage_is_stopped_at_the_time_limit_too(tmp_path, fakes, monkeypatch, stage):
-    monkeypatch.setattr(gpu_check, "FEWEST_PASS_SECONDS", 1)
+def test_every_other_stage_is_stopped_at_the_time_limit_too(tmp_path, fakes, stage):
     fakes.set(stage, 60)
-    code, summary, took = _check(tmp_path, "--backends", "numpy", "--time-limit", "8", "--bench-time", "3")
-    assert took < 8 + 4, (stage, took)
+    code, summary, took = _check(tmp_path, "--backends", "numpy", "--time-limit", "5", "--bench-time", "2")
+    assert took < 5 + 4, (stage, took)
     assert code == 1 and "result: FAILED" in summary
     assert any(line.startswith("- ") and ("stopped" in line or "not run" in line) for line in
                summary.split("result: FAILED", 1)[1].splitlines()), summary
@@ -168,12 +168,11 @@ def test_every_other_stage_is_stopped_at_the_time_limit_too(tmp_path, fakes, mon
 def test_the_suite_leaves_the_bench_its_time(tmp_path, fakes, monkeypatch):
     """A pass that would run past the limit is stopped early enough for the bench to run in the
     seconds kept for it."""
-    monkeypatch.setattr(gpu_check, "FEWEST_PASS_SECONDS", 1)
     monkeypatch.setattr(gpu_check, "bench_runs", lambda python, backends, env: [("matmul", "numpy")])
     fakes.set("suite", 60)
-    code, summary, took = _check(tmp_path, "--backends", "numpy", "--no-virtual", "--time-limit", "22",
-                                 "--bench-time", "8")
-    assert took < 22 + 4
+    code, summary, took = _check(tmp_path, "--backends", "numpy", "--no-virtual", "--time-limit", "8",
+                                 "--bench-time", "3")
+    assert took < 8 + 4
     assert "### matmul on numpy: ok" in summary and "- numpy: stopped at the time limit" in summary
 
 
