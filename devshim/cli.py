@@ -162,11 +162,21 @@ def _print_problems(problems: list, write: Callable[..., None]) -> None:
 
 
 def _print_capabilities(frameworks: list, write: Callable[..., None]) -> None:
+    """What each backend can do here: "yes" and "-" per capability where its framework is in
+    use, and what stands in the way where it is not (not installed, or failing: its line
+    under frameworks says why)."""
     write()
     capabilities = list(frameworks[0]["capabilities"]) if frameworks else []
     write("capabilities:")
     write("  " + " " * 11 + " ".join(f"{c:<8}" if len(c) <= 8 else c for c in capabilities))
     for fw in frameworks:
+        status = fw.get("status", "ok")
+        if status.startswith("not installed"):
+            write(f"  {fw['name']:<11}not installed")
+            continue
+        if status != "ok":
+            write(f"  {fw['name']:<11}unusable here (its line under frameworks says why)")
+            continue
         marks = ["yes" if fw["capabilities"][c] else "-" for c in capabilities]
         write(f"  {fw['name']:<11}" + " ".join(f"{m:<{max(8, len(c))}}" for m, c in zip(marks, capabilities)).rstrip())
 

@@ -120,6 +120,18 @@ def pytest_unconfigure(config):
     config.stash[_STDERR].close()
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Skips are counted, not listed (pyproject.toml's `-rfE`: a backend's run skips hundreds of
+    other backends' and GPU tests, whose lines pushed the result off the screen): one line says
+    how to list them."""
+    skipped = len(terminalreporter.stats.get("skipped", []))
+    shown = getattr(config.option, "reportchars", "") or ""
+    if skipped and not set(shown) & set("sSaA"):
+        terminalreporter.write_line(f"{skipped} skipped: pytest -rs lists each with its reason (another backend's "
+                                    f"tests, a GPU or a framework release this machine lacks)")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     faulthandler.dump_traceback_later(HUNG_TEST_SECONDS, exit=True, file=item.config.stash[_STDERR])

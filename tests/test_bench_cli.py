@@ -24,7 +24,7 @@ TINY = {
     "guard": ["--size", "4"],
     "startup": [],
     "convert": ["--sizes", "64", "1024"],
-    "virtual": ["--examples", "32", "--batch-size", "16", "--rounds", "1"],
+    "virtual": ["--examples", "32", "--batch-size", "16"],
     "memory": ["--megabytes", "1", "--width", "256", "--batch", "4"],
 }
 FAST = ["--min-run-time", "0.002"]

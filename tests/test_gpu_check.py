@@ -1,6 +1,14 @@
-"""tools/gpu_check.py, the project's check on a GPU machine, run here as it runs there: its
-passes, the work they share out, its summary and its exit status. (On a machine without a GPU it
-checks the CPU; what it finds on a GPU is in docs/contributing.md.)"""
+"""tools/gpu_check.py, the project's check on a GPU machine: its time limit held by every stage
+and pass (queued or not, against slow fakes), each stage's failure failing the check, --backends
+and --no-bench heard by every stage, the bench's footnotes kept, the passes' weights measured
+from the outcome files it writes, the facts it reads from tox.ini, and the check itself run here
+as it runs there. (On a machine without a GPU it checks the CPU; what it found on a GPU is in
+docs/contributing.md.)
+
+The stages are replaced by fakes where a test says so: small scripts that take the time and
+exit with the status a test asks for, so that the check's own plumbing is what is tested. Those
+tests do not depend on the backend: they run once, in the numpy env (DEVSHIM_BACKEND=numpy,
+plain), as the README's commands do."""
 
 from __future__ import annotations
 
@@ -9,11 +17,15 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 import devshim as ds
+from devshim import settings
+from devshim.backends import specs
+from devshim.bench.table import format_table
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tools" / "gpu_check.py"
@@ -22,14 +34,396 @@ HARNESS_TEST = "tests/test_array_module.py::test_each_framework_gets_its_array_m
 ONCE_TEST = "tests/test_launcher.py::test_devshim_info_says_which_process_this_is_under_a_launcher"
 
 
-def _load_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+def _load(name: str):
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # (a dataclass looks its module up there)
     spec.loader.exec_module(module)
     return module
 
 
-gpu_check = _load_check()
+gpu_check = _load("gpu_check")
+tox_facts = _load("tox_facts")
+plugin = _load("gpu_check_plugin")
+
+#: Once per CI run: in the numpy env (tox names it in TOX_ENV_NAME; outside tox, the numpy pass).
+once = pytest.mark.skipif(
+    os.environ.get("DEVSHIM_BACKEND") != "numpy" or bool(settings.virtual_device_count())
+    or os.environ.get("TOX_ENV_NAME", "numpy") != "numpy",
+    reason="the check's plumbing, tested with fake stages: the same everywhere, run once, in the numpy env")
+
+#: A stage stand-in: `fake.py KIND SECONDS EXIT [--junitxml=PATH ...]` sleeps, prints what that
+#: stage prints (a pytest pass writes its JUnit report and an outcome line), and exits.
+FAKE = '''
+import json, os, sys, time
+kind, seconds, code = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+time.sleep(seconds)
+if kind == "suite":
+    report = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--junitxml="))
+    failed = int(code != 0)
+    cases = '<testcase classname="tests.test_fake" name="test_ok"/>' + (
+        '<testcase classname="tests.test_fake" name="test_bad"><failure message="AssertionError: fake"/></testcase>'
+        if failed else "")
+    open(report, "w").write(f'<testsuite tests="{1 + failed}" failures="{failed}" errors="0" skipped="0">{cases}</testsuite>')
+    with open(os.environ["GPU_CHECK_OUTCOMES"], "a") as f:
+        f.write(json.dumps(["tests/test_fake.py::test_ok", "call", "passed", "", seconds]) + "\\n")
+elif kind == "selftest":
+    print("verdict: PASSED: fake" if code == 0 else "  FAIL guard  fake\\nverdict: FAILED: fake")
+elif kind == "memory":
+    print("== torch\\n   gpu:0: fake" + ("" if code == 0 else "   DIFFERS: in_use"))
+elif kind == "bench":
+    print(open(os.environ["FAKE_TABLE"]).read() if code == 0 else "")
+    print("wrote rows.json")
+    if code:
+        print("Traceback: fake bench failure", file=sys.stderr)
+sys.exit(code)
+'''
+
+
+def _marked_rows() -> list:
+    """Rows carrying each mark, on a busy machine: their table has a line under it for each."""
+    row = {"backend": "numpy", "device": "cpu:0", "n": 64, "seconds": 1e-3, "seconds_iqr": 1e-5,
+           "noisy": False, "settled": True, "stalled": False, "busy": True}
+    return [row, dict(row, noisy=True), dict(row, settled=False), dict(row, stalled=True, n=128)]
+
+
+@pytest.fixture
+def fakes(tmp_path, monkeypatch):
+    """Every stage a fake (each quick and passing unless a test says otherwise: `fakes.set(stage,
+    seconds, code)`); the commands each stage was given are kept in `fakes.calls`."""
+    script = tmp_path / "fake.py"
+    script.write_text(FAKE)
+    table = tmp_path / "table.txt"
+    from devshim.bench.experiments import experiments
+
+    table.write_text("devshim bench matmul (numpy)\n" + format_table(experiments()["matmul"], _marked_rows()))
+    monkeypatch.setenv("FAKE_TABLE", str(table))
+
+    class Fakes:
+        plan = {"suite": (0.1, 0), "selftest": (0.1, 0), "memory": (0.1, 0), "bench": (0.1, 0)}
+        calls: dict = {"suite": [], "selftest": [], "memory": [], "bench": []}
+
+        def set(self, stage, seconds, code=0):
+            self.plan[stage] = (seconds, code)
+
+        def command(self, stage, *given):
+            self.calls[stage].append(given)
+            seconds, code = self.plan[stage]
+            return [sys.executable, str(script), stage, str(seconds), str(code)]
+
+    found = Fakes()
+    monkeypatch.setattr(gpu_check, "SUITE_NEEDS", ())
+    monkeypatch.setattr(gpu_check, "FEWEST_SECONDS", 1)  # (fakes start in no time: short limits suffice)
+    monkeypatch.setattr(gpu_check, "FEWEST_PASS_SECONDS", 1)
+    monkeypatch.setattr(gpu_check, "memory_frameworks", lambda: tuple(specs()))
+    monkeypatch.setattr(gpu_check, "suite_command",
+                        lambda python, which, workers, args, report, selection, ignored:
+                        found.command("suite", which, selection) + [f"--junitxml={report}"])
+    monkeypatch.setattr(gpu_check, "selftest_command", lambda python, backends: found.command("selftest", *backends))
+    monkeypatch.setattr(gpu_check, "memory_command", lambda python, frameworks: found.command("memory", *frameworks))
+    monkeypatch.setattr(gpu_check, "bench_command", lambda python, name, backend: found.command("bench", name, backend))
+    return found
+
+
+def _check(tmp_path, *arguments) -> tuple:
+    """(exit status, summary text, seconds) of the check run in this process."""
+    began = time.monotonic()
+    code = gpu_check.main(["--out", str(tmp_path / "out"), "--workers", "1", *arguments])
+    return code, (tmp_path / "out" / "summary.md").read_text(), time.monotonic() - began
+
+
+# ------------------------------------------------------------------ the time limit
+
+
+@once
+def test_a_slow_pass_is_stopped_at_the_time_limit_and_queued_passes_are_not_started(tmp_path, fakes, monkeypatch):
+    """Three passes taking turns (--parallel 1), each a fake that takes a minute: the first is
+    stopped at the check's limit, the two queued behind it are reported as not run, and the
+    check ends within its limit, failed."""
+    monkeypatch.setattr(gpu_check, "passes", lambda backends, no_virtual: [("numpy", 0), ("numpy", 2), ("numpy", 4)])
+    fakes.set("suite", 60)
+    code, summary, took = _check(tmp_path, "--backends", "numpy", "--no-bench", "--parallel", "1", "--time-limit", "5")
+    assert took < 5 + 4, took
+    assert code == 1 and "result: FAILED" in summary
+    assert "- numpy: stopped at the time limit" in summary
+    assert "- numpy on 2 virtual GPUs: not run (the time limit)" in summary
+    assert "- numpy on 4 virtual GPUs: not run (the time limit)" in summary
+    assert len(fakes.calls["suite"]) == 1  # the queued passes never started
+
+
+@once
+@pytest.mark.parametrize("stage", ["selftest", "memory", "bench"])
+def test_every_other_stage_is_stopped_at_the_time_limit_too(tmp_path, fakes, stage):
+    fakes.set(stage, 60)
+    code, summary, took = _check(tmp_path, "--backends", "numpy", "--time-limit", "5", "--bench-time", "2")
+    assert took < 5 + 4, (stage, took)
+    assert code == 1 and "result: FAILED" in summary
+    assert any(line.startswith("- ") and ("stopped" in line or "not run" in line) for line in
+               summary.split("result: FAILED", 1)[1].splitlines()), summary
+
+
+@once
+def test_the_suite_leaves_the_bench_its_time(tmp_path, fakes, monkeypatch):
+    """A pass that would run past the limit is stopped early enough for the bench to run in the
+    seconds kept for it."""
+    monkeypatch.setattr(gpu_check, "bench_runs", lambda python, backends, env: [("matmul", "numpy")])
+    fakes.set("suite", 60)
+    code, summary, took = _check(tmp_path, "--backends", "numpy", "--no-virtual", "--time-limit", "8",
+                                 "--bench-time", "3")
+    assert took < 8 + 4
+    assert "### matmul on numpy: ok" in summary and "- numpy: stopped at the time limit" in summary
+
+
+# ------------------------------------------------------------------ every stage's failure fails the check
+
+
+@once
+def test_with_every_stage_passing_the_check_passes(tmp_path, fakes, monkeypatch):
+    monkeypatch.setattr(gpu_check, "bench_runs", lambda python, backends, env: [("matmul", "numpy")])
+    code, summary, _ = _check(tmp_path, "--backends", "numpy")
+    assert code == 0 and summary.rstrip().endswith("result: PASSED"), summary
+    assert [len(fakes.calls[stage]) for stage in ("memory", "selftest", "suite", "bench")] == [1, 1, 1, 1]
+
+
+@once
+@pytest.mark.parametrize("stage, reason", [
+    ("memory", "memory comparison: FAILED: a figure differs, or a framework failed"),
+    ("selftest", "selftest: exit 1, verdict: FAILED: fake"),
+    ("suite", "numpy: 1 failed, 0 errors (exit 1)"),
+    ("bench", "bench matmul on numpy: FAILED (1)"),
+])
+def test_a_failing_stage_fails_the_check(tmp_path, fakes, monkeypatch, stage, reason):
+    monkeypatch.setattr(gpu_check, "bench_runs", lambda python, backends, env: [("matmul", "numpy")])
+    fakes.set(stage, 0.1, 1)
+    code, summary, _ = _check(tmp_path, "--backends", "numpy")
+    assert code == 1, summary
+    assert summary.split("result: FAILED", 1)[1].strip().splitlines() == [f"- {reason}"]
+
+
+@once
+def test_the_memory_comparison_without_a_gpu_to_reach_fails_only_where_there_is_one(tmp_path, fakes, monkeypatch):
+    fakes.set("memory", 0.1, 2)  # gpu_memory_check.py: no framework could run on a GPU
+    monkeypatch.setattr(gpu_check, "_nvidia_gpus", lambda: ())
+    code, summary, _ = _check(tmp_path, "--backends", "numpy", "--no-virtual", "--bench-time", "1")
+    assert "no GPU here: nothing to compare" in summary and "memory comparison" not in summary.split("result:")[1]
+    monkeypatch.setattr(gpu_check, "_nvidia_gpus", lambda: ("NVIDIA H200, 143771 MiB, 580.95",))
+    code, summary, _ = _check(tmp_path, "--backends", "numpy", "--no-virtual", "--bench-time", "1")
+    assert code == 1 and "- memory comparison: FAILED: no framework reached the GPU nvidia-smi lists" in summary
+
+
+def test_the_memory_comparison_fails_when_a_frameworks_process_fails(monkeypatch, capsys):
+    memory = _load("gpu_memory_check")
+    failed = [{"framework": "torch", "error": "exit status 1: Segmentation fault"},
+              {"framework": "jax", "skipped": "jax is not installed here"}]
+    assert memory.report(failed) == 1 and "FAILED: exit status 1" in capsys.readouterr().out
+    assert memory.report([failed[1]]) == 2  # nothing ran, nothing failed: no GPU to compare on
+
+
+# ------------------------------------------------------------------ --backends and --no-bench
+
+
+@once
+def test_no_bench_leaves_out_every_measurement(tmp_path, fakes):
+    code, summary, _ = _check(tmp_path, "--backends", "numpy", "--no-bench")
+    assert code == 0, summary
+    assert fakes.calls["memory"] == [] and fakes.calls["bench"] == []
+    assert "## GPU memory" not in summary and "## devshim bench" not in summary
+
+
+@once
+def test_every_stage_checks_the_backends_asked_for_and_no_other(tmp_path, fakes, monkeypatch):
+    """Every backend seen as installed; the check asked for two: each stage hears of those alone
+    (the memory comparison of those it compares, the bench's per-backend experiments on each, an
+    experiment of one framework only where it is asked for)."""
+    asked = [name for name in specs() if specs()[name].has_module("ops")][:2]
+    monkeypatch.setattr(gpu_check, "_installed", lambda name: True)
+    monkeypatch.setattr(gpu_check, "memory_frameworks", lambda: tuple(asked[1:]) + ("another",))
+    code, summary, _ = _check(tmp_path, "--backends", *asked, "--bench-time", "30", "--time-limit", "0")
+    assert fakes.calls["selftest"] == [tuple(asked)]
+    assert fakes.calls["memory"] == [tuple(asked[1:])]
+    assert {which[0] for which, _ in fakes.calls["suite"]} == set(asked)
+    benched = fakes.calls["bench"]
+    from devshim.bench.experiments import experiments
+
+    for name, experiment in experiments().items():
+        runs = [backend for ran, backend in benched if ran == name]
+        if experiment.per_backend:
+            assert runs == [",".join(asked)], name
+        else:
+            assert runs == ([None] if experiment.framework in (None, *asked) else []), name
+
+
+# ------------------------------------------------------------------ the summary
+
+
+def test_the_summary_keeps_the_tables_and_every_line_under_them():
+    from devshim.bench.experiments import experiments
+
+    table = format_table(experiments()["matmul"], _marked_rows())
+    printed = f"devshim bench matmul (numpy)\n{table}\nwrote rows.json\n"
+    kept = gpu_check.bench_table(printed)
+    assert kept == table.splitlines()
+    under = [line for line in kept if not line.startswith("|")]
+    assert [line[0] for line in under] == ["*", "+", "~"]  # each mark's line (and the stall's, not "busy")
+    quiet_busy = [dict(_marked_rows()[0])]
+    kept = gpu_check.bench_table(f"devshim bench matmul\n{format_table(experiments()['matmul'], quiet_busy)}\n")
+    assert kept[-1].startswith("The machine was busy") and "held steady" in kept[-1]
+    assert gpu_check.bench_table("devshim bench transfer (numpy)\nno device here: left out\n") == [
+        "no device here: left out"]
+
+
+@once
+def test_the_bench_tables_in_the_summary_keep_their_footnotes(tmp_path, fakes, monkeypatch):
+    monkeypatch.setattr(gpu_check, "bench_runs", lambda python, backends, env: [("matmul", "numpy")])
+    code, summary, _ = _check(tmp_path, "--backends", "numpy", "--no-virtual")
+    section = summary.split("### matmul on numpy: ok", 1)[1]
+    for mark in ("* runs disagree", "+ warm-up did not settle", "~ runs stalled"):
+        assert f"\n{mark}" in section, mark
+    assert "wrote rows.json" not in section
+
+
+# ------------------------------------------------------------------ the passes and their weights
+
+
+def test_passes_that_run_at_once_share_the_workers_by_their_weight():
+    plain = [("torch", 0), ("jax", 0), ("cupy", 0), ("numpy", 0)]
+    weights = {("torch", 0): 170.0, ("jax", 0): 100.0, ("cupy", 0): 65.0, ("numpy", 0): 100.0}
+    shares = gpu_check.worker_shares(plain, 16, 6, weights)
+    assert shares[("torch", 0)] > shares[("jax", 0)] == shares[("numpy", 0)] > shares[("cupy", 0)] >= 1
+    assert abs(sum(shares.values()) - 16) <= 1
+    # taking turns, each pass has the workers of its turn; a single pass, all of them
+    assert set(gpu_check.worker_shares(plain, 16, 2, weights).values()) == {8}
+    assert gpu_check.worker_shares([("numpy", 0)], 2, 6, {("numpy", 0): 1.0}) == {("numpy", 0): 2}
+
+
+def test_a_pass_never_measured_weighs_the_median_of_those_measured(tmp_path):
+    weights = tmp_path / "weights.json"
+    weights.write_text(json.dumps({"seconds": {"torch-0": 170.0, "jax-0": 100.0, "numpy-0": 90.0}}))
+    found = gpu_check.pass_weights([("torch", 0), ("jax", 4)], weights)
+    assert found == {("torch", 0): 170.0, ("jax", 4): 100.0}
+
+
+def _outcomes(folder: Path, key: str, seconds: list) -> None:
+    lines = [json.dumps([f"tests/test_x.py::test_{i}", "call", "passed", "", s]) for i, s in enumerate(seconds)]
+    (folder / f"outcomes-{key}.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_the_weights_are_measured_from_the_outcome_files_a_check_wrote(tmp_path, capsys):
+    """`--update-weights OUT`: each finished pass weighs its tests' seconds there; one that did not
+    finish keeps its weight, scaled as the measured ones moved."""
+    out = tmp_path / "out"
+    out.mkdir()
+    _outcomes(out, "torch-0", [100.0, 40.5])
+    _outcomes(out, "numpy-0", [30.0, 30.0])
+    _outcomes(out, "jax-4", [5.0])
+    (out / "passes.json").write_text(json.dumps({
+        "torch-0": {"exit": 0, "seconds": 150.0, "complete": True},
+        "numpy-0": {"exit": 1, "seconds": 70.0, "complete": True},
+        "jax-4": {"exit": None, "seconds": 20.0, "complete": False}}))
+    (out / "summary.md").write_text("# devshim GPU check (2026-12-01 10:00)\n\n- Python 3.12.3 (python), 16 CPUs\n"
+                                    "- GPU: NVIDIA H200, 143771 MiB\n- frameworks: torch 2.11.0\n")
+    weights = tmp_path / "weights.json"
+    weights.write_text(json.dumps({"seconds": {"torch-0": 1.405, "numpy-0": 0.6, "jax-4": 0.25}}))
+    assert gpu_check.main(["--update-weights", str(out), "--weights-file", str(weights)]) == 0
+    written = json.loads(weights.read_text())
+    assert written["seconds"] == {"jax-4": 25.0, "numpy-0": 60.0, "torch-0": 140.5}  # jax-4: 0.25 x 100
+    assert "NVIDIA H200" in written["measured"] and "2026-12-01" in written["measured"]
+    assert "jax-4: did not finish there" in capsys.readouterr().out
+    (out / "passes.json").write_text(json.dumps({"jax-4": {"exit": None, "seconds": 20.0, "complete": False}}))
+    assert gpu_check.main(["--update-weights", str(out), "--weights-file", str(weights)]) == 1
+
+
+def test_the_weights_file_gives_each_plain_pass_a_weight():
+    written = json.loads(gpu_check.WEIGHTS.read_text())
+    assert written["measured"] and written["seconds"]
+    assert set(written["seconds"]) <= {gpu_check.pass_key((name, virtual)) for name in specs()
+                                       for virtual in (0, gpu_check.VIRTUAL.get(name, 0))}
+
+
+@once
+def test_the_check_writes_what_the_weights_are_measured_from(tmp_path, fakes, monkeypatch):
+    fakes.set("suite", 0.5)
+    code, _, _ = _check(tmp_path, "--backends", "numpy", "--no-bench")
+    out = tmp_path / "out"
+    ended = json.loads((out / "passes.json").read_text())
+    assert ended["numpy-0"]["complete"] is True and ended["numpy-0"]["exit"] == 0
+    assert (out / "outcomes-numpy-0.jsonl").exists()
+    weights = tmp_path / "weights.json"
+    assert gpu_check.main(["--update-weights", str(out), "--weights-file", str(weights)]) == 0
+    assert json.loads(weights.read_text())["seconds"]["numpy-0"] == 0.5
+
+
+def test_a_selection_file_names_files_and_ids_for_every_pass_or_one(tmp_path):
+    chosen = tmp_path / "select.txt"
+    chosen.write_text("# what the last check did not reach\ntests/test_memory.py\n"
+                      "torch: tests/test_torch.py::test_x  # torch's alone\njax: tests/test_jax.py\n")
+    assert gpu_check.selected(str(chosen), "torch") == ["tests/test_memory.py", "tests/test_torch.py::test_x"]
+    assert gpu_check.selected(str(chosen), "numpy") == ["tests/test_memory.py"]
+
+
+def test_a_backends_own_test_files_are_those_that_skip_without_its_framework_or_bear_its_name():
+    owned = gpu_check.own_files()
+    assert set(owned) == set(specs())
+    for name, files in owned.items():
+        for path in files:
+            stem = Path(path).stem
+            assert stem.startswith(f"test_{name}") or specs()[name].import_name in gpu_check.skips_without(ROOT / path)
+    every = [path for files in owned.values() for path in files]
+    assert len(every) == len(set(every))  # each file has one owner
+    assert "tests/test_memory.py" not in every  # a file of every backend's
+
+
+def test_the_plugin_keeps_a_tests_id_file_class_or_name_and_writes_one_line_per_report():
+    wanted = {"tests/test_a.py::test_x", "tests/test_b.py"}
+    assert plugin.wanted_by("tests/test_a.py::test_x[torch]", wanted)
+    assert plugin.wanted_by("tests/test_b.py::Case::test_y", wanted)
+    assert not plugin.wanted_by("tests/test_a.py::test_y", wanted)
+
+    class Report:
+        nodeid, when, outcome, duration, failed = "tests/test_a.py::test_x", "call", "failed", 1.234, True
+        longrepr = "Traceback\n  ...\nAssertionError: " + "x" * 300
+
+    line = json.loads(plugin.outcome_line(Report()))
+    assert line[:3] == ["tests/test_a.py::test_x", "call", "failed"] and line[4] == 1.23
+    assert line[3].startswith("AssertionError: ") and len(line[3]) == plugin.MESSAGE_CHARS
+
+
+# ------------------------------------------------------------------ facts written once, in tox.ini
+
+
+def test_virtual_gpus_and_pinned_releases_are_written_once_in_tox_ini_and_read_by_the_tools():
+    """Every backend with virtual devices has its count in its tox env (the virtual pass); the GPU
+    check's and the release sweep's counts, and the packages the check names, are tox.ini's."""
+    sweep = _load("version_sweep")
+    for name, spec in specs().items():
+        count = tox_facts.virtual_devices(name)
+        if spec.virtual_devices:
+            assert count >= 2, f"tox.ini's [testenv:{name}] has no virtual-GPU pass"
+            assert gpu_check.VIRTUAL[name] == count
+        else:
+            assert name not in gpu_check.VIRTUAL
+        if name in sweep.FRAMEWORKS:
+            assert sweep.FRAMEWORKS[name].virtual == count, name
+    pins = tox_facts.pins("torch")
+    named = {dist.split("==")[0]: dist.split("==")[1] for _, dist, _ in gpu_check.SUITE_NEEDS if "==" in dist}
+    assert named and all(pins[dist] == version for dist, version in named.items())
+    ranges = sweep.declared_ranges()
+    for name, (_, newest) in ranges.items():
+        if name in specs():
+            assert newest in {pins_env.get(sweep.FRAMEWORKS[name].package) for pins_env in
+                              map(tox_facts.pins, tox_facts.envs())}, name
+
+
+def test_the_facts_come_from_the_lines_tox_runs(tmp_path):
+    assert tox_facts.virtual_devices("no-such-env") == 0 and tox_facts.pins("no-such-env") == {}
+    with pytest.raises(KeyError, match="pins no nothing-here"):
+        tox_facts.pinned("torch", "nothing-here")
+    assert tox_facts.envs()[0] == "lint" and "numpy" in tox_facts.envs()
+
+
+# ------------------------------------------------------------------ the check itself, here
 
 
 def _run_check(tmp_path, *arguments, timeout=600):
@@ -38,34 +432,14 @@ def _run_check(tmp_path, *arguments, timeout=600):
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
 
 
-def test_passes_that_run_at_once_share_the_workers_by_their_weight():
-    plain = [("torch", 0), ("jax", 0), ("cupy", 0), ("numpy", 0)]
-    shares = gpu_check._worker_shares(plain, 16, 6)
-    assert shares[("torch", 0)] > shares[("jax", 0)] == shares[("numpy", 0)] > shares[("cupy", 0)] >= 1
-    assert abs(sum(shares.values()) - 16) <= 1
-    # taking turns, each pass has the workers of its turn; a single pass, all of them
-    assert set(gpu_check._worker_shares(plain, 16, 2).values()) == {8}
-    assert gpu_check._worker_shares([("numpy", 0)], 2, 6) == {("numpy", 0): 2}
-    # a pass on virtual GPUs (a part of the suite) weighs 1, as JAX's plain pass does
-    with_virtual = gpu_check._worker_shares(plain + [("jax", 4)], 16, 6)
-    assert with_virtual[("jax", 4)] == with_virtual[("jax", 0)]
-
-
-def test_a_selection_file_names_files_and_ids_for_every_pass_or_one(tmp_path):
-    chosen = tmp_path / "select.txt"
-    chosen.write_text("# what the last check did not reach\ntests/test_memory.py\n"
-                      "torch: tests/test_torch.py::test_x  # torch's alone\njax: tests/test_jax.py\n")
-    assert gpu_check._selected(str(chosen), "torch") == ["tests/test_memory.py", "tests/test_torch.py::test_x"]
-    assert gpu_check._selected(str(chosen), "numpy") == ["tests/test_memory.py"]
-
-
 @pytest.mark.skipif(all(importlib.util.find_spec(module) for module, _, _ in gpu_check.SUITE_NEEDS),
                     reason="this Python has every package the suite needs (the check refuses only without them)")
 def test_without_the_suites_packages_the_check_names_them_and_how_to_bring_them(tmp_path):
     done = _run_check(tmp_path, "--backends", "numpy", "--no-virtual", "--no-bench", timeout=120)
     assert done.returncode == 1
     assert "pip download --no-deps --only-binary=:all:" in done.stdout and "--wheels wheels" in done.stdout
-    assert "result: FAILED" in (tmp_path / "out" / "summary.md").read_text()
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "result: FAILED" in summary and "the suite's packages are missing" in summary
 
 
 @pytest.mark.same_in_every_pass  # a check of its own, in fresh interpreters
@@ -93,3 +467,17 @@ def test_the_passes_of_one_run_each_run_a_shared_test_once(tmp_path):
     assert len(ran[ONCE_TEST]) == 1
     for name in passes:
         assert f"| {name} | " in summary
+
+
+def test_devshim_bench_takes_several_backends_separated_by_commas():
+    """What the check's bench runs use: one run of an experiment on the backends checked."""
+    import argparse
+
+    from devshim import bench
+    from devshim.bench.experiments import experiments
+
+    installed = [name for name in ds.available_backends() if specs()[name].has_module("ops")]
+    named = argparse.Namespace(backend=" , ".join(installed + installed[:1]))
+    assert bench._backends_for(named, experiments()["matmul"]) == installed
+    with pytest.raises(ds.DevshimError, match="pytroch"):
+        bench._backends_for(argparse.Namespace(backend="numpy,pytroch"), experiments()["matmul"])

@@ -328,6 +328,19 @@ def test_on_two_real_accelerators(bk):
 # ------------------------------------------------------------ torch.compile
 
 
+def graph_counter():
+    """A torch.compile backend that keeps each graph Dynamo hands it (and runs it as traced), with
+    the list it fills: a compile test asserts that something was traced, never only that the
+    compiled call returned (Dynamo runs a frame it skips uncompiled, and that returns too)."""
+    graphs = []
+
+    def count_graphs(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    return graphs, count_graphs
+
+
 def test_hot_paths_compile_with_fullgraph_and_return_what_eager_returns():
     torch = pytest.importorskip("torch")
     target = ds.try_gpu()
@@ -340,7 +353,9 @@ def test_hot_paths_compile_with_fullgraph_and_return_what_eager_returns():
 
     x, batch = torch.ones(3), {"a": torch.arange(3.0), "n": 1}
     eager = step(x, batch)  # devshim has met these types: the compiled path is lookups only
-    compiled = torch.compile(step, fullgraph=True, backend="eager")(x, batch)
+    graphs, count_graphs = graph_counter()
+    compiled = torch.compile(step, fullgraph=True, backend=count_graphs)(x, batch)
+    assert len(graphs) == 1  # traced, on every release: devshim's calls inside one graph
     assert compiled[2] is eager[2] is True
     for a, b in zip(compiled[:2], eager[:2]):
         assert torch.equal(a, b) and a.device == b.device
@@ -388,18 +403,40 @@ def test_compiled_nest_copies_compile_once_and_match_eager():
 
 
 def test_the_public_functions_themselves_compile_with_fullgraph():
-    """ds.to_device and ds.copy_if_needed compiled as they are, with a spec string, keywords and a nest."""
+    """ds.to_device and ds.copy_if_needed compiled as they are (`torch.compile(ds.to_device)`), with a
+    spec string, keywords and a nest, to the host and to the meta device (a copy on any machine).
+
+    From torch 2.13 Dynamo traces devshim's own dispatch: each call that copies traces a graph.
+    Before 2.13 it cannot, and devshim has Dynamo run devshim's own frames as they are
+    (`_traced.run_devshim_uncompiled`, docs/torch.md): compiled as they are, the public functions
+    trace nothing (no graph at all: asserted, so a release that changes this is seen) and return
+    what their eager calls return; the same calls inside a compiled function are traced there (one
+    graph, asserted here too, and tests/test_torch_compile_release.py)."""
     torch = pytest.importorskip("torch")
     x = torch.zeros([1], dtype=torch.bfloat16)
     batch = {"x": x, "ids": [torch.arange(2)], "skip": x, "n": 1}
+    meta = torch.device("meta")
     ds.to_device(x, "cpu")  # devshim has met the types: the compiled call is lookups only
     for fn in (ds.to_device, ds.copy_if_needed):
-        compiled = torch.compile(fn, fullgraph=True, backend="eager")
+        graphs, count_graphs = graph_counter()
+        compiled = torch.compile(fn, fullgraph=True, backend=count_graphs)
         got = compiled(x, "cpu")
         assert got.dtype == torch.bfloat16 and got.device == ds.device_of(fn(x, "cpu"))
         assert torch.equal(got, x)
+        first = len(graphs)
         moved = compiled(batch, "cpu", non_blocking=True, skip_keys="skip")
         assert moved["skip"] is x and moved["n"] == 1 and torch.equal(moved["ids"][0], torch.arange(2))
+        second = len(graphs)
+        there = compiled(batch, meta, skip_keys="skip")
+        assert there["skip"] is x and there["x"].device == meta == there["ids"][0].device and there["n"] == 1
+        if _release >= (2, 13):  # traced: a graph for every call that copies
+            assert first == 1 and len(graphs) > second, (fn.__name__, first, second, len(graphs))
+            assert second > first or fn is ds.copy_if_needed  # (a batch already on the host: no op, no graph)
+            continue
+        assert graphs == [], f"torch {torch.__version__} traced {fn.__name__} compiled as it is"
+        inside = torch.compile(lambda b, d, fn=fn: fn(b, d, skip_keys="skip"), fullgraph=True, backend=count_graphs)
+        there = inside(batch, meta)
+        assert len(graphs) == 1 and there["skip"] is x and there["x"].device == meta
 
 
 _COMPILE_COLD = """

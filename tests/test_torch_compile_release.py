@@ -30,8 +30,18 @@ before_compile_support = pytest.mark.skipif(
 
 
 def compiled(fn):
-    """``fn`` compiled whole (``fullgraph=True``), graphs run as traced (no code generated)."""
-    return torch.compile(fn, fullgraph=True, backend="eager")
+    """``fn`` compiled whole (``fullgraph=True``), graphs run as traced (no code generated); its
+    ``graphs`` list holds each graph Dynamo traced, so a test asserts that something was traced
+    (a skipped frame runs uncompiled, and returns what the eager call returns too)."""
+    graphs = []
+
+    def count_graphs(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    done = torch.compile(fn, fullgraph=True, backend=count_graphs)
+    done.graphs = graphs
+    return done
 
 
 class Pair(typing.NamedTuple):
@@ -102,7 +112,9 @@ def test_to_device_of_a_tensor_is_a_new_tensor_there_and_keeps_the_gradient():
         moved = ds.to_device(x, target)
         return moved, (moved * 2).sum()
 
-    moved, total = compiled(step)(x)
+    step = compiled(step)
+    moved, total = step(x)
+    assert len(step.graphs) == 1
     total.backward()
     assert moved is not x and moved.device == x.device and torch.equal(moved, x.detach())
     assert x.grad is not None and torch.equal(x.grad, torch.full((3,), 2.0))
@@ -119,8 +131,9 @@ def test_copy_if_needed_returns_a_tensor_and_a_dict_already_there_as_themselves(
         d = ds.device_of(x)
         return ds.copy_if_needed(x, d), ds.copy_if_needed(batch, d), ds.copy_if_needed(batch, d, non_blocking=True), x + 1
 
-    kept_x, kept_batch, kept_async, _ = compiled(step)(x, batch)
-    assert kept_x is x and kept_batch is batch and kept_async is batch
+    step = compiled(step)
+    kept_x, kept_batch, kept_async, _ = step(x, batch)
+    assert kept_x is x and kept_batch is batch and kept_async is batch and len(step.graphs) == 1
 
 
 def test_a_compiled_function_that_traces_no_op_runs_devshim_as_it_is():
@@ -131,8 +144,9 @@ def test_a_compiled_function_that_traces_no_op_runs_devshim_as_it_is():
     def step(batch):
         return ds.copy_if_needed(batch, ds.device_of(batch["x"])), ds.neutral_device(batch["x"])
 
-    kept, where = compiled(step)(batch)
-    assert kept is batch and where == ds.neutral_device(batch["x"])
+    step = compiled(step)
+    kept, where = step(batch)
+    assert kept is batch and where == ds.neutral_device(batch["x"]) and step.graphs == []
 
 
 def test_to_device_of_nests_matches_eager_with_skip_keys_and_leaves_that_are_no_tensor():
@@ -147,7 +161,9 @@ def test_to_device_of_nests_matches_eager_with_skip_keys_and_leaves_that_are_no_
         return ds.to_device(batch, target, skip_keys=["labels", "unknown"], non_blocking=True)
 
     batch = make_batch()
-    got, want = compiled(step)(batch), step(make_batch())
+    traced = compiled(step)
+    got, want = traced(batch), step(make_batch())
+    assert len(traced.graphs) == 1
     assert type(got) is dict and list(got) == list(want)
     assert got["labels"] is batch["labels"] and got["inner"]["labels"] is batch["inner"]["labels"]  # skipped
     assert (got["note"], got["n"], got["none"]) == ("kept", 7, None)
@@ -165,8 +181,9 @@ def test_a_ds_device_is_a_target_and_a_leaf_inside_a_trace():
         return ds.to_device(batch, where), ds.copy_if_needed(x, where)
 
     batch = {"x": x, "where": where}
-    moved, kept = compiled(step)(x, batch)
-    assert moved["where"] is where and moved["x"] is not x and torch.equal(moved["x"], x) and kept is x
+    step = compiled(step)
+    moved, kept = step(x, batch)
+    assert len(step.graphs) == 1 and moved["where"] is where and moved["x"] is not x and torch.equal(moved["x"], x) and kept is x
 
 
 _DEVICE_LEAF_BESIDE = """
@@ -177,9 +194,13 @@ other = importlib.import_module("{other}")
 ds.to_device([other.ones(1)], "cpu")  # {other}'s adapter is loaded
 x = torch.ones(2)
 where = ds.neutral_device(x)
-step = torch.compile(lambda x, batch: ds.to_device(batch, where), fullgraph=True, backend="eager")
+graphs = []
+def count_graphs(graph, example_inputs):
+    graphs.append(graph)
+    return graph.forward
+step = torch.compile(lambda x, batch: ds.to_device(batch, where), fullgraph=True, backend=count_graphs)
 moved = step(x, {{"x": x, "where": where}})
-print(json.dumps([moved["where"] is where, moved["x"] is not x and torch.equal(moved["x"], x)]))
+print(json.dumps([moved["where"] is where, moved["x"] is not x and torch.equal(moved["x"], x), len(graphs)]))
 """
 
 
@@ -191,7 +212,7 @@ def test_a_ds_device_leaf_traces_where_a_backend_that_cannot_tell_tensors_by_cla
     pytest.importorskip(other)
     result = run_python(_DEVICE_LEAF_BESIDE.format(other=other), DEVSHIM_BACKEND="torch")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == [True, True]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == [True, True, 1]
 
 
 @pytest.mark.skipif(_RELEASE < (2, 6), reason="torch 2.4's Dynamo hands no ds.Device made inside its trace to a "
@@ -201,8 +222,9 @@ def test_a_ds_device_leaf_traces_where_a_backend_that_cannot_tell_tensors_by_cla
                     "its attributes (docs/torch.md)")
 def test_a_ds_device_made_inside_the_trace_is_a_target_there():
     x = torch.ones(2)
-    moved = compiled(lambda x: ds.to_device({"x": x}, ds.neutral_device(x)))(x)
-    assert moved["x"] is not x and torch.equal(moved["x"], x) and moved["x"].device == x.device
+    step = compiled(lambda x: ds.to_device({"x": x}, ds.neutral_device(x)))
+    moved = step(x)
+    assert len(step.graphs) == 1 and moved["x"] is not x and torch.equal(moved["x"], x) and moved["x"].device == x.device
 
 
 def test_device_of_and_same_device_answer_as_eager():
@@ -211,18 +233,24 @@ def test_device_of_and_same_device_answer_as_eager():
     def step(x, y):
         return x.new_zeros(1, device=ds.device_of(x)), ds.device_of(y), ds.same_device(x, {"y": [y, 1]}, (x,))
 
-    zeros, where, together = compiled(step)(x, y)
-    assert zeros.device == ds.device_of(x) and where == ds.device_of(y) and together is ds.same_device(x, y) is True
+    step = compiled(step)
+    zeros, where, together = step(x, y)
+    assert len(step.graphs) == 1 and zeros.device == ds.device_of(x) and where == ds.device_of(y) and together is ds.same_device(x, y) is True
 
 
 def test_the_public_functions_compiled_as_they_are_return_what_eager_returns():
-    """torch.compile(ds.to_device): before torch 2.13 Dynamo runs devshim's own frame uncompiled."""
+    """torch.compile(ds.to_device): before torch 2.13 Dynamo runs devshim's own frame uncompiled
+    (nothing traced: asserted, as what such a release does), from 2.13 it traces it (a graph)."""
     x = torch.ones(2)
     batch = {"x": x, "skip": x, "n": 1}
-    got = torch.compile(ds.to_device, fullgraph=True, backend="eager")(batch, "cpu", skip_keys="skip")
+    moving = compiled(ds.to_device)
+    got = moving(batch, "cpu", skip_keys="skip")
     assert got["skip"] is x and got["x"] is not x and torch.equal(got["x"], x) and got["n"] == 1
-    assert torch.compile(ds.copy_if_needed, fullgraph=True, backend="eager")(x, "cpu") is x
-    assert torch.compile(ds.device_of, fullgraph=True, backend="eager")(x) == x.device
+    assert len(moving.graphs) == (1 if _RELEASE >= dispatch.COMPILE_SUPPORT else 0)
+    assert compiled(ds.copy_if_needed)(x, "cpu") is x
+    assert compiled(ds.device_of)(x) == x.device
+    inside = compiled(lambda batch: ds.to_device(batch, "cpu", skip_keys="skip"))  # traced on every release
+    assert inside(batch)["skip"] is x and len(inside.graphs) == 1
 
 
 def test_devshims_calls_without_a_tensor_run_in_plain_python_inside_a_trace():
@@ -232,8 +260,10 @@ def test_devshims_calls_without_a_tensor_run_in_plain_python_inside_a_trace():
         return (x.to(ds.try_gpu()), x.to(ds.cpu()), x * ds.num_gpus(), x.to(ds.devices()[0]),
                 x.to(ds.try_all_gpus()[0]), x.to(ds.device("cpu")))
 
-    for got, want in zip(compiled(step)(x), step(x)):
+    traced = compiled(step)
+    for got, want in zip(traced(x), step(x)):
         assert torch.equal(got, want) and got.device == want.device
+    assert len(traced.graphs) == 1
 
 
 # ------------------------------------------------------------------ errors, by name
@@ -292,8 +322,9 @@ def test_to_numpy_and_ensure_same_device_compile_from_torch_2_13():
     def step(x):
         return ds.to_numpy(x), ds.ensure_same_device(x, {"y": [x]})
 
-    (values, where), (want, want_where) = compiled(step)(x), step(x)
-    assert values.tolist() == want.tolist() and type(values) is type(want) and where == want_where
+    traced = compiled(step)
+    (values, where), (want, want_where) = traced(x), step(x)
+    assert len(traced.graphs) == 1 and values.tolist() == want.tolist() and type(values) is type(want) and where == want_where
 
 
 @before_compile_support

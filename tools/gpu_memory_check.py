@@ -16,7 +16,8 @@ Each framework runs in its own process: JAX and TensorFlow take most of a GPU wh
 Here JAX is started with XLA_PYTHON_CLIENT_PREALLOCATE=false and TensorFlow with memory growth,
 so both take what they use (``--preallocate`` leaves the frameworks' defaults). A line marked
 ``DIFFERS`` is a figure of ``ds.memory`` that is not the framework's own; the exit status is 1
-when there is one, 2 when no framework could run on a GPU.
+when there is one, or when a framework's process failed (or ran past ``--seconds``), 2 when no
+framework could run on a GPU. ``tools/gpu_check.py`` runs it, on the backends it checks.
 """
 
 from __future__ import annotations
@@ -236,8 +237,12 @@ def report(results: list) -> int:
     status, ran = 0, False
     for result in results:
         print(f"\n== {result['framework']}")
-        if "skipped" in result or "error" in result:
-            print(f"   {result.get('skipped') or result.get('error')}")
+        if "error" in result:  # its process failed: nothing it measured can be trusted
+            print(f"   FAILED: {result['error']}")
+            status = 1
+            continue
+        if "skipped" in result:
+            print(f"   {result['skipped']}")
             continue
         ran = True
         print(f"   {result['device']}: MiB, devshim / {result['framework']}")
@@ -249,7 +254,22 @@ def report(results: list) -> int:
                 wrong.append("recognised")
             status = 1 if wrong else status
             print(f"   {record['step']:<40} {shown}" + (f"   DIFFERS: {', '.join(wrong)}" if wrong else ""))
-    return status if ran else 2
+    return status if ran or status else 2
+
+
+def _measure_in_child(name: str, env: dict, seconds: int) -> dict:
+    """`run_one(name)` in a fresh interpreter: its records, or an error saying how it failed."""
+    try:
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", name], env=env,
+                              capture_output=True, text=True, timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return {"framework": name, "error": f"its process ran past {seconds} s and was stopped"}
+    lines = done.stdout.strip().splitlines()
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, ValueError):
+        tail = " | ".join(done.stderr.strip().splitlines()[-3:])
+        return {"framework": name, "error": f"exit status {done.returncode}: {tail}"}
 
 
 def main(argv=None) -> int:
@@ -258,6 +278,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", metavar="FILE", help="also write the records as JSON")
     parser.add_argument("--preallocate", action="store_true",
                         help="leave JAX's and TensorFlow's preallocation as they are")
+    parser.add_argument("--seconds", type=int, default=600, help="seconds each framework's process may take")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the child process's side
     args = parser.parse_args(argv)
     if args.one:
@@ -278,14 +299,7 @@ def main(argv=None) -> int:
         elif importlib.util.find_spec(name) is None:
             results.append({"framework": name, "skipped": f"{name} is not installed here"})
         else:
-            done = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", name], env=env,
-                                  capture_output=True, text=True, timeout=600)
-            lines = done.stdout.strip().splitlines()
-            try:
-                results.append(json.loads(lines[-1]))
-            except (IndexError, ValueError):
-                tail = " | ".join(done.stderr.strip().splitlines()[-3:])
-                results.append({"framework": name, "error": f"exit status {done.returncode}: {tail}"})
+            results.append(_measure_in_child(name, env, args.seconds))
     status = report(results)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:

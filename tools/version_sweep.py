@@ -51,6 +51,11 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT / "tools") not in sys.path:
+    sys.path.insert(0, str(ROOT / "tools"))
+
+from tox_facts import virtual_devices  # noqa: E402 - tox.ini's count of each backend's virtual GPUs
+
 RESULTS = ROOT / "tools" / "version_sweep_results.json"
 DOC = ROOT / "docs" / "supported-versions.md"
 START, END = "<!-- version sweep: start -->", "<!-- version sweep: end -->"
@@ -71,19 +76,20 @@ class Framework:
     backend: str                 # DEVSHIM_BACKEND
     extra: str                   # devshim's extra installed with it ("" for none)
     tests: tuple                 # test paths beside the conformance suite, plain pass
-    virtual: int = 0             # virtual devices for the second pass (0: the backend has none)
+    virtual: int = 0             # virtual devices for the second pass (0: none): its tox env's count
     virtual_tests: tuple = ()    # test paths beside the conformance suite, virtual pass
     whole_suite: bool = False    # run every test (the numpy backend's whole suite is short)
 
 
 FRAMEWORKS = {
     "torch": Framework("torch", "PyTorch", "torch", "torch", "torch",
-                       ("tests/test_torch.py", "tests/test_distributed.py", INTERNALS), virtual=2,
+                       ("tests/test_torch.py", "tests/test_distributed.py", INTERNALS), virtual=virtual_devices("torch"),
                        virtual_tests=("tests/test_torch.py", "tests/test_torch_virtual.py", INTERNALS)),
     "jax": Framework("jax", "JAX", "jax", "jax", "jax", ("tests/test_jax.py", "tests/test_jax_guard.py", INTERNALS),
-                     virtual=4, virtual_tests=("tests/test_jax.py", "tests/test_jax_guard.py", INTERNALS)),
+                     virtual=virtual_devices("jax"),
+                     virtual_tests=("tests/test_jax.py", "tests/test_jax_guard.py", INTERNALS)),
     "tensorflow": Framework("tensorflow", "TensorFlow", "tensorflow-cpu", "tensorflow", "tensorflow-cpu",
-                            ("tests/test_tensorflow.py", INTERNALS), virtual=2,
+                            ("tests/test_tensorflow.py", INTERNALS), virtual=virtual_devices("tensorflow"),
                             virtual_tests=("tests/test_tensorflow.py", INTERNALS)),
     "numpy": Framework("numpy", "numpy", "numpy", "numpy", "", (), whole_suite=True),
     "python": Framework("python", "Python", "python", "numpy", "", (), whole_suite=True),

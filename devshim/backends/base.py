@@ -343,9 +343,23 @@ class Backend(ABC):
             raise DeviceUnavailableError(
                 f"gpu:{i} is not available: the {self.name} backend sees {count} "
                 f"GPU{'s' if count != 1 else ''}{hidden}. Use ds.try_gpu({i}) to fall back to "
-                f"the CPU, or ds.try_all_gpus() to use whatever is there."
+                f"the CPU, or ds.try_all_gpus() to use whatever is there.{self._virtual_hint(i)}"
             )
         return self.make_native_device("gpu", i)
+
+    def _virtual_hint(self, index: int) -> str:
+        """How to have gpu:`index` without a GPU (virtual GPUs), where this backend can."""
+        var, have = settings.VIRTUAL_DEVICES_VAR, settings.virtual_device_count()
+        if not self.spec.virtual_devices:
+            peers = self.peers.specs() if self.peers is not None else {}
+            can = [name for name, spec in peers.items() if spec.virtual_devices]
+            return (f" The {self.name} backend has no virtual GPUs; {var}=2 presents two on "
+                    f"{', '.join(can)} (installed, and selected with DEVSHIM_BACKEND)." if can else "")
+        if have:
+            return f" {var}={have} presents {have} virtual GPU{'s' if have != 1 else ''}: set it to {index + 1} or more."
+        lacking = "a GPU" if self.accelerator_count() == 0 else "that many GPUs"
+        return (f" Or set {var}={max(2, index + 1)}: virtual GPUs backed by host memory, so GPU code runs and is "
+                f"tested without {lacking} (docs/virtual-devices.md).")
 
     def try_gpu(self, i=None):
         if i is None:

@@ -1,6 +1,6 @@
 """`devshim bench`: run an experiment, print a table, save JSON, draw a plot.
 
-    devshim bench EXPERIMENT [--backend B|all] [--min-run-time S]
+    devshim bench EXPERIMENT [--backend B[,B...]|all] [--min-run-time S]
                              [--json FILE] [--plot FILE.png] [--no-progress] [experiment options]
 
 The experiments (`devshim bench --help` lists them, `devshim bench
@@ -46,8 +46,9 @@ def register(commands) -> None:
         one = sub.add_parser(name, help=experiment.summary, description=experiment.summary)
         if experiment.per_backend:
             one.add_argument("--backend", metavar="B",
-                             help="framework to run on (default: devshim's selected backend); "
-                                  "'all' runs every installed backend that has an ops module")
+                             help="framework to run on (default: devshim's selected backend), several "
+                                  "comma-separated (torch,jax); 'all' runs every installed backend that has "
+                                  "an ops module")
         one.add_argument("--min-run-time", metavar="S", type=float,
                          help="seconds each measurement runs for at least")
         one.add_argument("--json", metavar="FILE", help="write the rows and the setup as JSON")
@@ -137,7 +138,8 @@ def _backends_for(args, experiment) -> list:
             print(f"{settings.VIRTUAL_DEVICES_VAR} is set: skipping {', '.join(skipped)} "
                   f"(no virtual devices)", file=sys.stderr)
         return backends
-    return [get_backend(args.backend).name]
+    names = [name.strip() for name in (args.backend or "").split(",") if name.strip()] or [None]
+    return list(dict.fromkeys(get_backend(name).name for name in names))
 
 
 def _for_backend(keywords: dict, backend) -> dict:

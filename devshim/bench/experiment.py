@@ -11,7 +11,7 @@ Experiments use only devshim's public API and the backends' `ops` modules.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import devshim as ds
 
@@ -99,11 +99,14 @@ class Experiment:
     """
 
     def __init__(self, name: str, *, summary: str, run, options: list, columns: list, plot,
-                 per_backend: bool = True) -> None:
+                 per_backend: bool = True, framework: Optional[str] = None) -> None:
         self.name, self.summary, self.run = name, summary, run
         self.options, self.columns, self.plot = options, columns, plot
         #: False for experiments that do not depend on the backend (`startup`): run once.
         self.per_backend = per_backend
+        #: The one backend an experiment that runs once measures (`virtual`: torch's virtual
+        #: GPUs), or None: what tools/gpu_check.py's --backends leaves out when it is not named.
+        self.framework = framework
 
     def keywords(self, args) -> dict:
         """The run function's keywords from parsed command-line arguments (those given)."""

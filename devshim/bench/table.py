@@ -98,8 +98,10 @@ def omitted_lines(rows: list) -> list:
 
 def footnotes(rows: list) -> list:
     """The lines under a table that explain its marks, each readable on its own and saying what
-    to do; none when no row is marked. Where the machine was busy but no row stalled, one line
-    says so (the rows stand all the same).
+    to do; none when no row is marked and the machine was quiet. Each line names a mark only
+    when a row above carries it. Where the machine was busy (its load average above its CPU
+    count) and no row stalled, one line says so: that these figures held steady when no row is
+    marked at all, and otherwise that the marked rows may owe their marks to it.
 
     Example:
         >>> footnotes([{"noisy": True}])
@@ -119,20 +121,32 @@ def footnotes(rows: list) -> list:
             f"still hold warm-up (a first compilation, a cold cache) or a busy machine.")
     stalled = [row for row in rows if row.get("stalled")]
     if stalled:
-        threaded = sorted({row["threads"] for row in stalled if (row.get("threads") or 0) > 1})
-        advice = (f"with --threads 1 (these rows ran on {', '.join(map(str, threaded))} threads, which wait "
-                  f"for each other) or when the machine is quieter (see uptime)"
-                  if threaded else "when the machine is quieter (see uptime)")
-        lines.append(
-            f"{STALLED_MARK} runs stalled: in {STALLED_RUNS:.0%} of the runs or more this process waited "
+        lines.append(_stalled_line(stalled))
+    elif any(row.get("busy") for row in rows):
+        lines.append(_busy_line(rows))
+    return lines
+
+
+def _stalled_line(stalled: list) -> str:
+    threaded = sorted({row["threads"] for row in stalled if (row.get("threads") or 0) > 1})
+    advice = (f"with --threads 1 (these rows ran on {', '.join(map(str, threaded))} threads, which wait "
+              f"for each other) or when the machine is quieter (see uptime)"
+              if threaded else "when the machine is quieter (see uptime)")
+    return (f"{STALLED_MARK} runs stalled: in {STALLED_RUNS:.0%} of the runs or more this process waited "
             f"for a CPU for {STALL_SHARE:.0%} of the run or longer (another process held it, or a "
             f"framework's threads waited for each other), or the run took over {SETTLE_RATIO:g}x the "
             f"fastest, so these figures may be several times too slow: measure again {advice}.")
-    elif any(row.get("busy") for row in rows):
-        lines.append(
-            "The machine was busy (its load average was above its CPU count while measuring), but no "
-            "row's runs stalled: these figures held steady.")
-    return lines
+
+
+def _busy_line(rows: list) -> str:
+    """The busy machine's line where no row stalled: "held steady" only over rows with no mark."""
+    busy = "The machine was busy (its load average was above its CPU count while measuring), but no row's runs stalled"
+    marks = sorted({mark for row in rows for mark in row_marks(row)})
+    if not marks:
+        return f"{busy}: these figures held steady."
+    unmarked = " The unmarked rows held steady." if any(not row_marks(row) for row in rows) else ""
+    return (f"{busy}; the rows marked {' or '.join(marks)} may owe their marks to it: measure those again when "
+            f"the machine is quieter (see uptime).{unmarked}")
 
 
 def format_table(experiment: Any, rows: list) -> str:

@@ -8,7 +8,10 @@ blocks of calls alternate (first-second, second-first, ...), so each pair of run
 same moment of the machine; the ratio is the median of the per-pair ratios, and its spread
 is the interquartile range of those. A stall that hits one side's runs shows as pairs whose
 ratio jumps: in a quarter of the pairs or more it widens that spread or marks the side's runs
-as stalled (`Measurement.stalled`), so such a ratio is never reported as a confident one.
+as stalled (`Measurement.stalled`), so such a ratio is never reported as a confident one. Nor
+is one resting on fewer than `MIN_PAIRS` pairs: `compare` refuses a smaller `min_pairs`, and a
+`Comparison` made of fewer runs is never confident (the quartiles of two or three ratios, or
+of one, whose spread reads 0, say nothing about how far the ratio can be trusted).
 
 Example:
     >>> from devshim.timing.compare import compare
@@ -44,8 +47,8 @@ class Comparison:
     `ratios` one `second / first` per pair of runs; `ratio` their median, `quartiles()`
     their spread. `noisy`: the ratios disagree (IQR above 10% of their median); `stalled`:
     a quarter of the pairs or more had a stalled run (either side), so the ratio may compare
-    a stalled side with a free one; `settled`: both warm-ups settled. `confident` is all
-    three good. `tries` is how many comparisons were made for it (`devshim bench` measures
+    a stalled side with a free one; `settled`: both warm-ups settled; `enough_pairs`: at least
+    `MIN_PAIRS` pairs. `confident` is all four good. `tries` is how many comparisons were made for it (`devshim bench` measures
     again when one is not confident).
 
     Example:
@@ -143,19 +146,42 @@ class Comparison:
         return self.first.settled and self.second.settled
 
     @property
+    def enough_pairs(self) -> bool:
+        """Whether the ratio rests on `MIN_PAIRS` pairs or more (`compare` always makes that
+        many; a Comparison built from shorter Measurements may have fewer).
+
+        Example:
+            >>> c.enough_pairs, len(c.ratios) >= MIN_PAIRS
+            (True, True)
+        """
+        return len(self.ratios) >= MIN_PAIRS
+
+    @property
     def confident(self) -> bool:
-        """Whether the ratio can be quoted: settled, ratios that agree, no stalls that matter.
+        """Whether the ratio can be quoted: `MIN_PAIRS` pairs or more, settled, ratios that
+        agree, no stalls that matter.
 
         Example:
             >>> c.confident
             True
         """
-        return self.settled and not self.noisy and not self.stalled
+        return self.enough_pairs and self.settled and not self.noisy and not self.stalled
 
     def __repr__(self) -> str:
         q1, q3 = self.quartiles()
         return (f"Comparison(ratio={self.ratio:.4g}, quartiles=({q1:.4g}, {q3:.4g}), pairs={len(self.ratios)}, "
                 f"confident={self.confident})")
+
+
+def _check_pairs(min_pairs, max_pairs) -> None:
+    if not isinstance(min_pairs, int) or isinstance(min_pairs, bool) or min_pairs < MIN_PAIRS:
+        raise TimingError(
+            f"min_pairs must be a whole number >= {MIN_PAIRS} (MIN_PAIRS), not {min_pairs!r}: the quartiles "
+            f"of fewer per-pair ratios say too little for any comparison to be confident. Leave it out "
+            f"(it defaults to {MIN_PAIRS}), or ask for more pairs, not fewer, to compare quick calls.")
+    if max_pairs < min_pairs:
+        raise TimingError(f"max_pairs ({max_pairs}) is below min_pairs ({min_pairs}): give a max_pairs of "
+                          f"{min_pairs} or more.")
 
 
 def _one(waits, i):
@@ -185,6 +211,8 @@ def compare(
     each side has measured `min_run_time` seconds and `min_pairs` pairs are done (or
     `max_pairs`). Garbage collection is paused throughout. `clock` is for tests, as in
     `benchmark` (a clock with `cpu_wait()` stands in for the system's wait count).
+    `min_pairs` below `MIN_PAIRS`, or a `max_pairs` below `min_pairs`, is refused with
+    `ds.TimingError`: a ratio from fewer pairs could never be confident.
 
     Example:
         >>> c = compare(lambda: a.copy(), lambda: ds.to_device(a, "cpu"), min_run_time=0.05)
@@ -192,6 +220,7 @@ def compare(
     """
     _check_arguments(first, warmup, min_run_time, max_pairs, max_warmup_time)
     _check_arguments(second, warmup, min_run_time, max_pairs, max_warmup_time)
+    _check_pairs(min_pairs, max_pairs)
     budget = max(_WARMUP_FLOOR, 2 * min_run_time) if max_warmup_time is None else max_warmup_time
     meter = WaitMeter(clock)
     ticking = clock or time.perf_counter

@@ -464,6 +464,11 @@ class JaxBackend(Backend):
             self._targets.clear()
             self._virtual = count
             self._follow_default_device()
+            # JAX's rule on virtual GPUs too: a value read to the host once, guarded or not, is
+            # read again without a transfer (the guard module keeps the record JAX keeps for a GPU)
+            from devshim.backends.jax.guard import watch_host_reads
+
+            watch_host_reads()
 
     def _follow_default_device(self) -> None:
         """With virtual GPUs on, JAX's default device is virtual gpu:0 (host device 1), as a GPU

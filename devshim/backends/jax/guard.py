@@ -14,8 +14,12 @@ the report; JAX's guard is the backstop for the rest.
   array class an `__array_ufunc__` while a guard checks (`ndarray + x` keeps
   JAX's meaning). JAX's own device-to-host guard never fires for CPU devices,
   where virtual GPUs live; devshim's hooks see GPUs and virtual GPUs alike. A
-  value JAX already holds on the host (after `jax.device_get(x)` or
-  `ds.to_numpy(x)`; devshim remembers the same for virtual GPUs) is no transfer.
+  value JAX already holds on the host is no transfer, as JAX's rule is (a value
+  read to the host once is read again without one), whenever it was read: on a
+  real device JAX itself says (its own guard, asked first, refuses only a read
+  that copies), and for virtual GPUs devshim keeps the record JAX keeps for a
+  real one, also of reads outside every guard (`watch_host_reads`, from the
+  moment the JAX backend presents virtual GPUs).
 - **Host to device**: JAX sends host values (NumPy arrays, Python numbers and
   index constants: `jnp.ones(1)`, `x + 1`, a jitted call on a NumPy argument)
   to devices in one Python step, `pxla.batched_device_put`, which devshim
@@ -181,6 +185,37 @@ def _needs_report(x, state):
     return place
 
 
+def _held_on_host(place, fn, *args, **kwargs):
+    """`(True, value)` when JAX reads `fn(*args)` without a transfer, else `(False, None)`.
+
+    On a real device JAX's own device-to-host guard is the word: set to "disallow" it refuses
+    a read only when the value has to be copied (JAX checks it where it copies: a value copied
+    once, by a read or by `copy_to_host_async`, is held on the host, in C++ where devshim cannot
+    see it). A virtual GPU is a CPU device, which JAX's guard never checks: there devshim's own
+    record has decided already."""
+    if place.virtual or _JAX_REFUSAL is None:
+        return False, None
+    try:
+        with marker.explicit(), jax.transfer_guard_device_to_host(DISALLOW):
+            return True, fn(*args, **kwargs)
+    except _JAX_REFUSAL as refusal:
+        if _REFUSED.search(str(refusal)) is None:
+            raise  # not a transfer refused (a deleted array): the read fails as it would
+        return False, None
+
+
+def _read_checked(x, place, what, state, fn, *args, **kwargs):
+    """Read `x` with `fn(*args)`, `place` being where its value is, as devshim's guard has it: no
+    transfer when the value is held on the host already, else checked (refused or logged) as one,
+    then remembered as held there."""
+    held, value = _held_on_host(place, fn, *args, **kwargs)
+    if not held:
+        pending = check("device_to_host", READ, what, place, Device("cpu"), state)
+        value = _read_after_report(pending, fn, *args, **kwargs)
+    _remember_fetched(x, place)
+    return value
+
+
 def _read_after_report(pending, fn, *args, **kwargs):
     """Run the read devshim has checked (`pending`, from `check`), so no hook (devshim's or
     JAX's) reports it again; under "log" it is recorded once the read was made (not when JAX
@@ -198,18 +233,16 @@ def _guarded_value(original):
         state = current()
         if state.checking:
             if marker.is_explicit():
+                value = getter(self)  # (remembered once read: a read JAX refuses holds nothing)
                 _remember_fetched(self, _device_place(self))
-                return getter(self)
+                return value
             place = _needs_report(self, state)
             if place is not None:
                 what = _what()
                 if what is None:  # jax.device_get: JAX's explicit transfer
                     _remember_fetched(self, place)
                     return getter(self)
-                pending = check("device_to_host", READ, what, place, Device("cpu"), state)
-                value = _read_after_report(pending, getter, self)
-                _remember_fetched(self, place)
-                return value
+                return _read_checked(self, place, what, state, getter, self)
         return getter(self)
 
     mark_wrapper(_value, getter)
@@ -221,10 +254,7 @@ def _guarded_item(original):
         state = current()
         place = _needs_report(self, state)
         if place is not None:
-            pending = check("device_to_host", READ, "x.item()", place, Device("cpu"), state)
-            value = _read_after_report(pending, original, self, *args)
-            _remember_fetched(self, place)
-            return value
+            return _read_checked(self, place, "x.item()", state, original, self, *args)
         return original(self, *args)
 
     mark_wrapper(item, original)
@@ -239,10 +269,7 @@ def _guarded_numpy_reader(name, original):
             state = current()
             place = _needs_report(a, state)
             if place is not None:
-                pending = check("device_to_host", READ, what, place, Device("cpu"), state)
-                value = _read_after_report(pending, original, a, *args, **kwargs)
-                _remember_fetched(a, place)
-                return value
+                return _read_checked(a, place, what, state, original, a, *args, **kwargs)
         return original(a, *args, **kwargs)
 
     reader.__name__ = reader.__qualname__ = name
@@ -254,27 +281,36 @@ def _host_value(getter, x):
     return getter(x) if isinstance(x, _ArrayImpl) else x
 
 
+def _ndarray_operator(ufunc, method, inputs, kwargs, depth: int):
+    """JAX's result for `ndarray + x` (its reflected operator ran there, on the device, before
+    JAX arrays had an `__array_ufunc__`), or None when this ufunc call is no such operator;
+    `depth` is how many frames up the caller of `__array_ufunc__` is."""
+    if method != "__call__" or kwargs or len(inputs) != 2 or isinstance(inputs[0], _ArrayImpl):
+        return None
+    caller = sys._getframe(depth + 1)
+    try:
+        operator = caller.f_code.co_code[caller.f_lasti] in _OPERATOR_CODES
+    except IndexError:
+        operator = False
+    return getattr(jax.numpy, ufunc.__name__)(*inputs) if operator else None
+
+
 def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
     """NumPy ufuncs on JAX arrays while a guard checks: report the read, then do what NumPy did."""
-    if method == "__call__" and not kwargs and len(inputs) == 2 and not isinstance(inputs[0], _ArrayImpl):
-        caller = sys._getframe(1)
-        try:
-            operator = caller.f_code.co_code[caller.f_lasti] in _OPERATOR_CODES
-        except IndexError:
-            operator = False
-        if operator:  # ndarray + x: JAX's reflected operator ran here before, on the device
-            return getattr(jax.numpy, ufunc.__name__)(*inputs)
+    done = _ndarray_operator(ufunc, method, inputs, kwargs, 1)
+    if done is not None:
+        return done
     state = current()
     what = f"np.{ufunc.__name__}{'' if method == '__call__' else '.' + method}(x, ...)"
     arrays = list(inputs) + list(kwargs.get("out", ()) or ())
+    getter = JaxGuardHooks.original(*_VALUE).fget
     pending, reported = None, []
     for a in arrays:
         place = _needs_report(a, state)
-        if place is not None:
+        if place is not None and not _held_on_host(place, getter, a)[0]:
             if pending is None:
                 pending = check("device_to_host", READ, what, place, Device("cpu"), state)
             reported.append((a, place))
-    getter = JaxGuardHooks.original(*_VALUE).fget
     with marker.explicit(), jax.transfer_guard_device_to_host(ALLOW):
         host = [_host_value(getter, a) for a in inputs]
     logged(pending)  # the values were read (whatever NumPy then makes of them)
@@ -290,8 +326,7 @@ def _guarded_copy_to_host_async(original):
         if place is not None and _explicit_in_jax():
             place = None  # jax.device_get starts its explicit copy with this
         if place is not None:
-            pending = check("device_to_host", READ, "x.copy_to_host_async()", place, Device("cpu"), state)
-            result = _read_after_report(pending, original, self)
+            result = _read_checked(self, place, "x.copy_to_host_async()", state, original, self)
         else:
             result = original(self)
         if state.checking:  # the value is on its way to the host: later reads are no transfer
@@ -300,6 +335,99 @@ def _guarded_copy_to_host_async(original):
 
     mark_wrapper(copy_to_host_async, original)
     return copy_to_host_async
+
+
+# ------------------------------------------------------------------ virtual GPUs: reads outside the guard
+
+#: What devshim's record of reads on virtual GPUs replaced: (owner, name) -> what the owner held
+#: there (JAX's own read functions, NumPy's readers). The record stays while the process runs.
+_UNRECORDED: dict = {}
+
+
+def _remember_if_virtual(a) -> None:
+    """`a` read to the host: remembered as held there when it is an array on a virtual GPU."""
+    if isinstance(a, _ArrayImpl):
+        place = _device_place(a)
+        if place is not None and place.virtual:
+            _remember_fetched(a, place)
+
+
+def _recording(read):
+    """`read` (an array's value read, or its copy to the host started), then the array remembered."""
+
+    def recorded(self, *args):
+        value = read(self, *args)
+        _remember_if_virtual(self)
+        return value
+
+    recorded.__name__ = recorded.__qualname__ = getattr(read, "__name__", "read")
+    return mark_wrapper(recorded, read)
+
+
+def _recording_numpy_reader(original):
+    """NumPy's `np.asarray` and its kin (which read a CPU device's array through its buffer,
+    past JAX's own read functions), then a JAX array read remembered."""
+
+    def reader(a, *args, **kwargs):
+        value = original(a, *args, **kwargs)
+        if type(a) is _ArrayImpl:
+            _remember_if_virtual(a)
+        return value
+
+    reader.__name__ = reader.__qualname__ = original.__name__
+    reader.__doc__ = original.__doc__
+    return mark_wrapper(reader, original)
+
+
+def _recording_array_ufunc(self, ufunc, method, *inputs, **kwargs):
+    """NumPy ufuncs on JAX arrays where virtual GPUs are presented and no guard checks: what
+    NumPy did (its reading of each JAX input, then the ufunc on the host), each input remembered."""
+    done = _ndarray_operator(ufunc, method, inputs, kwargs, 1)
+    if done is not None:
+        return done
+    getter = _UNRECORDED[(_ArrayImpl, _VALUE.name)].fget
+    host = [_host_value(getter, a) for a in inputs]
+    for a in list(inputs) + list(kwargs.get("out", ()) or ()):
+        _remember_if_virtual(a)
+    return getattr(ufunc, method)(*host, **kwargs)
+
+
+def watch_host_reads() -> None:
+    """Keep JAX's rule on virtual GPUs outside every guard too: from now on, in this process, an
+    array on a virtual GPU whose value is read to the host (`np.asarray(x)`, `np.add(x, 1)`,
+    `float(x)`, `str(x)`, `pickle.dumps(x)`, `x.copy_to_host_async()`, ...), guarded or not, is
+    remembered as held there, as JAX holds a real GPU's value after its first read: a guard that
+    starts later reads it again without a transfer. A real GPU needs no such record (JAX's own
+    guard says, `_held_on_host`). The JAX backend calls this when it presents virtual GPUs; its
+    cost, a Python call around each host read of a JAX array (and NumPy's `asarray`, `array`,
+    `asanyarray` and ufuncs on JAX arrays taking the guard's route), is paid in such processes
+    only. Guard hooks installed now go back on over it.
+
+    Example:
+        >>> watch_host_reads()
+        >>> np.asarray(x_on_virtual_gpu0)           # no guard: read, and remembered
+        >>> with ds.transfer_guard("disallow"):
+        ...     np.asarray(x_on_virtual_gpu0)       # held on the host: no transfer
+    """
+    if _VALUE is None or _UNRECORDED:
+        return
+    guarding = JaxGuardHooks.patched()
+    if guarding:
+        JaxGuardHooks.restore()  # JAX's and NumPy's own functions back: the record goes under the guard
+    for owner, name, make in ((_ArrayImpl, _VALUE.name, None), (_ArrayImpl, "item", _recording),
+                              (_ArrayImpl, "copy_to_host_async", _recording),
+                              (_ArrayImpl, "__array_ufunc__", None),
+                              *((np, reader, _recording_numpy_reader) for reader in _NUMPY_READERS)):
+        own = vars(owner).get(name)
+        _UNRECORDED[(owner, name)] = own
+        if name == "__array_ufunc__":
+            setattr(owner, name, _recording_array_ufunc)
+        elif isinstance(own, property):
+            setattr(owner, name, property(_recording(own.fget), doc=own.__doc__))
+        elif own is not None:
+            setattr(owner, name, make(own))
+    if guarding:
+        JaxGuardHooks().install()
 
 
 # ------------------------------------------------------------------ host to device
@@ -449,10 +577,11 @@ class _CheckingKey:
 
 
 def _clear_after_uninstall() -> None:
+    # (_fetched stays: a value read once is held on the host after the guard too, as in JAX;
+    # an entry goes with its array)
     _global_key["pending"] = False
     if _global_key.pop("set", False):
         _CHECKING_KEY.set_global(None)
-    _fetched.clear()
 
 
 def _default_is_a_device() -> bool:

@@ -34,8 +34,8 @@ def run(examples: int = 1024, batch_size: int = 16, rounds: int = MIN_PAIRS, thr
     devshim's virtual GPU (a tensor subclass that runs every operation on host tensors) adds
     per operation. The two are measured side by side (`devshim.timing.compare`): each round is
     one CPU epoch and one virtual GPU epoch back to back (which goes first alternates), so both
-    see the same moment of the machine, for `rounds` rounds at least (default 10, and until
-    each side has run `min_run_time` seconds); the ratio is the median of the per-round
+    see the same moment of the machine, for `rounds` rounds at least (default and fewest
+    accepted: `MIN_PAIRS`, 10; and until each side has run `min_run_time` seconds); the ratio is the median of the per-round
     ratios, with their quartiles, and a comparison whose ratios disagree or whose epochs
     stalled is measured again (`devshim.bench.measure`) and marked. torch runs its kernels
     on `threads` threads meanwhile (default 1, as `torch.utils.benchmark.Timer` does:
@@ -58,7 +58,7 @@ def run(examples: int = 1024, batch_size: int = 16, rounds: int = MIN_PAIRS, thr
     """
     check_count(examples, "examples")
     check_count(batch_size, "batch_size")
-    check_count(rounds, "rounds")
+    _check_rounds(rounds)
     check_count(threads, "threads")
     if clock not in CLOCKS:
         raise ExperimentError(f"clock must be one of {', '.join(CLOCKS)}, not {clock!r}.")
@@ -73,6 +73,16 @@ def run(examples: int = 1024, batch_size: int = 16, rounds: int = MIN_PAIRS, thr
              lambda: rows.extend(_in_child(examples, batch_size, rounds, threads, clock, min_run_time)))
     plan.run()
     return rows
+
+
+def _check_rounds(rounds) -> None:
+    check_count(rounds, "rounds")
+    if rounds < MIN_PAIRS:
+        raise ExperimentError(
+            f"rounds (--rounds) must be at least {MIN_PAIRS}, not {rounds}: the ratio is the median over the "
+            f"rounds, and over fewer than {MIN_PAIRS} (devshim.timing.compare.MIN_PAIRS) their quartiles say too "
+            f"little to trust it. Leave --rounds out (default {MIN_PAIRS}), or give more rounds for a steadier "
+            f"ratio; --examples and --batch-size make each epoch shorter.")
 
 
 def _has_virtual_gpu() -> bool:
@@ -162,7 +172,7 @@ EXPERIMENT = Experiment(
         Option("--batch-size", dest="batch_size", type=int, metavar="N", help="examples per batch (default 16)"),
         Option("--rounds", dest="rounds", type=int, metavar="N",
                help="rounds (a CPU epoch and a virtual GPU epoch, taking turns) to measure at least; "
-                    "the ratio is the median over them (default 10)"),
+                    f"the ratio is the median over them (default and fewest: {MIN_PAIRS})"),
         Option("--threads", dest="threads", type=int, metavar="N",
                help="torch's kernel threads while measuring (default 1, as torch.utils.benchmark)"),
         Option("--clock", dest="clock", metavar="wall|cpu",
@@ -176,4 +186,5 @@ EXPERIMENT = Experiment(
     ],
     plot=BarPlot(label="device", value="seconds", xlabel="seconds per epoch (median, IQR bars)"),
     per_backend=False,
+    framework="torch",
 )
