@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from devshim.timing import Measurement, Timer, benchmark, synchronize
     from devshim.device_memory import MemoryInfo, MemoryPeak, memory, memory_peak
     from devshim.errors import DeviceOutOfMemoryError, VirtualMemorySizeError
+    from devshim.errors import KerasBackendMismatchError
 
 # public name -> the module that defines it; loaded on first attribute access (PEP 562).
 _EXPORTS = {
@@ -98,6 +99,7 @@ _EXPORTS.update({
     **dict.fromkeys(("memory", "memory_peak", "MemoryInfo", "MemoryPeak"), "devshim.device_memory"),
     **dict.fromkeys(("DeviceOutOfMemoryError", "VirtualMemorySizeError"), "devshim.errors"),
 })
+_EXPORTS["KerasBackendMismatchError"] = "devshim.errors"
 _SUBMODULES = ("api", "backends", "bench", "conversion", "distributed", "errors", "generic", "guard", "placement", "selftest",
                "settings",
                "testing", "timing", "transfer")
@@ -124,6 +126,7 @@ __all__ = [
     "NoAutodiffError", "ImmutableInputError", "GradientCheckUsageError", "NondifferentiableError",
     "InputMutatedError", "GradientFunctionError", "ToleranceError", "VirtualBesideRealGpuWarning",
     "memory", "memory_peak", "MemoryInfo", "MemoryPeak", "DeviceOutOfMemoryError", "VirtualMemorySizeError",
+    "KerasBackendMismatchError",
     "testing", "settings", "backends",
 ]
 

@@ -59,6 +59,7 @@ __all__ = [
     "TorchCompileReleaseError",
     "NondifferentiableError", "InputMutatedError", "GradientFunctionError", "ToleranceError",
     "DeviceOutOfMemoryError", "VirtualMemorySizeError",
+    "KerasBackendMismatchError",
 ]
 
 
@@ -762,4 +763,18 @@ class VirtualMemorySizeError(DevshimError, ValueError):
         >>> ds.settings.set_virtual_memory("lots")
         Traceback (most recent call last):
         devshim.errors.VirtualMemorySizeError: DEVSHIM_VIRTUAL_MEMORY='lots' is not a size ...
+    """
+
+
+class KerasBackendMismatchError(BackendError):
+    """`DEVSHIM_BACKEND` names another framework than the one Keras 3 runs on (`KERAS_BACKEND`,
+    or Keras's own default): devshim's devices would be the wrong framework's for Keras's
+    models. Raised by the first call that needs the selected backend; the message says which
+    variable to set.
+
+    Example:
+        >>> import keras                               # KERAS_BACKEND=jax
+        >>> ds.try_gpu()                               # DEVSHIM_BACKEND=torch
+        Traceback (most recent call last):
+        devshim.errors.KerasBackendMismatchError: DEVSHIM_BACKEND=torch, but Keras runs on jax ...
     """
