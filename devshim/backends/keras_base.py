@@ -208,17 +208,6 @@ class _Placed:
         return self
 
 
-def placed_device(model):
-    """The native device `model` is placed on by `ds.place_model`, or None.
-
-    Example:
-        >>> keras_base.placed_device(ds.place_model(model, ds.try_gpu(1)))
-        device(type='vgpu', index=1)
-    """
-    placed = vars(model).get(_PLACED)
-    return None if placed is None else placed.native
-
-
 def _entry_point(name: str, method, builder: bool):
     @functools.wraps(method)  # Keras reads build's and call's signature and build's "is default" mark
     def entry(model, *args, **kwargs):
@@ -261,9 +250,10 @@ class KerasModels:
         framework cannot (it stays where it is)."""
         return False
 
-    def computing_device(self, adapter):
-        """Keras's current device as a `ds.Device` where the framework knows it (torch), else None:
-        where an unplaced model computes."""
+    def computing_device(self, model, adapter):
+        """Where Keras runs the calls of `model`, which devshim did not place, as a `ds.Device`, when
+        that is not simply where its weights are (torch: Keras's current device; JAX: its default
+        device, for weights made uncommitted); None otherwise."""
         return None
 
     # -------------------------------------------------------------- the contract's methods
@@ -297,7 +287,7 @@ class KerasModels:
         if placed is not None:
             found.append(("(its calls, placed by ds.place_model)", adapter.describe(placed.native)))
         else:
-            computing = self.computing_device(adapter)
+            computing = self.computing_device(model, adapter)
             if computing is not None:
                 found.append(("(its calls: Keras's current device)", computing))
         return found

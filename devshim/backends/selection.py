@@ -119,10 +119,10 @@ def _choose() -> Backend:
         settings.on_change(_settings_changed)  # once: on_change keeps one of each
         if _global is None or (_keras_unseen and _global_from_env):
             _global, _keras_unseen = None, False
-            seen = "keras" in sys.modules
             adapter, reason = select_default()
             _global_reason, _global_from_env = reason, True
-            _global, _keras_unseen = adapter, not seen and _keras_installed()
+            # Until Keras is imported (and done importing), each call looks whether it has been.
+            _global, _keras_unseen = adapter, keras_base.backend() is None and _keras_installed()
         return _global
 
 

@@ -43,6 +43,14 @@ class _KerasOnJax(keras_base.KerasModels):
         variable.assign(adapter.copy_if_needed(variable.value, native))
         return True
 
+    def computing_device(self, model, adapter):
+        if all(getattr(w.value, "committed", True) for w in model.weights):
+            return None  # JAX computes where committed arrays are
+        default = jax.config.jax_default_device  # (what jax.default_device, keras.device's, sets)
+        if default is None or isinstance(default, str):
+            default = jax.devices(default)[0]
+        return adapter.describe(default)  # where JAX takes uncommitted arrays to compute
+
 
 _KERAS = _KerasOnJax()
 

@@ -233,7 +233,7 @@ class _KerasOnTorch(keras_base.KerasModels):
         torch.nn.ParameterList([variable.value]).to(native)  # in place, as module.to moves parameters
         return variable.value.device == native
 
-    def computing_device(self, adapter):
+    def computing_device(self, model, adapter):
         current = _internals.KERAS_CURRENT_DEVICE.get()
         if current is None:
             return None
