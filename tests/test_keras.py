@@ -9,13 +9,13 @@ Expectations come from the machine: "GPU 1" is `ds.try_gpu(1)`, the CPU on a mac
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 import devshim as ds
 from devshim import backends, settings
+from devshim.backends import selection
+from devshim.backends.spec import BackendSpec
 from helpers import run_python
 
 keras = pytest.importorskip("keras")
@@ -30,8 +30,10 @@ Y = np.random.default_rng(1).standard_normal((8, 2)).astype("float32")
 
 @pytest.fixture
 def keras_selected(setenv):
-    """devshim's selection as DEVSHIM_BACKEND leaves it to Keras (unset), started afresh."""
+    """devshim's selection as DEVSHIM_BACKEND leaves it to Keras (unset), started afresh, in a process
+    whose KERAS_BACKEND chose the framework Keras runs on."""
     setenv(settings.BACKEND_VAR, None)
+    setenv("KERAS_BACKEND", BACKEND)
     backends.reset_backend()
     yield
     backends.reset_backend()
@@ -50,9 +52,22 @@ def test_devshim_follows_the_framework_keras_runs_on(keras_selected):
     assert backends.selection_reason() == f"keras: Keras runs on {BACKEND}"
 
 
+def test_without_keras_backend_set_a_first_installed_framework_in_use_keeps_its_place(keras_selected, setenv,
+                                                                                     monkeypatch):
+    """Importing TensorFlow imports Keras: that alone must not take devshim from the framework in use."""
+    first = ds.available_backends()[0]
+    if first == BACKEND:
+        pytest.skip(f"Keras runs on {first}, the first installed framework")
+    setenv("KERAS_BACKEND", None)
+    loaded = BackendSpec.is_loaded
+    monkeypatch.setattr(BackendSpec, "is_loaded", lambda spec: spec.name == first or loaded(spec))  # as if imported
+    monkeypatch.setattr(selection, "instance", lambda name: f"<{name}>")  # (made without importing it)
+    adapter, reason = selection.select_default()
+    assert adapter == f"<{first}>" and reason.startswith(f"auto: {first} is the first installed")
+
+
 def test_a_devshim_backend_other_than_keras_s_is_a_named_error(keras_selected, setenv):
     other = next(name for name in ds.available_backends() if name != BACKEND)
-    setenv("KERAS_BACKEND", BACKEND)
     setenv(settings.BACKEND_VAR, other)
     backends.reset_backend()
     with pytest.raises(ds.KerasBackendMismatchError, match=rf"DEVSHIM_BACKEND={other}, but Keras runs on "

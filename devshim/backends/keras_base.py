@@ -31,7 +31,8 @@ import types
 from devshim import transfer
 from devshim.errors import UnbuiltModelError, UnsupportedPlacementError
 
-__all__ = ["keras", "backend", "chosen_backend", "is_model", "is_variable_class", "VariableAdapter", "KerasModels", "ENTRY_POINTS"]
+__all__ = ["keras", "backend", "chosen_backend", "is_model", "is_variable_class", "VariableAdapter", "KerasModels", "ENTRY_POINTS",
+           "unbuilt"]
 
 #: The methods of a placed Keras model that run under its device: building, calling, and the
 #: trainer's (Keras creates the optimiser's and the metrics' variables inside them).
@@ -126,6 +127,8 @@ class VariableAdapter:
         self.adapter = adapter
 
     def __getattr__(self, name: str):
+        if name == "adapter":  # (not set yet: a copy being made)
+            raise AttributeError(name)
         return getattr(self.adapter, name)
 
     def __repr__(self) -> str:

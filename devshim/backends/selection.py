@@ -3,8 +3,9 @@
 In order of precedence: the innermost `use_backend` block of the current
 thread or asyncio task (a ContextVar in `devshim.settings`), then
 `set_backend`, then `DEVSHIM_BACKEND`, then the framework Keras 3 runs on when
-Keras is imported (`KERAS_BACKEND`), then the installed backend with the
-lowest `auto_rank`. A `DEVSHIM_BACKEND` that names another framework than the
+Keras is imported (`KERAS_BACKEND`; without it, only where the first installed
+backend's framework is not in use, as importing TensorFlow imports Keras), then
+the installed backend with the lowest `auto_rank`. A `DEVSHIM_BACKEND` that names another framework than the
 `KERAS_BACKEND` Keras runs on is `KerasBackendMismatchError` (without
 `KERAS_BACKEND`, Keras may be there only because TensorFlow imports it:
 `DEVSHIM_BACKEND` wins); Keras imported after devshim chose is noticed at the
@@ -38,8 +39,9 @@ _keras_unseen = False  # the choice was made before Keras was imported: look aga
 def select_default() -> tuple:
     """(adapter, why) for the backend chosen without `set_backend`: `DEVSHIM_BACKEND` (a
     `KerasBackendMismatchError` where `KERAS_BACKEND` names another framework), else the
-    framework Keras 3 runs on (once Keras is imported), else the first installed in
-    auto-selection order.
+    framework Keras 3 runs on (once Keras is imported; with `KERAS_BACKEND` unset, only where
+    the first installed framework is not in use: importing TensorFlow imports Keras), else the
+    first installed in auto-selection order.
 
     Example:
         >>> selection.select_default()[1]
@@ -52,13 +54,14 @@ def select_default() -> tuple:
         if follows is not None and follows != adapter.name and keras_base.chosen_backend() is not None:
             raise _mismatch(requested, follows)
         return _met_keras(adapter, follows if follows == adapter.name else None), f"{settings.BACKEND_VAR}={requested}"
-    if follows is not None:
-        return _met_keras(load_backend(follows), follows), f"keras: Keras runs on {follows}"
     ranked = [spec for spec in specs().values() if spec.auto_rank is not None]
     names = ", ".join(spec.name for spec in ranked)
-    for spec in ranked:
-        if spec.is_installed():
-            return instance(spec.name), f"auto: {spec.name} is the first installed of {names}"
+    first = next((spec for spec in ranked if spec.is_installed()), None)
+    if follows is not None and (keras_base.chosen_backend() is not None or first is None or first.name == follows
+                                or not first.is_loaded()):
+        return _met_keras(load_backend(follows), follows), f"keras: Keras runs on {follows}"
+    if first is not None:
+        return instance(first.name), f"auto: {first.name} is the first installed of {names}"
     raise BackendError(
         f"No backend is installed (devshim looks for {names}). Install one, e.g. "
         f'pip install torch, or pip install "devshim[torch]" where devshim is installed.'
