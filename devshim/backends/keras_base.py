@@ -116,7 +116,8 @@ class VariableAdapter:
     """The adapter of Keras variables on one framework: each call is the framework's adapter's,
     on the variable's value (a torch `Parameter`, a JAX array, a `tf.Variable`), as devshim moves
     a `tf.Variable`: a copy is a tensor holding the value, and a variable already on the device is
-    itself. Everything else is the framework's adapter's.
+    itself. A plain tensor of the framework (a shard, a sum) is taken as it is; everything else is
+    the framework's adapter's.
 
     Example:
         >>> ds.device_of(keras.Variable(1.0))     # KERAS_BACKEND=torch
@@ -134,23 +135,17 @@ class VariableAdapter:
     def __repr__(self) -> str:
         return f"<devshim {self.adapter.name} backend, for Keras variables>"
 
-    def is_tensor(self, x) -> bool:
-        return is_variable_class(type(x)) and self.adapter.is_tensor(x.value)
-
-    def is_tensor_type(self, kind: type):
-        return None
-
     def tensor_device(self, x):
-        return self.adapter.tensor_device(x.value)
+        return self.adapter.tensor_device(_value(x))
 
     def native_device_of(self, x):
-        return self.adapter.native_device_of(x.value)
+        return self.adapter.native_device_of(_value(x))
 
     def same_place(self, x, native) -> bool:
-        return self.adapter.same_place(x.value, native)
+        return self.adapter.same_place(_value(x), native)
 
     def copy_to(self, x, native, non_blocking: bool):
-        return self.adapter.copy_to(x.value, native, non_blocking)
+        return self.adapter.copy_to(_value(x), native, non_blocking)
 
     def copy_if_needed(self, x, native):
         return x if self.same_place(x, native) else self.copy_to(x, native, False)
@@ -160,13 +155,13 @@ class VariableAdapter:
         return lambda x: copy_to(x, native, non_blocking)
 
     def tensor_to_numpy(self, x):
-        return self.adapter.tensor_to_numpy(x.value)
+        return self.adapter.tensor_to_numpy(_value(x))
 
     def wait(self, x) -> None:
-        self.adapter.wait(x.value)
+        self.adapter.wait(_value(x))
 
     def narrow(self, x, start: int, stop: int):
-        return self.adapter.narrow(x.value, start, stop)
+        return self.adapter.narrow(_value(x), start, stop)
 
     def device_table(self):
         return None
@@ -192,6 +187,11 @@ class VariableAdapter:
             return x if copied is value else copied
 
         return one_variable
+
+
+def _value(x):
+    """A Keras variable's value; any other value as it is."""
+    return x.value if is_variable_class(type(x)) else x
 
 
 # ------------------------------------------------------------------ Keras models
