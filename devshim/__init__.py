@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from devshim.device_memory import MemoryInfo, MemoryPeak, memory, memory_peak
     from devshim.errors import DeviceOutOfMemoryError, VirtualMemorySizeError
     from devshim.errors import BackendPluginWarning
+    from devshim.errors import KerasBackendMismatchError
 
 # public name -> the module that defines it; loaded on first attribute access (PEP 562).
 _EXPORTS = {
@@ -100,6 +101,7 @@ _EXPORTS.update({
     **dict.fromkeys(("DeviceOutOfMemoryError", "VirtualMemorySizeError"), "devshim.errors"),
 })
 _EXPORTS["BackendPluginWarning"] = "devshim.errors"
+_EXPORTS["KerasBackendMismatchError"] = "devshim.errors"
 _SUBMODULES = ("api", "backends", "bench", "conversion", "distributed", "errors", "generic", "guard", "placement", "selftest",
                "settings",
                "testing", "timing", "transfer")
@@ -128,6 +130,7 @@ __all__ = [
     "PrecisionWarning",
     "memory", "memory_peak", "MemoryInfo", "MemoryPeak", "DeviceOutOfMemoryError", "VirtualMemorySizeError",
     "BackendPluginWarning",
+    "KerasBackendMismatchError",
     "testing", "settings", "backends",
 ]
 

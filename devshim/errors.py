@@ -61,6 +61,7 @@ __all__ = [
     "DeviceOutOfMemoryError", "VirtualMemorySizeError",
     "BackendPluginWarning",
     "PrecisionWarning",
+    "KerasBackendMismatchError",
 ]
 
 
@@ -790,4 +791,18 @@ class BackendPluginWarning(DevshimWarning):
         >>> ds.available_backends()     # with a broken plug-in installed
         BackendPluginWarning: the devshim_mine distribution's devshim.backends entry point mine = ...
         ['torch', 'numpy']
+    """
+
+
+class KerasBackendMismatchError(BackendError):
+    """`DEVSHIM_BACKEND` names another framework than the one Keras 3 runs on (`KERAS_BACKEND`,
+    or Keras's own default): devshim's devices would be the wrong framework's for Keras's
+    models. Raised by the first call that needs the selected backend; the message says which
+    variable to set.
+
+    Example:
+        >>> import keras                               # KERAS_BACKEND=jax
+        >>> ds.try_gpu()                               # DEVSHIM_BACKEND=torch
+        Traceback (most recent call last):
+        devshim.errors.KerasBackendMismatchError: DEVSHIM_BACKEND=torch, but Keras runs on jax ...
     """

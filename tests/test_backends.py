@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import threading
 
 import numpy as np
@@ -24,6 +25,13 @@ def fresh_selection(setenv):
     backends.reset_backend()
     yield setenv
     backends.reset_backend()
+
+
+@pytest.fixture
+def without_keras(monkeypatch):
+    """Selection as in a process without Keras (which TensorFlow imports; devshim follows the framework
+    Keras runs on: tests/test_keras.py)."""
+    monkeypatch.delitem(sys.modules, "keras", raising=False)
 
 
 def test_import_devshim_imports_no_framework_and_none_of_its_own_modules():
@@ -172,7 +180,7 @@ def test_reload_reads_a_changed_variable_but_keeps_set_backend(fresh_selection):
         ds.get_backend()
 
 
-def test_auto_selection_takes_the_first_installed_in_rank_order(fresh_selection, monkeypatch):
+def test_auto_selection_takes_the_first_installed_in_rank_order(fresh_selection, without_keras, monkeypatch):
     fresh_selection("DEVSHIM_BACKEND", None)
     installed = {"tensorflow", "mxnet", "numpy"}
     monkeypatch.setattr(BackendSpec, "is_installed", lambda self: self.name in installed)
@@ -181,7 +189,7 @@ def test_auto_selection_takes_the_first_installed_in_rank_order(fresh_selection,
     assert adapter == "<tensorflow>" and "tensorflow is the first installed" in reason
 
 
-def test_auto_selection_falls_back_to_numpy(fresh_selection, monkeypatch):
+def test_auto_selection_falls_back_to_numpy(fresh_selection, without_keras, monkeypatch):
     fresh_selection("DEVSHIM_BACKEND", None)
     monkeypatch.setattr(BackendSpec, "is_installed", lambda self: self.name == "numpy")
     assert ds.get_backend().name == "numpy"

@@ -60,9 +60,10 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
 
 
 def on_config(config):
-    """The "Backends" section of the navigation: its first page, then each backend's page."""
+    """The "Backends" section of the navigation: its first page, then each backend's page, then the
+    pages mkdocs.yml lists after the first (libraries above the backends, such as Keras 3)."""
     for entry in config.nav or []:
         if isinstance(entry, dict) and SECTION in entry:
-            first = entry[SECTION][0]
-            entry[SECTION] = [first] + [{spec.title: f"{name}.md"} for name, spec in rows().items()]
+            first, *after = entry[SECTION]
+            entry[SECTION] = [first] + [{spec.title: f"{name}.md"} for name, spec in rows().items()] + after
     return config

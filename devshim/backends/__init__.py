@@ -10,6 +10,7 @@ here, lowest first:
 `interop_base` `Interop`, the contract of a backend's `interop.py` (`ds.convert`);
 `autodiff_base` `Autodiff`, the contract of a backend's `autodiff.py` (`ds.testing`);
 `memory_base` `DeviceMemory`, the contract of a backend's `memory.py` (`ds.memory`);
+`keras_base` Keras 3 above torch, JAX and TensorFlow: what their `model.py` share for Keras models;
 `registry`   the table built from the rows, and one adapter per backend;
 `dispatch`   which backend owns a tensor: one `FastPaths` record per tensor class;
 `selection`  which backend functions without a tensor use;

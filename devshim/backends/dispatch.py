@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 
 from devshim import _lazy
-from devshim.backends import registry
+from devshim.backends import keras_base, registry
 from devshim.backends.base import trace_constant
 from devshim.backends.probes import release
 from devshim.errors import FirstCallInTraceError, TorchCompileReleaseError
@@ -78,6 +78,7 @@ ANSWERED_BY_ATTRIBUTE: dict = {}
 # framework's tensor classes only exist once it is imported, so a negative answer never goes
 # stale); class -> adapter for a class learned from one of its values (`learn_type`).
 _owners: dict = {}
+_keras_adapters: dict = {}  # a framework's adapter -> the adapter of Keras variables holding its tensors
 
 
 def fast_paths(x):
@@ -114,13 +115,25 @@ def backend_for_tensor(x):
         return _owners[kind]
     except KeyError:
         pass
-    owner = None
-    for adapter in registry.loaded_adapters():
-        if adapter.is_tensor(x):
-            owner = adapter
-            break
+    owner = _keras_variables(x) if keras_base.is_variable_class(kind) else None
+    if owner is None:
+        for adapter in registry.loaded_adapters():
+            if adapter.is_tensor(x):
+                owner = adapter
+                break
     _remember(kind, owner)
     return owner
+
+
+def _keras_variables(x):
+    """The adapter of a Keras 3 variable: its value's framework's, moving it through its value."""
+    inner = backend_for_tensor(x.value)
+    if inner is None:
+        return None
+    found = _keras_adapters.get(inner)
+    if found is None:
+        found = _keras_adapters.setdefault(inner, keras_base.VariableAdapter(inner))
+    return found
 
 
 def learn_type(x):
@@ -156,6 +169,8 @@ def learn_class(kind: type):
         return True
     if kind in _owners and _owners[kind] is None:
         return False
+    if keras_base.is_variable_class(kind):
+        return None  # its framework is its value's: learn_type asks about the value
     unsure = False
     for adapter in list(registry.loaded_adapters()):  # made here, not in a trace
         owns = adapter.is_tensor_type(kind)
@@ -197,6 +212,7 @@ def forget_types() -> None:
         ANSWERED_BY_ATTRIBUTE.clear()
         FAST_PATHS.clear()
         _owners.clear()
+        _keras_adapters.clear()
 
 
 def _learn(kind: type, adapter) -> None:

@@ -5,7 +5,8 @@ and friends, `devshim/placement.py`) has a `model.py` defining exactly one
 subclass of `ModelPlacement`; the registry finds it (`registry.model_placement`).
 `model.py` is imported only once the framework is, so it may import the
 framework at module level. Every copy it makes runs inside `devshim.transfer`'s
-`explicit()` block, opened by `devshim/placement.py`.
+`explicit()` block, opened by `devshim/placement.py`. Where Keras 3 runs on the
+framework, `model.py` places Keras models too, with `devshim.backends.keras_base`.
 
 Example:
     >>> placement = ds.backends.model_placement("torch")
@@ -59,3 +60,12 @@ class ModelPlacement(ABC):
     @abstractmethod
     def replicate(self, model, natives: list, adapter) -> list:
         """One copy of the model per device, each with its own parameters."""
+
+    def keras_imported(self, adapter) -> None:
+        """Keras 3 runs on this framework and devshim has just met it (`selection` calls this
+        when Keras is imported and its backend is this one): teach Keras devshim's devices where
+        it needs it. Nothing by default; the torch backend makes `keras.device` take torch devices.
+
+        Example:
+            >>> ds.backends.model_placement("torch").keras_imported(ds.get_backend("torch"))
+        """

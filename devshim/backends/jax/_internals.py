@@ -31,7 +31,7 @@ import inspect
 import threading
 from collections import namedtuple
 
-from devshim.backends.probes import Internals, Slot, names_in_code
+from devshim.backends.probes import Internals, Slot, dotted, names_in_code
 
 #: The JAX releases devshim's CI tests (tox envs jax-floor, jax and py313-latest).
 TESTED = "0.4.31 to 0.12"
@@ -292,6 +292,27 @@ DEVICE_GET_FRAMES = INTERNALS.add(
     find=_device_get_frames,
 )
 
+KERAS_MAYBE_BUILD = INTERNALS.add(
+    "keras.layers.Layer._maybe_build",
+    feature="ds.place_model of an unbuilt Keras model, built on its first call under the device, when Keras runs "
+            "on JAX",
+    fallback="only the model's build() and call() run under the device (a subclassed model's weights, made "
+             "after Keras traces its call(), land on Keras's default device): pass input_shape= to "
+             "ds.place_model to build it there at once.",
+    find=dotted("keras.layers.Layer._maybe_build"),
+    framework="keras",
+    since=(3, 0),
+)
+KERAS_FUNCTIONAL = INTERNALS.add(
+    "keras.src.models.functional.Functional",
+    feature="ds.replicate cloning functional Keras models (keras.Model(inputs, outputs)) when Keras runs on JAX",
+    fallback="functional models are refused like subclassed ones (UnsupportedPlacementError); "
+             "keras.Sequential models are still cloned.",
+    find=dotted("keras.src.models.functional.Functional"),
+    framework="keras",
+    since=(3, 0),
+)
+
 __all__ = ["INTERNALS", "TESTED", "ARRAY_IMPL", "HOST_COPY", "CONFIG_EXT", "JIT_CONTEXT", "FASTPATH_DATA",
            "BACKENDS_INITIALIZED", "BATCHED_DEVICE_PUT", "GUARD_LIB", "RUNTIME_ERROR", "JIT_FRAME",
-           "PRIMITIVE_MARK", "DISTRIBUTED_STATE", "DEVICE_GET_FRAMES"]
+           "PRIMITIVE_MARK", "DISTRIBUTED_STATE", "DEVICE_GET_FRAMES", "KERAS_FUNCTIONAL", "KERAS_MAYBE_BUILD"]

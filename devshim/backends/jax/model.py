@@ -13,6 +13,8 @@ from __future__ import annotations
 import jax
 
 from devshim import _tree
+from devshim.backends import keras_base
+from devshim.backends.jax import _internals
 from devshim.backends.model_base import ModelPlacement
 from devshim.backends.nests import copy_nest, copy_nest_if_needed
 from devshim.errors import UnbuiltModelError, UnsupportedPlacementError
@@ -20,6 +22,41 @@ from devshim.errors import UnbuiltModelError, UnsupportedPlacementError
 
 def _arrays(params) -> list:
     return [(path, leaf) for path, leaf in _tree.iter_leaves(params) if isinstance(leaf, jax.Array)]
+
+
+class _KerasOnJax(keras_base.KerasModels):
+    """Keras 3 models on JAX: each variable given its value on the device."""
+
+    def functional_class(self):
+        return _internals.KERAS_FUNCTIONAL.get()
+
+    def builders(self) -> tuple:
+        maybe_build = _internals.KERAS_MAYBE_BUILD.get()  # Keras's first-call build step
+        return () if maybe_build is None else (maybe_build.__name__,)
+
+    def move_weights(self, model, native, adapter):
+        for variable in model.variables:
+            self.move_variable(variable, native, adapter)
+        return model
+
+    def move_variable(self, variable, native, adapter) -> bool:
+        variable.assign(adapter.copy_if_needed(variable.value, native))
+        return True
+
+    def computing_device(self, model, adapter):
+        if all(getattr(w.value, "committed", True) for w in model.weights):
+            return None  # JAX computes where committed arrays are
+        default = jax.config.jax_default_device  # (what jax.default_device, keras.device's, sets)
+        if default is None or isinstance(default, str):
+            default = jax.devices(default)[0]
+        return adapter.describe(default)  # where JAX takes uncommitted arrays to compute
+
+
+_KERAS = _KerasOnJax()
+
+
+def _keras(model) -> bool:
+    return keras_base.is_model(model) and keras_base.backend() == "jax"
 
 
 class PytreePlacement(ModelPlacement):
@@ -31,18 +68,24 @@ class PytreePlacement(ModelPlacement):
     """
 
     def is_model(self, obj) -> bool:
-        return _tree.is_container(obj) and bool(_arrays(obj))
+        return _keras(obj) or (_tree.is_container(obj) and bool(_arrays(obj)))
 
     def named_places(self, params, adapter) -> list:
+        if _keras(params):
+            return _KERAS.named_places(params, adapter)
         found = [(path or "<root>", adapter.tensor_device(leaf)) for path, leaf in _arrays(params)]
         if not found:
             raise UnbuiltModelError("This pytree holds no JAX array, so it has no device: nothing to place.")
         return found
 
     def place(self, params, native, adapter, input_shape=None):
+        if _keras(params):
+            return _KERAS.place(params, native, adapter, input_shape)
         return copy_nest_if_needed(params, native)
 
     def child_sizes(self, params) -> list:
+        if _keras(params):
+            return _KERAS.child_sizes(params)
         if isinstance(params, dict):
             items = params.items()
         elif isinstance(params, (list, tuple)):
@@ -52,6 +95,8 @@ class PytreePlacement(ModelPlacement):
         return [(str(key), sum(leaf.nbytes for _, leaf in _arrays(value))) for key, value in items]
 
     def place_map(self, params, natives: dict, adapter):
+        if _keras(params):
+            return _KERAS.place_map(params, natives, adapter)
         raise UnsupportedPlacementError(
             "A pytree of JAX parameters has no forward pass devshim could hook, so it cannot be split over "
             "devices by a device map. Place each part yourself (params['layer1'] = ds.place_model("
@@ -59,8 +104,12 @@ class PytreePlacement(ModelPlacement):
         )
 
     def unplace(self, params) -> None:
-        """Pytrees never get devshim hooks: nothing to remove."""
+        """Pytrees never get devshim hooks: nothing to remove (a Keras model's calls leave its device)."""
+        if _keras(params):
+            _KERAS.unplace(params)
 
     def replicate(self, params, natives: list, adapter) -> list:
+        if _keras(params):
+            return _KERAS.replicate(params, natives, adapter)
         return [copy_nest(params, native, False) for native in natives]
 

@@ -40,6 +40,14 @@ def _maybe_build():
     return "_maybe_build"
 
 
+def _variable_initialize():
+    from keras.src.backend.tensorflow.core import Variable
+
+    if not callable(getattr(Variable, "_initialize", None)):
+        raise TypeError("keras's TensorFlow Variable has no _initialize method")
+    return Variable._initialize
+
+
 def _eager_numpy():
     from tensorflow.python.framework import ops
 
@@ -148,12 +156,23 @@ KERAS_FUNCTIONAL = INTERNALS.add(
 KERAS_MAYBE_BUILD = INTERNALS.add(
     "keras.layers.Layer._maybe_build",
     feature="ds.place_model of an unbuilt Keras model, built on its first call under the device",
-    fallback="only the model's build() is run under the device: pass input_shape= to ds.place_model "
-             "to build it there at once.",
+    fallback="only the model's build() and call() run under the device (a model that builds its weights "
+             "in call() under tf.init_scope builds them on the default device): pass input_shape= to "
+             "ds.place_model to build it there at once.",
     find=_maybe_build,
+    framework="keras",
+    since=(3, 0),
+)
+KERAS_VARIABLE_INITIALIZE = INTERNALS.add(
+    "keras.src.backend.tensorflow.core.Variable._initialize",
+    feature="moving an optimiser made before ds.place_model to the placed Keras model's device (its "
+            "variables are made anew there, with their values, when the model is compiled or trained)",
+    fallback="such an optimiser's variables stay where they were made: compile the placed model with an "
+             "optimiser's name (optimizer=\"adam\"), or make the optimiser under keras.device(device).",
+    find=_variable_initialize,
     framework="keras",
     since=(3, 0),
 )
 
 __all__ = ["INTERNALS", "TESTED", "EAGER_NUMPY", "EAGER_TENSOR", "OP_ENTRY_POINTS", "PRINT_FRAMES", "COMPOSITE_TENSOR",
-           "AUTOGRAPH_RULES", "KERAS_FUNCTIONAL", "KERAS_MAYBE_BUILD"]
+           "AUTOGRAPH_RULES", "KERAS_FUNCTIONAL", "KERAS_MAYBE_BUILD", "KERAS_VARIABLE_INITIALIZE"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import Any, NamedTuple
 
-from devshim.backends.probes import Internals, dotted, names_in_code
+from devshim.backends.probes import Internals, Slot, dotted, names_in_code
 
 #: The torch releases devshim's CI tests (tox envs torch-floor, torch and torch-latest).
 TESTED = "2.4 to 2.15"
@@ -361,6 +361,82 @@ QUEUE_CALLBACK = INTERNALS.add(
 )
 
 
+def _keras_torch_core():
+    """Keras's torch backend module (importing it imports Keras's torch layer, not another backend)."""
+    from keras.src.backend.torch import core
+
+    return core
+
+
+def _keras_device_input():
+    import inspect
+
+    core = _keras_torch_core()
+    if not callable(getattr(core, "_parse_device_input", None)) or \
+            "_parse_device_input" not in names_in_code(inspect.unwrap(core.device_scope).__code__):
+        raise AttributeError("keras's torch device_scope no longer reads _parse_device_input")
+    return Slot(core, "_parse_device_input")
+
+
+def _keras_current_device():
+    return _keras_torch_core().get_device
+
+
+def _keras_copy_frames():
+    core = _keras_torch_core()
+    return frozenset({core.convert_to_tensor.__code__})
+
+
+KERAS_DEVICE_INPUT = INTERNALS.add(
+    "keras.src.backend.torch.core._parse_device_input",
+    feature="keras.device(...) taking devshim's torch devices (torch.device objects, virtual GPUs' 'vgpu:1') "
+            "when Keras runs on torch",
+    fallback="keras.device refuses a torch.device: give it the string torch spells it with "
+             "(str(device); 'privateuseone:1' for virtual GPU 1).",
+    find=_keras_device_input,
+    framework="keras",
+    since=(3, 0),
+)
+KERAS_CURRENT_DEVICE = INTERNALS.add(
+    "keras.src.backend.torch.core.get_device",
+    feature="ds.model_device of a Keras model devshim did not place saying where Keras computes (its current "
+            "device: KERAS_TORCH_DEVICE, a keras.device block) when that is not where the weights are",
+    fallback="ds.model_device answers where the weights are.",
+    find=_keras_current_device,
+    framework="keras",
+    since=(3, 0),
+)
+KERAS_COPY_FRAMES = INTERNALS.add(
+    "keras.src.backend.torch.core.convert_to_tensor",
+    feature="the transfer guard seeing the copies Keras makes of a layer's inputs to its current device "
+            "(convert_to_tensor's x.to(device)) as implicit transfers",
+    fallback="those copies are taken for explicit ones (Tensor.to) and let through.",
+    find=_keras_copy_frames,
+    framework="keras",
+    since=(3, 0),
+)
+KERAS_MAYBE_BUILD = INTERNALS.add(
+    "keras.layers.Layer._maybe_build",
+    feature="ds.place_model of an unbuilt Keras model, built on its first call under the device, when Keras runs "
+            "on torch",
+    fallback="only the model's build() and call() run under the device (a subclassed model's weights, made "
+             "after Keras traces its call(), land on Keras's default device): pass input_shape= to "
+             "ds.place_model to build it there at once.",
+    find=dotted("keras.layers.Layer._maybe_build"),
+    framework="keras",
+    since=(3, 0),
+)
+KERAS_FUNCTIONAL = INTERNALS.add(
+    "keras.src.models.functional.Functional",
+    feature="ds.replicate cloning functional Keras models (keras.Model(inputs, outputs)) when Keras runs on torch",
+    fallback="functional models are refused like subclassed ones (UnsupportedPlacementError); "
+             "keras.Sequential models are still cloned.",
+    find=dotted("keras.src.models.functional.Functional"),
+    framework="keras",
+    since=(3, 0),
+)
+
+
 def missing_for_virtual_gpus() -> list:
     """The names of the internals in `VIRTUAL_GPU_INTERNALS` this torch lacks (probing each).
 
@@ -389,4 +465,5 @@ __all__ = ["INTERNALS", "TESTED", "DYNAMO_INLINE_ATTRIBUTE", "DYNAMO_INLINE", "S
            "DISABLE_TORCH_FUNCTION_SUBCLASS", "DISABLED_TORCH_FUNCTION_IMPL", "TENSOR_DATA", "AUTOGRAD_THREADS",
            "OP_PARTS", "CPU_KEYS", "C_GENERATOR", "PARSE_TO", "LAZY_ALLOWED", "EXCEPTION_WRAPPER",
            "DEVICE_TYPE_LOOKUPS", "TENSOR_TEXT", "PARAMETER_MARK", "UNTYPED_DTYPES", "REBUILD_FUNCTIONS",
-           "DEVICE_TEST_MODULES", "QUEUE_CALLBACK"]
+           "DEVICE_TEST_MODULES", "QUEUE_CALLBACK",
+           "KERAS_DEVICE_INPUT", "KERAS_CURRENT_DEVICE", "KERAS_COPY_FRAMES", "KERAS_FUNCTIONAL", "KERAS_MAYBE_BUILD"]

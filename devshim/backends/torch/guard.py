@@ -20,6 +20,11 @@ and the few ops PyTorch lets through with mixed inputs (a CPU index into a
 GPU tensor) are caught too. Torch function modes are per thread, so this
 part applies in the threads that enter a block; `DEVSHIM_TRANSFER_GUARD`
 alone (no block) guards host reads only.
+
+Keras 3 on torch copies every input of a layer to its current device itself
+(`convert_to_tensor`: `x.to(device)`): a copy the user did not write, which the
+mode sees as one (an implicit transfer, as an op on mixed devices would be on a GPU)
+rather than as the explicit `Tensor.to` it is spelt with.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import threading
 import torch
 
 from devshim._device import Device
+from devshim.backends import keras_base
 from devshim.backends.registry import load_backend
 from devshim.backends.torch import _internals
 from devshim.guard import marker
@@ -106,6 +112,8 @@ class _Mode(torch.overrides.TorchFunctionMode):
         if kwargs is None:
             kwargs = {}
         if func in _EXEMPT:
+            if func is _TO and _keras_frames and sys._getframe(1).f_code in _keras_frames:
+                return _keras_copy(func, args, kwargs)
             return func(*args, **kwargs)
         original = _READERS.get(func)
         if original is not None:
@@ -119,6 +127,38 @@ class _Mode(torch.overrides.TorchFunctionMode):
                 logged(pending)  # PyTorch ran it: the copies happened (a refusal raised above)
                 return result
         return func(*args, **kwargs)
+
+
+# ------------------------------------------------------------------ Keras's own copies
+
+_TO = torch.Tensor.to
+_keras_frames: frozenset = frozenset()  # the code of Keras's functions whose x.to(device) is Keras's copy
+_KERAS_COPY = "Keras moving a layer's input to its device (convert_to_tensor's x.to(device))"
+
+
+def _follow_keras() -> None:
+    """Find Keras's copying functions once Keras runs on torch (at each block's start: Keras may be
+    imported after the guard's hooks were installed)."""
+    global _keras_frames
+    if not _keras_frames and "keras" in sys.modules and keras_base.backend() == "torch":
+        _keras_frames = _internals.KERAS_COPY_FRAMES.get() or frozenset()
+
+
+def _keras_copy(func, args, kwargs):
+    """`x.to(device)` made by Keras: checked as the implicit transfer it is, then made."""
+    target = args[1] if len(args) > 1 else kwargs.get("device")
+    if isinstance(args[0], _Tensor) and isinstance(target, (str, torch.device)) and not marker.is_explicit():
+        try:
+            source, target = _describe(args[0].device), _describe(torch.device(target))
+        except Exception:  # noqa: BLE001 - a device devshim does not know: torch's own .to decides
+            source = target = None
+        if source != target and "meta" not in (source.kind, target.kind):
+            direction, kind = direction_of(source, target)
+            pending = check(direction, kind, _KERAS_COPY, source, target, current())
+            result = func(*args, **kwargs)
+            logged(pending)
+            return result
+    return func(*args, **kwargs)
 
 
 def _tensors(args, kwargs):
@@ -202,6 +242,7 @@ def _enter_thread() -> None:
     global _mode
     depth = getattr(_local, "depth", 0)
     if depth == 0:
+        _follow_keras()
         if _mode is None:
             _mode = _Mode()
         _mode.__enter__()

@@ -11,20 +11,31 @@ transfer guard allows.
 Under a launcher, placing a model on this process's accelerator also makes it the
 current device (`torch.cuda.set_device`), so wrapping the model in
 `DistributedDataParallel` right after needs nothing more.
+
+Keras 3 models on torch (`KERAS_BACKEND=torch`) are `nn.Module`s too, but Keras copies every
+input, and every weight, to its current device on each call (`keras.device(...)`, else
+`KERAS_TORCH_DEVICE` or its own pick). They are moved with `module.to` and then placed the
+Keras way (`devshim.backends.keras_base`): their calls and training run under
+`keras.device(device)`. Once devshim meets Keras on torch, `keras.device` also takes torch
+devices (`keras.device(ds.try_gpu(1))`), virtual GPUs included, and a `KERAS_TORCH_DEVICE`
+naming a virtual GPU (`vgpu:1`) finds devshim's virtual GPUs registered.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import weakref
 
 import torch
 
 from devshim import settings
+from devshim.backends import keras_base
 from devshim.backends.model_base import ModelPlacement
 from devshim.backends.nests import copy_nest_if_needed
 from devshim.backends.torch import _internals
-from devshim.errors import UnbuiltModelError, UnknownSubmoduleError, UnsupportedPlacementError
+from devshim.backends.torch._names import VIRTUAL_TYPE
+from devshim.errors import DevshimError, UnbuiltModelError, UnknownSubmoduleError, UnsupportedPlacementError
 
 _handles: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its hook handles
 
@@ -155,6 +166,91 @@ def _copier(native):
     return copy_inputs
 
 
+# ------------------------------------------------------------------ Keras 3 on torch
+
+_keras_met: list = []  # [whether keras.device takes torch devices], once devshim has met Keras
+
+
+def meet_keras(adapter) -> bool:
+    """Make `keras.device` take torch devices (wrapping Keras's reading of its argument, once),
+    and register the virtual GPUs a `KERAS_TORCH_DEVICE` names; whether `keras.device` takes them.
+
+    Example:
+        >>> meet_keras(ds.get_backend("torch"))
+        True
+    """
+    if not _keras_met:
+        slot = _internals.KERAS_DEVICE_INPUT.get()
+        if slot is not None and not getattr(slot.current(), "_devshim_takes_torch_devices", False):
+            setattr(slot.owner, slot.name, _taking_torch_devices(slot.current()))
+        _keras_met.append(slot is not None)
+    current = _internals.KERAS_CURRENT_DEVICE.get()
+    default = current() if current is not None else None
+    if isinstance(default, str) and default.strip().lower().startswith(VIRTUAL_TYPE):
+        adapter.check_platform(VIRTUAL_TYPE)  # DeviceUnavailableError, naming the variable, when they are off
+        _, _, index = default.partition(":")
+        adapter.device(f"gpu:{index.strip() or 0}")  # registers them (InvalidDeviceError past their number)
+    return _keras_met[0]
+
+
+def _taking_torch_devices(original):
+    @functools.wraps(original)
+    def device_input(device_name):
+        if isinstance(device_name, torch.device):
+            return device_name
+        if isinstance(device_name, str) and device_name.strip().lower().startswith(VIRTUAL_TYPE):
+            return torch.device(device_name.strip().lower())  # (Keras would make "vgpu" "vcuda")
+        return original(device_name)
+
+    device_input._devshim_takes_torch_devices = True
+    return device_input
+
+
+class _KerasOnTorch(keras_base.KerasModels):
+    """Keras 3 models on torch: moved in place by `module.to`, then run under `keras.device`."""
+
+    def keras_device(self, native):
+        if _keras_met and _keras_met[0]:
+            return native
+        # What Keras's own reading takes: it lowers the name and makes "gpu" "cuda".
+        return f"privateuseone:{native.index}" if native.type == VIRTUAL_TYPE else str(native)
+
+    def functional_class(self):
+        return _internals.KERAS_FUNCTIONAL.get()
+
+    def builders(self) -> tuple:
+        maybe_build = _internals.KERAS_MAYBE_BUILD.get()  # Keras's first-call build step
+        return () if maybe_build is None else (maybe_build.__name__,)
+
+    def move_weights(self, model, native, adapter):
+        model.to(native)  # moves the parameters in place: Keras's variables hold the same objects
+        for variable in model.variables:
+            if variable.value.device != native:  # a variable no layer registered as a parameter
+                self.move_variable(variable, native, adapter)
+        return model
+
+    def move_variable(self, variable, native, adapter) -> bool:
+        torch.nn.ParameterList([variable.value]).to(native)  # in place, as module.to moves parameters
+        return variable.value.device == native
+
+    def computing_device(self, model, adapter):
+        current = _internals.KERAS_CURRENT_DEVICE.get()
+        if current is None:
+            return None
+        try:
+            return adapter.describe(torch.device(current()))
+        except (RuntimeError, DevshimError):  # a device string torch or devshim cannot read
+            return None
+
+
+_KERAS = _KerasOnTorch()
+
+
+def _keras(model):
+    """The Keras part when `model` is a Keras 3 model (an nn.Module too), else None."""
+    return _KERAS if keras_base.is_model(model) else None
+
+
 class TorchPlacement(ModelPlacement):
     """Placement of PyTorch modules (the contract: `devshim.backends.model_base.ModelPlacement`).
 
@@ -166,8 +262,13 @@ class TorchPlacement(ModelPlacement):
     def is_model(self, obj) -> bool:
         return isinstance(obj, torch.nn.Module)
 
+    def keras_imported(self, adapter) -> None:
+        meet_keras(adapter)
+
     def named_places(self, module, adapter) -> list:
         """(name, Device) for each parameter (tied ones once) and each buffer."""
+        if _keras(module):
+            return _KERAS.named_places(module, adapter)
         _check_built(module)
         found = [(name, adapter.tensor_device(p)) for name, p in module.named_parameters()]
         found += [(name, adapter.tensor_device(b)) for name, b in module.named_buffers()]
@@ -179,6 +280,9 @@ class TorchPlacement(ModelPlacement):
         return found
 
     def place(self, module, native, adapter, input_shape=None):
+        if _keras(module):
+            meet_keras(adapter)
+            return _KERAS.place(module, native, adapter, input_shape)
         _check_built(module)
         groups = _tied(module)
         module.to(native)
@@ -192,10 +296,14 @@ class TorchPlacement(ModelPlacement):
 
     def child_sizes(self, module) -> list:
         """(name, parameter bytes) of each top-level child, in order: what "balanced" spreads."""
+        if _keras(module):
+            return _KERAS.child_sizes(module)
         return [(name, sum(p.numel() * p.element_size() for p in child.parameters()))
                 for name, child in module.named_children()]
 
     def place_map(self, module, natives: dict, adapter):
+        if _keras(module):
+            return _KERAS.place_map(module, natives, adapter)
         _check_built(module)
         blocks = {name: _submodule(module, name) for name in natives}  # every name, before moving
         groups = _tied(module)
@@ -219,10 +327,14 @@ class TorchPlacement(ModelPlacement):
         return module
 
     def unplace(self, module) -> None:
+        if _keras(module):
+            _KERAS.unplace(module)
         for handle in _handles.pop(module, ()):
             handle.remove()
 
     def replicate(self, module, natives: list, adapter) -> list:
+        if _keras(module):
+            return _KERAS.replicate(module, natives, adapter)
         _check_built(module)
         if _handles.get(module):
             raise UnsupportedPlacementError(
