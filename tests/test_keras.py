@@ -186,3 +186,20 @@ def test_an_unplaced_model_is_where_keras_computes_it(keras_selected):
     with pytest.raises(ds.DeviceMismatchError, match="Keras's current device"):
         ds.model_device(model)  # its weights are elsewhere than where Keras would compute its calls
     assert ds.model_device(ds.place_model(model, elsewhere)) == elsewhere
+
+
+def test_a_copy_keras_makes_is_reported_at_the_user_s_line_not_inside_keras(keras_selected):
+    gpu1 = ds.try_gpu(1)
+    elsewhere = next((d for d in ds.devices() if d != gpu1), None)
+    if elsewhere is None:
+        pytest.skip("this machine has one device: no batch can be elsewhere")
+    model = ds.place_model(mlp(), gpu1)
+    there = ds.to_device(X, elsewhere)
+    with ds.transfer_guard("log") as report:
+        try:
+            model(there)
+        except ValueError as refused:  # JAX's own refusal of a computation on two devices (a ValueError)
+            assert "incompatible devices" in str(refused) or isinstance(refused, ds.DeviceMismatchError), refused
+            pytest.skip("this framework refuses a batch on another device itself (JAX): Keras copies nothing")
+    assert report.total >= 1
+    assert all(event.site.startswith(__file__ + ":") for event in report.events), report.sites

@@ -87,6 +87,11 @@ def installed() -> tuple:
     return tuple(_installed)
 
 
+# Libraries that run on a framework and call it on their user's behalf (Keras 3 copies a batch to
+# its device inside its own convert_to_tensor): their frames are not the user's code either.
+_LIBRARIES_ABOVE = ("keras",)
+
+
 def framework_files() -> tuple:
     """The folders of the frameworks in use: frames there are not the user's code.
 
@@ -95,7 +100,7 @@ def framework_files() -> tuple:
         ('/usr/lib/python3/site-packages/torch',)
     """
     roots = []
-    for import_name, _ in list(_declared.values()):
+    for import_name in [name for name, _ in list(_declared.values())] + list(_LIBRARIES_ABOVE):
         path = getattr(sys.modules.get(import_name), "__file__", None)
         if path:
             roots.append(os.path.dirname(os.path.abspath(path)))
