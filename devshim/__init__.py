@@ -53,6 +53,8 @@ if TYPE_CHECKING:
     from devshim.timing import Measurement, Timer, benchmark, synchronize
     from devshim.device_memory import MemoryInfo, MemoryPeak, memory, memory_peak
     from devshim.errors import DeviceOutOfMemoryError, VirtualMemorySizeError
+    from devshim.device_memory import BatchSearch, MemoryEstimate, estimate_memory, largest_batch
+    from devshim.errors import MemoryEstimateError, MemoryEstimateUnsupportedError, VirtualMemoryWithoutDevicesWarning
 
 # public name -> the module that defines it; loaded on first attribute access (PEP 562).
 _EXPORTS = {
@@ -97,6 +99,9 @@ _EXPORTS = {
 _EXPORTS.update({
     **dict.fromkeys(("memory", "memory_peak", "MemoryInfo", "MemoryPeak"), "devshim.device_memory"),
     **dict.fromkeys(("DeviceOutOfMemoryError", "VirtualMemorySizeError"), "devshim.errors"),
+    **dict.fromkeys(("estimate_memory", "largest_batch", "MemoryEstimate", "BatchSearch"), "devshim.device_memory"),
+    **dict.fromkeys(("MemoryEstimateError", "MemoryEstimateUnsupportedError", "VirtualMemoryWithoutDevicesWarning"),
+                    "devshim.errors"),
 })
 _SUBMODULES = ("api", "backends", "bench", "conversion", "distributed", "errors", "generic", "guard", "placement", "selftest",
                "settings",
@@ -124,6 +129,8 @@ __all__ = [
     "NoAutodiffError", "ImmutableInputError", "GradientCheckUsageError", "NondifferentiableError",
     "InputMutatedError", "GradientFunctionError", "ToleranceError", "VirtualBesideRealGpuWarning",
     "memory", "memory_peak", "MemoryInfo", "MemoryPeak", "DeviceOutOfMemoryError", "VirtualMemorySizeError",
+    "estimate_memory", "largest_batch", "MemoryEstimate", "BatchSearch",
+    "MemoryEstimateError", "MemoryEstimateUnsupportedError", "VirtualMemoryWithoutDevicesWarning",
     "testing", "settings", "backends",
 ]
 

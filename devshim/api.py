@@ -215,8 +215,8 @@ def to_device(x: Nest, device: DeviceSpec, *, non_blocking: bool = False,
         if copy is None:
             return copy_nest(x, device, non_blocking, "to_device", skip_keys)
         return copy(x, device, non_blocking)
-    except Exception as error:
-        raise_if_out_of_memory(error, "to_device", x, (device,))  # a device out of memory: named
+    except Exception as error:  # a device out of memory: named, from the tensor's own adapter
+        raise_if_out_of_memory(error, "to_device", x, (device,), adapter=_held_adapter(x))
         raise
 
 
@@ -251,8 +251,8 @@ def copy_if_needed(x: Nest, device: DeviceSpec, *, non_blocking: bool = False,
             return _copy_if_needed_async(paths.adapter, x, device)
         copy = paths.copy_if_needed
         return copy(x, device)
-    except Exception as error:
-        raise_if_out_of_memory(error, "copy_if_needed", x, (device,))  # a device out of memory: named
+    except Exception as error:  # a device out of memory: named, from the tensor's own adapter
+        raise_if_out_of_memory(error, "copy_if_needed", x, (device,), adapter=paths.adapter)
         raise
 
 
@@ -262,6 +262,12 @@ def _copy_nest_if_needed(x, device, skip_keys, non_blocking):
     except Exception as error:
         raise_if_out_of_memory(error, "copy_if_needed", x, (device,))
         raise
+
+
+def _held_adapter(x):
+    """The adapter of a lone tensor of a class already met (None for a nest: the walk notes its own)."""
+    paths = FAST_PATHS.get(type(x))
+    return None if paths is None else paths.adapter
 
 
 def _described_device(x):

@@ -38,7 +38,8 @@ def test_sizes_are_read_with_their_units(text, size):
     assert settings.parse_size(text) == size
 
 
-@pytest.mark.parametrize("text", ["lots", "-1MiB", "0", "12 parsecs", "", "1.5.2G", True])
+@pytest.mark.parametrize("text", ["lots", "-1MiB", "0", "12 parsecs", "", "1.5.2G", True, "1e400", "1e400GiB", -5,
+                                  "nan", "inf", "-0.5"])
 def test_a_value_that_is_no_size_is_refused_by_name(text):
     with pytest.raises(ds.VirtualMemorySizeError, match="DEVSHIM_VIRTUAL_MEMORY") as info:
         settings.parse_size(text)
@@ -59,6 +60,20 @@ def test_the_size_comes_from_the_environment_and_set_virtual_memory_wins(setenv)
     setenv(settings.VIRTUAL_MEMORY_VAR, "huge")
     with pytest.raises(ds.VirtualMemorySizeError):
         settings.virtual_memory()
+
+
+def test_a_size_without_virtual_devices_warns_what_to_add(setenv):
+    import warnings
+
+    settings.set_virtual_devices(None)  # the count from the environment (conftest puts it back)
+    setenv(settings.VIRTUAL_DEVICES_VAR, None)
+    setenv(settings.VIRTUAL_MEMORY_VAR, "64MiB")
+    with pytest.warns(ds.VirtualMemoryWithoutDevicesWarning, match="Add DEVSHIM_VIRTUAL_DEVICES=1"):
+        assert settings.virtual_device_count() == 0
+    setenv(settings.VIRTUAL_DEVICES_VAR, "2")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ds.VirtualMemoryWithoutDevicesWarning)
+        assert settings.virtual_device_count() == 2
 
 
 def test_covered_bytes_counts_overlapping_ranges_once():
@@ -109,43 +124,112 @@ class _Counts:
             self.top = max(self.top, self.used)
 
 
-def _peak(counts, interval=0.001) -> MemoryPeak:
-    adapter = ds.get_backend("numpy")
-    return MemoryPeak(adapter, adapter.cpu(), counts, interval)
+@pytest.fixture
+def counted(monkeypatch):
+    """``counted(counts)``: NumPy's memory contract (the host's) replaced by ``counts`` for this
+    test; gives a function that opens a ``ds.memory_peak`` block on it."""
+    from devshim.backends import registry
+
+    def use(counts):
+        registry.memory("numpy")  # made first, so the stand-in replaces it
+        monkeypatch.setitem(registry._contracts, ("numpy", "memory"), counts)
+        return lambda interval=0.001: ds.memory_peak("cpu", backend="numpy", interval=interval)
+
+    return use
 
 
-def test_a_resettable_counter_gives_each_nested_block_its_own_peak():
+def _until_read(peak, value) -> None:
+    deadline = time.monotonic() + 5
+    while peak._seen != value and time.monotonic() < deadline:  # until the sampler has read it
+        time.sleep(0.001)
+
+
+def test_a_resettable_counter_gives_each_nested_block_its_own_peak(counted):
     counts = _Counts(resets=True)
+    block = counted(counts)
     counts.use(100)
-    with _peak(counts) as outer:
+    with block() as outer:
         counts.use(50), counts.use(-50)                   # outer alone: 150
-        with _peak(counts) as inner:                      # resets the counter to 100
+        with block() as inner:                            # resets the counter to 100
             counts.use(20), counts.use(-20)               # inner: 120
         counts.use(5)
     assert (inner.method, inner.peak, inner.added) == ("reset", 120, 20)
     assert (outer.method, outer.peak, outer.start, outer.end) == ("reset", 150, 100, 105)
+    assert outer.resolution == inner.resolution == 0.0 and not outer.reason
 
 
-def test_a_counter_that_cannot_be_reset_gives_the_peak_when_it_rose():
+def test_a_counter_that_cannot_be_reset_gives_the_peak_when_it_rose(counted):
     counts = _Counts(resets=False, top=500)
+    block = counted(counts)
     counts.use(100)
-    with _peak(counts) as rose:
+    with block() as rose:
         counts.use(700), counts.use(-700)
     assert (rose.method, rose.peak) == ("counter", 800)
-    with _peak(counts) as below:  # under the old peak: sampled instead
+    with block() as below:  # under the old peak: sampled instead
         counts.use(10)
     assert below.method == "sampled" and below.peak == 110
 
 
-def test_without_a_counter_a_thread_samples_what_is_in_use():
+def test_nested_peaks_never_exceed_the_truth_with_a_counter_that_cannot_be_reset(counted):
+    """The process's old high (1000 bytes, long before) is no block's peak, however they nest."""
+    counts = _Counts(resets=False, top=1000)
+    block = counted(counts)
+    with block() as outer:
+        with block() as inner:
+            counts.use(100)
+            _until_read(inner, 100)
+            _until_read(outer, 100)
+            counts.use(-100)
+        with block() as second:
+            counts.use(30), counts.use(-30)
+    for peak in (outer, inner):
+        assert (peak.method, peak.peak, peak.added) == ("sampled", 100, 100), peak
+    assert second.peak is not None and second.peak <= 30
+    with block() as outer:  # a rise past the old high, inside nested blocks: the counter, exact in both
+        with block() as inner:
+            counts.use(1500), counts.use(-1500)
+    assert (outer.method, outer.peak) == (inner.method, inner.peak) == ("counter", 1500)
+
+
+class _Failing(_Counts):
+    """Counts whose readings fail (or take `slow` seconds each) once `fail` is set."""
+
+    def __init__(self, slow: float = 0.0) -> None:
+        super().__init__(resets=False, top=None)
+        self.fail, self.slow = False, slow
+
+    def in_use(self, adapter, native):
+        if self.fail:
+            if not self.slow:
+                raise RuntimeError("the framework could not say")
+            time.sleep(self.slow)
+        return self.used
+
+
+@pytest.mark.parametrize("slow", [0.0, 0.15])
+def test_a_sampled_peak_that_could_have_missed_a_tensor_is_none_with_the_reason(counted, slow):
+    counts = _Failing(slow=slow)
+    block = counted(counts)
+    with block() as peak:
+        counts.fail = True
+        counts.use(1000)  # held 0.3 s, while every reading fails (or each takes 0.15 s)
+        time.sleep(0.3)
+        counts.use(-1000)
+        counts.fail = slow > 0  # the end is read (slowly), or fails too
+    assert peak.method == "sampled" and peak.peak is None and peak.resolution > 0.1
+    assert f"{peak.resolution:.2f} s apart" in peak.reason and "could have been missed" in peak.reason
+    if not slow:
+        assert peak.missed == peak.readings > 0 and f"{peak.missed} of its {peak.readings} readings failed" in peak.reason
+
+
+def test_without_a_counter_a_thread_samples_what_is_in_use(counted):
     counts = _Counts(resets=False, top=None)
-    with _peak(counts, interval=0.001) as peak:
+    with counted(counts)(interval=0.001) as peak:
         counts.use(1000)
-        deadline = time.monotonic() + 5
-        while peak._seen != 1000 and time.monotonic() < deadline:  # until the sampler has read it
-            time.sleep(0.001)
+        _until_read(peak, 1000)
         counts.use(-1000)
     assert (peak.method, peak.peak, peak.start, peak.end) == ("sampled", 1000, 0, 0)
+    assert 0 < peak.resolution <= 0.1 and peak.missed == 0 and not peak.reason
 
 
 # ------------------------------------------------------------ torch's virtual GPUs
@@ -298,16 +382,72 @@ def test_devshims_own_calls_name_the_out_of_memory_error(vgpu):
             call()
         error = info.value
         assert isinstance(error.__cause__, torch.OutOfMemoryError), what
-        assert error.device == "gpu:0" and error.free is not None and error.free <= 8 * MiB, (what, error)
+        assert isinstance(error, torch.OutOfMemoryError), what  # `except torch.OutOfMemoryError` catches it too
+        assert error.device == "gpu:0" and error.free == 8 * MiB, (what, error)
         message = str(error)
-        assert f"{error.call} ran out of memory on gpu:0" in message and "smaller batch" in message, message
-        assert "DEVSHIM_VIRTUAL_MEMORY is" in message and format_bytes(error.free) in message, message
-        if what in ("to_device", "copy_if_needed", "convert"):
+        assert f"{error.call}: gpu:0 out of memory." in message and "8.0 MiB was free there before the call" in message
+        assert "DEVSHIM_VIRTUAL_MEMORY is" in message, message
+        advice = message.split("What to do: ")[1].split("(Worded as")[0]
+        if what in ("place_model", "replicate"):  # a model: its advice is about the model, not a batch
+            assert "smaller model" in advice and "device map" in advice and "batch" not in advice, message
+            assert error.requested == 4 * (2048 * 1280 + 1280) and "the model's parameters and buffers" in message
+        else:
+            assert "smaller batch" in advice, message
+        if what in ("to_device", "copy_if_needed", "convert", "to_device nest"):
             assert error.requested == 10 * MiB and "asked for 10.0 MiB" in message, message
-    with pytest.raises(ds.DeviceOutOfMemoryError) as info:
-        ds.place_model(nn.Linear(2048, 1280), "gpu:0")
-    assert info.value.requested == 4 * (2048 * 1280 + 1280)
     del filler
+
+
+def test_the_free_bytes_are_those_before_the_call_not_beside_its_half_made_copy(vgpu):
+    """A nest of two 6 MiB tensors for a GPU with 8 MiB free: the first is copied, the second
+    does not fit. The error says 8 MiB was free (the first copy is gone with the failed call),
+    and the nest asked for 12 MiB."""
+    torch = vgpu
+    settings.set_virtual_memory(ds.memory("gpu:0").in_use + 8 * MiB)
+    nest = {"a": torch.empty(6 * MiB, dtype=torch.uint8), "b": torch.empty(6 * MiB, dtype=torch.uint8)}
+    before = ds.memory("gpu:0").in_use
+    with pytest.raises(ds.DeviceOutOfMemoryError) as info:
+        ds.to_device(nest, "gpu:0")
+    assert (info.value.free, info.value.requested) == (8 * MiB, 12 * MiB)
+    assert "asked for 12.0 MiB (2 tensors); 8.0 MiB was free there before the call" in str(info.value)
+    del info
+    assert ds.memory("gpu:0").in_use == before  # and nothing of the failed call is kept
+
+
+@pytest.mark.parametrize("form", ["replicate", "device map"])
+def test_the_device_that_ran_out_is_named_among_several(vgpu, form):
+    torch = vgpu
+    nn = torch.nn
+    settings.set_virtual_memory(max(ds.memory("gpu:0").in_use, ds.memory("gpu:1").in_use) + 40 * MiB)
+    filler = torch.empty(ds.memory("gpu:1").free - 8 * MiB, dtype=torch.uint8, device=ds.gpu(1))  # gpu:1: 8 MiB free
+    net = nn.Sequential(nn.Linear(2048, 1280), nn.Linear(1280, 2048))  # 10 MiB each
+    with pytest.raises(ds.DeviceOutOfMemoryError) as info:
+        if form == "replicate":
+            ds.replicate(net, ["gpu:0", "gpu:1"])
+        else:
+            ds.place_model(net, {"0": "gpu:0", "1": "gpu:1"})
+    assert info.value.device == "gpu:1" and info.value.free == 8 * MiB, info.value
+    assert str(info.value).startswith(f"ds.{'replicate' if form == 'replicate' else 'place_model'}: gpu:1 out of memory.")
+    assert {p.device.type for p in net.parameters()} == {"cpu"}
+    del filler
+
+
+@pytest.mark.parametrize("home", ["cpu", "gpu:1"])
+def test_a_place_model_that_runs_out_leaves_every_parameter_where_it_was(vgpu, home):
+    torch = vgpu
+    nn = torch.nn
+    net = ds.place_model(nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024)), home)
+    net[0].weight.grad = torch.ones_like(net[0].weight)
+    before = [(name, p, p.data_ptr(), p.device, p.grad) for name, p in net.named_parameters()]
+    used = ds.memory("gpu:0").in_use
+    settings.set_virtual_memory(used + 6 * MiB)  # the first layer (4 MiB) fits, the second does not
+    with pytest.raises(ds.DeviceOutOfMemoryError) as info:
+        ds.place_model(net, "gpu:0")
+    after = [(name, p, p.data_ptr(), p.device, p.grad) for name, p in net.named_parameters()]
+    assert [(n, id(p), ptr, d, id(g)) for n, p, ptr, d, g in after] == \
+        [(n, id(p), ptr, d, id(g)) for n, p, ptr, d, g in before]
+    assert ds.memory("gpu:0").in_use == used  # nothing of the failed move stays on gpu:0
+    assert info.value.device == "gpu:0" and "smaller model" in str(info.value)
 
 
 def test_a_bad_size_fails_what_needs_it_by_name(vgpu, setenv):

@@ -408,10 +408,13 @@ def backend_of_device(obj):
         >>> ds.backends.registry.backend_of_device(torch.device("meta")).name
         'torch'
     """
-    described = describe_native_device(obj)
-    if described is None or not described.backend:
-        return None
-    return load_backend(described.backend)
+    if isinstance(obj, _device.Device):
+        return load_backend(obj.backend) if obj.backend else None
+    specs()  # the table, which the loaded adapters come from
+    for adapter in loaded_adapters():
+        if adapter.is_native_device(obj):
+            return load_backend(adapter.describe(obj).backend)
+    return None
 
 
 def native_for(device):
@@ -453,4 +456,27 @@ def memory(name: str):
     return _contract_instance(name, "memory", DeviceMemory, "its memory figures, for ds.memory")
 
 
-__all__ += ["memory"]
+__all__ += ["memory", "memory_for"]
+
+
+def memory_for(device, name, selected):
+    """`(adapter, DeviceMemory)` answering `ds.memory` and `ds.memory_peak` for `device` (any
+    device spec, or None): backend `name`'s when given, else that of the framework whose device
+    object (or `ds.Device`) `device` is, else `selected()`'s (the selected backend). A backend
+    without `memory.py` answers with the host's figures only (`memory_base.HostOnlyMemory`).
+
+    Example:
+        >>> adapter, contract = memory_for(torch.device("cpu"), None, ds.get_backend)
+        >>> adapter.name, type(contract).__name__
+        ('torch', 'TorchMemory')
+    """
+    from devshim.backends.memory_base import HostOnlyMemory
+
+    adapter = None
+    if name is not None:
+        adapter = load_backend(name)
+    elif device is not None and not isinstance(device, str):
+        adapter = backend_of_device(device)
+    if adapter is None:
+        adapter = selected()
+    return adapter, memory(adapter.name) or HostOnlyMemory()
