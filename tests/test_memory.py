@@ -5,6 +5,7 @@ out-of-memory error). What every backend must do is in tests/conformance/test_co
 
 from __future__ import annotations
 
+import gc
 import time
 
 import numpy as np
@@ -361,6 +362,227 @@ def test_the_largest_batch_that_fits_is_the_one_a_hand_count_of_the_bytes_gives(
     assert peak.added == 4 * low * (I_ + 2 * H_)  # the measured peak agrees, byte for byte
 
 
+def test_the_capacity_holds_under_threads(vgpu):
+    """8 threads, 100 rounds, each thread taking chunks until it is refused, with a tiny switch
+    interval: together they get exactly the chunks that fit, and what is in use never passes the
+    size (the check against the size and the count are one step)."""
+    import sys
+    import threading
+
+    torch = vgpu
+    chunk, fitting, threads = 4096, 48, 8
+    settings.set_virtual_memory(ds.memory("gpu:1").in_use + fitting * chunk + chunk // 2)
+    capacity = settings.virtual_memory()
+    from devshim.backends.torch._virtual import memory as virtual_memory
+
+    def take(barrier, held):
+        barrier.wait()
+        while True:
+            try:
+                held.append(torch.empty(chunk, dtype=torch.uint8, device=ds.gpu(1)))
+            except torch.OutOfMemoryError:
+                return
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(100):
+            barrier, held = threading.Barrier(threads), []
+            workers = [threading.Thread(target=take, args=(barrier, held)) for _ in range(threads)]
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                worker.join()
+            assert len(held) == fitting and virtual_memory.peak(1) <= capacity
+            del held
+            virtual_memory.reset_peak(1)
+    finally:
+        sys.setswitchinterval(switch)
+
+
+def test_a_storage_resize_is_counted_and_refused_past_the_size(vgpu):
+    """What FSDP does to free a parameter and take its memory again: t.untyped_storage().resize_(n)."""
+    torch = vgpu
+    t = torch.ones(MiB // 4, device=ds.gpu(0))  # 1 MiB
+    storage = t.untyped_storage()
+    assert storage.device == torch.device("vgpu", 0) and storage.nbytes() == MiB
+    before = ds.memory("gpu:0").in_use
+    storage.resize_(0)  # freed
+    assert storage.nbytes() == 0 and ds.memory("gpu:0").in_use == before - MiB
+    storage.resize_(MiB)  # taken again
+    assert ds.memory("gpu:0").in_use == before
+    settings.set_virtual_memory(before + MiB)
+    with pytest.raises(torch.OutOfMemoryError, match=r"vgpu:0 out of memory\. Tried to allocate 2\.0 MiB"):
+        storage.resize_(3 * MiB)  # 2 MiB more, 1 MiB free: refused before any memory is taken
+    assert storage.nbytes() == MiB and ds.memory("gpu:0").in_use == before
+    t.fill_(2.0)
+    assert t.sum().item() == MiB // 2  # the tensor still works on its storage
+    del t, storage
+
+
+# ------------------------------------------------------------ the tools people run beside devshim
+# accelerate's find_executable_batch_size and Lightning's batch-size finder (and the checks they
+# make: accelerate's should_reduce_batch_size, Lightning's is_oom_error), on a torch virtual GPU
+# of a given size, against the hand count of the bytes a batch takes (the model above, no_grad).
+PER_EXAMPLE = 4 * (I_ + 2 * H_)
+
+
+@pytest.fixture
+def hand_counted(vgpu):
+    """``size_for(largest)``: gpu:0 given the size where batches up to ``largest`` fit (a hand
+    count: the model's weights, whatever else lives there, then PER_EXAMPLE bytes an example);
+    returns the placed model."""
+    torch = vgpu
+    nn = torch.nn
+    model = ds.place_model(nn.Sequential(nn.Linear(I_, H_, bias=False), nn.ReLU(),
+                                         nn.Linear(H_, O_, bias=False)), ds.gpu(0))
+
+    def size_for(largest: int):
+        gc.collect()  # an earlier test's tensors held in a cycle go now, not while this one runs
+        settings.set_virtual_memory(ds.memory("gpu:0").in_use + largest * PER_EXAMPLE + PER_EXAMPLE // 2)
+        return model
+
+    return size_for
+
+
+@pytest.mark.parametrize("largest", [65, 60])
+def test_accelerate_finds_the_largest_batch_a_hand_count_gives(vgpu, hand_counted, largest):
+    """accelerate tries batches from 128 down (x 0.9 each time, in the pinned release) until one
+    fits: the first it tries at or under the hand-counted largest batch, which is that batch
+    when accelerate tries it (65); every batch it gave up was over the hand count."""
+    memory_utils = pytest.importorskip("accelerate.utils.memory")
+    torch = vgpu
+    model = hand_counted(largest)
+    tried = []
+
+    @memory_utils.find_executable_batch_size(starting_batch_size=128)
+    def run(batch_size):
+        tried.append(batch_size)
+        x = torch.randn(batch_size, I_).to(ds.gpu(0))
+        with torch.no_grad():
+            model(x)
+        return batch_size
+
+    found = run()
+    assert found == tried[-1] <= largest < min(tried[:-1]) and len(tried) > 1
+    if largest == 65:
+        assert found == largest
+
+
+def test_accelerate_takes_devshims_own_out_of_memory_error_for_one(vgpu, hand_counted):
+    """The batch does not fit in ds.to_device itself: accelerate reads ds.DeviceOutOfMemoryError
+    as an out-of-memory error and halves the batch, as it does torch's."""
+    memory_utils = pytest.importorskip("accelerate.utils.memory")
+    torch = vgpu
+    hand_counted(64)
+    settings.set_virtual_memory(ds.memory("gpu:0").in_use + 100 * 4 * I_)  # 100 input rows fit, no more
+
+    tried = []
+
+    @memory_utils.find_executable_batch_size(starting_batch_size=128)
+    def run(batch_size):
+        tried.append(batch_size)
+        return ds.to_device(torch.randn(batch_size, I_), "gpu:0").shape[0]
+
+    assert run() == tried[-1] <= 100 < min(tried[:-1])
+    with pytest.raises(ds.DeviceOutOfMemoryError) as info:
+        ds.to_device(torch.randn(128, I_), "gpu:0")
+    assert memory_utils.should_reduce_batch_size(info.value)
+
+
+def _lightning():
+    pl = pytest.importorskip("pytorch_lightning")
+    from pytorch_lightning.accelerators import Accelerator
+    from pytorch_lightning.strategies import SingleDeviceStrategy
+
+    class VirtualGpu(Accelerator):
+        """Lightning's accelerator for devshim's virtual GPU gpu:0 (a user's own, as Lightning allows)."""
+
+        def setup_device(self, device):
+            pass
+
+        def teardown(self):
+            pass
+
+        def get_device_stats(self, device):
+            return {}
+
+        @staticmethod
+        def parse_devices(devices):
+            return devices
+
+        @staticmethod
+        def get_parallel_devices(devices):
+            return [ds.gpu(0)]
+
+        @staticmethod
+        def auto_device_count():
+            return 1
+
+        @staticmethod
+        def is_available():
+            return True
+
+        @classmethod
+        def name(cls):
+            return "devshim-virtual-gpu"
+
+    return pl, SingleDeviceStrategy(device=ds.gpu(0), accelerator=VirtualGpu())
+
+
+def test_lightnings_batch_size_finder_finds_the_largest_batch_a_hand_count_gives(vgpu, hand_counted):
+    pl, strategy = _lightning()
+    torch = vgpu
+    from pytorch_lightning.tuner import Tuner
+
+    largest = 300
+    inner = hand_counted(largest)
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.batch_size, self.net, self.automatic_optimization = 256, inner, False
+
+        def transfer_batch_to_device(self, batch, device, dataloader_idx):
+            return batch  # copied in training_step: the batch Lightning keeps meanwhile stays on the host
+
+        def training_step(self, batch, index):
+            (x,) = batch
+            with torch.no_grad():
+                self.net(x.to(self.device))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def train_dataloader(self):
+            data = torch.utils.data.TensorDataset(torch.randn(1024, I_))
+            return torch.utils.data.DataLoader(data, batch_size=self.batch_size)
+
+    trainer = pl.Trainer(strategy=strategy, max_epochs=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    found = Tuner(trainer).scale_batch_size(Module(), mode="binsearch", init_val=256, steps_per_trial=1, margin=0.0)
+    assert found == largest
+
+
+def test_lightning_and_accelerate_read_devshims_errors_as_out_of_memory(vgpu, hand_counted):
+    pytest.importorskip("pytorch_lightning")
+    memory_utils = pytest.importorskip("accelerate.utils.memory")
+    from pytorch_lightning.utilities.memory import is_oom_error
+
+    torch = vgpu
+    hand_counted(4)
+    errors = []
+    for make in (lambda: torch.empty(MiB, device=ds.gpu(0)),                   # the virtual GPU's own
+                 lambda: ds.to_device(torch.empty(MiB), "gpu:0"),              # ds.to_device's
+                 lambda: ds.place_model(torch.nn.Linear(1024, 1024), "gpu:0")):  # ds.place_model's
+        with pytest.raises(torch.OutOfMemoryError) as info:
+            make()
+        errors.append(info.value)
+    assert isinstance(errors[1], ds.DeviceOutOfMemoryError) and isinstance(errors[2], ds.DeviceOutOfMemoryError)
+    for error in errors:
+        assert is_oom_error(error) and memory_utils.should_reduce_batch_size(error), error
+
+
 def test_devshims_own_calls_name_the_out_of_memory_error(vgpu):
     torch = vgpu
     nn = torch.nn
@@ -517,3 +739,138 @@ def test_a_plugin_size_that_is_no_size_is_a_usage_error(pytester):
     result = pytester.runpytest_inprocess("--devshim-virtual-memory", "lots", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--devshim-virtual-memory='lots' is not a size*"])
+
+
+# ------------------------------------------------------------ planning without the memory
+
+import memory_steps  # noqa: E402
+
+
+@pytest.mark.parametrize("step, batch", [(memory_steps.torch_mlp, 512), (memory_steps.torch_cnn, 256)],
+                         ids=["mlp-adam", "cnn-adam"])
+def test_a_torch_estimate_agrees_with_the_peak_measured_on_a_virtual_gpu(vgpu, step, batch):
+    """The same two steps of Adam, estimated on the CPU device under FakeTensorMode (no memory)
+    and run on a virtual GPU, whose every storage devshim counts: within 5%."""
+    found = ds.estimate_memory(step, batch, "cpu", capacity="1GiB")
+    gc.collect()
+    with ds.memory_peak("gpu:0") as peak:
+        step(batch, ds.gpu(0))
+    assert peak.method == "reset" and abs(peak.added - found.peak) <= 0.05 * found.peak, (peak.added, found)
+    assert found.fits and found.device == "cpu" and found.kept <= found.peak and "FakeTensorMode" in found.method
+
+
+def test_a_torch_estimate_answers_for_a_step_of_40_gb_without_allocating_it():
+    """Ten layers of 16384 x 16384 with Adam: parameters, gradients and both moments are 4 x 10 x
+    1 GiB (a hand count), more than this machine has; the estimate allocates none of it."""
+    pytest.importorskip("torch")
+    hand = 4 * 10 * (16384 * 16384 + 16384) * 4
+    with ds.memory_peak("cpu", backend="numpy") as host:
+        found = ds.estimate_memory(memory_steps.torch_wide, 1024, capacity="80GB", backend="torch")
+    assert found.kept >= hand and found.peak >= max(hand, 40 * 10**9) and found.fits
+    assert "of 74.5 GiB: fits" in str(found)
+    assert host.added is None or host.added < 2**30, host  # the host did not hold the step
+
+
+def test_a_torch_estimate_counts_the_tensors_it_is_given_and_refuses_what_it_cannot_know():
+    torch = pytest.importorskip("torch")
+    found = ds.estimate_memory(lambda t: t * 2, torch.ones(1000), backend="torch")
+    assert (found.peak, found.kept) == (8000, 8000)  # the argument, then the result beside it
+    with pytest.raises(ds.MemoryEstimateError, match=r"read a tensor's value") as info:
+        ds.estimate_memory(lambda: torch.ones(3).sum().item(), backend="torch")
+    assert isinstance(info.value, RuntimeError)
+    weights = torch.ones(3)
+    with pytest.raises(ds.MemoryEstimateError, match="made outside the estimate"):
+        ds.estimate_memory(lambda: weights * 2, backend="torch")
+
+
+def test_the_largest_batch_is_found_by_bisection_with_progress_on_stderr(capsys):
+    pytest.importorskip("torch")
+    per_example, kept = 4 * (784 + 1024 + 1024 + 10), None
+
+    def step(batch):
+        return memory_steps.torch_mlp(batch, "cpu", steps=1)
+
+    found = ds.largest_batch(step, 64 * MiB, backend="torch")
+    assert found.estimate is not None and found.estimate.peak <= 64 * MiB and found.capacity == 64 * MiB
+    above = ds.estimate_memory(step, found.batch + 1, capacity=64 * MiB, backend="torch")
+    assert not above.fits  # the next batch does not fit: the largest
+    batches = [batch for batch, _ in found.tried]
+    doubling = batches[:batches.index(max(batches)) + 1]
+    assert doubling == [2**i for i in range(len(doubling))] and len(batches) <= 2 * len(doubling) + 1
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == len(batches) and lines[0].startswith("ds.largest_batch: batch 1: peak ")
+    assert "does not fit" in "\n".join(lines) and all(line.endswith(" s)") for line in lines)
+    nothing = ds.largest_batch(step, 1024, backend="torch", progress=False)
+    assert (nothing.batch, nothing.estimate) == (0, None) and capsys.readouterr().err == ""
+    del per_example, kept
+
+
+JAX_MEASURE = '''
+import gc, json, sys
+sys.path.insert(0, {tests!r})
+import jax, jax.numpy as jnp
+import devshim as ds
+import memory_steps
+
+ds.set_backend("jax")
+device = ds.gpu(0)                            # a virtual GPU: its memory is the process's own
+found = {{}}
+for name, batch in (("mlp", 4096), ("cnn", 512)):
+    make = memory_steps.jax_mlp if name == "mlp" else memory_steps.jax_cnn
+    model, params = make(jax.random.PRNGKey(0))
+    shape = (batch, 784) if name == "mlp" else (batch, 1, 28, 28)
+    state = jax.device_put(memory_steps.jax_state(params), device)
+    x, y = jax.device_put(jnp.ones(shape), device), jax.device_put(jnp.zeros((batch,), jnp.int32), device)
+    step = memory_steps.jax_adam_step(model)
+    estimate = ds.estimate_memory(step, state, x, y)
+    compiled = jax.jit(step)
+    jax.block_until_ready(compiled(state, x, y))  # compiled, and run once
+    gc.collect()
+    with ds.memory_peak("cpu") as peak:            # the arguments are resident already
+        out = compiled(state, x, y)
+        jax.block_until_ready(out)
+    found[name] = [peak.method, peak.added, estimate.peak - estimate.details["arguments"], estimate.device]
+print(json.dumps(found))
+'''
+
+
+def test_a_jax_estimate_agrees_with_the_peak_measured_on_a_virtual_gpu():
+    """JAX's virtual GPUs are host devices: what a compiled step takes is the process's resident
+    peak while it runs (glibc told to map every block of 4 KiB or more, so freed memory leaves and
+    a reuse shows). The MLP with Adam agrees within 5%. The CNN's figure is XLA's buffer
+    assignment; XLA's CPU runtime takes scratch for a convolution's gradient (an im2col copy of
+    its input, a copy of its output) beside it, which no GPU does: measured 1.19 x the estimate
+    on this CNN, so the CNN is held to that."""
+    pytest.importorskip("jax")
+    import json
+    import os
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the process's resident peak is reset through /proc (Linux)")
+    tests = os.path.dirname(os.path.abspath(__file__))
+    done = run_python(JAX_MEASURE.format(tests=tests), DEVSHIM_BACKEND="jax", DEVSHIM_VIRTUAL_DEVICES="1",
+                      MALLOC_MMAP_THRESHOLD_="4096")
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    for name, (method, measured, estimated, device) in found.items():
+        assert method == "reset" and device == "gpu:0", found
+        low, high = (0.95, 1.05) if name == "mlp" else (1.0, 1.25)
+        assert low <= measured / estimated <= high, (name, measured, estimated)
+
+
+def test_a_torch_estimate_takes_a_model_as_an_argument_and_leaves_it_as_it_was():
+    torch = pytest.importorskip("torch")
+    net = torch.nn.Sequential(torch.nn.Linear(256, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    weights = 4 * (256 * 128 + 128 + 128 * 10 + 10)
+    before = [(p, p.data_ptr()) for p in net.parameters()]
+
+    def step(model, x):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(x).sum().backward()
+        optimizer.step()
+
+    found = ds.estimate_memory(step, net, torch.ones(64, 256), backend="torch")
+    assert found.details["arguments"] == weights + 64 * 256 * 4
+    assert found.kept >= found.details["arguments"] + weights  # the gradients stay
+    assert [(p, p.data_ptr()) for p in net.parameters()] == before and all(p.grad is None for p in net.parameters())

@@ -99,11 +99,13 @@ class Experiment:
     """
 
     def __init__(self, name: str, *, summary: str, run, options: list, columns: list, plot,
-                 per_backend: bool = True) -> None:
+                 per_backend: bool = True, footnote: str = "") -> None:
         self.name, self.summary, self.run = name, summary, run
         self.options, self.columns, self.plot = options, columns, plot
         #: False for experiments that do not depend on the backend (`startup`): run once.
         self.per_backend = per_backend
+        #: What the table's columns are, printed under it ("" for none).
+        self.footnote = footnote
 
     def keywords(self, args) -> dict:
         """The run function's keywords from parsed command-line arguments (those given)."""

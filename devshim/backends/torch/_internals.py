@@ -396,6 +396,7 @@ class FakeTensors(NamedTuple):
     """What `ds.estimate_memory` runs a torch step with (`FAKE_TENSORS`)."""
 
     mode: Any              # torch._subclasses.fake_tensor.FakeTensorMode: tensors with no storage memory
+    copy_mode: Any         # its FakeCopyMode: copy.deepcopy of a model makes one of fake tensors
     dispatch_mode: Any     # torch.utils._python_dispatch.TorchDispatchMode: devshim's count of their bytes
     value_read: tuple      # the errors a step that reads a value (item, a data-dependent shape) gets
 
@@ -404,12 +405,12 @@ def _fake_tensors() -> FakeTensors:
     from torch._subclasses import fake_tensor
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    return FakeTensors(fake_tensor.FakeTensorMode, TorchDispatchMode,
+    return FakeTensors(fake_tensor.FakeTensorMode, fake_tensor.FakeCopyMode, TorchDispatchMode,
                        (fake_tensor.DataDependentOutputException, fake_tensor.DynamicOutputShapeException))
 
 
 FAKE_TENSORS = INTERNALS.add(
-    "torch._subclasses.fake_tensor.FakeTensorMode and torch.utils._python_dispatch.TorchDispatchMode",
+    "torch._subclasses.fake_tensor.FakeTensorMode, FakeCopyMode and torch.utils._python_dispatch.TorchDispatchMode",
     feature="ds.estimate_memory and ds.largest_batch on torch: a step run on tensors without memory, their "
             "storages counted as they are made and freed",
     fallback="ds.estimate_memory refuses torch steps with ds.MemoryEstimateUnsupportedError.",

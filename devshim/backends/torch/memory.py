@@ -18,6 +18,7 @@ counted at once. Tensors passed in are counted from the start, as arguments are.
 
 from __future__ import annotations
 
+import copy
 import weakref
 
 import torch
@@ -142,7 +143,9 @@ class TorchMemory(DeviceMemory):
         if _internals.FAKE_MEMO.get() is not None:
             mode.fake_tensor_converter.set_tensor_memo = _no_memo  # model.to(device) in the step (_internals)
         count = _counter(fake.dispatch_mode)()
-        args, kwargs = _as_fake(mode, count, (args, kwargs))
+        with fake.copy_mode(mode):
+            args, kwargs = _as_fake(mode, count, (args, kwargs))
+        arguments = dict(count.used)
         try:
             with mode, count:
                 result = step(*args, **kwargs)
@@ -154,7 +157,7 @@ class TorchMemory(DeviceMemory):
             if "FakeTensor" not in str(error):
                 raise
             raise MemoryEstimateError(_REAL_TENSOR) from error
-        return _figures_of(count, kept)
+        return _figures_of(count, kept, arguments)
 
 
 def _no_memo(tensor, fake) -> None:
@@ -167,10 +170,10 @@ _VALUE_READ = (
     ".item() for logging, say), or give data-dependent shapes their largest size."
 )
 _REAL_TENSOR = (
-    "the step used a tensor made outside the estimate (a model or a batch built before ds.estimate_memory was "
-    "called, or a tensor a closure holds): it has memory of its own and cannot take part. Build the model, its "
-    "optimiser and the batch inside the step (a function of the batch size, say), or pass the tensors as "
-    "arguments to ds.estimate_memory, which counts them from the start."
+    "the step used a tensor made outside the estimate (a model, an optimiser or a batch built before "
+    "ds.estimate_memory was called that a closure holds): it has memory of its own and cannot take part. Pass "
+    "the model and the tensors as arguments (ds.estimate_memory(step, model, x, y): fake copies of them, counted "
+    "from the start), or build them inside the step; an optimiser is made inside the step, from the model it gets."
 )
 
 
@@ -185,7 +188,7 @@ def _counter(base) -> type:
     """The dispatch mode (a subclass of torch's `TorchDispatchMode`, `base`) that counts storages."""
     found = _counters.get(base)
     if found is None:
-        found = _counters[base] = type("StorageCount", (base, _StorageCount), {})
+        found = _counters[base] = type("StorageCount", (_StorageCount, base), {})
     return found
 
 
@@ -237,10 +240,16 @@ class _StorageCount:
 
 
 def _as_fake(mode, count, nest):
-    """The tensors in `nest` (the arguments) as fake tensors, counted from the start."""
+    """The tensors and models in `nest` (the arguments) as fake ones (FakeCopyMode is on: a
+    model's deep copy is made of fake tensors), counted from the start."""
     if isinstance(nest, torch.Tensor):
         fake = mode.from_tensor(nest)
         count.count(fake)
+        return fake
+    if isinstance(nest, torch.nn.Module):
+        fake = copy.deepcopy(nest)
+        for tensor in (*fake.parameters(), *fake.buffers()):
+            count.count(tensor)
         return fake
     if isinstance(nest, (tuple, list)):
         return type(nest)(_as_fake(mode, count, item) for item in nest)
@@ -249,7 +258,7 @@ def _as_fake(mode, count, nest):
     return nest
 
 
-def _figures_of(count, kept: dict) -> dict:
+def _figures_of(count, kept: dict, arguments: dict) -> dict:
     """The estimate of the device that held the most: an accelerator's before the CPU's."""
     if not count.peak:
         device, peak = torch.device("cpu"), 0
@@ -259,5 +268,5 @@ def _figures_of(count, kept: dict) -> dict:
     return {
         "peak": peak, "kept": kept.get(device, 0), "device": str(device),
         "method": "torch FakeTensorMode: the bytes of every storage the step makes, on its device, while it lives",
-        "details": {"peak by device": {str(d): p for d, p in count.peak.items()}},
+        "details": {"arguments": arguments.get(device, 0), "peak by device": {str(d): p for d, p in count.peak.items()}},
     }
