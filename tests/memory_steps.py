@@ -7,7 +7,6 @@ from __future__ import annotations
 
 def torch_mlp(batch: int, device="cpu", hidden: int = 1024, steps: int = 2):
     """D2L's MLP for Fashion-MNIST, wider: 784 -> hidden -> hidden -> 10, `steps` steps of Adam."""
-    import torch
     from torch import nn
 
     net = nn.Sequential(nn.Flatten(), nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
@@ -17,7 +16,6 @@ def torch_mlp(batch: int, device="cpu", hidden: int = 1024, steps: int = 2):
 
 def torch_cnn(batch: int, device="cpu", channels: int = 16, steps: int = 2):
     """A small CNN (LeNet's shape): conv, ReLU, max pool, conv, ReLU, max pool, linear; Adam."""
-    import torch
     from torch import nn
 
     net = nn.Sequential(nn.Conv2d(1, channels, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),

@@ -121,22 +121,14 @@ def _asked(contract, value, model) -> tuple:
     if model is not None:
         size = _safely(lambda: contract.model_bytes(model))
         return size, " (the model's parameters and buffers)"
-    size = _nbytes(contract, value)
-    if size is not None or value is None:
-        return size, ""
-    total, count = 0, 0
-    for _, leaf in _tree.iter_leaves(value):
-        size = _nbytes(contract, leaf)
-        if size is not None:
-            total, count = total + size, count + 1
-    return (total, f" ({count} tensors)" if count > 1 else "") if count else (None, "")
-
-
-def _nbytes(contract, x):
-    """The bytes of tensor `x`: its framework's count, or any array's `nbytes` (`ds.convert`'s
-    source is another framework's)."""
-    size = contract.nbytes(x)
-    return size if size is not None else DeviceMemory.nbytes(contract, x)
+    # The framework's count of each tensor, or any array's `nbytes` (ds.convert's source is another
+    # framework's): one walk of the nest, its leaves' sizes only.
+    sizes = [contract.nbytes(leaf) if contract.nbytes(leaf) is not None else DeviceMemory.nbytes(contract, leaf)
+             for _, leaf in _tree.iter_leaves(value)] if value is not None else []
+    known = [size for size in sizes if size is not None]
+    if not known:
+        return None, ""
+    return sum(known), f" ({len(known)} tensors)" if len(known) > 1 else ""
 
 
 def _places(adapter, contract, devices, noted: dict) -> list:
