@@ -495,10 +495,11 @@ def parse_size(value, source: str = VIRTUAL_MEMORY_VAR) -> int:
     except (OverflowError, ValueError):  # 1e400 reads as infinity
         size = -1
     if size < 1:
+        example = f"{VIRTUAL_MEMORY_VAR}=16GiB" if source == VIRTUAL_MEMORY_VAR else f"{source}='16GiB'"
         raise VirtualMemorySizeError(
-            f"{source}={value!r} is not a size devshim can give a virtual GPU: write a positive number "
-            f"of bytes with an optional unit, e.g. {VIRTUAL_MEMORY_VAR}=16GiB or 64MiB (KiB, MiB, GiB "
-            f"are powers of 1024, kB, MB, GB of 1000), or unset it for virtual GPUs without a size."
+            f"{source}={value!r} is not a size: write a positive number of bytes with an optional unit, "
+            f"e.g. {example} or 64MiB (KiB, MiB, GiB are powers of 1024, kB, MB, GB of 1000)"
+            + (", or unset it for virtual GPUs without a size." if source == VIRTUAL_MEMORY_VAR else ".")
         )
     return size
 

@@ -186,3 +186,23 @@ def test_other_errors_in_to_device_pass_unchanged(harness):
     with pytest.raises(ValueError, match="not a memory problem") as info:
         ds.to_device([Fails()], ds.cpu())
     assert not isinstance(info.value, ds.DeviceOutOfMemoryError)
+
+
+def test_an_estimate_answers_without_the_memory_or_refuses_by_name(harness):
+    """ds.estimate_memory answers where the backend's memory.py can estimate (its `estimate`), and
+    otherwise refuses with MemoryEstimateUnsupportedError naming the framework."""
+    from devshim.backends.memory_base import DeviceMemory
+
+    def step(rows):
+        return harness.tensor(np.ones((rows, 1024), np.float32), device=ds.cpu())  # 4 KiB a row
+
+    contract = ds.backends.memory(harness.name)
+    if contract is None or type(contract).estimate is DeviceMemory.estimate:
+        with pytest.raises(ds.MemoryEstimateUnsupportedError) as info:
+            ds.estimate_memory(step, 256)
+        title = ds.get_backend(harness.name).spec.title
+        assert title in str(info.value) and "ds.memory_peak" in str(info.value)
+        return
+    found = ds.estimate_memory(step, 256, capacity=2**20 - 1)
+    assert found.peak >= 256 * 4096 and found.kept >= 256 * 4096 and found.fits is False, found
+    assert ds.estimate_memory(step, 16, capacity="1MiB").fits
