@@ -876,3 +876,20 @@ def test_a_torch_estimate_takes_a_model_as_an_argument_and_leaves_it_as_it_was()
     assert found.details["arguments"] == weights + 64 * 256 * 4
     assert found.kept >= found.details["arguments"] + weights  # the gradients stay
     assert [(p, p.data_ptr()) for p in net.parameters()] == before and all(p.grad is None for p in net.parameters())
+
+
+def test_numpy_claims_its_own_memory_errors_and_leaves_other_frameworks_theirs():
+    """NumPy's contract is asked for every MemoryError; another framework's subclass (CuPy's
+    OutOfMemoryError is one) is that framework's to claim."""
+    numpy_memory = ds.backends.memory("numpy")
+
+    class OtherFrameworksOutOfMemory(MemoryError):
+        pass
+
+    assert numpy_memory.is_out_of_memory(MemoryError("no room"))
+    try:
+        np.empty(2**62, dtype=np.uint8)
+    except MemoryError as error:  # numpy's own _ArrayMemoryError
+        assert numpy_memory.is_out_of_memory(error)
+    assert not numpy_memory.is_out_of_memory(OtherFrameworksOutOfMemory("not NumPy's"))
+    assert not numpy_memory.is_out_of_memory(ds.DeviceOutOfMemoryError("already named"))

@@ -179,7 +179,10 @@ class VirtualStorage(torch.UntypedStorage):
     """A virtual tensor's storage (`t.untyped_storage()`): on its virtual GPU (`device` says
     `vgpu:i`), over its host storage's memory. `resize_` resizes the host storage, counted
     against the virtual GPU and refused past its size; `nbytes`, `size`, `len` and `data_ptr`
-    read the host storage, so they stay true after a resize.
+    read the host storage, so they stay true after a resize. What would read, write or allocate
+    the memory of a storage on the device in torch's C++ (which has no allocator for a virtual
+    GPU) works on the host storage: `clone` (so `copy.deepcopy` of a virtual tensor), `cpu` and
+    `to` give a host copy; items, `copy_` and `fill_` are the host's.
 
     Example:
         >>> s = torch.ones(4, device="vgpu:0").untyped_storage()
@@ -207,6 +210,36 @@ class VirtualStorage(torch.UntypedStorage):
     def data_ptr(self) -> int:
         return self._devshim_host.data_ptr()
 
+    def clone(self):
+        # A host copy, as before: torch wraps a storage's copies in a TypedStorage, which takes no
+        # subclass (copy.deepcopy of a virtual tensor does), and a tensor of the virtual GPU set on
+        # a host storage takes it as its own (dispatch's set_).
+        return self._devshim_host.clone()
+
+    def new(self):
+        return torch.UntypedStorage(0)
+
+    def cpu(self):
+        return self._devshim_host.clone()
+
+    def to(self, *, device, non_blocking: bool = False):
+        device = torch.device(device)
+        return self if device == self.device else self._devshim_host.clone().to(device=device)
+
+    def copy_(self, source, non_blocking=None):
+        self._devshim_host.copy_(getattr(source, "_devshim_host", source))
+        return self
+
+    def fill_(self, value):
+        self._devshim_host.fill_(value)
+        return self
+
+    def __getitem__(self, index):
+        return self._devshim_host[index]
+
+    def __setitem__(self, index, value) -> None:
+        self._devshim_host[index] = value
+
 
 def storage_of(tensor) -> VirtualStorage:
     """The `VirtualStorage` of virtual tensor `tensor` (what its `untyped_storage()` gives).
@@ -215,8 +248,12 @@ def storage_of(tensor) -> VirtualStorage:
         >>> storage_of(torch.ones(4, device="vgpu:1")).device
         device(type='vgpu', index=1)
     """
-    host = tensor._host.untyped_storage()
-    storage = _storage_at(host.data_ptr(), tensor._device, host.nbytes())
+    return _over(tensor._host.untyped_storage(), tensor._device)
+
+
+def _over(host, device) -> VirtualStorage:
+    """A `VirtualStorage` on virtual GPU `device` over host storage `host`."""
+    storage = _storage_at(host.data_ptr(), device, host.nbytes())
     storage.__class__ = VirtualStorage
     storage._devshim_host = host
     return storage
