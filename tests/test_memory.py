@@ -218,7 +218,8 @@ def test_a_sampled_peak_that_could_have_missed_a_tensor_is_none_with_the_reason(
     assert peak.method == "sampled" and peak.peak is None and peak.resolution > 0.1
     assert f"{peak.resolution:.2f} s apart" in peak.reason and "could have been missed" in peak.reason
     if not slow:
-        assert peak.missed == peak.readings > 0 and f"{peak.missed} of its {peak.readings} readings failed" in peak.reason
+        # (a reading or two may come before the failures start or after they end)
+        assert 0 < peak.missed <= peak.readings and f"{peak.missed} of its {peak.readings} readings failed" in peak.reason
 
 
 def test_without_a_counter_a_thread_samples_what_is_in_use(counted):
