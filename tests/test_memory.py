@@ -6,6 +6,7 @@ out-of-memory error). What every backend must do is in tests/conformance/test_co
 from __future__ import annotations
 
 import gc
+import os
 import time
 import warnings
 
@@ -531,6 +532,8 @@ def _lightning():
     return pl, SingleDeviceStrategy(device=ds.gpu(0), accelerator=VirtualGpu())
 
 
+@pytest.mark.skipif(bool(os.environ.get(settings.VIRTUAL_DEVICES_VAR)),
+                    reason="the same in either pass (it makes its own virtual GPUs): the plain pass runs it (10 s)")
 def test_lightnings_batch_size_finder_finds_the_largest_batch_a_hand_count_gives(vgpu, hand_counted):
     pl, strategy = _lightning()
     torch = vgpu
@@ -842,11 +845,10 @@ def test_a_jax_estimate_agrees_with_the_peak_measured_on_a_virtual_gpu():
     peak while it runs (glibc told to map every block of 4 KiB or more, so freed memory leaves and
     a reuse shows). The MLP with Adam agrees within 5%. The CNN's figure is XLA's buffer
     assignment; XLA's CPU runtime takes scratch for a convolution's gradient (an im2col copy of
-    its input, a copy of its output) beside it, which no GPU does: measured 1.19 x the estimate
+    its input, a copy of its output) beside it, which no GPU does: measured 1.07 to 1.19 x the estimate
     on this CNN, so the CNN is held to that."""
     pytest.importorskip("jax")
     import json
-    import os
     import sys
 
     if not sys.platform.startswith("linux"):
