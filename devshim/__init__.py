@@ -55,6 +55,8 @@ if TYPE_CHECKING:
     from devshim.errors import DeviceOutOfMemoryError, VirtualMemorySizeError
     from devshim.errors import BackendPluginWarning
     from devshim.errors import KerasBackendMismatchError
+    from devshim.device_memory import BatchSearch, MemoryEstimate, estimate_memory, largest_batch
+    from devshim.errors import MemoryEstimateError, MemoryEstimateUnsupportedError, VirtualMemoryWithoutDevicesWarning
 
 # public name -> the module that defines it; loaded on first attribute access (PEP 562).
 _EXPORTS = {
@@ -99,6 +101,9 @@ _EXPORTS = {
 _EXPORTS.update({
     **dict.fromkeys(("memory", "memory_peak", "MemoryInfo", "MemoryPeak"), "devshim.device_memory"),
     **dict.fromkeys(("DeviceOutOfMemoryError", "VirtualMemorySizeError"), "devshim.errors"),
+    **dict.fromkeys(("estimate_memory", "largest_batch", "MemoryEstimate", "BatchSearch"), "devshim.device_memory"),
+    **dict.fromkeys(("MemoryEstimateError", "MemoryEstimateUnsupportedError", "VirtualMemoryWithoutDevicesWarning"),
+                    "devshim.errors"),
 })
 _EXPORTS["BackendPluginWarning"] = "devshim.errors"
 _EXPORTS["KerasBackendMismatchError"] = "devshim.errors"
@@ -131,6 +136,8 @@ __all__ = [
     "memory", "memory_peak", "MemoryInfo", "MemoryPeak", "DeviceOutOfMemoryError", "VirtualMemorySizeError",
     "BackendPluginWarning",
     "KerasBackendMismatchError",
+    "estimate_memory", "largest_batch", "MemoryEstimate", "BatchSearch",
+    "MemoryEstimateError", "MemoryEstimateUnsupportedError", "VirtualMemoryWithoutDevicesWarning",
     "testing", "settings", "backends",
 ]
 

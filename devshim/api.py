@@ -208,15 +208,16 @@ def to_device(x: Nest, device: DeviceSpec, *, non_blocking: bool = False,
         >>> batch = ds.to_device({"x": X, "y": Y, "ids": I}, "gpu", skip_keys="ids")
     """
     try:
-        copy = FAST_PATHS[type(x)].copy  # (then a call: `paths.copy(...)` is a slower method lookup)
+        paths = FAST_PATHS[type(x)]
+        copy = paths.copy  # (then a call: `paths.copy(...)` is a slower method lookup)
     except KeyError:  # a nest, or a tensor class met for the first time: the nest layer learns it
-        copy = None
+        paths = copy = None
     try:  # costs nothing until something is raised
         if copy is None:
             return copy_nest(x, device, non_blocking, "to_device", skip_keys)
         return copy(x, device, non_blocking)
-    except Exception as error:
-        raise_if_out_of_memory(error, "to_device", x, (device,))  # a device out of memory: named
+    except Exception as error:  # a device out of memory: named from the tensor's adapter (a nest's walk notes its own)
+        raise_if_out_of_memory(error, "to_device", x, (device,), adapter=None if paths is None else paths.adapter)
         raise
 
 
@@ -251,8 +252,8 @@ def copy_if_needed(x: Nest, device: DeviceSpec, *, non_blocking: bool = False,
             return _copy_if_needed_async(paths.adapter, x, device)
         copy = paths.copy_if_needed
         return copy(x, device)
-    except Exception as error:
-        raise_if_out_of_memory(error, "copy_if_needed", x, (device,))  # a device out of memory: named
+    except Exception as error:  # a device out of memory: named, from the tensor's own adapter
+        raise_if_out_of_memory(error, "copy_if_needed", x, (device,), adapter=paths.adapter)
         raise
 
 

@@ -63,6 +63,7 @@ __all__ = [
     "PrecisionWarning",
     "KerasBackendMismatchError",
 ]
+__all__ += ["VirtualMemoryWithoutDevicesWarning", "MemoryEstimateError", "MemoryEstimateUnsupportedError"]
 
 
 class DevshimError(Exception):
@@ -751,10 +752,15 @@ class DeviceOutOfMemoryError(DevshimError, MemoryError, RuntimeError):
     `ds.convert`). The framework's own error (`torch.OutOfMemoryError`, JAX's
     `RESOURCE_EXHAUSTED`, TensorFlow's `ResourceExhaustedError`, CuPy's
     `OutOfMemoryError`, ...) is its `__cause__`; the message names the device, the bytes
-    asked for and the bytes free there, and says what to do. `device` (a `ds.Device`),
-    `requested` and `free` (bytes; None where unknown) and `call` hold the same facts.
-    A `MemoryError`, and a `RuntimeError` as PyTorch's and JAX's own are, so code that
-    catches those keeps working.
+    asked for and the bytes free there before the call, and says what to do. `device` (a
+    `ds.Device`), `requested` and `free` (bytes; None where unknown) and `call` hold the same facts.
+
+    Recognised where an out-of-memory error is looked for: a `MemoryError`; a `RuntimeError`
+    with the message as its one argument, worded as CUDA's ("gpu:0 out of memory. ..." and the
+    word CUDA), which is what accelerate's `should_reduce_batch_size` and Lightning's
+    `is_oom_error` read, so their batch-size finders try a smaller batch; and, where the
+    framework's own error is a class devshim can extend (torch's `torch.OutOfMemoryError`),
+    an instance of that class too (`for_framework`), so `except torch.OutOfMemoryError:` catches it.
 
     Example:
         >>> try:
@@ -764,9 +770,38 @@ class DeviceOutOfMemoryError(DevshimError, MemoryError, RuntimeError):
         gpu:0 134217728 67108864 OutOfMemoryError
     """
 
+    _kinds: dict = {}  # a framework's error class -> the subclass that is also one
+
     def __init__(self, message: str = "", *, device=None, requested=None, free=None, call: str = "") -> None:
         super().__init__(message)
         self.device, self.requested, self.free, self.call = device, requested, free, call
+
+    @classmethod
+    def for_framework(cls, framework_error) -> type:
+        """`DeviceOutOfMemoryError`, or (for a framework whose own out-of-memory error class is
+        `framework_error`) a subclass that is also a `framework_error`, made once per class.
+
+        Example:
+            >>> issubclass(ds.DeviceOutOfMemoryError.for_framework(torch.OutOfMemoryError), torch.OutOfMemoryError)
+            True
+        """
+        if framework_error is None or issubclass(cls, framework_error):
+            return cls
+        kind = cls._kinds.get(framework_error)
+        if kind is None:
+            kind = type(cls.__name__, (cls, framework_error), {"__module__": cls.__module__, "__doc__": cls.__doc__})
+            kind = cls._kinds.setdefault(framework_error, kind)
+        return kind
+
+    def __reduce__(self):
+        # Pickled as DeviceOutOfMemoryError itself: a framework's subclass is made at run time.
+        return _rebuild_out_of_memory, (str(self), dict(self.__dict__))
+
+
+def _rebuild_out_of_memory(message: str, state: dict) -> DeviceOutOfMemoryError:
+    error = DeviceOutOfMemoryError(message)
+    error.__dict__.update(state)
+    return error
 
 
 class VirtualMemorySizeError(DevshimError, ValueError):
@@ -805,4 +840,43 @@ class KerasBackendMismatchError(BackendError):
         >>> ds.try_gpu()                               # DEVSHIM_BACKEND=torch
         Traceback (most recent call last):
         devshim.errors.KerasBackendMismatchError: DEVSHIM_BACKEND=torch, but Keras runs on jax ...
+    """
+
+
+class VirtualMemoryWithoutDevicesWarning(DevshimWarning):
+    """`DEVSHIM_VIRTUAL_MEMORY` gives virtual GPUs a size, and `DEVSHIM_VIRTUAL_DEVICES` asks for
+    none: no device has that size, so the setting does nothing. Issued when devshim first reads
+    how many virtual devices there are; add `DEVSHIM_VIRTUAL_DEVICES=1` (or more), or unset the size.
+
+    Example:
+        >>> ds.num_gpus()          # DEVSHIM_VIRTUAL_MEMORY=16GiB without DEVSHIM_VIRTUAL_DEVICES
+        VirtualMemoryWithoutDevicesWarning: DEVSHIM_VIRTUAL_MEMORY='16GiB' gives virtual GPUs a size, but ...
+        0
+    """
+
+
+class MemoryEstimateError(DevshimError, RuntimeError):
+    """`ds.estimate_memory` (or `ds.largest_batch`) could not run the step without memory: it
+    read a value that does not exist there (`loss.item()`, printing a tensor, a shape that
+    depends on the values), used a tensor made outside the estimate (which has memory of its
+    own), or named a device the framework cannot stand in for. The message says which, and
+    what to write instead; the framework's own error is its `__cause__`.
+
+    Example:
+        >>> ds.estimate_memory(lambda: print(torch.ones(2).sum().item()))
+        Traceback (most recent call last):
+        devshim.errors.MemoryEstimateError: the step read a tensor's value ...
+    """
+
+
+class MemoryEstimateUnsupportedError(DevshimError, NotImplementedError):
+    """`ds.estimate_memory` (or `ds.largest_batch`) on a framework devshim cannot estimate
+    without running the step on its memory (TensorFlow, MXNet, NumPy, CuPy): the message names
+    the framework, the ones that can (PyTorch, JAX), and how to measure instead
+    (`ds.memory_peak` on a GPU, or on a torch virtual GPU of the size).
+
+    Example:
+        >>> ds.estimate_memory(step, backend="tensorflow")
+        Traceback (most recent call last):
+        devshim.errors.MemoryEstimateUnsupportedError: devshim cannot estimate a TensorFlow step ...
     """

@@ -93,20 +93,22 @@ def place_model(net: Model, device: Union[DeviceSpec, Mapping[str, DeviceSpec]],
                     f"{{'{name}': device}} with the name as a string."
                 )
         natives = {name: adapter.device(spec) for name, spec in device.items()}
-        with transfer.explicit(), _named_out_of_memory("place_model", list(natives.values()), model=net):
+        with transfer.explicit(), _named_out_of_memory(adapter, "place_model", list(natives.values()), model=net):
             return module.place_map(net, natives, adapter)
     native = adapter.device(device)
-    with transfer.explicit(), _named_out_of_memory("place_model", [native], model=net):
+    # Out of memory midway, the backend puts back what it had moved (as place_map does): every
+    # parameter stays where it was.
+    with transfer.explicit(), _named_out_of_memory(adapter, "place_model", [native], model=net):
         return module.place(net, native, adapter, input_shape=input_shape)
 
 
 @contextlib.contextmanager
-def _named_out_of_memory(call: str, devices: list, value=None, model=None):
+def _named_out_of_memory(adapter, call: str, devices: list, value=None, model=None):
     """A framework's out-of-memory error inside the block as `DeviceOutOfMemoryError`."""
     try:
         yield
     except Exception as error:
-        raise_if_out_of_memory(error, call, value, devices, model=model)
+        raise_if_out_of_memory(error, call, value, devices, model=model, adapter=adapter)
         raise
 
 
@@ -240,7 +242,7 @@ def split_batch(*tensors: Tensor, devices: Optional[Sequence[DeviceSpec]] = None
             for i, native in enumerate(natives):
                 stop = start + base + (1 if i < extra else 0)
                 shard = adapter.narrow(x, start, stop)
-                with _named_out_of_memory("split_batch", [native], shard):
+                with _named_out_of_memory(adapter, "split_batch", [native], shard):
                     shards.append(adapter.copy_if_needed(shard, native))
                 start = stop
             results.append(shards)
@@ -293,8 +295,12 @@ def replicate(net: Model, devices: Sequence[DeviceSpec]) -> list[Model]:
     """
     adapter, module = _model_module(net)
     natives = [adapter.device(d) for d in _device_list(devices, "replicate")]
-    with transfer.explicit(), _named_out_of_memory("replicate", natives, model=net):
-        return module.replicate(net, natives, adapter)
+    replicas: list = []
+    with transfer.explicit():
+        for native in natives:  # one device at a time: the one that runs out is the one named
+            with _named_out_of_memory(adapter, "replicate", [native], model=net):
+                replicas.extend(module.replicate(net, [native], adapter))
+    return replicas
 
 
 def allreduce(tensors: Sequence[Tensor]) -> list[Tensor]:

@@ -85,12 +85,12 @@ def _parse_device() -> object:
 
 def _parse_virtual() -> object:
     raw = os.environ.get(VIRTUAL_DEVICES_VAR, "").strip()
-    if not raw:
-        return 0
     try:
-        count = int(raw)
+        count = int(raw or 0)
     except ValueError:
         count = -1
+    if count == 0 and os.environ.get(VIRTUAL_MEMORY_VAR, "").strip():
+        _warn_size_without_devices()
     if count < 0:
         return VirtualDeviceCountError(
             f"{VIRTUAL_DEVICES_VAR}={raw!r} must be a non-negative whole number, e.g. "
@@ -490,14 +490,30 @@ def parse_size(value, source: str = VIRTUAL_MEMORY_VAR) -> int:
             number, unit = -1.0, ""
         else:
             number, unit = float(found.group(1)), found.group(2).lower()
-    size = int(number * _UNITS[unit])
+    try:
+        size = int(number * _UNITS[unit])
+    except (OverflowError, ValueError):  # 1e400 reads as infinity
+        size = -1
     if size < 1:
+        example = f"{VIRTUAL_MEMORY_VAR}=16GiB" if source == VIRTUAL_MEMORY_VAR else f"{source}='16GiB'"
         raise VirtualMemorySizeError(
-            f"{source}={value!r} is not a size devshim can give a virtual GPU: write a positive number "
-            f"of bytes with an optional unit, e.g. {VIRTUAL_MEMORY_VAR}=16GiB or 64MiB (KiB, MiB, GiB "
-            f"are powers of 1024, kB, MB, GB of 1000), or unset it for virtual GPUs without a size."
+            f"{source}={value!r} is not a size: write a positive number of bytes with an optional unit, "
+            f"e.g. {example} or 64MiB (KiB, MiB, GiB are powers of 1024, kB, MB, GB of 1000)"
+            + (", or unset it for virtual GPUs without a size." if source == VIRTUAL_MEMORY_VAR else ".")
         )
     return size
+
+
+def _warn_size_without_devices() -> None:
+    import warnings
+
+    from devshim.errors import VirtualMemoryWithoutDevicesWarning
+
+    warnings.warn(VirtualMemoryWithoutDevicesWarning(
+        f"{VIRTUAL_MEMORY_VAR}={os.environ[VIRTUAL_MEMORY_VAR].strip()!r} gives virtual GPUs a size, but "
+        f"{VIRTUAL_DEVICES_VAR} asks for none, so no device has that size and it does nothing. Add "
+        f"{VIRTUAL_DEVICES_VAR}=1 (or more) to have virtual GPUs of that size, or unset {VIRTUAL_MEMORY_VAR}."
+    ), stacklevel=4)
 
 
 def _parse_virtual_memory() -> object:

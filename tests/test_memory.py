@@ -5,7 +5,10 @@ out-of-memory error). What every backend must do is in tests/devshim_conformance
 
 from __future__ import annotations
 
+import gc
+import os
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -13,7 +16,6 @@ import pytest
 import devshim as ds
 from devshim import settings
 from devshim.backends.memory_base import MemoryInfo, covered_bytes, format_bytes
-from devshim.device_memory import MemoryPeak
 from helpers import run_python
 
 pytest_plugins = ["pytester"]
@@ -38,7 +40,8 @@ def test_sizes_are_read_with_their_units(text, size):
     assert settings.parse_size(text) == size
 
 
-@pytest.mark.parametrize("text", ["lots", "-1MiB", "0", "12 parsecs", "", "1.5.2G", True])
+@pytest.mark.parametrize("text", ["lots", "-1MiB", "0", "12 parsecs", "", "1.5.2G", True, "1e400", "1e400GiB", -5,
+                                  "nan", "inf", "-0.5"])
 def test_a_value_that_is_no_size_is_refused_by_name(text):
     with pytest.raises(ds.VirtualMemorySizeError, match="DEVSHIM_VIRTUAL_MEMORY") as info:
         settings.parse_size(text)
@@ -59,6 +62,18 @@ def test_the_size_comes_from_the_environment_and_set_virtual_memory_wins(setenv)
     setenv(settings.VIRTUAL_MEMORY_VAR, "huge")
     with pytest.raises(ds.VirtualMemorySizeError):
         settings.virtual_memory()
+
+
+def test_a_size_without_virtual_devices_warns_what_to_add(setenv):
+    settings.set_virtual_devices(None)  # the count from the environment (conftest puts it back)
+    setenv(settings.VIRTUAL_DEVICES_VAR, None)
+    setenv(settings.VIRTUAL_MEMORY_VAR, "64MiB")
+    with pytest.warns(ds.VirtualMemoryWithoutDevicesWarning, match="Add DEVSHIM_VIRTUAL_DEVICES=1"):
+        assert settings.virtual_device_count() == 0
+    setenv(settings.VIRTUAL_DEVICES_VAR, "2")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ds.VirtualMemoryWithoutDevicesWarning)
+        assert settings.virtual_device_count() == 2
 
 
 def test_covered_bytes_counts_overlapping_ranges_once():
@@ -109,43 +124,113 @@ class _Counts:
             self.top = max(self.top, self.used)
 
 
-def _peak(counts, interval=0.001) -> MemoryPeak:
-    adapter = ds.get_backend("numpy")
-    return MemoryPeak(adapter, adapter.cpu(), counts, interval)
+@pytest.fixture
+def counted(monkeypatch):
+    """``counted(counts)``: NumPy's memory contract (the host's) replaced by ``counts`` for this
+    test; gives a function that opens a ``ds.memory_peak`` block on it."""
+    from devshim.backends import registry
+
+    def use(counts):
+        registry.memory("numpy")  # made first, so the stand-in replaces it
+        monkeypatch.setitem(registry._contracts, ("numpy", "memory"), counts)
+        return lambda interval=0.001: ds.memory_peak("cpu", backend="numpy", interval=interval)
+
+    return use
 
 
-def test_a_resettable_counter_gives_each_nested_block_its_own_peak():
+def _until_read(peak, value) -> None:
+    deadline = time.monotonic() + 5
+    while peak._seen != value and time.monotonic() < deadline:  # until the sampler has read it
+        time.sleep(0.001)
+
+
+def test_a_resettable_counter_gives_each_nested_block_its_own_peak(counted):
     counts = _Counts(resets=True)
+    block = counted(counts)
     counts.use(100)
-    with _peak(counts) as outer:
+    with block() as outer:
         counts.use(50), counts.use(-50)                   # outer alone: 150
-        with _peak(counts) as inner:                      # resets the counter to 100
+        with block() as inner:                            # resets the counter to 100
             counts.use(20), counts.use(-20)               # inner: 120
         counts.use(5)
     assert (inner.method, inner.peak, inner.added) == ("reset", 120, 20)
     assert (outer.method, outer.peak, outer.start, outer.end) == ("reset", 150, 100, 105)
+    assert outer.resolution == inner.resolution == 0.0 and not outer.reason
 
 
-def test_a_counter_that_cannot_be_reset_gives_the_peak_when_it_rose():
+def test_a_counter_that_cannot_be_reset_gives_the_peak_when_it_rose(counted):
     counts = _Counts(resets=False, top=500)
+    block = counted(counts)
     counts.use(100)
-    with _peak(counts) as rose:
+    with block() as rose:
         counts.use(700), counts.use(-700)
     assert (rose.method, rose.peak) == ("counter", 800)
-    with _peak(counts) as below:  # under the old peak: sampled instead
+    with block() as below:  # under the old peak: sampled instead
         counts.use(10)
     assert below.method == "sampled" and below.peak == 110
 
 
-def test_without_a_counter_a_thread_samples_what_is_in_use():
+def test_nested_peaks_never_exceed_the_truth_with_a_counter_that_cannot_be_reset(counted):
+    """The process's old high (1000 bytes, long before) is no block's peak, however they nest."""
+    counts = _Counts(resets=False, top=1000)
+    block = counted(counts)
+    with block() as outer:
+        with block() as inner:
+            counts.use(100)
+            _until_read(inner, 100)
+            _until_read(outer, 100)
+            counts.use(-100)
+        with block() as second:
+            counts.use(30), counts.use(-30)
+    for peak in (outer, inner):
+        assert (peak.method, peak.peak, peak.added) == ("sampled", 100, 100), peak
+    assert second.peak is not None and second.peak <= 30
+    with block() as outer:  # a rise past the old high, inside nested blocks: the counter, exact in both
+        with block() as inner:
+            counts.use(1500), counts.use(-1500)
+    assert (outer.method, outer.peak) == (inner.method, inner.peak) == ("counter", 1500)
+
+
+class _Failing(_Counts):
+    """Counts whose readings fail (or take `slow` seconds each) once `fail` is set."""
+
+    def __init__(self, slow: float = 0.0) -> None:
+        super().__init__(resets=False, top=None)
+        self.fail, self.slow = False, slow
+
+    def in_use(self, adapter, native):
+        if self.fail:
+            if not self.slow:
+                raise RuntimeError("the framework could not say")
+            time.sleep(self.slow)
+        return self.used
+
+
+@pytest.mark.parametrize("slow", [0.0, 0.15])
+def test_a_sampled_peak_that_could_have_missed_a_tensor_is_none_with_the_reason(counted, slow):
+    counts = _Failing(slow=slow)
+    block = counted(counts)
+    with block() as peak:
+        counts.fail = True
+        counts.use(1000)  # held 0.3 s, while every reading fails (or each takes 0.15 s)
+        time.sleep(0.3)
+        counts.use(-1000)
+        counts.fail = slow > 0  # the end is read (slowly), or fails too
+    assert peak.method == "sampled" and peak.peak is None and peak.resolution > 0.1
+    assert f"{peak.resolution:.2f} s apart" in peak.reason and "could have been missed" in peak.reason
+    if not slow:
+        # (a reading or two may come before the failures start or after they end)
+        assert 0 < peak.missed <= peak.readings and f"{peak.missed} of its {peak.readings} readings failed" in peak.reason
+
+
+def test_without_a_counter_a_thread_samples_what_is_in_use(counted):
     counts = _Counts(resets=False, top=None)
-    with _peak(counts, interval=0.001) as peak:
+    with counted(counts)(interval=0.001) as peak:
         counts.use(1000)
-        deadline = time.monotonic() + 5
-        while peak._seen != 1000 and time.monotonic() < deadline:  # until the sampler has read it
-            time.sleep(0.001)
+        _until_read(peak, 1000)
         counts.use(-1000)
     assert (peak.method, peak.peak, peak.start, peak.end) == ("sampled", 1000, 0, 0)
+    assert 0 < peak.resolution <= 0.1 and peak.missed == 0 and not peak.reason
 
 
 # ------------------------------------------------------------ torch's virtual GPUs
@@ -161,6 +246,7 @@ def vgpu(setenv):
         pytest.skip("torch's virtual GPUs need torch 2.10 or later")
     setenv("DEVSHIM_DEVICE", None)
     ds.testing.virtual_devices(2)
+    gc.collect()  # an earlier test's tensors held in a cycle (an error's traceback) go now, not midway
     with ds.use_backend("torch"):
         assert ds.num_gpus() == 2
         yield torch
@@ -277,6 +363,230 @@ def test_the_largest_batch_that_fits_is_the_one_a_hand_count_of_the_bytes_gives(
     assert peak.added == 4 * low * (I_ + 2 * H_)  # the measured peak agrees, byte for byte
 
 
+def test_the_capacity_holds_under_threads(vgpu):
+    """8 threads, 100 rounds, each thread taking chunks until it is refused, with a tiny switch
+    interval: together they get exactly the chunks that fit, and what is in use never passes the
+    size (the check against the size and the count are one step)."""
+    import sys
+    import threading
+
+    torch = vgpu
+    chunk, fitting, threads = 4096, 48, 8
+    settings.set_virtual_memory(ds.memory("gpu:1").in_use + fitting * chunk + chunk // 2)
+    capacity = settings.virtual_memory()
+    from devshim.backends.torch._virtual import memory as virtual_memory
+
+    def take(barrier, held):
+        barrier.wait()
+        while True:
+            try:
+                held.append(torch.empty(chunk, dtype=torch.uint8, device=ds.gpu(1)))
+            except torch.OutOfMemoryError:
+                return
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    virtual_memory.reset_peak(1)
+    try:
+        for _ in range(100):
+            barrier, held = threading.Barrier(threads), []
+            workers = [threading.Thread(target=take, args=(barrier, held)) for _ in range(threads)]
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                worker.join()
+            assert len(held) == fitting and virtual_memory.peak(1) <= capacity
+            del held
+            virtual_memory.reset_peak(1)
+    finally:
+        sys.setswitchinterval(switch)
+
+
+def test_a_storage_resize_is_counted_and_refused_past_the_size(vgpu):
+    """What FSDP does to free a parameter and take its memory again: t.untyped_storage().resize_(n)."""
+    torch = vgpu
+    t = torch.ones(MiB // 4, device=ds.gpu(0))  # 1 MiB
+    storage = t.untyped_storage()
+    assert storage.device == torch.device("vgpu", 0) and storage.nbytes() == MiB
+    before = ds.memory("gpu:0").in_use
+    storage.resize_(0)  # freed
+    assert storage.nbytes() == 0 and ds.memory("gpu:0").in_use == before - MiB
+    storage.resize_(MiB)  # taken again
+    assert ds.memory("gpu:0").in_use == before
+    settings.set_virtual_memory(before + MiB)
+    with pytest.raises(torch.OutOfMemoryError, match=r"vgpu:0 out of memory\. Tried to allocate 2\.0 MiB"):
+        storage.resize_(3 * MiB)  # 2 MiB more, 1 MiB free: refused before any memory is taken
+    assert storage.nbytes() == MiB and ds.memory("gpu:0").in_use == before
+    t.fill_(2.0)
+    assert t.sum().item() == MiB // 2  # the tensor still works on its storage
+    del t, storage
+
+
+# ------------------------------------------------------------ the tools people run beside devshim
+# accelerate's find_executable_batch_size and Lightning's batch-size finder (and the checks they
+# make: accelerate's should_reduce_batch_size, Lightning's is_oom_error), on a torch virtual GPU
+# of a given size, against the hand count of the bytes a batch takes (the model above, no_grad).
+PER_EXAMPLE = 4 * (I_ + 2 * H_)
+
+
+@pytest.fixture
+def hand_counted(vgpu):
+    """``size_for(largest)``: gpu:0 given the size where batches up to ``largest`` fit (a hand
+    count: the model's weights, whatever else lives there, then PER_EXAMPLE bytes an example);
+    returns the placed model."""
+    torch = vgpu
+    nn = torch.nn
+    model = ds.place_model(nn.Sequential(nn.Linear(I_, H_, bias=False), nn.ReLU(),
+                                         nn.Linear(H_, O_, bias=False)), ds.gpu(0))
+
+    def size_for(largest: int):
+        gc.collect()  # an earlier test's tensors held in a cycle go now, not while this one runs
+        settings.set_virtual_memory(ds.memory("gpu:0").in_use + largest * PER_EXAMPLE + PER_EXAMPLE // 2)
+        return model
+
+    return size_for
+
+
+@pytest.mark.parametrize("largest", [65, 60])
+def test_accelerate_finds_the_largest_batch_a_hand_count_gives(vgpu, hand_counted, largest):
+    """accelerate tries batches from 128 down (x 0.9 each time, in the pinned release) until one
+    fits: the first it tries at or under the hand-counted largest batch, which is that batch
+    when accelerate tries it (65); every batch it gave up was over the hand count."""
+    memory_utils = pytest.importorskip("accelerate.utils.memory")
+    torch = vgpu
+    model = hand_counted(largest)
+    tried = []
+
+    @memory_utils.find_executable_batch_size(starting_batch_size=128)
+    def run(batch_size):
+        tried.append(batch_size)
+        x = torch.randn(batch_size, I_).to(ds.gpu(0))
+        with torch.no_grad():
+            model(x)
+        return batch_size
+
+    found = run()
+    assert found == tried[-1] <= largest < min(tried[:-1]) and len(tried) > 1
+    if largest == 65:
+        assert found == largest
+
+
+def test_accelerate_takes_devshims_own_out_of_memory_error_for_one(vgpu, hand_counted):
+    """The batch does not fit in ds.to_device itself: accelerate reads ds.DeviceOutOfMemoryError
+    as an out-of-memory error and halves the batch, as it does torch's."""
+    memory_utils = pytest.importorskip("accelerate.utils.memory")
+    torch = vgpu
+    hand_counted(64)
+    settings.set_virtual_memory(ds.memory("gpu:0").in_use + 100 * 4 * I_)  # 100 input rows fit, no more
+
+    tried = []
+
+    @memory_utils.find_executable_batch_size(starting_batch_size=128)
+    def run(batch_size):
+        tried.append(batch_size)
+        return ds.to_device(torch.randn(batch_size, I_), "gpu:0").shape[0]
+
+    assert run() == tried[-1] <= 100 < min(tried[:-1])
+    with pytest.raises(ds.DeviceOutOfMemoryError) as info:
+        ds.to_device(torch.randn(128, I_), "gpu:0")
+    assert memory_utils.should_reduce_batch_size(info.value)
+
+
+def _lightning():
+    pl = pytest.importorskip("pytorch_lightning")
+    from pytorch_lightning.accelerators import Accelerator
+    from pytorch_lightning.strategies import SingleDeviceStrategy
+
+    class VirtualGpu(Accelerator):
+        """Lightning's accelerator for devshim's virtual GPU gpu:0 (a user's own, as Lightning allows)."""
+
+        def setup_device(self, device):
+            pass
+
+        def teardown(self):
+            pass
+
+        def get_device_stats(self, device):
+            return {}
+
+        @staticmethod
+        def parse_devices(devices):
+            return devices
+
+        @staticmethod
+        def get_parallel_devices(devices):
+            return [ds.gpu(0)]
+
+        @staticmethod
+        def auto_device_count():
+            return 1
+
+        @staticmethod
+        def is_available():
+            return True
+
+        @classmethod
+        def name(cls):
+            return "devshim-virtual-gpu"
+
+    return pl, SingleDeviceStrategy(device=ds.gpu(0), accelerator=VirtualGpu())
+
+
+@pytest.mark.skipif(bool(os.environ.get(settings.VIRTUAL_DEVICES_VAR)),
+                    reason="the same in either pass (it makes its own virtual GPUs): the plain pass runs it (10 s)")
+def test_lightnings_batch_size_finder_finds_the_largest_batch_a_hand_count_gives(vgpu, hand_counted):
+    pl, strategy = _lightning()
+    torch = vgpu
+    from pytorch_lightning.tuner import Tuner
+
+    largest = 300
+    inner = hand_counted(largest)
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.batch_size, self.net, self.automatic_optimization = 256, inner, False
+
+        def transfer_batch_to_device(self, batch, device, dataloader_idx):
+            return batch  # copied in training_step: the batch Lightning keeps meanwhile stays on the host
+
+        def training_step(self, batch, index):
+            (x,) = batch
+            with torch.no_grad():
+                self.net(x.to(self.device))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def train_dataloader(self):
+            data = torch.utils.data.TensorDataset(torch.randn(1024, I_))
+            return torch.utils.data.DataLoader(data, batch_size=self.batch_size)
+
+    trainer = pl.Trainer(strategy=strategy, max_epochs=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    found = Tuner(trainer).scale_batch_size(Module(), mode="binsearch", init_val=256, steps_per_trial=1, margin=0.0)
+    assert found == largest
+
+
+def test_lightning_and_accelerate_read_devshims_errors_as_out_of_memory(vgpu, hand_counted):
+    pytest.importorskip("pytorch_lightning")
+    memory_utils = pytest.importorskip("accelerate.utils.memory")
+    from pytorch_lightning.utilities.memory import is_oom_error
+
+    torch = vgpu
+    hand_counted(4)
+    errors = []
+    for make in (lambda: torch.empty(MiB, device=ds.gpu(0)),                   # the virtual GPU's own
+                 lambda: ds.to_device(torch.empty(MiB), "gpu:0"),              # ds.to_device's
+                 lambda: ds.place_model(torch.nn.Linear(1024, 1024), "gpu:0")):  # ds.place_model's
+        with pytest.raises(torch.OutOfMemoryError) as info:
+            make()
+        errors.append(info.value)
+    assert isinstance(errors[1], ds.DeviceOutOfMemoryError) and isinstance(errors[2], ds.DeviceOutOfMemoryError)
+    for error in errors:
+        assert is_oom_error(error) and memory_utils.should_reduce_batch_size(error), error
+
+
 def test_devshims_own_calls_name_the_out_of_memory_error(vgpu):
     torch = vgpu
     nn = torch.nn
@@ -298,16 +608,72 @@ def test_devshims_own_calls_name_the_out_of_memory_error(vgpu):
             call()
         error = info.value
         assert isinstance(error.__cause__, torch.OutOfMemoryError), what
-        assert error.device == "gpu:0" and error.free is not None and error.free <= 8 * MiB, (what, error)
+        assert isinstance(error, torch.OutOfMemoryError), what  # `except torch.OutOfMemoryError` catches it too
+        assert error.device == "gpu:0" and error.free == 8 * MiB, (what, error)
         message = str(error)
-        assert f"{error.call} ran out of memory on gpu:0" in message and "smaller batch" in message, message
-        assert "DEVSHIM_VIRTUAL_MEMORY is" in message and format_bytes(error.free) in message, message
-        if what in ("to_device", "copy_if_needed", "convert"):
+        assert f"{error.call}: gpu:0 out of memory." in message and "8.0 MiB was free there before the call" in message
+        assert "DEVSHIM_VIRTUAL_MEMORY is" in message, message
+        advice = message.split("What to do: ")[1].split("(Worded as")[0]
+        if what in ("place_model", "replicate"):  # a model: its advice is about the model, not a batch
+            assert "smaller model" in advice and "device map" in advice and "batch" not in advice, message
+            assert error.requested == 4 * (2048 * 1280 + 1280) and "the model's parameters and buffers" in message
+        else:
+            assert "smaller batch" in advice, message
+        if what in ("to_device", "copy_if_needed", "convert", "to_device nest"):
             assert error.requested == 10 * MiB and "asked for 10.0 MiB" in message, message
-    with pytest.raises(ds.DeviceOutOfMemoryError) as info:
-        ds.place_model(nn.Linear(2048, 1280), "gpu:0")
-    assert info.value.requested == 4 * (2048 * 1280 + 1280)
     del filler
+
+
+def test_the_free_bytes_are_those_before_the_call_not_beside_its_half_made_copy(vgpu):
+    """A nest of two 6 MiB tensors for a GPU with 8 MiB free: the first is copied, the second
+    does not fit. The error says 8 MiB was free (the first copy is gone with the failed call),
+    and the nest asked for 12 MiB."""
+    torch = vgpu
+    settings.set_virtual_memory(ds.memory("gpu:0").in_use + 8 * MiB)
+    nest = {"a": torch.empty(6 * MiB, dtype=torch.uint8), "b": torch.empty(6 * MiB, dtype=torch.uint8)}
+    before = ds.memory("gpu:0").in_use
+    with pytest.raises(ds.DeviceOutOfMemoryError) as info:
+        ds.to_device(nest, "gpu:0")
+    assert (info.value.free, info.value.requested) == (8 * MiB, 12 * MiB)
+    assert "asked for 12.0 MiB (2 tensors); 8.0 MiB was free there before the call" in str(info.value)
+    del info
+    assert ds.memory("gpu:0").in_use == before  # and nothing of the failed call is kept
+
+
+@pytest.mark.parametrize("form", ["replicate", "device map"])
+def test_the_device_that_ran_out_is_named_among_several(vgpu, form):
+    torch = vgpu
+    nn = torch.nn
+    settings.set_virtual_memory(max(ds.memory("gpu:0").in_use, ds.memory("gpu:1").in_use) + 40 * MiB)
+    filler = torch.empty(ds.memory("gpu:1").free - 8 * MiB, dtype=torch.uint8, device=ds.gpu(1))  # gpu:1: 8 MiB free
+    net = nn.Sequential(nn.Linear(2048, 1280), nn.Linear(1280, 2048))  # 10 MiB each
+    with pytest.raises(ds.DeviceOutOfMemoryError) as info:
+        if form == "replicate":
+            ds.replicate(net, ["gpu:0", "gpu:1"])
+        else:
+            ds.place_model(net, {"0": "gpu:0", "1": "gpu:1"})
+    assert info.value.device == "gpu:1" and info.value.free == 8 * MiB, info.value
+    assert str(info.value).startswith(f"ds.{'replicate' if form == 'replicate' else 'place_model'}: gpu:1 out of memory.")
+    assert {p.device.type for p in net.parameters()} == {"cpu"}
+    del filler
+
+
+@pytest.mark.parametrize("home", ["cpu", "gpu:1"])
+def test_a_place_model_that_runs_out_leaves_every_parameter_where_it_was(vgpu, home):
+    torch = vgpu
+    nn = torch.nn
+    net = ds.place_model(nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024)), home)
+    net[0].weight.grad = torch.ones_like(net[0].weight)
+    before = [(name, p, p.data_ptr(), p.device, p.grad) for name, p in net.named_parameters()]
+    used = ds.memory("gpu:0").in_use
+    settings.set_virtual_memory(used + 6 * MiB)  # the first layer (4 MiB) fits, the second does not
+    with pytest.raises(ds.DeviceOutOfMemoryError) as info:
+        ds.place_model(net, "gpu:0")
+    after = [(name, p, p.data_ptr(), p.device, p.grad) for name, p in net.named_parameters()]
+    assert [(n, id(p), ptr, d, id(g)) for n, p, ptr, d, g in after] == \
+        [(n, id(p), ptr, d, id(g)) for n, p, ptr, d, g in before]
+    assert ds.memory("gpu:0").in_use == used  # nothing of the failed move stays on gpu:0
+    assert info.value.device == "gpu:0" and "smaller model" in str(info.value)
 
 
 def test_a_bad_size_fails_what_needs_it_by_name(vgpu, setenv):
@@ -365,11 +731,13 @@ def test_the_plugin_option_gives_virtual_gpus_a_size_and_puts_it_back(pytester):
             assert ds.settings.virtual_memory() == 64 * 2**20
             assert os.environ["DEVSHIM_VIRTUAL_MEMORY"] == str(64 * 2**20)
     """)
-    result = pytester.runpytest_inprocess("--devshim-virtual-memory", "64MiB", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1)
-    assert settings.virtual_memory() == before
-    pytester.makeini("[pytest]\ndevshim_virtual_memory = 64MiB\n")
-    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    with warnings.catch_warnings():  # a size without virtual devices warns, where none are asked for
+        warnings.simplefilter("ignore", ds.VirtualMemoryWithoutDevicesWarning)
+        result = pytester.runpytest_inprocess("--devshim-virtual-memory", "64MiB", "-p", "no:cacheprovider")
+        result.assert_outcomes(passed=1)
+        assert settings.virtual_memory() == before
+        pytester.makeini("[pytest]\ndevshim_virtual_memory = 64MiB\n")
+        pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
 def test_a_plugin_size_that_is_no_size_is_a_usage_error(pytester):
@@ -377,3 +745,154 @@ def test_a_plugin_size_that_is_no_size_is_a_usage_error(pytester):
     result = pytester.runpytest_inprocess("--devshim-virtual-memory", "lots", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--devshim-virtual-memory='lots' is not a size*"])
+
+
+# ------------------------------------------------------------ planning without the memory
+
+import memory_steps  # noqa: E402
+
+
+@pytest.mark.parametrize("step, batch", [(memory_steps.torch_mlp, 512), (memory_steps.torch_cnn, 256)],
+                         ids=["mlp-adam", "cnn-adam"])
+def test_a_torch_estimate_agrees_with_the_peak_measured_on_a_virtual_gpu(vgpu, step, batch):
+    """The same two steps of Adam, estimated on the CPU device under FakeTensorMode (no memory)
+    and run on a virtual GPU, whose every storage devshim counts: within 5%."""
+    found = ds.estimate_memory(step, batch, "cpu", capacity="1GiB")
+    gc.collect()
+    with ds.memory_peak("gpu:0") as peak:
+        step(batch, ds.gpu(0))
+    assert peak.method == "reset" and abs(peak.added - found.peak) <= 0.05 * found.peak, (peak.added, found)
+    assert found.fits and found.device == "cpu" and found.kept <= found.peak and "FakeTensorMode" in found.method
+
+
+def test_a_torch_estimate_answers_for_a_step_of_40_gb_without_allocating_it():
+    """Ten layers of 16384 x 16384 with Adam: parameters, gradients and both moments are 4 x 10 x
+    1 GiB (a hand count), more than this machine has; the estimate allocates none of it."""
+    pytest.importorskip("torch")
+    hand = 4 * 10 * (16384 * 16384 + 16384) * 4
+    with ds.memory_peak("cpu", backend="numpy") as host:
+        found = ds.estimate_memory(memory_steps.torch_wide, 1024, capacity="80GB", backend="torch")
+    assert found.kept >= hand and found.peak >= max(hand, 40 * 10**9) and found.fits
+    assert "of 74.5 GiB: fits" in str(found)
+    assert host.added is None or host.added < 2**30, host  # the host did not hold the step
+
+
+def test_a_torch_estimate_counts_the_tensors_it_is_given_and_refuses_what_it_cannot_know():
+    torch = pytest.importorskip("torch")
+    found = ds.estimate_memory(lambda t: t * 2, torch.ones(1000), backend="torch")
+    assert (found.peak, found.kept) == (8000, 8000)  # the argument, then the result beside it
+    with pytest.raises(ds.MemoryEstimateError, match=r"read a tensor's value") as info:
+        ds.estimate_memory(lambda: torch.ones(3).sum().item(), backend="torch")
+    assert isinstance(info.value, RuntimeError)
+    weights = torch.ones(3)
+    with pytest.raises(ds.MemoryEstimateError, match="made outside the estimate"):
+        ds.estimate_memory(lambda: weights * 2, backend="torch")
+
+
+def test_the_largest_batch_is_found_by_bisection_with_progress_on_stderr(capsys):
+    pytest.importorskip("torch")
+    per_example, kept = 4 * (784 + 1024 + 1024 + 10), None
+
+    def step(batch):
+        return memory_steps.torch_mlp(batch, "cpu", steps=1)
+
+    found = ds.largest_batch(step, 64 * MiB, backend="torch")
+    assert found.estimate is not None and found.estimate.peak <= 64 * MiB and found.capacity == 64 * MiB
+    above = ds.estimate_memory(step, found.batch + 1, capacity=64 * MiB, backend="torch")
+    assert not above.fits  # the next batch does not fit: the largest
+    batches = [batch for batch, _ in found.tried]
+    doubling = batches[:batches.index(max(batches)) + 1]
+    assert doubling == [2**i for i in range(len(doubling))] and len(batches) <= 2 * len(doubling) + 1
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == len(batches) and lines[0].startswith("ds.largest_batch: batch 1: peak ")
+    assert "does not fit" in "\n".join(lines) and all(line.endswith(" s)") for line in lines)
+    nothing = ds.largest_batch(step, 1024, backend="torch", progress=False)
+    assert (nothing.batch, nothing.estimate) == (0, None) and capsys.readouterr().err == ""
+    del per_example, kept
+
+
+JAX_MEASURE = '''
+import gc, json, sys
+sys.path.insert(0, {tests!r})
+import jax, jax.numpy as jnp
+import devshim as ds
+import memory_steps
+
+ds.set_backend("jax")
+device = ds.gpu(0)                            # a virtual GPU: its memory is the process's own
+found = {{}}
+for name, batch in (("mlp", 4096), ("cnn", 512)):
+    make = memory_steps.jax_mlp if name == "mlp" else memory_steps.jax_cnn
+    model, params = make(jax.random.PRNGKey(0))
+    shape = (batch, 784) if name == "mlp" else (batch, 1, 28, 28)
+    state = jax.device_put(memory_steps.jax_state(params), device)
+    x, y = jax.device_put(jnp.ones(shape), device), jax.device_put(jnp.zeros((batch,), jnp.int32), device)
+    step = memory_steps.jax_adam_step(model)
+    estimate = ds.estimate_memory(step, state, x, y)
+    compiled = jax.jit(step)
+    jax.block_until_ready(compiled(state, x, y))  # compiled, and run once
+    gc.collect()
+    with ds.memory_peak("cpu") as peak:            # the arguments are resident already
+        out = compiled(state, x, y)
+        jax.block_until_ready(out)
+    found[name] = [peak.method, peak.added, estimate.peak - estimate.details["arguments"], estimate.device]
+print(json.dumps(found))
+'''
+
+
+def test_a_jax_estimate_agrees_with_the_peak_measured_on_a_virtual_gpu():
+    """JAX's virtual GPUs are host devices: what a compiled step takes is the process's resident
+    peak while it runs (glibc told to map every block of 4 KiB or more, so freed memory leaves and
+    a reuse shows). The MLP with Adam agrees within 5%. The CNN's figure is XLA's buffer
+    assignment; XLA's CPU runtime takes scratch for a convolution's gradient (an im2col copy of
+    its input, a copy of its output) beside it, which no GPU does: measured 1.07 to 1.19 x the estimate
+    on this CNN, so the CNN is held to that."""
+    pytest.importorskip("jax")
+    import json
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the process's resident peak is reset through /proc (Linux)")
+    tests = os.path.dirname(os.path.abspath(__file__))
+    done = run_python(JAX_MEASURE.format(tests=tests), DEVSHIM_BACKEND="jax", DEVSHIM_VIRTUAL_DEVICES="1",
+                      MALLOC_MMAP_THRESHOLD_="4096")
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    for name, (method, measured, estimated, device) in found.items():
+        assert method == "reset" and device == "gpu:0", found
+        low, high = (0.95, 1.05) if name == "mlp" else (1.0, 1.25)
+        assert low <= measured / estimated <= high, (name, measured, estimated)
+
+
+def test_a_torch_estimate_takes_a_model_as_an_argument_and_leaves_it_as_it_was():
+    torch = pytest.importorskip("torch")
+    net = torch.nn.Sequential(torch.nn.Linear(256, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    weights = 4 * (256 * 128 + 128 + 128 * 10 + 10)
+    before = [(p, p.data_ptr()) for p in net.parameters()]
+
+    def step(model, x):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(x).sum().backward()
+        optimizer.step()
+
+    found = ds.estimate_memory(step, net, torch.ones(64, 256), backend="torch")
+    assert found.details["arguments"] == weights + 64 * 256 * 4
+    assert found.kept >= found.details["arguments"] + weights  # the gradients stay
+    assert [(p, p.data_ptr()) for p in net.parameters()] == before and all(p.grad is None for p in net.parameters())
+
+
+def test_numpy_claims_its_own_memory_errors_and_leaves_other_frameworks_theirs():
+    """NumPy's contract is asked for every MemoryError; another framework's subclass (CuPy's
+    OutOfMemoryError is one) is that framework's to claim."""
+    numpy_memory = ds.backends.memory("numpy")
+
+    class OtherFrameworksOutOfMemory(MemoryError):
+        pass
+
+    assert numpy_memory.is_out_of_memory(MemoryError("no room"))
+    try:
+        np.empty(2**62, dtype=np.uint8)
+    except MemoryError as error:  # numpy's own _ArrayMemoryError
+        assert numpy_memory.is_out_of_memory(error)
+    assert not numpy_memory.is_out_of_memory(OtherFrameworksOutOfMemory("not NumPy's"))
+    assert not numpy_memory.is_out_of_memory(ds.DeviceOutOfMemoryError("already named"))

@@ -194,6 +194,57 @@ def _out_of_memory(ds, name: str, huge) -> dict:
             "framework": {"error": "none: the huge allocation succeeded"}, "source": ""}
 
 
+def _torch_step(batch: int, device):
+    import torch
+
+    net = torch.nn.Sequential(torch.nn.Linear(784, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10)).to(device)
+    optimizer = torch.optim.Adam(net.parameters())
+    for _ in range(2):
+        optimizer.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(net(torch.rand(batch, 784, device=device)),
+                                          torch.randint(0, 10, (batch,), device=device)).backward()
+        optimizer.step()
+
+
+def _jax_step(params, x):
+    import jax
+    import jax.numpy as jnp
+
+    def loss(params):
+        return jnp.sum(jnp.tanh(x @ params[0]) @ params[1])
+
+    grads = jax.grad(loss)(params)
+    return [p - 0.01 * g for p, g in zip(params, grads)]
+
+
+def _estimate(ds, name: str, device) -> dict:
+    """ds.estimate_memory's figure for a training step beside the peak the GPU's allocator measures
+    (where the framework can estimate: torch, an MLP with Adam; JAX, an MLP's SGD step)."""
+    step = "estimate of a training step vs the measured peak"
+    try:
+        if name == "torch":
+            found = ds.estimate_memory(_torch_step, 4096, ds.device(device, backend="torch"))
+            with ds.memory_peak(device) as peak:
+                _torch_step(4096, device)
+            measured = peak.added
+        else:
+            import jax
+
+            params = [jax.device_put(jax.numpy.ones(shape), device) for shape in ((784, 4096), (4096, 10))]
+            x = jax.device_put(jax.numpy.ones((4096, 784)), device)
+            found = ds.estimate_memory(_jax_step, params, x)
+            jitted = jax.jit(_jax_step)
+            jax.block_until_ready(jitted(params, x))
+            with ds.memory_peak(device) as peak:
+                jax.block_until_ready(jitted(params, x))
+            measured = peak.added
+    except (ds.MemoryEstimateUnsupportedError, ds.MemoryEstimateError) as error:
+        return {"step": step, "devshim": {"estimate": None}, "framework": {"peak": str(error)[:120]}, "source": ""}
+    above = found.peak - (found.details or {}).get("arguments", 0)
+    return {"step": step, "devshim": {"estimate": above, "method": found.method[:40]},
+            "framework": {"peak": measured, "peak method": peak.method}, "source": ""}
+
+
 def run_one(name: str) -> dict:
     """Every record of framework ``name`` on GPU 0, in this process."""
     sys.path.insert(0, ROOT)
@@ -214,6 +265,8 @@ def run_one(name: str) -> dict:
         records.append(_record(f"{step} ({size // MiB} MiB)" if size else step, ds, gpu, own))
     records.append(_peak(ds, gpu, alloc, own))
     records.append(_out_of_memory(ds, name, huge))
+    if name in ("torch", "jax"):  # the frameworks ds.estimate_memory answers for
+        records.append(_estimate(ds, name, gpu))
     return {"framework": name, "device": str(ds.memory(gpu).device), "records": records}
 
 

@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import sys
 from abc import ABC, abstractmethod
 from typing import NamedTuple, Optional
 
 from devshim import settings
 from devshim._device import Device
+from devshim.errors import MemoryEstimateUnsupportedError
 
-__all__ = ["MemoryInfo", "DeviceMemory", "host_figures", "reset_process_peak", "format_bytes",
+__all__ = ["MemoryInfo", "DeviceMemory", "HostOnlyMemory", "host_figures", "reset_process_peak", "format_bytes",
            "live_objects", "covered_bytes"]
 
 
@@ -174,6 +176,21 @@ class DeviceMemory(ABC):
             True
         """
 
+    #: The framework's own out-of-memory error class that `DeviceOutOfMemoryError` may also be
+    #: (`DeviceOutOfMemoryError.for_framework`), or None.
+    error_class: Optional[type] = None
+
+    def names_device(self, error: BaseException, native) -> bool:
+        """Whether out-of-memory error `error` says it was device `native` that ran out (its
+        message names it as `str(native)` does); how `ds.place_model` with a device map tells
+        which of its devices ran out.
+
+        Example:
+            >>> memory.names_device(torch.OutOfMemoryError("vgpu:1 out of memory."), torch.device("vgpu", 1))
+            True
+        """
+        return re.search(rf"(?<![\w:]){re.escape(str(native))}(?![\w:])", str(error)) is not None
+
     def nbytes(self, x) -> Optional[int]:
         """The bytes of tensor `x`'s elements, or None when the framework does not say.
 
@@ -188,6 +205,41 @@ class DeviceMemory(ABC):
         """The bytes of `model`'s parameters and buffers, or None when unknown (the
         out-of-memory error of `ds.place_model` and `ds.replicate` says it)."""
         return None
+
+    def estimate(self, adapter, step, args: tuple, kwargs: dict) -> dict:
+        """What `step(*args, **kwargs)` would take on its device, found without the memory
+        (`ds.estimate_memory`): a dict of `peak` and `kept` (bytes), `device` (its name),
+        `method` (how, in words) and `details` (the framework's own figures).
+        `MemoryEstimateUnsupportedError` on a framework that cannot (the default).
+
+        Example:
+            >>> ds.backends.memory("jax").estimate(adapter, step, (shapes,), {})["peak"]
+            1806336
+        """
+        raise MemoryEstimateUnsupportedError(
+            f"devshim cannot estimate a {adapter.spec.title} step without running it on its memory: "
+            f"{adapter.spec.title} has no way to run or compile a step without allocating what it holds. "
+            f"ds.estimate_memory and ds.largest_batch answer for PyTorch (FakeTensorMode) and JAX (XLA's memory "
+            f"analysis). Measure instead: ds.memory_peak around the step on a GPU of the size you plan for."
+        )
+
+
+class HostOnlyMemory(DeviceMemory):
+    """The figures of a backend without `memory.py`: the host's, and none of its accelerators.
+
+    Example:
+        >>> HostOnlyMemory().figures(adapter, adapter.try_gpu()).source
+        'the toy backend has no memory.py: no figures'
+    """
+
+    def accelerator_figures(self, adapter, native, device: Device) -> MemoryInfo:
+        return MemoryInfo(device, source=f"the {adapter.name} backend has no memory.py: no figures")
+
+    def virtual_figures(self, adapter, native, device: Device) -> MemoryInfo:
+        return self.accelerator_figures(adapter, native, device)
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        return False
 
 
 def with_capacity(info: MemoryInfo) -> MemoryInfo:
@@ -204,7 +256,12 @@ def with_capacity(info: MemoryInfo) -> MemoryInfo:
     return info._replace(total=size, free=free)
 
 
-__all__ += ["with_capacity"]
+__all__ += ["with_capacity", "COPY_TARGETS"]
+
+#: The attribute the nest walk (`nests`) leaves on an error raised while it copied: {adapter:
+#: native target} of the frameworks it had met, the failing leaf's among them; the out-of-memory
+#: error is named from them (`out_of_memory`), without walking the nest again.
+COPY_TARGETS = "_devshim_copy_targets"
 
 # ------------------------------------------------------------------ the host
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from devshim import _device, _tree, transfer
 from devshim.backends.dispatch import fast_paths
+from devshim.backends.memory_base import COPY_TARGETS
 from devshim.backends.selection import get_backend
 
 __all__ = ["copy_nest", "copy_nest_if_needed", "nest_to_numpy"]
@@ -135,10 +136,23 @@ def _copier_if_needed(device, non_blocking: bool = False):
 def _walk(x, device, function: str, leaf_for, keep_unchanged: bool, skip_keys=None):
     # One tensor (met for the first time), a bare object with a .to method and a nest all go
     # the same way: map_nest maps a lone leaf too, and refuses one it cannot map.
-    result = transfer.explicitly(_tree.map_nest, x, leaf_for, keep_unchanged, _tree.skip_set(skip_keys), function)
+    try:
+        result = transfer.explicitly(_tree.map_nest, x, leaf_for, keep_unchanged, _tree.skip_set(skip_keys), function)
+    except Exception as error:
+        _note(error, leaf_for.targets.natives)
+        raise
     if not leaf_for.targets.natives:
         _resolver(device).target(device)  # no tensor in the nest: the device is still checked
     return result
+
+
+def _note(error: BaseException, natives: dict) -> None:
+    """Leave on `error` the frameworks the walk had met, with their target devices: the
+    failing leaf's is among them, and out of memory is named from them (`memory_base.COPY_TARGETS`)."""
+    try:
+        setattr(error, COPY_TARGETS, dict(natives))
+    except (AttributeError, TypeError):  # an error class that takes no attributes
+        pass
 
 
 def _resolver(spec):

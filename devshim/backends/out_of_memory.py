@@ -4,10 +4,17 @@
 `ds.split_batch` and `ds.convert` let a framework's out-of-memory error through as
 `DeviceOutOfMemoryError` (a `MemoryError`), the framework's error as its `__cause__`.
 Each backend's `memory.py` says which of its framework's errors mean "out of memory"
-(`DeviceMemory.is_out_of_memory`); the message names the device, the bytes asked for and
-the bytes free there (`ds.memory`), and says what to do. Any other error passes as it is.
+(`DeviceMemory.is_out_of_memory`). The framework is the one the failing step already holds:
+the tensor's adapter (a lone tensor), the adapters the nest walk had met (`nests` notes them on
+the error), the model's; only without any of these are the loaded frameworks asked.
 
-Nothing here runs unless a call failed: the calls catch the error, then ask.
+The message names the device that ran out (the one device of the call; of several, the one
+the framework's error names, else the first with less free than asked), the bytes asked for,
+and the bytes free there before the call: the failed call's frames are cleared first, so
+its half-made copies are gone when the free bytes are read (they would otherwise stay alive
+with the traceback, and a search for the largest batch would find them still in use). It says
+what to do: for a batch, a smaller one; for a model, a smaller model, more memory or a device
+map. Any other error passes as it is. Nothing here runs unless a call failed.
 
 Example:
     >>> try:
@@ -19,18 +26,20 @@ Example:
 
 from __future__ import annotations
 
+import traceback
+
 from devshim import _tree, settings
 from devshim.backends import registry
-from devshim.backends.dispatch import backend_for_tensor
-from devshim.backends.memory_base import format_bytes
+from devshim.backends.memory_base import COPY_TARGETS, DeviceMemory, format_bytes
 from devshim.errors import DeviceOutOfMemoryError
 
-__all__ = ["raise_if_out_of_memory", "out_of_memory_error", "framework_of"]
+__all__ = ["raise_if_out_of_memory", "framework_of"]
 
 
 def framework_of(error: BaseException, first=()):
-    """`(adapter, DeviceMemory)` of the loaded framework whose out-of-memory error `error`
-    is (asking the adapters in `first` before the others), or None when it is no such error.
+    """`(adapter, DeviceMemory)` of the framework whose out-of-memory error `error` is, asking
+    the adapters in `first` (what the failing step held), then those a nest walk noted on the
+    error, then the loaded ones; None when it is no such error.
 
     Example:
         >>> framework_of(torch.OutOfMemoryError("CUDA out of memory"))[0].name
@@ -38,124 +47,114 @@ def framework_of(error: BaseException, first=()):
     """
     if isinstance(error, DeviceOutOfMemoryError):
         return None  # already named (a call inside another devshim call)
-    for adapter in (*first, *registry.loaded_adapters()):
+    noted = getattr(error, COPY_TARGETS, None) or {}
+    candidates = (*first, *noted) if first or noted else tuple(registry.loaded_adapters())
+    for adapter in candidates:
         contract = registry.memory(adapter.name)
-        if contract is not None and contract.is_out_of_memory(error):
+        if contract.is_out_of_memory(error):
             return adapter, contract
     return None
 
 
-def raise_if_out_of_memory(error: BaseException, call: str, value=None, devices=(), *,
-                           model=None) -> None:
+def raise_if_out_of_memory(error: BaseException, call: str, value=None, devices=(), *, model=None,
+                           adapter=None) -> None:
     """Raise `DeviceOutOfMemoryError` from `error` when it is a framework's out-of-memory
-    error met in devshim's `call` (copying `value`, a tensor or a nest, or placing
-    `model`, to `devices`: specs or native devices); return otherwise, and the caller
-    re-raises `error` as it is.
+    error met in devshim's `call` (copying `value`, a tensor or a nest, or placing `model`,
+    to `devices`: specs or native devices; `adapter` the framework the failing step held);
+    return otherwise, and the caller re-raises `error` as it is.
 
     Example:
         >>> raise_if_out_of_memory(torch.OutOfMemoryError("..."), "to_device", x, ["gpu:0"])
         Traceback (most recent call last):
-        devshim.errors.DeviceOutOfMemoryError: ds.to_device ran out of memory on gpu:0 ...
+        devshim.errors.DeviceOutOfMemoryError: ds.to_device: gpu:0 out of memory. ...
     """
-    found = framework_of(error, _owners(value if model is None else model))
-    if found is not None:  # raised, not kept in a variable (see the note below)
-        raise _named(error, found, call, value, devices, model) from error
-    # A frame holding its own exception keeps every tensor of the frames below it alive (the
-    # traceback holds them) until the garbage collector runs: a search for the largest batch
-    # would find the last refused batch's tensors still in use.
-
-
-def out_of_memory_error(error: BaseException, call: str, value=None, devices=(), *, model=None):
-    """The `DeviceOutOfMemoryError` `raise_if_out_of_memory` raises, or None.
-
-    Example:
-        >>> out_of_memory_error(ValueError("no"), "to_device") is None
-        True
-    """
-    found = framework_of(error, _owners(value if model is None else model))
-    return None if found is None else _named(error, found, call, value, devices, model)
+    found = framework_of(error, () if adapter is None else (adapter,))
+    if found is None:
+        return
+    # The failed call's frames let go of what they made (half a nest, some replicas) before the
+    # free bytes are read: what is free now is what was free before the call.
+    traceback.clear_frames(error.__traceback__)
+    # Raised, not kept in a variable: a frame holding its own exception keeps every tensor of the
+    # frames below it alive (the traceback holds them) until the garbage collector runs.
+    raise _named(error, found, call, value, devices, model) from error
 
 
 def _named(error: BaseException, found: tuple, call: str, value, devices, model) -> DeviceOutOfMemoryError:
     adapter, contract = found
     asked, what = _safely(lambda: _asked(contract, value, model)) or (None, "")
-    places = _places(adapter, contract, devices)
-    device, free = _fullest(places, asked)
-    where = str(device) if device is not None else "a device"
+    places = _places(adapter, contract, devices, getattr(error, COPY_TARGETS, None) or {})
+    device, free = _ran_out(places, contract, error, asked)
+    where = str(device) if device is not None else (
+        "one of " + ", ".join(str(d) for d, _, _ in places) if places else "a device")
     others = ""
     if len(places) > 1:
-        others = " (free on each: " + ", ".join(f"{d} {format_bytes(f)}" for d, f in places) + ")"
+        others = " (free on each: " + ", ".join(f"{d} {format_bytes(f)}" for d, f, _ in places) + ")"
     said = (str(error).strip().splitlines() or [""])[0]
     said = said if len(said) <= 200 else said[:200].rsplit(" ", 1)[0] + " ..."
     facts = "; ".join([f"it asked for {format_bytes(asked)}{what}" if asked is not None else
                        "how many bytes it asked for is unknown",
-                       f"{format_bytes(free)} free there" if free is not None else "the bytes free there are unknown"])
+                       f"{format_bytes(free)} was free there before the call" if free is not None else
+                       "the bytes free there are unknown"])
     message = (
-        f"ds.{call} ran out of memory on {where} ({facts}{others}). {adapter.spec.title} said: "
-        f"{type(error).__name__}: {said} What to do: use a smaller batch, put the work on another device "
-        f"(ds.try_all_gpus() lists them), or free memory there: drop the tensors you no longer need (del, "
-        f"then let them go out of scope){_hint(contract, device)}. ds.memory({where!r}) shows what is in use."
+        f"ds.{call}: {where} out of memory. {facts[0].upper()}{facts[1:]}{others}. {adapter.spec.title} said: "
+        f"{type(error).__name__}: {said} What to do: {_advice(call, model)}{_hint(contract, device)}. "
+        f"ds.memory({str(device) if device is not None else 'device'!r}) shows what is in use. (Worded as "
+        f"CUDA's out-of-memory error, which accelerate's and Lightning's batch-size finders look for.)"
     )
-    return DeviceOutOfMemoryError(message, device=device, requested=asked, free=free, call=f"ds.{call}")
+    kind = DeviceOutOfMemoryError.for_framework(contract.error_class)
+    return kind(message, device=device, requested=asked, free=free, call=f"ds.{call}")
 
 
-def _owners(value) -> list:
-    """The adapters of the tensors in `value` (a tensor, a nest, a model), first met first."""
-    owners: dict = {}
-    owner = backend_for_tensor(value)
-    if owner is not None:
-        return [owner]
-    try:
-        for _, leaf in _tree.iter_leaves(value):
-            owner = backend_for_tensor(leaf)
-            if owner is not None:
-                owners.setdefault(owner.name, owner)
-    except Exception:  # noqa: BLE001 - a model devshim cannot walk: ask every framework
-        pass
-    return list(owners.values())
+def _advice(call: str, model) -> str:
+    if model is None:
+        return ("use a smaller batch, put the work on another device (ds.try_all_gpus() lists them), or free "
+                "memory there: drop the tensors you no longer need (del, then let them go out of scope)")
+    each = "each replica is the whole model: " if call == "replicate" else ""
+    return (f"{each}use a smaller model (fewer or narrower layers, or a smaller dtype such as bfloat16), a "
+            f"device with more free memory (ds.try_all_gpus() lists them), or split the model over devices "
+            f"with a device map (ds.place_model(net, 'balanced'), or {{'block1': 'gpu:0', 'block2': 'gpu:1'}})")
 
 
 def _asked(contract, value, model) -> tuple:
-    """(bytes asked for or None, the words saying what they are)."""
+    """(bytes asked for or None, the words saying what they are): the model's parameters and
+    buffers, the tensor's bytes, or a nest's tensors of the framework that ran out."""
     if model is not None:
         size = _safely(lambda: contract.model_bytes(model))
         return size, " (the model's parameters and buffers)"
-    total, count = 0, 0
-    for _, leaf in _tree.iter_leaves(value):
-        owner = backend_for_tensor(leaf)  # any framework's: ds.convert's source is another's
-        own = registry.memory(owner.name) if owner is not None else None
-        if own is None:
-            continue
-        size = _safely(lambda leaf=leaf, own=own: own.nbytes(leaf))
-        if size is None:
-            return None, ""
-        total, count = total + size, count + 1
-    if not count:
+    # The framework's count of each tensor, or any array's `nbytes` (ds.convert's source is another
+    # framework's): one walk of the nest, its leaves' sizes only.
+    sizes = [contract.nbytes(leaf) if contract.nbytes(leaf) is not None else DeviceMemory.nbytes(contract, leaf)
+             for _, leaf in _tree.iter_leaves(value)] if value is not None else []
+    known = [size for size in sizes if size is not None]
+    if not known:
         return None, ""
-    return total, f" ({count} tensors)" if count > 1 else ""
+    return sum(known), f" ({len(known)} tensors)" if len(known) > 1 else ""
 
 
-def _places(adapter, contract, devices) -> list:
-    """(ds.Device, free bytes or None) of each device the call was copying to."""
+def _places(adapter, contract, devices, noted: dict) -> list:
+    """(ds.Device, free bytes or None, native device) of each device the call was copying to."""
+    natives = [noted[adapter]] if adapter in noted else [_safely(lambda spec=spec: adapter.target(spec))
+                                                          for spec in devices]
     found = []
-    for spec in devices:
-        native = _safely(lambda spec=spec: adapter.target(spec))
-        if native is None:
-            continue
-        device = adapter.describe(native)
-        info = _safely(lambda native=native: contract.figures(adapter, native))
-        found.append((device, None if info is None else info.free))
+    for native in natives:
+        if native is not None:
+            info = _safely(lambda native=native: contract.figures(adapter, native))
+            found.append((adapter.describe(native), None if info is None else info.free, native))
     return found
 
 
-def _fullest(places: list, asked) -> tuple:
-    """The device that ran out: the one device, else the first with less free than asked for."""
-    if not places:
-        return None, None
-    for device, free in places:
+def _ran_out(places: list, contract, error, asked) -> tuple:
+    """(device, free bytes) of the device that ran out: the one device; of several, the one the
+    framework's error names, else the first with less free than asked for; (None, None) unknown."""
+    if len(places) == 1:
+        return places[0][:2]
+    for device, free, native in places:
+        if _safely(lambda native=native: contract.names_device(error, native)):
+            return device, free
+    for device, free, _ in places:
         if free is not None and asked is not None and free < asked:
             return device, free
-    return places[0]
+    return None, None
 
 
 def _hint(contract, device) -> str:
@@ -174,3 +173,4 @@ def _safely(read):
         return read()
     except Exception:  # noqa: BLE001 - the figures are extras of a message about another error
         return None
+

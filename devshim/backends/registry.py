@@ -499,10 +499,13 @@ def backend_of_device(obj):
         >>> ds.backends.registry.backend_of_device(torch.device("meta")).name
         'torch'
     """
-    described = describe_native_device(obj)
-    if described is None or not described.backend:
-        return None
-    return load_backend(described.backend)
+    if isinstance(obj, _device.Device):
+        return load_backend(obj.backend) if obj.backend else None
+    specs()  # the table, which the loaded adapters come from
+    for adapter in loaded_adapters():
+        if adapter.is_native_device(obj):
+            return load_backend(adapter.describe(obj).backend)
+    return None
 
 
 def native_for(device):
@@ -540,27 +543,34 @@ def memory(name: str):
         >>> ds.backends.memory("torch").is_out_of_memory(torch.OutOfMemoryError("out of memory"))
         True
     """
-    from devshim.backends.memory_base import DeviceMemory
+    from devshim.backends.memory_base import DeviceMemory, HostOnlyMemory
 
     found = _contract_instance(name, "memory", DeviceMemory, "its memory figures, for ds.memory")
     if found is None:
         key = (canonical_name(name), "memory")
-        found = _contracts[key] = _contracts.get(key) or _host_only_memory()
+        found = _contracts[key] = _contracts.get(key) or HostOnlyMemory()
     return found
 
 
-def _host_only_memory():
-    """The memory contract of a backend whose folder has no `memory.py`."""
-    from devshim.backends.memory_base import DeviceMemory, MemoryInfo
-
-    class HostOnlyMemory(DeviceMemory):
-        def accelerator_figures(self, adapter, native, device) -> MemoryInfo:
-            return MemoryInfo(device, source=f"the {adapter.name} backend has no memory.py")
-
-        def is_out_of_memory(self, error: BaseException) -> bool:
-            return False
-
-    return HostOnlyMemory()
+__all__ += ["memory", "memory_for"]
 
 
-__all__ += ["memory"]
+def memory_for(device, name, selected):
+    """`(adapter, DeviceMemory)` answering `ds.memory` and `ds.memory_peak` for `device` (any
+    device spec, or None): backend `name`'s when given, else that of the framework whose device
+    object (or `ds.Device`) `device` is, else `selected()`'s (the selected backend). A backend
+    without `memory.py` answers with the host's figures only (`memory_base.HostOnlyMemory`).
+
+    Example:
+        >>> adapter, contract = memory_for(torch.device("cpu"), None, ds.get_backend)
+        >>> adapter.name, type(contract).__name__
+        ('torch', 'TorchMemory')
+    """
+    adapter = None
+    if name is not None:
+        adapter = load_backend(name)
+    elif device is not None and not isinstance(device, str):
+        adapter = backend_of_device(device)
+    if adapter is None:
+        adapter = selected()
+    return adapter, memory(adapter.name)

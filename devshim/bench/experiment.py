@@ -99,7 +99,7 @@ class Experiment:
     """
 
     def __init__(self, name: str, *, summary: str, run, options: list, columns: list, plot,
-                 per_backend: bool = True, framework: Optional[str] = None) -> None:
+                 per_backend: bool = True, framework: Optional[str] = None, footnote: str = "") -> None:
         self.name, self.summary, self.run = name, summary, run
         self.options, self.columns, self.plot = options, columns, plot
         #: False for experiments that do not depend on the backend (`startup`): run once.
@@ -107,6 +107,8 @@ class Experiment:
         #: The one backend an experiment that runs once measures (`virtual`: torch's virtual
         #: GPUs), or None: what tools/gpu_check.py's --backends leaves out when it is not named.
         self.framework = framework
+        #: What the table's columns are, printed under it ("" for none).
+        self.footnote = footnote
 
     def keywords(self, args) -> dict:
         """The run function's keywords from parsed command-line arguments (those given)."""

@@ -184,4 +184,5 @@ def format_table(experiment: Any, rows: list) -> str:
 
     rule = "|" + "|".join(("-" * (w + 1) + ":") if num else ("-" * (w + 2))
                           for w, num in zip(widths, numeric)) + "|"
-    return "\n".join([line(headings), rule] + [line(c) for c in cells] + footnotes(rows) + left_out)
+    explained = [experiment.footnote] if getattr(experiment, "footnote", "") else []  # what the columns are
+    return "\n".join([line(headings), rule] + [line(c) for c in cells] + explained + footnotes(rows) + left_out)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import json
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -109,6 +110,9 @@ def test_a_peak_block_sees_tensors_made_inside_it(harness):
         assert peak.method in ("reset", "counter", "sampled") and peak.device == ds.device(device)
         if peak.start is None:
             continue  # no figure of what is in use here: no peak either
+        if peak.peak is None:  # a sampled peak that could have missed a tensor says why
+            assert peak.method == "sampled" and peak.reason, peak
+            continue
         assert peak.peak >= max(peak.start, peak.end)
         if peak.device.kind != "cpu":  # the host's resident memory may reuse freed pages
             assert peak.added >= 0.99 * NBYTES, (device, peak)
@@ -123,6 +127,22 @@ def test_a_reset_peak_sees_tensors_dropped_inside_the_block(harness):
             assert peak.added >= 0.99 * NBYTES, (device, peak)
 
 
+def test_a_peak_sees_a_tensor_held_for_a_tenth_of_a_second_or_says_why_not(harness):
+    """A sampled peak (TensorFlow's and MXNet's virtual GPUs scan the objects Python holds, which
+    can take long) gives no figure rather than one that missed a tensor held for 0.1 s."""
+    for device in ds.devices()[1:]:
+        with ds.memory_peak(device) as peak:
+            tensors = _make(harness, device)
+            time.sleep(0.1)
+            del tensors
+        if peak.start is None:
+            continue  # no figure of what is in use here (docs/memory.md)
+        if peak.peak is None:
+            assert peak.method == "sampled" and peak.resolution > 0.1 and "could have been missed" in peak.reason
+        else:
+            assert peak.added >= 0.99 * NBYTES and peak.resolution <= 0.1, (device, peak)
+
+
 def test_nested_peak_blocks_each_see_their_own_and_the_outer_sees_all(harness):
     device = ds.devices()[-1]
     with ds.memory_peak(device) as outer:
@@ -130,7 +150,7 @@ def test_nested_peak_blocks_each_see_their_own_and_the_outer_sees_all(harness):
         with ds.memory_peak(device) as inner:
             more = _make(harness, device)
             del more
-    assert outer.peak is None or outer.peak >= inner.peak >= inner.start
+    assert outer.peak is None or inner.peak is None or outer.peak >= inner.peak >= inner.start
     del kept
 
 
@@ -152,7 +172,10 @@ def test_out_of_memory_in_to_device_is_named_with_the_framework_error_as_cause(h
         assert isinstance(info.value, MemoryError) and isinstance(info.value, RuntimeError)
         assert info.value.device == ds.device(target) and info.value.call == f"ds.{call.__name__}"
         message = str(info.value)
-        assert f"out of memory on {info.value.device}" in message and "smaller batch" in message
+        assert f"{info.value.device} out of memory." in message and "smaller batch" in message
+        # Worded as the batch-size finders look for it (accelerate's should_reduce_batch_size,
+        # Lightning's is_oom_error): a RuntimeError whose one argument says " out of memory." and CUDA.
+        assert info.value.args == (message,) and "CUDA" in message
 
 
 def test_other_errors_in_to_device_pass_unchanged(harness):
@@ -163,3 +186,23 @@ def test_other_errors_in_to_device_pass_unchanged(harness):
     with pytest.raises(ValueError, match="not a memory problem") as info:
         ds.to_device([Fails()], ds.cpu())
     assert not isinstance(info.value, ds.DeviceOutOfMemoryError)
+
+
+def test_an_estimate_answers_without_the_memory_or_refuses_by_name(harness):
+    """ds.estimate_memory answers where the backend's memory.py can estimate (its `estimate`), and
+    otherwise refuses with MemoryEstimateUnsupportedError naming the framework."""
+    from devshim.backends.memory_base import DeviceMemory
+
+    def step(rows):
+        return harness.tensor(np.ones((rows, 1024), np.float32), device=ds.cpu())  # 4 KiB a row
+
+    contract = ds.backends.memory(harness.name)
+    if contract is None or type(contract).estimate is DeviceMemory.estimate:
+        with pytest.raises(ds.MemoryEstimateUnsupportedError) as info:
+            ds.estimate_memory(step, 256)
+        title = ds.get_backend(harness.name).spec.title
+        assert title in str(info.value) and "ds.memory_peak" in str(info.value)
+        return
+    found = ds.estimate_memory(step, 256, capacity=2**20 - 1)
+    assert found.peak >= 256 * 4096 and found.kept >= 256 * 4096 and found.fits is False, found
+    assert ds.estimate_memory(step, 16, capacity="1MiB").fits

@@ -2,7 +2,8 @@
 
 The CPU's record is the process's resident memory and peak and the machine's total and
 available memory (`memory_base.host_figures`). NumPy runs out of memory with a
-`MemoryError` (`numpy.core._exceptions._ArrayMemoryError`, a subclass).
+`MemoryError` (`numpy.core._exceptions._ArrayMemoryError`, a subclass): those two are NumPy's;
+another framework's subclass of `MemoryError` (CuPy's `OutOfMemoryError`) is left to it.
 """
 
 from __future__ import annotations
@@ -24,4 +25,8 @@ class NumpyMemory(DeviceMemory):
         return MemoryInfo(device, source="NumPy has no accelerator")
 
     def is_out_of_memory(self, error: BaseException) -> bool:
-        return isinstance(error, MemoryError)
+        # Python's own MemoryError and NumPy's (numpy's _ArrayMemoryError), not every subclass:
+        # another framework's out-of-memory error may be a MemoryError too (CuPy's is), and is
+        # that framework's to claim, whichever backend is asked first.
+        kind = type(error)
+        return kind is MemoryError or (issubclass(kind, MemoryError) and kind.__module__.split(".")[0] == "numpy")

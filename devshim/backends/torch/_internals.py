@@ -467,3 +467,53 @@ __all__ = ["INTERNALS", "TESTED", "DYNAMO_INLINE_ATTRIBUTE", "DYNAMO_INLINE", "S
            "DEVICE_TYPE_LOOKUPS", "TENSOR_TEXT", "PARAMETER_MARK", "UNTYPED_DTYPES", "REBUILD_FUNCTIONS",
            "DEVICE_TEST_MODULES", "QUEUE_CALLBACK",
            "KERAS_DEVICE_INPUT", "KERAS_CURRENT_DEVICE", "KERAS_COPY_FRAMES", "KERAS_FUNCTIONAL", "KERAS_MAYBE_BUILD"]
+
+
+class FakeTensors(NamedTuple):
+    """What `ds.estimate_memory` runs a torch step with (`FAKE_TENSORS`)."""
+
+    mode: Any              # torch._subclasses.fake_tensor.FakeTensorMode: tensors with no storage memory
+    copy_mode: Any         # its FakeCopyMode: copy.deepcopy of a model makes one of fake tensors
+    dispatch_mode: Any     # torch.utils._python_dispatch.TorchDispatchMode: devshim's count of their bytes
+    value_read: tuple      # the errors a step that reads a value (item, a data-dependent shape) gets
+
+
+def _fake_tensors() -> FakeTensors:
+    from torch._subclasses import fake_tensor
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    return FakeTensors(fake_tensor.FakeTensorMode, fake_tensor.FakeCopyMode, TorchDispatchMode,
+                       (fake_tensor.DataDependentOutputException, fake_tensor.DynamicOutputShapeException))
+
+
+FAKE_TENSORS = INTERNALS.add(
+    "torch._subclasses.fake_tensor.FakeTensorMode, FakeCopyMode and torch.utils._python_dispatch.TorchDispatchMode",
+    feature="ds.estimate_memory and ds.largest_batch on torch: a step run on tensors without memory, their "
+            "storages counted as they are made and freed",
+    fallback="ds.estimate_memory refuses torch steps with ds.MemoryEstimateUnsupportedError.",
+    find=_fake_tensors,
+)
+
+
+def _fake_memo():
+    from torch._subclasses.fake_tensor import FakeTensorConverter
+
+    FakeTensorConverter.set_tensor_memo  # noqa: B018 - what from_meta_and_device calls for each result
+    if "set_tensor_memo" not in names_in_code(FakeTensorConverter.from_meta_and_device.__code__):
+        raise AttributeError("FakeTensorConverter.from_meta_and_device no longer calls set_tensor_memo")
+    return "set_tensor_memo"
+
+
+#: torch's FakeTensorMode keeps a weak reference to every tensor an operation makes (its
+#: converter's memo, `set_tensor_memo`), and `nn.Module.to` swaps a FakeTensor parameter in place
+#: (`torch.utils.swap_tensors`), which refuses a tensor with a weak reference: `model.to(device)`
+#: inside FakeTensorMode fails (described in pytorch/pytorch#196558). The estimate's own mode does not memoise
+#: results (a fresh result is never looked up again), so `model.to(device)` works in a step.
+FAKE_MEMO = INTERNALS.add(
+    "torch._subclasses.fake_tensor.FakeTensorConverter.set_tensor_memo",
+    feature="ds.estimate_memory on torch: model.to(device) inside the estimated step",
+    fallback="the estimate of a step that calls module.to(device) may fail with torch's \"Couldn't swap\" "
+             "error (build the model on its device instead: torch.nn.Linear(..., device=device)).",
+    find=_fake_memo,
+)
+__all__ += ["FakeTensors", "FAKE_TENSORS", "FAKE_MEMO"]

@@ -8,14 +8,25 @@
 - virtual GPUs: devshim's own count of the storages on each (`_virtual/memory.py`), their
   size from `DEVSHIM_VIRTUAL_MEMORY`; an allocation past it raises `torch.OutOfMemoryError`.
 - the CPU: the process's and the machine's figures (`memory_base.host_figures`).
+
+Estimates (`ds.estimate_memory`): the step runs under torch's `FakeTensorMode`, whose tensors
+have shapes, dtypes and devices and no memory, while a dispatch mode of devshim's counts the
+bytes of every storage an operation makes, on its device, and takes them off when torch frees
+the storage (weak references), as devshim counts a virtual GPU's storages: the peak is the most
+counted at once. Tensors passed in are counted from the start, as arguments are.
 """
 
 from __future__ import annotations
 
+import copy
+import weakref
+
 import torch
 
 from devshim.backends.memory_base import DeviceMemory, MemoryInfo, with_capacity
+from devshim.backends.torch import _internals
 from devshim.backends.torch._names import VIRTUAL_TYPE
+from devshim.errors import MemoryEstimateError, MemoryEstimateUnsupportedError
 
 __all__ = ["TorchMemory"]
 
@@ -93,6 +104,14 @@ class TorchMemory(DeviceMemory):
             return False
         return True
 
+    error_class = _OUT_OF_MEMORY
+
+    def names_device(self, error: BaseException, native) -> bool:
+        if super().names_device(error, native):
+            return True
+        # CUDA's own wording names the GPU by its index: "... GPU 1 has a total capacity of ...".
+        return native.type == "cuda" and f"GPU {native.index or 0} " in str(error)
+
     def is_out_of_memory(self, error: BaseException) -> bool:
         if isinstance(error, _OUT_OF_MEMORY):
             return True
@@ -111,3 +130,143 @@ class TorchMemory(DeviceMemory):
         for tensor in (*model.parameters(), *model.buffers()):
             seen[id(tensor)] = tensor.nbytes
         return sum(seen.values())
+
+    def estimate(self, adapter, step, args: tuple, kwargs: dict) -> dict:
+        fake = _internals.FAKE_TENSORS.get()
+        if fake is None:
+            raise MemoryEstimateUnsupportedError(
+                f"devshim cannot estimate a step on torch {torch.__version__}: it lacks FakeTensorMode (see the "
+                f"FrameworkInternalWarning). Measure it instead: ds.memory_peak on a GPU, or on a virtual GPU of "
+                f"the size (DEVSHIM_VIRTUAL_DEVICES=1 DEVSHIM_VIRTUAL_MEMORY=80GB)."
+            )
+        mode = fake.mode(allow_non_fake_inputs=False)
+        if _internals.FAKE_MEMO.get() is not None:
+            mode.fake_tensor_converter.set_tensor_memo = _no_memo  # model.to(device) in the step (_internals)
+        count = _counter(fake.dispatch_mode)()
+        with fake.copy_mode(mode):
+            args, kwargs = _as_fake(mode, count, (args, kwargs))
+        arguments = dict(count.used)
+        try:
+            with mode, count:
+                result = step(*args, **kwargs)
+                kept = dict(count.used)
+                del result, args, kwargs
+        except fake.value_read as error:
+            raise MemoryEstimateError(_VALUE_READ.format(op=_op_of(error))) from error
+        except AssertionError as error:
+            if "FakeTensor" not in str(error):
+                raise
+            raise MemoryEstimateError(_REAL_TENSOR) from error
+        return _figures_of(count, kept, arguments)
+
+
+def _no_memo(tensor, fake) -> None:
+    """FakeTensorConverter.set_tensor_memo, for a mode whose results are never looked up again."""
+
+
+_VALUE_READ = (
+    "the step read a tensor's value ({op}: .item(), float(t), a branch or a shape that depends on the values), "
+    "which an estimate without memory does not have. Leave value reads out of the step you estimate (the loss's "
+    ".item() for logging, say), or give data-dependent shapes their largest size."
+)
+_REAL_TENSOR = (
+    "the step used a tensor made outside the estimate (a model, an optimiser or a batch built before "
+    "ds.estimate_memory was called that a closure holds): it has memory of its own and cannot take part. Pass "
+    "the model and the tensors as arguments (ds.estimate_memory(step, model, x, y): fake copies of them, counted "
+    "from the start), or build them inside the step; an optimiser is made inside the step, from the model it gets."
+)
+
+
+def _op_of(error) -> str:
+    return str(error.args[0]) if error.args else type(error).__name__
+
+
+_counters: dict = {}
+
+
+def _counter(base) -> type:
+    """The dispatch mode (a subclass of torch's `TorchDispatchMode`, `base`) that counts storages."""
+    found = _counters.get(base)
+    if found is None:
+        found = _counters[base] = type("StorageCount", (_StorageCount, base), {})
+    return found
+
+
+class _StorageCount:
+    """Bytes of the live storages each operation made, per device, and the most at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.used: dict = {}
+        self.peak: dict = {}
+        self._held: dict = {}  # id(storage) -> (weak reference, device, bytes)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        self.count(result)
+        return result
+
+    def count(self, value) -> None:
+        if isinstance(value, torch.Tensor):
+            self._add(value)
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                self.count(item)
+
+    def _add(self, tensor) -> None:
+        storage = tensor.untyped_storage()
+        key, size = id(storage), storage.nbytes()
+        held = self._held.get(key)
+        if held is not None and held[0]() is storage:
+            grown = size - held[2]  # resized in place (resize_, an out= that grew)
+            if grown:
+                self._held[key] = (held[0], held[1], size)
+                self._change(held[1], grown)
+            return
+        device = tensor.device
+        ref = weakref.ref(storage, lambda _, key=key: self._release(key))
+        self._held[key] = (ref, device, size)
+        self._change(device, size)
+
+    def _release(self, key) -> None:
+        held = self._held.pop(key, None)
+        if held is not None:
+            self._change(held[1], -held[2])
+
+    def _change(self, device, size: int) -> None:
+        used = self.used[device] = self.used.get(device, 0) + size
+        if used > self.peak.get(device, 0):
+            self.peak[device] = used
+
+
+def _as_fake(mode, count, nest):
+    """The tensors and models in `nest` (the arguments) as fake ones (FakeCopyMode is on: a
+    model's deep copy is made of fake tensors), counted from the start."""
+    if isinstance(nest, torch.Tensor):
+        fake = mode.from_tensor(nest)
+        count.count(fake)
+        return fake
+    if isinstance(nest, torch.nn.Module):
+        fake = copy.deepcopy(nest)
+        for tensor in (*fake.parameters(), *fake.buffers()):
+            count.count(tensor)
+        return fake
+    if isinstance(nest, (tuple, list)):
+        return type(nest)(_as_fake(mode, count, item) for item in nest)
+    if isinstance(nest, dict):
+        return {key: _as_fake(mode, count, value) for key, value in nest.items()}
+    return nest
+
+
+def _figures_of(count, kept: dict, arguments: dict) -> dict:
+    """The estimate of the device that held the most: an accelerator's before the CPU's."""
+    if not count.peak:
+        device, peak = torch.device("cpu"), 0
+    else:
+        device = max(count.peak, key=lambda d: (d.type != "cpu", count.peak[d]))
+        peak = count.peak[device]
+    return {
+        "peak": peak, "kept": kept.get(device, 0), "device": str(device),
+        "method": "torch FakeTensorMode: the bytes of every storage the step makes, on its device, while it lives",
+        "details": {"arguments": arguments.get(device, 0), "peak by device": {str(d): p for d, p in count.peak.items()}},
+    }

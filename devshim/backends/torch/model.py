@@ -140,16 +140,29 @@ def _restore(saved: list, moved: list) -> None:
             if kind == "param":
                 # module.to above brought a block back with a copy (new memory, when it had
                 # reached another device): the parameter takes its own memory back, as it was.
-                if tensor.device != data.device or not _same_memory(tensor, data):
-                    try:
-                        tensor.data = data
-                    except Exception:  # noqa: BLE001 - a pair torch cannot swap in place (virtual GPUs):
-                        continue  # module.to above made a new Parameter on the old device: keep that
+                if (tensor.device != data.device or not _same_memory(tensor, data)) and not _take_back(tensor, data):
+                    continue  # module.to above made a new Parameter on the old device: keep that
                 if tensor.grad is not grad and (grad is None or grad.device == tensor.device):
                     tensor.grad = grad
                 getattr(owner, slots[0])[name] = tensor
             else:
                 getattr(owner, slots[1])[name] = tensor
+
+
+def _take_back(tensor, data) -> bool:
+    """Give parameter `tensor` its own memory `data` back; whether it could. A parameter
+    `module.to` swapped in place (`torch.utils.swap_tensors`: a virtual GPU's tensor class)
+    cannot take a host tensor's `.data`: it is swapped back."""
+    try:
+        tensor.data = data
+        return True
+    except Exception:  # noqa: BLE001 - a pair torch cannot change in place: swap the object back
+        pass
+    try:
+        torch.utils.swap_tensors(tensor, torch.nn.Parameter(data, requires_grad=tensor.requires_grad))
+    except Exception:  # noqa: BLE001 - (a tensor something holds a weak reference to)
+        return False
+    return True
 
 
 def _same_memory(a, b) -> bool:
@@ -285,7 +298,12 @@ class TorchPlacement(ModelPlacement):
             return _KERAS.place(module, native, adapter, input_shape)
         _check_built(module)
         groups = _tied(module)
-        module.to(native)
+        saved, places = _snapshot(module), _places_of(module)
+        try:
+            module.to(native)
+        except BaseException:
+            _restore(saved, [(module, places)])  # out of memory midway: every tensor back where it lived
+            raise
         _retie(module, groups)
         launch = settings.launcher()
         if launch is not None and launch.one_device_per_process and native == adapter.try_gpu():

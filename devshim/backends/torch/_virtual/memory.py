@@ -8,10 +8,17 @@ on each virtual GPU, as `torch.cuda.memory_allocated` is on CUDA (without the ca
 allocator's rounding), and `peak` the most since `reset_peak`.
 
 With a size set, a new storage that would take a virtual GPU past it raises torch's own
-`torch.OutOfMemoryError`, as a GPU of that size would. The host kernel has run by then (the
-bytes to allocate are known only from its result); the result is dropped with the error. Inside
-a backward pass the error is raised when the pass ends (`_deferred`), as `loss.backward()`
-does on a GPU that ran out; what the pass allocated meanwhile is counted.
+`torch.OutOfMemoryError`, worded as CUDA's ("... out of memory. Tried to allocate ..."), so
+the tools that look for CUDA's wording (accelerate's `find_executable_batch_size`,
+Lightning's batch-size finder) take it for what it is. The check and the count are one step
+under a lock (two threads cannot both take the last free bytes). The host kernel has run by
+then (the bytes to allocate are known only from its result); the result is dropped with the
+error. Inside a backward pass the error is raised when the pass ends (`_deferred`), as
+`loss.backward()` does on a GPU that ran out; what the pass allocated meanwhile is counted.
+
+A virtual tensor's `untyped_storage()` is a `VirtualStorage`: a storage on its virtual GPU
+over the host storage's memory, whose `resize_` (the way FSDP frees and re-allocates its
+parameters) is counted here and refused past the size before any memory is taken.
 
 Example:
     >>> set_count(1)
@@ -22,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import threading
 import weakref
 
 import torch
@@ -31,21 +39,26 @@ from devshim.backends.memory_base import format_bytes
 from devshim.backends.torch import _internals
 from devshim.backends.torch._names import VIRTUAL_TYPE
 
-__all__ = ["account", "recount", "in_use", "peak", "reset_peak", "capacity", "INDICES"]
+__all__ = ["account", "recount", "in_use", "peak", "reset_peak", "capacity", "storage_of", "VirtualStorage",
+           "INDICES"]
 
 #: torch keeps a device index in 8 bits: at most 128 virtual GPUs (core.py's max_virtual_devices).
 INDICES = 128
 _UNREAD = object()
 
-# No lock: every update below is one read and one write of a list item with no call between
-# them, which the GIL does not interrupt (the thread switch and the collector run at calls and
-# loops); the weak references' callbacks, which may run in any thread at any allocation, make
-# only such updates too. A lock here cost more than the rest of `account` (LeNet's step makes
-# about 70 storages).
+# Without a size no lock is taken: every update below is one read and one write of a list item
+# with no call between them, which the GIL does not interrupt (the thread switch and the
+# collector run at calls and loops); the weak references' callbacks, which may run in any
+# thread at any allocation, make only such updates too. A lock there cost more than the rest
+# of `account` (LeNet's step makes about 70 storages). With a size, the check against it and
+# the count are one step under `_lock`.
 _in_use = [0] * INDICES
 _peak = [0] * INDICES
 _held: dict = {}          # id(host storage) -> its _Held reference, while the storage lives
 _capacity = _UNREAD       # settings.virtual_memory(), read again after a settings change
+_lock = threading.Lock()
+_storage_at = _internals.STORAGE_FROM_POINTER.get()  # a storage on a device over given memory
+_resize_host = torch.UntypedStorage.resize_
 
 
 class _Held(weakref.ref):
@@ -92,20 +105,33 @@ def account(host, device) -> None:
     size = storage.nbytes()
     index = device.index or 0
     limit = _capacity
-    if limit is not None:
-        if limit is _UNREAD:
-            limit = capacity()
-        if limit is not None and _in_use[index] + size > limit and not _deferred(index, size, limit):
+    if limit is _UNREAD:
+        limit = capacity()
+    ref = _Held(storage, _release)
+    ref.key, ref.index, ref.size = key, index, size
+    if limit is None:
+        used = _in_use[index] + size  # (no call from here to the store: see the note on the lock)
+        _in_use[index] = used
+        if used > _peak[index]:
+            _peak[index] = used
+        _held[key] = ref
+        return
+    with _lock:
+        if key in _held:
+            return
+        if _in_use[index] + size > limit and not _deferred(index, size, limit):
             # Raised, not kept in a variable: a frame that held its own exception would keep every
             # tensor of the frames below alive until the garbage collector ran.
             raise _out_of_memory(index, size, limit)
-    ref = _Held(storage, _release)
-    ref.key, ref.index, ref.size = key, index, size
-    used = _in_use[index] + size  # (no call from here to the store: see the note on the lock)
+        _count(index, size)
+        _held[key] = ref
+
+
+def _count(index: int, size: int) -> None:
+    used = _in_use[index] + size  # one read and one write, no call between (see the note on the lock)
     _in_use[index] = used
     if used > _peak[index]:
         _peak[index] = used
-    _held[key] = ref
 
 
 def recount(host, device) -> None:
@@ -117,16 +143,120 @@ def recount(host, device) -> None:
     if ref is None:
         account(host, device)
         return
-    size = storage.nbytes()
     limit = capacity()
-    grown = size - ref.size
-    ref.size = size
-    used = _in_use[ref.index] + grown
-    _in_use[ref.index] = used
-    if used > _peak[ref.index]:
-        _peak[ref.index] = used
-    if grown > 0 and limit is not None and used > limit and not _deferred(ref.index, grown, limit, counted=True):
+    with _lock:
+        size = storage.nbytes()
+        grown = size - ref.size
+        ref.size = size
+        _count(ref.index, grown)
+        over = grown > 0 and limit is not None and _in_use[ref.index] > limit
+    if over and not _deferred(ref.index, grown, limit, counted=True):
         raise _out_of_memory(ref.index, grown, limit, counted=True)
+
+
+def _resize(host, device, nbytes: int) -> None:
+    """Resize host storage `host` of virtual GPU `device` to `nbytes`, counted; past the size,
+    `torch.OutOfMemoryError` before any memory is taken."""
+    index = device.index or 0
+    limit = capacity()
+    with _lock:
+        ref = _held.get(id(host))
+        if ref is None:
+            ref = _Held(host, _release)
+            ref.key, ref.index, ref.size = id(host), index, 0
+            _held[ref.key] = ref
+            _count(index, host.nbytes())
+            ref.size = host.nbytes()
+        grown = nbytes - ref.size
+        if grown > 0 and limit is not None and _in_use[index] + grown > limit:
+            raise _out_of_memory(index, grown, limit)
+        _resize_host(host, nbytes)
+        ref.size = nbytes
+        _count(index, grown)
+
+
+class VirtualStorage(torch.UntypedStorage):
+    """A virtual tensor's storage (`t.untyped_storage()`): on its virtual GPU (`device` says
+    `vgpu:i`), over its host storage's memory. `resize_` resizes the host storage, counted
+    against the virtual GPU and refused past its size; `nbytes`, `size`, `len` and `data_ptr`
+    read the host storage, so they stay true after a resize. What would read, write or allocate
+    the memory of a storage on the device in torch's C++ (which has no allocator for a virtual
+    GPU) works on the host storage: `clone` (so `copy.deepcopy` of a virtual tensor), `cpu` and
+    `to` give a host copy; items, `copy_` and `fill_` are the host's.
+
+    Example:
+        >>> s = torch.ones(4, device="vgpu:0").untyped_storage()
+        >>> s.device, s.nbytes()
+        (device(type='vgpu', index=0), 16)
+        >>> s.resize_(0).nbytes()           # what FSDP does to free a parameter
+        0
+    """
+
+    _devshim_host: torch.UntypedStorage  # the host storage (saving.host_storage reads it)
+
+    def resize_(self, size):  # type: ignore[override]
+        _resize(self._devshim_host, self.device, int(size))
+        return self
+
+    def nbytes(self) -> int:
+        return self._devshim_host.nbytes()
+
+    def size(self) -> int:
+        return self._devshim_host.nbytes()
+
+    def __len__(self) -> int:
+        return self._devshim_host.nbytes()
+
+    def data_ptr(self) -> int:
+        return self._devshim_host.data_ptr()
+
+    def clone(self):
+        # A host copy, as before: torch wraps a storage's copies in a TypedStorage, which takes no
+        # subclass (copy.deepcopy of a virtual tensor does), and a tensor of the virtual GPU set on
+        # a host storage takes it as its own (dispatch's set_).
+        return self._devshim_host.clone()
+
+    def new(self):
+        return torch.UntypedStorage(0)
+
+    def cpu(self):
+        return self._devshim_host.clone()
+
+    def to(self, *, device, non_blocking: bool = False):
+        device = torch.device(device)
+        return self if device == self.device else self._devshim_host.clone().to(device=device)
+
+    def copy_(self, source, non_blocking=None):
+        self._devshim_host.copy_(getattr(source, "_devshim_host", source))
+        return self
+
+    def fill_(self, value):
+        self._devshim_host.fill_(value)
+        return self
+
+    def __getitem__(self, index):
+        return self._devshim_host[index]
+
+    def __setitem__(self, index, value) -> None:
+        self._devshim_host[index] = value
+
+
+def storage_of(tensor) -> VirtualStorage:
+    """The `VirtualStorage` of virtual tensor `tensor` (what its `untyped_storage()` gives).
+
+    Example:
+        >>> storage_of(torch.ones(4, device="vgpu:1")).device
+        device(type='vgpu', index=1)
+    """
+    return _over(tensor._host.untyped_storage(), tensor._device)
+
+
+def _over(host, device) -> VirtualStorage:
+    """A `VirtualStorage` on virtual GPU `device` over host storage `host`."""
+    storage = _storage_at(host.data_ptr(), device, host.nbytes())
+    storage.__class__ = VirtualStorage
+    storage._devshim_host = host
+    return storage
 
 
 def _deferred(*refused, counted: bool = False) -> bool:
@@ -184,11 +314,13 @@ def reset_peak(index: int) -> None:
 
 
 def _out_of_memory(index: int, size: int, limit: int, counted: bool = False):
+    """torch's error, worded as CUDA's: "<device> out of memory. Tried to allocate ..." (the
+    words accelerate's and Lightning's batch-size finders look for: " out of memory." and "CUDA")."""
     used = _in_use[index] - (size if counted else 0)
     free = max(0, limit - used)
     return torch.OutOfMemoryError(
-        f"{VIRTUAL_TYPE} out of memory: tried to allocate {format_bytes(size)} on {VIRTUAL_TYPE}:{index}, a devshim "
-        f"virtual GPU of {format_bytes(limit)} ({settings.VIRTUAL_MEMORY_VAR}), of which {format_bytes(free)} is free and "
-        f"{format_bytes(used)} is held by live tensors. Free tensors you no longer need (del), use a smaller batch, "
-        f"or give the virtual GPUs more memory ({settings.VIRTUAL_MEMORY_VAR})."
+        f"{VIRTUAL_TYPE}:{index} out of memory. Tried to allocate {format_bytes(size)} on {VIRTUAL_TYPE}:{index}, a "
+        f"devshim virtual GPU standing in for a CUDA GPU of {format_bytes(limit)} ({settings.VIRTUAL_MEMORY_VAR}): "
+        f"{format_bytes(free)} is free and {format_bytes(used)} is held by live tensors. Free tensors you no longer "
+        f"need (del), use a smaller batch, or give the virtual GPUs more memory ({settings.VIRTUAL_MEMORY_VAR})."
     )

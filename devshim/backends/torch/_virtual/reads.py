@@ -14,7 +14,7 @@ import torch
 
 from devshim.backends.torch import _internals
 from devshim.backends.torch._names import VIRTUAL_TYPE
-from devshim.backends.torch._virtual import saving as _saving
+from devshim.backends.torch._virtual import memory as _memory, saving as _saving
 from devshim.errors import NotOnHostError, UnsupportedValueError, VirtualDLPackError
 
 __all__ = ["SPECIAL", "refuse_dlpack"]
@@ -85,7 +85,7 @@ def _repr(self, *args, **kwargs):
 
 
 def _storage(self):
-    return self._host.untyped_storage()
+    return _memory.storage_of(self)  # on the virtual GPU; its resize_ is counted
 
 
 def _data_ptr(self):
