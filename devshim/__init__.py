@@ -42,7 +42,7 @@ if TYPE_CHECKING:
         NotCloseError, GradientMismatchError, NoAutodiffError, ImmutableInputError, GradientCheckUsageError,
         FrameworkReleaseError, FrameworkInternalWarning, VirtualDLPackError, TorchCompileReleaseError,
         NondifferentiableError, InputMutatedError, GradientFunctionError, ToleranceError,
-        VirtualBesideRealGpuWarning, PrecisionWarning,
+        VirtualBesideRealGpuWarning, PrecisionWarning, BackendPluginWarning, KerasBackendMismatchError,
     )
     from devshim.generic import array_module, get_array_module
     from devshim.guard import TransferReport
@@ -53,8 +53,6 @@ if TYPE_CHECKING:
     from devshim.timing import Measurement, Timer, benchmark, synchronize
     from devshim.device_memory import MemoryInfo, MemoryPeak, memory, memory_peak
     from devshim.errors import DeviceOutOfMemoryError, VirtualMemorySizeError
-    from devshim.errors import BackendPluginWarning
-    from devshim.errors import KerasBackendMismatchError
     from devshim.device_memory import BatchSearch, MemoryEstimate, estimate_memory, largest_batch
     from devshim.errors import MemoryEstimateError, MemoryEstimateUnsupportedError, VirtualMemoryWithoutDevicesWarning
 
@@ -94,7 +92,8 @@ _EXPORTS = {
          "ImplicitTransferWarning", "SharedDeviceWarning", "FrameworkInternalWarning",
          "NotCloseError", "GradientMismatchError", "NoAutodiffError", "ImmutableInputError",
          "GradientCheckUsageError", "NondifferentiableError", "InputMutatedError", "GradientFunctionError",
-         "ToleranceError", "VirtualBesideRealGpuWarning", "PrecisionWarning"),
+         "ToleranceError", "VirtualBesideRealGpuWarning", "PrecisionWarning", "BackendPluginWarning",
+         "KerasBackendMismatchError"),
         "devshim.errors",
     ),
 }
@@ -105,8 +104,6 @@ _EXPORTS.update({
     **dict.fromkeys(("MemoryEstimateError", "MemoryEstimateUnsupportedError", "VirtualMemoryWithoutDevicesWarning"),
                     "devshim.errors"),
 })
-_EXPORTS["BackendPluginWarning"] = "devshim.errors"
-_EXPORTS["KerasBackendMismatchError"] = "devshim.errors"
 _SUBMODULES = ("api", "backends", "bench", "conversion", "distributed", "errors", "generic", "guard", "placement", "selftest",
                "settings",
                "testing", "timing", "transfer")
@@ -132,10 +129,8 @@ __all__ = [
     "SharedDeviceWarning", "FrameworkInternalWarning", "NotCloseError", "GradientMismatchError",
     "NoAutodiffError", "ImmutableInputError", "GradientCheckUsageError", "NondifferentiableError",
     "InputMutatedError", "GradientFunctionError", "ToleranceError", "VirtualBesideRealGpuWarning",
-    "PrecisionWarning",
+    "PrecisionWarning", "BackendPluginWarning", "KerasBackendMismatchError",
     "memory", "memory_peak", "MemoryInfo", "MemoryPeak", "DeviceOutOfMemoryError", "VirtualMemorySizeError",
-    "BackendPluginWarning",
-    "KerasBackendMismatchError",
     "estimate_memory", "largest_batch", "MemoryEstimate", "BatchSearch",
     "MemoryEstimateError", "MemoryEstimateUnsupportedError", "VirtualMemoryWithoutDevicesWarning",
     "testing", "settings", "backends",
