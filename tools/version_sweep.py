@@ -81,16 +81,22 @@ class Framework:
     whole_suite: bool = False    # run every test (the numpy backend's whole suite is short)
 
 
+# The tests every framework's release runs beside the conformance suite: the capabilities whose
+# code meets each framework (GPU memory, the gradient checks, Chainer's cases) and the canaries of
+# the private names each backend uses.
+SHARED = ("tests/test_memory.py", "tests/test_testing_functions.py", "tests/test_chainer_gradient_check.py", INTERNALS)
+
 FRAMEWORKS = {
     "torch": Framework("torch", "PyTorch", "torch", "torch", "torch",
-                       ("tests/test_torch.py", "tests/test_distributed.py", INTERNALS), virtual=virtual_devices("torch"),
-                       virtual_tests=("tests/test_torch.py", "tests/test_torch_virtual.py", INTERNALS)),
-    "jax": Framework("jax", "JAX", "jax", "jax", "jax", ("tests/test_jax.py", "tests/test_jax_guard.py", INTERNALS),
+                       ("tests/test_torch.py", "tests/test_distributed.py", *SHARED), virtual=virtual_devices("torch"),
+                       virtual_tests=("tests/test_torch.py", "tests/test_torch_virtual.py", *SHARED)),
+    "jax": Framework("jax", "JAX", "jax", "jax", "jax", ("tests/test_jax.py", "tests/test_jax_guard.py", *SHARED),
                      virtual=virtual_devices("jax"),
-                     virtual_tests=("tests/test_jax.py", "tests/test_jax_guard.py", INTERNALS)),
+                     virtual_tests=("tests/test_jax.py", "tests/test_jax_guard.py", *SHARED)),
     "tensorflow": Framework("tensorflow", "TensorFlow", "tensorflow-cpu", "tensorflow", "tensorflow-cpu",
-                            ("tests/test_tensorflow.py", INTERNALS), virtual=virtual_devices("tensorflow"),
-                            virtual_tests=("tests/test_tensorflow.py", INTERNALS)),
+                            ("tests/test_tensorflow.py", "tests/test_keras.py", *SHARED),
+                            virtual=virtual_devices("tensorflow"),
+                            virtual_tests=("tests/test_tensorflow.py", "tests/test_keras.py", *SHARED)),
     "numpy": Framework("numpy", "numpy", "numpy", "numpy", "", (), whole_suite=True),
     "python": Framework("python", "Python", "python", "numpy", "", (), whole_suite=True),
 }
