@@ -25,7 +25,7 @@ torch takes about 5.5 GB, and the pip cache (the sweep's own) is emptied when it
     python tools/version_sweep.py --framework jax             # one framework
     python tools/version_sweep.py --release torch==2.7.1      # one release (run again if recorded)
     python tools/version_sweep.py --stale                     # rerun rows tested on other devshim/ code
-    python tools/version_sweep.py --rotate --budget 240       # CI's part: releases tox does not pin
+    python tools/version_sweep.py --rotate --budget 240       # the rotating part (tox -e sweep-part): releases tox does not pin
     python tools/version_sweep.py --table                     # rewrite the docs table only
 
 Needs git, the ``packaging`` library and the Pythons 3.9 to 3.13 (python3.X on PATH, or pyenv's).
@@ -526,7 +526,7 @@ def parse_args(argv=None):
     parser.add_argument("--redo-failed", action="store_true", help="run releases recorded as not passed again")
     parser.add_argument("--stale", action="store_true", help="run again the releases recorded on other code (another `devshim/` tree than HEAD's)")
     parser.add_argument("--rotate", action="store_true",
-                        help="CI's part: the releases tox does not pin, starting at HEAD's commit count "
+                        help="the rotating part (tox -e sweep-part): the releases tox does not pin, starting at HEAD's commit count "
                              "(modulo their number), until --budget is spent; reported, not recorded")
     parser.add_argument("--budget", type=float, default=240.0,
                         help="with --rotate: start no release after this many seconds (default 240)")
