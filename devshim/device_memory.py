@@ -23,7 +23,8 @@ the peak was taken:
   between readings can be missed, so the figure is at most the truth. `resolution` is the
   longest a tensor could have lived unseen; when it is more than `RESOLUTION` (0.1 s: a
   slow reading, readings that failed), the figure is None and `reason` says why, rather than
-  a figure that may have missed a tensor held for a tenth of a second.
+  a figure that may have missed a tensor held for a tenth of a second. A block keeps what
+  the blocks nested in it read: its own readings may have fallen between theirs.
 
 Estimates run the step without its memory: torch's steps under `FakeTensorMode`, each
 storage counted as it is made and freed; JAX's compiled, XLA saying what the compiled step
@@ -131,7 +132,8 @@ class MemoryPeak:
         self.readings = self.missed = 0
         self.reason = ""
         self._took = 0.0
-        self._seen: Optional[int] = None  # the most read, or what a reset counter held before an inner reset
+        self._seen: Optional[int] = None  # the most the sampler read
+        self._inner: Optional[int] = None  # the most the blocks nested in this one saw (their counter or readings)
         self._counter_start: Optional[int] = None
         self._last_began: Optional[float] = None  # when the latest reading that succeeded began
         self._stop = threading.Event()
@@ -169,18 +171,12 @@ class MemoryPeak:
         self.start = self._read()
         with _open_lock:
             blocks = _open.setdefault(self._key, [])
-            if blocks:  # a reset counter's reading belongs to the blocks that reset it
-                _fold(blocks, self._counter())
-            reset = self._contract.reset_peak(self._adapter, self._native)
-            if reset:
-                blocks.append(self)
-            elif not blocks:
-                del _open[self._key]
-        if reset:
-            self.method = "reset"
+            _fold(blocks, "reset", self._counter)  # a reset counter's reading belongs to the blocks that reset it
+            self.method = "reset" if self._contract.reset_peak(self._adapter, self._native) else "sampled"
+            blocks.append(self)
+        if self.method == "reset":
             return self
         self._counter_start = self._counter()
-        self.method = "sampled"
         self._seen = self.start
         self._sampler = threading.Thread(target=self._sample, name="devshim memory_peak", daemon=True)
         self._sampler.start()
@@ -211,12 +207,16 @@ class MemoryPeak:
         with _open_lock:
             blocks = _open.get(self._key, [])
             if self in blocks:
+                enclosing = blocks[:blocks.index(self)]
                 blocks.remove(self)
-                _fold(blocks, counter)  # what this block's counter saw, the enclosing blocks saw too
+                if self.method == "reset":  # what this block's counter saw, the enclosing blocks saw too
+                    _fold(blocks, "reset", lambda: counter)
+                else:  # and what this block's sampler read: an outer sampler may have read between
+                    _fold(enclosing, "sampled", lambda: _most(self._seen, self._inner, self.start, self.end))
             if not blocks:
                 _open.pop(self._key, None)
         if self.method == "reset":
-            self.peak, self.resolution = _most(counter, self._seen, self.start, self.end), 0.0
+            self.peak, self.resolution = _most(counter, self._inner, self.start, self.end), 0.0
         elif counter is not None and self._counter_start is not None and counter > self._counter_start:
             self.method, self.peak, self.resolution = "counter", counter, 0.0
         else:
@@ -225,7 +225,7 @@ class MemoryPeak:
     def _sampled(self) -> None:
         """The sampled figure, or None with the reason when it could have missed a tensor held
         for RESOLUTION seconds."""
-        most = _most(self._seen, self.start, self.end)
+        most = _most(self._seen, self._inner, self.start, self.end)
         if most is None or self.resolution <= RESOLUTION:
             self.peak = most
             return
@@ -246,10 +246,15 @@ def _most(*values) -> Optional[int]:
     return max(known) if known else None
 
 
-def _fold(blocks: list, value) -> None:
-    """Keep `value` (a reset counter's reading) in every open block that reset it: a reset is about to lose it."""
-    for block in blocks:
-        block._seen = _most(block._seen, value)
+def _fold(blocks: list, method: str, reading: Callable[[], Optional[int]]) -> None:
+    """Keep what a nested block saw in the open `blocks` of `method` that contain it: a reset
+    is about to lose a counter's reading, and an outer sampler may have missed a short peak
+    an inner one read. `reading` is only called when such a block is open."""
+    keeping = [block for block in blocks if block.method == method]
+    if keeping:
+        value = reading()
+        for block in keeping:
+            block._inner = _most(block._inner, value)
 
 
 def memory_peak(device: Any = None, *, backend: Optional[str] = None,
