@@ -126,7 +126,7 @@ def _dataclass_fields(x) -> list:
     return [field.name for field in dataclasses.fields(x)]
 
 
-def map_nest(x, leaf_for, keep_unchanged: bool = False, skip_keys=None, function=None):
+def map_nest(x, leaf_for, keep_unchanged: bool = False, skip_keys=None, function=None, failed=None):
     """Rebuild the nest `x` with each leaf `v` replaced by `leaf_for(v)(v)`.
 
     `leaf_for(v)` is asked once per leaf type and returns a callable, or
@@ -137,6 +137,8 @@ def map_nest(x, leaf_for, keep_unchanged: bool = False, skip_keys=None, function
     A nest that contains itself raises `NestCycleError`. `x` may be one leaf
     (a single tensor): it is mapped alone; when `leaf_for` keeps it as it is and
     `function` names the public function asking, that is `NotATensorError`.
+    `failed(error)`, where given, sees an error of the walk before it goes on up: whoever
+    made the leaf functions names it from what they hold (`nests`: a device out of memory).
 
     Example:
         >>> map_nest((1, "a"), lambda v: (lambda leaf: -leaf) if isinstance(v, int) else None)
@@ -144,11 +146,30 @@ def map_nest(x, leaf_for, keep_unchanged: bool = False, skip_keys=None, function
     """
     if container_kind(type(x)) == LEAF:  # one value, not a nest
         op = leaf_for(x)
-        if op is not None:
+        if op is None:
+            if function is not None:
+                raise NotATensorError.for_value(x, function)
+            return x
+        try:
             return op(x)
-        if function is not None:
-            raise NotATensorError.for_value(x, function)
-        return x
+        except Exception as err:
+            if failed is not None:
+                failed(err)
+            raise
+    try:
+        return _walker(leaf_for, keep_unchanged, skip_keys)(x)
+    except RecursionError:  # a loop through something that is not a container we track
+        raise _cycle(None) from None
+    except Exception as err:
+        if _from_recursion(err):  # a framework's C call that hit the limit (ctypes.ArgumentError)
+            raise _cycle(None) from None
+        if failed is not None:
+            failed(err)
+        raise
+
+
+def _walker(leaf_for, keep_unchanged: bool, skip_keys):
+    """`value -> value rebuilt` for one walk: each leaf type's function asked of `leaf_for` once."""
     ops: dict = {}  # leaf type -> its leaf function (None: kept as it is), asked once per walk
     open_path: list = []  # the containers being walked: one met again is a loop
 
@@ -175,14 +196,7 @@ def map_nest(x, leaf_for, keep_unchanged: bool = False, skip_keys=None, function
         finally:
             open_path.pop()
 
-    try:
-        return walk(x)
-    except RecursionError:  # a loop through something that is not a container we track
-        raise _cycle(None) from None
-    except Exception as err:
-        if _from_recursion(err):  # a framework's C call that hit the limit (ctypes.ArgumentError)
-            raise _cycle(None) from None
-        raise
+    return walk
 
 
 # One function per container kind: `(value, walk, ops, keep_unchanged, skip_keys) -> new`, where

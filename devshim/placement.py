@@ -108,7 +108,7 @@ def _named_out_of_memory(adapter, call: str, devices: list, value=None, model=No
     try:
         yield
     except Exception as error:
-        raise_if_out_of_memory(error, call, value, devices, model=model, adapter=adapter)
+        raise_if_out_of_memory(error, call, value, devices, model=model, adapters=(adapter,))
         raise
 
 

@@ -4,7 +4,8 @@ with dicts, lists, tuples, dataclasses and the rest.
 This module makes the leaf functions; `devshim._tree.map_nest`, the one walker, is
 handed them and rebuilds the nest. Each leaf is copied by the backend that owns it (its
 class's `FastPaths` record), with the target device resolved once per backend met in
-the nest; the whole walk is one explicit transfer (`devshim.transfer.explicitly`).
+the nest; the whole walk is one explicit transfer (`devshim.guard.marker`), and a
+device that runs out of memory is named here, from the frameworks the walk met.
 Backends' `model.py` modules place pytrees with these too.
 
 Example:
@@ -16,16 +17,19 @@ from __future__ import annotations
 
 from devshim import _device, _tree, transfer
 from devshim.backends.dispatch import fast_paths
-from devshim.backends.memory_base import COPY_TARGETS
+from devshim.backends.out_of_memory import raise_if_out_of_memory
 from devshim.backends.selection import get_backend
+from devshim.guard import marker
 
 __all__ = ["copy_nest", "copy_nest_if_needed", "nest_to_numpy"]
 
 
-def copy_nest(x, device, non_blocking: bool, function: str = "to_device", skip_keys=None):
+def copy_nest(x, device, non_blocking: bool, function=None, skip_keys=None):
     """Every tensor in the nest `x` copied to `device`, in new containers.
 
-    `function` names the public function for the error a non-nest gets. Leaves
+    `function` names the public function asking, which its errors name: a value that is
+    neither a tensor nor a nest, a device out of memory (None inside another devshim
+    operation, which names its own failures: a model's placement). Leaves
     that are no tensor but have a `.to` method (a torch module, a batch object)
     get `leaf.to(device)`, and what it returns is kept. `skip_keys`: mapping
     keys whose values are kept as they are, at any depth.
@@ -37,9 +41,9 @@ def copy_nest(x, device, non_blocking: bool, function: str = "to_device", skip_k
     return _walk(x, device, function, _copier(device, non_blocking), False, skip_keys)
 
 
-def copy_nest_if_needed(x, device, function: str = "copy_if_needed", skip_keys=None, non_blocking: bool = False):
+def copy_nest_if_needed(x, device, function=None, skip_keys=None, non_blocking: bool = False):
     """The nest `x` with the tensors that are not on `device` copied there; a container
-    in which nothing had to be copied comes back as itself.
+    in which nothing had to be copied comes back as itself. `function` as for `copy_nest`.
 
     Example:
         >>> nest = [X]
@@ -133,26 +137,32 @@ def _copier_if_needed(device, non_blocking: bool = False):
     return leaf_for
 
 
-def _walk(x, device, function: str, leaf_for, keep_unchanged: bool, skip_keys=None):
+def _walk(x, device, function, leaf_for, keep_unchanged: bool, skip_keys=None):
     # One tensor (met for the first time), a bare object with a .to method and a nest all go
     # the same way: map_nest maps a lone leaf too, and refuses one it cannot map.
+    met = leaf_for.targets.natives  # adapter -> its target device, for each framework met
+    failed = None if function is None else _namer(function, x, device, met)
+    watched = marker.watchers
+    if watched:  # the whole walk is one explicit transfer (nothing to mark while no guard watches)
+        marker.enter()
     try:
-        result = transfer.explicitly(_tree.map_nest, x, leaf_for, keep_unchanged, _tree.skip_set(skip_keys), function)
-    except Exception as error:
-        _note(error, leaf_for.targets.natives)
-        raise
-    if not leaf_for.targets.natives:
+        result = _tree.map_nest(x, leaf_for, keep_unchanged, _tree.skip_set(skip_keys), function, failed)
+    finally:
+        if watched:
+            marker.leave()
+    if not met:
         _resolver(device).target(device)  # no tensor in the nest: the device is still checked
     return result
 
 
-def _note(error: BaseException, natives: dict) -> None:
-    """Leave on `error` the frameworks the walk had met, with their target devices: the
-    failing leaf's is among them, and out of memory is named from them (`memory_base.COPY_TARGETS`)."""
-    try:
-        setattr(error, COPY_TARGETS, dict(natives))
-    except (AttributeError, TypeError):  # an error class that takes no attributes
-        pass
+def _namer(function: str, x, device, met: dict):
+    """What the walk is handed to see its errors: a device out of memory while copying `x`'s
+    leaves is named from the frameworks the walk met (`met`), the failing leaf's among them."""
+
+    def failed(error: BaseException) -> None:
+        raise_if_out_of_memory(error, function, x, (device,), adapters=tuple(met))
+
+    return failed
 
 
 def _resolver(spec):

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from operator import methodcaller
 
-from devshim import settings, transfer
-from devshim.guard import marker
+from devshim import settings
 from devshim.backends.base import Backend, DeviceTable
 from devshim.backends.numpy import SPEC
 from devshim._device import Device
@@ -231,22 +230,3 @@ class NumpyBackend(Backend):
 
     def device_details(self) -> list:
         return [{"device": "cpu:0", "name": "host CPU"}]
-
-    # The fast paths skip what cannot differ for NumPy: where an array lives.
-
-    def copy_if_needed_fn(self):
-        targets, resolve, copy_to, adapter = self._targets, self.target, self.copy_to, self
-        copy = transfer.copy
-
-        def copy_if_needed(x, device):
-            try:
-                native = targets[device]
-            except (KeyError, TypeError):
-                native = resolve(device)  # still checks that the device exists
-            if native is HOST:
-                return x
-            if marker.watchers:  # a GPU of the accelerator partner: a real transfer
-                return copy(adapter, x, native, False)
-            return copy_to(x, native, False)
-
-        return copy_if_needed
