@@ -85,9 +85,11 @@ def target_backend(to):
         for spec in specs().values():
             if spec.import_name == top:
                 return load_backend(spec.name)
+    names = [repr(name) for name in specs()]
+    aliases = [repr(alias) for spec in specs().values() for alias in spec.aliases][:1]
     raise BackendError(
         f"ds.convert cannot tell which framework {to!r} ({type(to).__name__}) means. Name it "
-        f"('torch', 'jax', 'tensorflow', 'mxnet', 'cupy', 'numpy', or an alias such as 'tf'), pass "
+        f"({', '.join(names)}{', or an alias such as ' + aliases[0] if aliases else ''}), pass "
         f"one of its tensors, or its module."
     )
 
