@@ -4,7 +4,7 @@ with dicts, lists, tuples, dataclasses and the rest.
 This module makes the leaf functions; `devshim._tree.map_nest`, the one walker, is
 handed them and rebuilds the nest. Each leaf is copied by the backend that owns it (its
 class's `FastPaths` record), with the target device resolved once per backend met in
-the nest; the whole walk is one explicit transfer (`devshim.guard.marker`), and a
+the nest; the whole walk is one explicit transfer (`devshim.transfer.enter`), and a
 device that runs out of memory is named here, from the frameworks the walk met.
 Backends' `model.py` modules place pytrees with these too.
 
@@ -144,12 +144,12 @@ def _walk(x, device, function, leaf_for, keep_unchanged: bool, skip_keys=None):
     failed = None if function is None else _namer(function, x, device, met)
     watched = marker.watchers
     if watched:  # the whole walk is one explicit transfer (nothing to mark while no guard watches)
-        marker.enter()
+        transfer.enter()
     try:
         result = _tree.map_nest(x, leaf_for, keep_unchanged, _tree.skip_set(skip_keys), function, failed)
     finally:
         if watched:
-            marker.leave()
+            transfer.leave()
     if not met:
         _resolver(device).target(device)  # no tensor in the nest: the device is still checked
     return result
