@@ -157,20 +157,6 @@ def map_nest(x, leaf_for, keep_unchanged: bool = False, skip_keys=None, function
             if failed is not None:
                 failed(err)
             raise
-    try:
-        return _walker(leaf_for, keep_unchanged, skip_keys)(x)
-    except RecursionError:  # a loop through something that is not a container we track
-        raise _cycle(None) from None
-    except Exception as err:
-        if _from_recursion(err):  # a framework's C call that hit the limit (ctypes.ArgumentError)
-            raise _cycle(None) from None
-        if failed is not None:
-            failed(err)
-        raise
-
-
-def _walker(leaf_for, keep_unchanged: bool, skip_keys):
-    """`value -> value rebuilt` for one walk: each leaf type's function asked of `leaf_for` once."""
     ops: dict = {}  # leaf type -> its leaf function (None: kept as it is), asked once per walk
     open_path: list = []  # the containers being walked: one met again is a loop
 
@@ -197,7 +183,16 @@ def _walker(leaf_for, keep_unchanged: bool, skip_keys):
         finally:
             open_path.pop()
 
-    return walk
+    try:
+        return walk(x)
+    except RecursionError:  # a loop through something that is not a container we track
+        raise _cycle(None) from None
+    except Exception as err:
+        if _from_recursion(err):  # a framework's C call that hit the limit (ctypes.ArgumentError)
+            raise _cycle(None) from None
+        if failed is not None:
+            failed(err)
+        raise
 
 
 # One function per container kind: `(value, walk, ops, keep_unchanged, skip_keys) -> new`, where

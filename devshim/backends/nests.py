@@ -38,7 +38,8 @@ def copy_nest(x, device, non_blocking: bool, function=None, skip_keys=None):
         >>> copy_nest([X], "cpu", False)
         [tensor([1., 1.])]
     """
-    return _walk(x, device, function, _copier(device, non_blocking), False, skip_keys)
+    targets = _Targets(device)
+    return _walk(x, device, function, _copier(targets, non_blocking), targets.natives, False, skip_keys)
 
 
 def copy_nest_if_needed(x, device, function=None, skip_keys=None, non_blocking: bool = False):
@@ -50,7 +51,8 @@ def copy_nest_if_needed(x, device, function=None, skip_keys=None, non_blocking: 
         >>> copy_nest_if_needed(nest, "cpu") is nest
         True
     """
-    return _walk(x, device, function, _copier_if_needed(device, non_blocking), True, skip_keys)
+    targets = _Targets(device)
+    return _walk(x, device, function, _copier_if_needed(targets, non_blocking), targets.natives, True, skip_keys)
 
 
 def nest_to_numpy(x, function: str = "to_numpy"):
@@ -110,22 +112,17 @@ def _owner(value):
     return None if paths is None else paths.adapter
 
 
-def _copier(device, non_blocking: bool):
-    targets = _Targets(device)
-
+def _copier(targets: _Targets, non_blocking: bool):
     def leaf_for(value):
         adapter = _owner(value)
         if adapter is None:
             return _mover(targets, non_blocking, value)
         return adapter.copier(targets.native(adapter), non_blocking)
 
-    leaf_for.targets = targets
     return leaf_for
 
 
-def _copier_if_needed(device, non_blocking: bool = False):
-    targets = _Targets(device)
-
+def _copier_if_needed(targets: _Targets, non_blocking: bool = False):
     def leaf_for(value):
         adapter = _owner(value)
         if adapter is None:
@@ -133,36 +130,30 @@ def _copier_if_needed(device, non_blocking: bool = False):
         native, same_place, copy_to = targets.native(adapter), adapter.same_place, adapter.copy_to
         return lambda leaf: leaf if same_place(leaf, native) else copy_to(leaf, native, non_blocking)
 
-    leaf_for.targets = targets
     return leaf_for
 
 
-def _walk(x, device, function, leaf_for, keep_unchanged: bool, skip_keys=None):
+def _walk(x, device, function, leaf_for, met: dict, keep_unchanged: bool, skip_keys=None):
     # One tensor (met for the first time), a bare object with a .to method and a nest all go
-    # the same way: map_nest maps a lone leaf too, and refuses one it cannot map.
-    met = leaf_for.targets.natives  # adapter -> its target device, for each framework met
-    failed = None if function is None else _namer(function, x, device, met)
+    # the same way: map_nest maps a lone leaf too, and refuses one it cannot map. `met`: adapter
+    # -> its target device, for each framework the walk met.
+
+    def failed(error: BaseException) -> None:  # what the walk is handed to see its errors
+        if function is not None:  # a public function's: out of memory named from the frameworks met
+            raise_if_out_of_memory(error, function, x, (device,), adapters=tuple(met))
+
     watched = marker.watchers
     if watched:  # the whole walk is one explicit transfer (nothing to mark while no guard watches)
         transfer.enter()
     try:
-        result = _tree.map_nest(x, leaf_for, keep_unchanged, _tree.skip_set(skip_keys), function, failed)
+        result = _tree.map_nest(x, leaf_for, keep_unchanged, None if skip_keys is None else _tree.skip_set(skip_keys),
+                                function, failed)
     finally:
         if watched:
             transfer.leave()
     if not met:
         _resolver(device).target(device)  # no tensor in the nest: the device is still checked
     return result
-
-
-def _namer(function: str, x, device, met: dict):
-    """What the walk is handed to see its errors: a device out of memory while copying `x`'s
-    leaves is named from the frameworks the walk met (`met`), the failing leaf's among them."""
-
-    def failed(error: BaseException) -> None:
-        raise_if_out_of_memory(error, function, x, (device,), adapters=tuple(met))
-
-    return failed
 
 
 def _resolver(spec):
