@@ -256,12 +256,7 @@ def with_capacity(info: MemoryInfo) -> MemoryInfo:
     return info._replace(total=size, free=free)
 
 
-__all__ += ["with_capacity", "COPY_TARGETS"]
-
-#: The attribute the nest walk (`nests`) leaves on an error raised while it copied: {adapter:
-#: native target} of the frameworks it had met, the failing leaf's among them; the out-of-memory
-#: error is named from them (`out_of_memory`), without walking the nest again.
-COPY_TARGETS = "_devshim_copy_targets"
+__all__ += ["with_capacity"]
 
 # ------------------------------------------------------------------ the host
 

@@ -156,5 +156,13 @@ class MxnetHarness(Harness):
         # allocator raises when cudaMalloc fails, built as MXNet builds it.
         return mx.base.MXNetError("cudaMalloc retry failed: out of memory")
 
+    def on_host(self, array):
+        if array.dtype.name not in self.dtypes:
+            return None
+        return mx.np.array(array, dtype=array.dtype, ctx=mx.cpu())
+
+    def address(self, x):
+        return data_span(x)[0]
+
 
 HARNESS = MxnetHarness()
