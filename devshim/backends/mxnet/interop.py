@@ -37,8 +37,6 @@ class MXNetInterop(Interop):
         False
     """
 
-    immutable = False
-
     def export(self, adapter, x):
         """A DLPack producer for `x`'s buffer.
 
@@ -102,12 +100,3 @@ class MXNetInterop(Interop):
         except (AttributeError, mx.base.MXNetError):
             return None
         return found.value
-
-    def host_device(self, adapter):
-        """`cpu(0)`.
-
-        Example:
-            >>> host_device(adapter)
-            cpu(0)
-        """
-        return adapter.cpu()
