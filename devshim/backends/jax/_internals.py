@@ -134,12 +134,6 @@ def _fastpath_data():
     return Slot(pjit, "_get_fastpath_data")
 
 
-def _backends_initialized():
-    from jax._src import xla_bridge
-
-    return xla_bridge.backends_are_initialized
-
-
 def _batched_device_put():
     from jax._src.interpreters import pxla
 
@@ -243,7 +237,7 @@ BACKENDS_INITIALIZED = INTERNALS.add(
     "jax._src.xla_bridge.backends_are_initialized",
     feature=_H2D,
     fallback=_H2D_FALLBACK,
-    find=_backends_initialized,
+    find=dotted("jax._src.xla_bridge.backends_are_initialized"),
 )
 BATCHED_DEVICE_PUT = INTERNALS.add(
     "jax._src.interpreters.pxla.batched_device_put",

@@ -12,18 +12,12 @@ The transfer guard's (`guard.py`) are the Python functions MXNet's generated ope
 
 from __future__ import annotations
 
-from devshim.backends.probes import Internals, Slot
+from devshim.backends.probes import Internals, Slot, dotted
 
 #: The MXNet release devshim's CI tests (tox env mxnet): 1.9.1, the last one.
 TESTED = "1.9.1"
 
 INTERNALS = Internals("mxnet", title="MXNet", tested=TESTED)
-
-
-def _ndarray_get_data():
-    import mxnet as mx
-
-    return mx.base._LIB.MXNDArrayGetData
 
 
 def _deferred_init():
@@ -90,7 +84,7 @@ NDARRAY_GET_DATA = INTERNALS.add(
     feature="reading an array's data address (ds.convert's check that a no-copy conversion shares memory)",
     fallback="the address is unknown, so ds.convert cannot check that a DLPack import from MXNet shared "
              "its memory rather than copied it (the result is right either way).",
-    find=_ndarray_get_data,
+    find=dotted("mxnet.base._LIB.MXNDArrayGetData"),
 )
 DEFERRED_INIT = INTERNALS.add(
     "mxnet.gluon.Parameter._deferred_init",
