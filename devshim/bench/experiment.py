@@ -187,26 +187,32 @@ class HostReads:
 
 
 class Steps:
-    """Runs labelled steps, reporting `progress(done, total, label)` before the first and after each.
+    """Runs labelled steps, `step(*args)`, reporting `progress(done, total, label)` before the
+    first and after each; `run` returns what they made, in order (each step returns one result,
+    a row, a list of them, or None).
 
     Example:
         >>> steps = Steps(progress)
-        >>> steps.add("torch cpu:0 64x64", measure_one)
-        >>> steps.run()
+        >>> steps.add("torch cpu:0 64x64", measure_one, device, 64)
+        >>> rows = steps.run()
     """
 
     def __init__(self, progress) -> None:
         self.progress = progress
         self.steps: list = []
 
-    def add(self, label: str, step) -> None:
-        self.steps.append((label, step))
+    def add(self, label: str, step, *args) -> None:
+        self.steps.append((label, step, args))
 
-    def run(self) -> None:
+    def run(self) -> list:
+        rows: list = []
         total = len(self.steps)
-        for done, (label, step) in enumerate(self.steps):
+        for done, (label, step, args) in enumerate(self.steps):
             if self.progress is not None:
                 self.progress(done, total, label)
-            step()
+            made = step(*args)
+            if made is not None:
+                rows.extend(made if isinstance(made, list) else [made])
         if self.progress is not None:
             self.progress(total, total, "done")
+        return rows
