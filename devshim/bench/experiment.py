@@ -37,13 +37,8 @@ class Option:
         self.type, self.nargs, self.action, self.metavar = type, nargs, action, metavar
 
     def add_to(self, parser) -> None:
-        extra = {}
-        if self.type is not None:
-            extra["type"] = self.type
-        if self.nargs is not None:
-            extra["nargs"] = self.nargs
-        if self.metavar is not None:
-            extra["metavar"] = self.metavar
+        given = {"type": self.type, "nargs": self.nargs, "metavar": self.metavar}
+        extra = {name: value for name, value in given.items() if value is not None}
         parser.add_argument(self.flag, dest=self.dest, action=self.action or "store", help=self.help, **extra)
 
 
@@ -112,12 +107,8 @@ class Experiment:
 
     def keywords(self, args) -> dict:
         """The run function's keywords from parsed command-line arguments (those given)."""
-        found = {}
-        for option in self.options:
-            value = getattr(args, option.dest, None)
-            if value is not None:
-                found[option.dest] = value
-        return found
+        given = {option.dest: getattr(args, option.dest, None) for option in self.options}
+        return {dest: value for dest, value in given.items() if value is not None}
 
 
 # ---------------------------------------------------------------- shared helpers

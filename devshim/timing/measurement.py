@@ -7,7 +7,7 @@ from typing import Optional, Sequence
 
 from devshim.errors import TimingError
 from devshim.timing.settle import (
-    busy, disagreement, disagrees, spread_share, stalled_runs, stalling, stalls_matter, unsettled,
+    busy, disagreement, disagrees, quartiles, spread_share, stalled_runs, stalling, stalls_matter, unsettled,
 )
 
 __all__ = ["Measurement", "format_seconds"]
@@ -138,10 +138,7 @@ class Measurement:
         Example:
             >>> q1, q3 = m.quartiles()
         """
-        if len(self.times) < 2:
-            return self.times[0], self.times[0]
-        q1, _, q3 = statistics.quantiles(self.times, n=4, method="inclusive")
-        return q1, q3
+        return quartiles(self.times)
 
     @property
     def iqr(self) -> float:
