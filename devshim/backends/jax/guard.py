@@ -141,12 +141,7 @@ def _what(depth: int = 8):
 
 def _device_place(x):
     """The first device (not the host CPU) holding `x`, or None when it is all in host memory."""
-    backend = load_backend("jax")
-    for native in x.sharding.device_set:
-        place = backend.describe(native)
-        if place.kind != "cpu":
-            return place
-    return None
+    return _accelerator_among(x.sharding.device_set)
 
 
 def _fetched_explicitly(x) -> bool:
