@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import sys
@@ -408,11 +409,8 @@ def _restore(model, names: tuple) -> None:
 
 
 def _bytes(weight) -> int:
-    size = 1
-    for extent in weight.shape:
-        size *= int(extent)
     bits = re.search(r"\d+", str(weight.dtype))
-    return size * (int(bits.group(0)) // 8 if bits else 1)
+    return math.prod(int(extent) for extent in weight.shape) * (int(bits.group(0)) // 8 if bits else 1)
 
 
 def unbuilt(model) -> UnbuiltModelError:
