@@ -26,6 +26,13 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
+#: The fields of `Measurement.to_dict`, in order: attributes and properties of the Measurement,
+#: and its quartiles (`q1`, `q3`).
+_DICT_FIELDS = ("label", "device", "median", "mean", "iqr", "q1", "q3", "min", "max", "runs", "number_per_run",
+                "warmup", "warmup_seconds", "settled", "noisy", "load", "cpus", "busy", "stalls", "stalled",
+                "overhead", "times", "waits")
+
+
 class Measurement:
     """What `benchmark` measured: seconds per call, one value per run.
 
@@ -230,31 +237,8 @@ class Measurement:
             >>> json.dumps(ds.benchmark(f).to_dict())
         """
         q1, q3 = self.quartiles()
-        return {
-            "label": self.label,
-            "device": self.device,
-            "median": self.median,
-            "mean": self.mean,
-            "iqr": self.iqr,
-            "q1": q1,
-            "q3": q3,
-            "min": self.min,
-            "max": self.max,
-            "runs": self.runs,
-            "number_per_run": self.number_per_run,
-            "warmup": self.warmup,
-            "warmup_seconds": self.warmup_seconds,
-            "settled": self.settled,
-            "noisy": self.noisy,
-            "load": self.load,
-            "cpus": self.cpus,
-            "busy": self.busy,
-            "stalls": self.stalls,
-            "stalled": self.stalled,
-            "overhead": self.overhead,
-            "times": list(self.times),
-            "waits": self.waits,
-        }
+        computed = {"q1": q1, "q3": q3, "times": list(self.times)}
+        return {name: computed[name] if name in computed else getattr(self, name) for name in _DICT_FIELDS}
 
     def __str__(self) -> str:
         q1, q3 = self.quartiles()
