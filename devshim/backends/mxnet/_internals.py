@@ -12,7 +12,7 @@ The transfer guard's (`guard.py`) are the Python functions MXNet's generated ope
 
 from __future__ import annotations
 
-from devshim.backends.probes import Internals, Slot, dotted
+from devshim.backends.probes import Internals, Slot, dotted, slot
 
 #: The MXNet release devshim's CI tests (tox env mxnet): 1.9.1, the last one.
 TESTED = "1.9.1"
@@ -34,13 +34,6 @@ def _children():
     if not isinstance(gluon.Block()._children, dict):
         raise TypeError("gluon.Block._children is no longer a dict")
     return "_children"
-
-
-def _imperative_invoke():
-    from mxnet.ndarray import register
-
-    register._imperative_invoke  # noqa: B018 - what every generated operator calls
-    return Slot(register, "_imperative_invoke")
 
 
 def _numpy_packed_functions():
@@ -65,7 +58,7 @@ IMPERATIVE_INVOKE = INTERNALS.add(
     "mxnet.ndarray.register._imperative_invoke",
     feature=_OPS + " in the mx.nd and mx.np operators",
     fallback="such ops run on the first input's context without a word (host reads are still checked).",
-    find=_imperative_invoke,
+    find=slot("mxnet.ndarray.register._imperative_invoke"),  # what every generated operator calls
 )
 NUMPY_PACKED_FUNCTIONS = INTERNALS.add(
     "mxnet.ndarray.numpy._api_internal",
