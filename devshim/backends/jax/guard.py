@@ -490,10 +490,8 @@ def _follow_default() -> None:
         wanted = JaxGuardHooks.patched() and settings.default_guard_level() != ALLOW
     except DevshimError:  # a misspelt level: the lifecycle reports it
         wanted = False
-    _global_key["pending"] = False
     if not wanted:
-        if _global_key.pop("set", False):
-            _CHECKING_KEY.set_global(None)
+        _drop_global_key()
     elif _backends_are_initialized():
         _settle_global_key()
     else:
@@ -571,9 +569,8 @@ class _CheckingKey:
         _CHECKING_KEY.set_local(self._previous)
 
 
-def _clear_after_uninstall() -> None:
-    # (_fetched stays: a value read once is held on the host after the guard too, as in JAX;
-    # an entry goes with its array)
+def _drop_global_key() -> None:
+    """No decision pending, and devshim's jit-cache key unset for every thread (where it was set)."""
     _global_key["pending"] = False
     if _global_key.pop("set", False):
         _CHECKING_KEY.set_global(None)
@@ -592,29 +589,6 @@ def _default_is_a_device() -> bool:
         return load_backend("jax").describe(chosen).kind != "cpu"
     except DevshimError:  # a device devshim does not describe: JAX's own word
         return getattr(chosen, "platform", "cpu") != "cpu"
-
-
-def _enter_block(state) -> None:
-    """Set JAX's own guards to this block's levels, in this thread."""
-    scopes = [jax.transfer_guard_device_to_device(state.device_to_device),
-              jax.transfer_guard_device_to_host(state.device_to_host)]
-    if _default_is_a_device():  # a backstop for what devshim's hook does not see (pmap, AOT calls)
-        scopes.append(jax.transfer_guard_host_to_device(state.host_to_device))
-    if _checks_host_to_device(state):
-        scopes.append(_CheckingKey())
-    for scope in scopes:
-        scope.__enter__()
-    stack = getattr(_local, "scopes", None)
-    if stack is None:
-        stack = _local.scopes = []
-    stack.append(scopes)
-
-
-def _exit_block() -> None:
-    stack = getattr(_local, "scopes", None)
-    if stack:
-        for scope in reversed(stack.pop()):
-            scope.__exit__(None, None, None)
 
 
 _REFUSED = re.compile(r"Disallowed (host-to-device|device-to-host|device-to-device) transfer")
@@ -742,13 +716,30 @@ class JaxGuardHooks(GuardHooks):
         patched = self.patched()
         self.restore()
         if patched:
-            _clear_after_uninstall()
+            # (_fetched stays: a value read once is held on the host after the guard too, as in
+            # JAX; an entry goes with its array)
+            _drop_global_key()
 
     def enter_block(self, state) -> None:
-        _enter_block(state)
+        """Set JAX's own guards to this block's levels, in this thread (until `exit_block`)."""
+        scopes = [jax.transfer_guard_device_to_device(state.device_to_device),
+                  jax.transfer_guard_device_to_host(state.device_to_host)]
+        if _default_is_a_device():  # a backstop for what devshim's hook does not see (pmap, AOT calls)
+            scopes.append(jax.transfer_guard_host_to_device(state.host_to_device))
+        if _checks_host_to_device(state):
+            scopes.append(_CheckingKey())
+        for scope in scopes:
+            scope.__enter__()
+        stack = getattr(_local, "scopes", None)
+        if stack is None:
+            stack = _local.scopes = []
+        stack.append(scopes)
 
     def exit_block(self) -> None:
-        _exit_block()
+        stack = getattr(_local, "scopes", None)
+        if stack:
+            for scope in reversed(stack.pop()):
+                scope.__exit__(None, None, None)
 
     def translate(self, error):
         return _translate(error)
