@@ -647,43 +647,6 @@ def _mixed_devices(error):
                                  f" ({', '.join(places)})" if places else "")
 
 
-def _translate(error):
-    """devshim's error for JAX's own guard refusing a transfer, recorded like devshim's own;
-    or for JAX refusing to mix devices (`DeviceMismatchError`, whatever the level)."""
-    if isinstance(error, ValueError) and not isinstance(error, DevshimError):
-        return _mixed_devices(error)
-    if _JAX_REFUSAL is None or not isinstance(error, _JAX_REFUSAL):
-        return None
-    message = str(error)
-    refused = _REFUSED.search(message)
-    if refused is None:
-        return None
-    direction = refused.group(1).replace("-", "_")
-    source = Device("cpu") if direction == "host_to_device" else _jax_device(_JAX_DEVICE, message, "a device")
-    target = Device("cpu") if direction == "device_to_host" else _jax_device(_JAX_TARGET, message, "a device")
-    kind = {"host_to_device": TO_DEVICE, "device_to_host": READ}.get(direction, OP_INPUT)
-    jax_says = message.split(": ", 1)[-1]
-
-    def refusal(event):
-        cls = DeviceMismatchError if direction == "device_to_device" else ImplicitTransferError
-        return cls(
-            f"JAX's own transfer guard, set by ds.transfer_guard, refused an implicit "
-            f"{refused.group(1)} copy from {event.source} to {event.target} inside the block "
-            f"ending at {event.site} ({jax_says}). Make the copy explicit (ds.to_device, "
-            f"ds.copy_if_needed, ds.to_numpy, or jax.device_put / jax.device_get), or allow it "
-            f"with ds.transfer_guard({direction}='allow')."
-        )
-
-    state = current()
-    if state.level(direction) != DISALLOW:
-        return None  # devshim's level lets it through: JAX's guard was set by someone else
-    try:
-        implicit(direction, kind, f"JAX: {jax_says}", source, target, state, error=refusal)
-    except DevshimError as translated:
-        return translated
-    return None
-
-
 class JaxGuardHooks(GuardHooks):
     """JAX's transfer-guard hooks (the contract: `devshim.guard.hooks.GuardHooks`).
 
@@ -742,4 +705,37 @@ class JaxGuardHooks(GuardHooks):
                 scope.__exit__(None, None, None)
 
     def translate(self, error):
-        return _translate(error)
+        """devshim's error for JAX's own guard refusing a transfer, recorded like devshim's own;
+        or for JAX refusing to mix devices (`DeviceMismatchError`, whatever the level)."""
+        if isinstance(error, ValueError) and not isinstance(error, DevshimError):
+            return _mixed_devices(error)
+        if _JAX_REFUSAL is None or not isinstance(error, _JAX_REFUSAL):
+            return None
+        message = str(error)
+        refused = _REFUSED.search(message)
+        if refused is None:
+            return None
+        direction = refused.group(1).replace("-", "_")
+        source = Device("cpu") if direction == "host_to_device" else _jax_device(_JAX_DEVICE, message, "a device")
+        target = Device("cpu") if direction == "device_to_host" else _jax_device(_JAX_TARGET, message, "a device")
+        kind = {"host_to_device": TO_DEVICE, "device_to_host": READ}.get(direction, OP_INPUT)
+        jax_says = message.split(": ", 1)[-1]
+
+        def refusal(event):
+            cls = DeviceMismatchError if direction == "device_to_device" else ImplicitTransferError
+            return cls(
+                f"JAX's own transfer guard, set by ds.transfer_guard, refused an implicit "
+                f"{refused.group(1)} copy from {event.source} to {event.target} inside the block "
+                f"ending at {event.site} ({jax_says}). Make the copy explicit (ds.to_device, "
+                f"ds.copy_if_needed, ds.to_numpy, or jax.device_put / jax.device_get), or allow it "
+                f"with ds.transfer_guard({direction}='allow')."
+            )
+
+        state = current()
+        if state.level(direction) != DISALLOW:
+            return None  # devshim's level lets it through: JAX's guard was set by someone else
+        try:
+            implicit(direction, kind, f"JAX: {jax_says}", source, target, state, error=refusal)
+        except DevshimError as translated:
+            return translated
+        return None
