@@ -96,6 +96,7 @@ class MxnetHarness(Harness):
 
     def fill(self, x, value):
         x[...] = value
+        x.wait_to_read()  # MXNet writes asynchronously: a NumPy view of the same memory sees it only once done
 
     def aliases(self, a, b):
         (start_a, size_a), (start_b, size_b) = data_span(a), data_span(b)
