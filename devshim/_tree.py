@@ -30,12 +30,13 @@ Example:
 from __future__ import annotations
 
 from _collections import deque
-from typing import Optional
+from typing import Any, Optional
 
 from devshim._trace import trace_constant
 from devshim.errors import NestCycleError, NotATensorError, UnsupportedValueError
 
-__all__ = ["map_nest", "iter_leaves", "is_container", "container_kind", "skip_set"]
+__all__ = ["map_nest", "iter_leaves", "is_container", "container_kind", "skip_set", "node", "leaves", "path_text",
+           "zip_leaves", "NestsDiffer"]
 
 # Container kinds. LEAF: not a container.
 LEAF, DICT, DICT_SUB, LIST, LIST_SUB, TUPLE, NAMEDTUPLE, TUPLE_SUB, DEQUE, DATACLASS, MAPPING, SET = range(12)
@@ -126,7 +127,7 @@ def _dataclass_fields(x) -> list:
     return [field.name for field in dataclasses.fields(x)]
 
 
-def map_nest(x, leaf_for, keep_unchanged: bool = False, skip_keys=None, function=None):
+def map_nest(x, leaf_for, keep_unchanged: bool = False, skip_keys=None, function=None, failed=None):
     """Rebuild the nest `x` with each leaf `v` replaced by `leaf_for(v)(v)`.
 
     `leaf_for(v)` is asked once per leaf type and returns a callable, or
@@ -137,6 +138,8 @@ def map_nest(x, leaf_for, keep_unchanged: bool = False, skip_keys=None, function
     A nest that contains itself raises `NestCycleError`. `x` may be one leaf
     (a single tensor): it is mapped alone; when `leaf_for` keeps it as it is and
     `function` names the public function asking, that is `NotATensorError`.
+    `failed(error)`, where given, sees an error of the walk before it goes on up: whoever
+    made the leaf functions names it from what they hold (`nests`: a device out of memory).
 
     Example:
         >>> map_nest((1, "a"), lambda v: (lambda leaf: -leaf) if isinstance(v, int) else None)
@@ -144,11 +147,16 @@ def map_nest(x, leaf_for, keep_unchanged: bool = False, skip_keys=None, function
     """
     if container_kind(type(x)) == LEAF:  # one value, not a nest
         op = leaf_for(x)
-        if op is not None:
+        if op is None:
+            if function is not None:
+                raise NotATensorError.for_value(x, function)
+            return x
+        try:
             return op(x)
-        if function is not None:
-            raise NotATensorError.for_value(x, function)
-        return x
+        except Exception as err:
+            if failed is not None:
+                failed(err)
+            raise
     ops: dict = {}  # leaf type -> its leaf function (None: kept as it is), asked once per walk
     open_path: list = []  # the containers being walked: one met again is a loop
 
@@ -182,6 +190,8 @@ def map_nest(x, leaf_for, keep_unchanged: bool = False, skip_keys=None, function
     except Exception as err:
         if _from_recursion(err):  # a framework's C call that hit the limit (ctypes.ArgumentError)
             raise _cycle(None) from None
+        if failed is not None:
+            failed(err)
         raise
 
 
@@ -377,8 +387,70 @@ def _rebuild_mapping(value, pairs):
     return rebuilt
 
 
-def iter_leaves(x, path: str = "", _open=None):
-    """Yield `(path, leaf)` pairs; the path reads like `[0]['weight']`.
+# ------------------------------------------------------------------ nests place by place
+
+#: What a node of a nest is where a walk names each place by its steps (`node`, `leaves`,
+#: `zip_leaves`): one value, nothing (None, as JAX's trees have it), or a container whose children
+#: are found by key (mappings), field name (namedtuples, dataclasses) or position (lists, tuples,
+#: deques; sets in iteration order). A step is `(node kind, key)`; `path_text` writes a path of them.
+NODE_LEAF, NODE_EMPTY, NODE_MAPPING, NODE_FIELDS, NODE_SEQUENCE, NODE_SET = (
+    "leaf", "empty", "mapping", "fields", "sequence", "set")
+_NODES = {DICT: NODE_MAPPING, DICT_SUB: NODE_MAPPING, MAPPING: NODE_MAPPING, NAMEDTUPLE: NODE_FIELDS,
+          DATACLASS: NODE_FIELDS, SET: NODE_SET}
+#: How a structure difference names each kind of node.
+_NODE_NAMES = {NODE_MAPPING: "a mapping", NODE_FIELDS: "a namedtuple or dataclass", NODE_SEQUENCE: "a sequence",
+               NODE_SET: "a set", NODE_EMPTY: "None", NODE_LEAF: "a single value"}
+
+
+def node(value, none_is_leaf: bool = False) -> tuple:
+    """`(kind, children)` of one nest node: children are `(step, child)` pairs, a step
+    `(kind, key)`; a leaf has none. None is an empty node unless `none_is_leaf`.
+
+    Example:
+        >>> node({"a": 1})
+        ('mapping', [(('mapping', 'a'), 1)])
+    """
+    if value is None and not none_is_leaf:
+        return NODE_EMPTY, []
+    container: Any = value  # (None, as a leaf, never gets past the next line)
+    shape = container_kind(type(container))
+    if shape == LEAF:
+        return NODE_LEAF, []
+    kind = _NODES.get(shape, NODE_SEQUENCE)
+    if kind == NODE_MAPPING:
+        return kind, [((kind, key), item) for key, item in container.items()]
+    if kind == NODE_FIELDS:
+        names = type(container)._fields if shape == NAMEDTUPLE else _dataclass_fields(container)
+        return kind, [((kind, name), getattr(container, name)) for name in names if hasattr(container, name)]
+    return kind, [((kind, i), item) for i, item in enumerate(container)]
+
+
+def path_text(steps: tuple) -> str:
+    """A path of steps as Python would index it: `['w'][0].bias`.
+
+    Example:
+        >>> path_text((("mapping", "w"), ("sequence", 0), ("fields", "bias")))
+        "['w'][0].bias"
+    """
+    parts = []
+    for kind, key in steps:
+        parts.append(f".{key}" if kind == NODE_FIELDS else f"{{item {key}}}" if kind == NODE_SET else f"[{key!r}]")
+    return "".join(parts)
+
+
+def leaves(nest, none_is_leaf: bool = False) -> list:
+    """`(steps, leaf)` for every leaf of `nest`, in order; a lone value is one leaf at
+    `()`. A nest that contains itself raises `NestCycleError` naming the path.
+
+    Example:
+        >>> leaves({"w": [1.0]})
+        [((('mapping', 'w'), ('sequence', 0)), 1.0)]
+    """
+    return list(_leaf_steps(nest, (), none_is_leaf, []))
+
+
+def iter_leaves(x):
+    """Yield `(path, leaf)` pairs, None a leaf too; the path reads like `[0]['weight']`.
 
     A nest that contains itself raises `NestCycleError` naming the path.
 
@@ -386,36 +458,103 @@ def iter_leaves(x, path: str = "", _open=None):
         >>> list(iter_leaves({"a": [1]}))
         [("['a'][0]", 1)]
     """
-    shape = container_kind(type(x))
-    if shape == LEAF:
-        yield path, x
+    for steps, leaf in _leaf_steps(x, (), True, []):
+        yield path_text(steps), leaf
+
+
+def _leaf_steps(value, steps: tuple, none_is_leaf: bool, open_nodes: list):
+    kind, children = node(value, none_is_leaf)
+    if kind == NODE_LEAF:
+        yield steps, value
         return
-    if _open is None:
-        _open = []  # the open containers, compared by identity (see map_nest)
-    for open_value in _open:
-        if open_value is x:
-            raise _cycle(path)
-    _open.append(x)
-    if shape in (DICT, DICT_SUB, MAPPING):
-        for name, value in x.items():
-            yield from iter_leaves(value, f"{path}[{name!r}]", _open)
-    elif shape == NAMEDTUPLE:
-        for name, value in zip(type(x)._fields, x):
-            yield from iter_leaves(value, f"{path}.{name}", _open)
-    elif shape == DATACLASS:
-        for name in _dataclass_fields(x):
-            try:
-                value = getattr(x, name)
-            except AttributeError:
-                continue
-            yield from iter_leaves(value, f"{path}.{name}", _open)
-    elif shape == SET:
-        for i, value in enumerate(x):
-            yield from iter_leaves(value, f"{path}{{item {i}}}", _open)
-    else:
-        for i, value in enumerate(x):
-            yield from iter_leaves(value, f"{path}[{i}]", _open)
-    _open.pop()
+    _check_open(value, steps, open_nodes)
+    open_nodes.append(value)
+    for step, child in children:
+        yield from _leaf_steps(child, (*steps, step), none_is_leaf, open_nodes)
+    open_nodes.pop()
+
+
+def _check_open(value, steps: tuple, open_nodes: list) -> None:
+    """`NestCycleError` when `value` is one of the containers being walked (compared by identity)."""
+    for other in open_nodes:
+        if other is value:
+            raise _cycle(path_text(steps))
+
+
+class NestsDiffer(Exception):
+    """Two nests `zip_leaves` walked differ in structure: `where` (a path), `why`, and each
+    nest's leaves (`first`, `second`: `3 leaves (['a'], ['b'], ['c'])`). It never reaches a
+    user: the caller words its own error from it (`ds.testing.assert_allclose`'s)."""
+
+    def __init__(self, steps: tuple, why: str) -> None:
+        super().__init__(why)
+        self.steps, self.why, self.where, self.first, self.second = steps, why, path_text(steps), "", ""
+
+
+def zip_leaves(first, second, pair, as_leaf=None) -> None:
+    """Walk two nests together and call `pair(steps, leaf, other)` for each pair of leaves:
+    mappings matched by key (in whatever order each was written or rebuilt), namedtuples and
+    dataclasses by field, sequences by position. A container facing a leaf is one value where
+    `as_leaf(container)` makes it one (not None): a list of numbers read as one array. Nests of
+    other structures raise `NestsDiffer`; one that contains itself, `NestCycleError`.
+
+    Example:
+        >>> zip_leaves({"a": 1}, {"a": 2}, lambda steps, x, y: print(path_text(steps), x, y))
+        ['a'] 1 2
+    """
+    try:
+        _zip(first, second, (), pair, as_leaf, [])
+    except NestsDiffer as differ:
+        differ.first, differ.second = _listing(leaves(first)), _listing(leaves(second))
+        raise
+
+
+def _zip(first, second, steps: tuple, pair, as_leaf, open_nodes: list) -> None:
+    (kind_a, children_a), (kind_b, children_b) = node(first), node(second)
+    if kind_a == kind_b == NODE_LEAF:
+        pair(steps, first, second)
+        return
+    if NODE_LEAF in (kind_a, kind_b):
+        one = None if as_leaf is None else as_leaf(second if kind_a == NODE_LEAF else first)
+        if one is None:
+            raise NestsDiffer(steps, _difference(kind_a, kind_b, [], []))
+        pair(steps, *((first, one) if kind_a == NODE_LEAF else (one, second)))
+        return
+    keys_a, keys_b = [step for step, _ in children_a], [step for step, _ in children_b]
+    if kind_a != kind_b or set(keys_a) != set(keys_b) or len(keys_a) != len(keys_b):
+        raise NestsDiffer(steps, _difference(kind_a, kind_b, keys_a, keys_b))
+    _check_open(first, steps, open_nodes)
+    open_nodes.append(first)
+    wanted = dict(children_b) if kind_a in (NODE_MAPPING, NODE_FIELDS) else None
+    for position, (step, child) in enumerate(children_a):
+        other = children_b[position][1] if wanted is None else wanted[step]
+        _zip(child, other, (*steps, step), pair, as_leaf, open_nodes)
+    open_nodes.pop()
+
+
+def _difference(kind_a: str, kind_b: str, keys_a: list, keys_b: list) -> str:
+    if kind_a != kind_b:
+        return f"actual has {_NODE_NAMES[kind_a]} there, desired {_NODE_NAMES[kind_b]}"
+    if kind_a in (NODE_SEQUENCE, NODE_SET):
+        return f"actual has {len(keys_a)} items there, desired {len(keys_b)}"
+    only_a = [key for _, key in keys_a if (kind_a, key) not in set(keys_b)]
+    only_b = [key for _, key in keys_b if (kind_b, key) not in set(keys_a)]
+    names = "keys" if kind_a == NODE_MAPPING else "fields"
+    return f"{names} only actual has: {_short(only_a)}; only desired has: {_short(only_b)}"
+
+
+def _short(keys: list) -> str:
+    if not keys:
+        return "none"
+    return ", ".join(repr(key) for key in keys[:6]) + (", ..." if len(keys) > 6 else "")
+
+
+def _listing(found: list) -> str:
+    if len(found) == 1 and found[0][0] == ():
+        return f"one value ({type(found[0][1]).__name__})"
+    paths = [path_text(steps) for steps, _ in found]
+    shown = ", ".join(paths[:6]) + (", ..." if len(paths) > 6 else "")
+    return f"{len(paths)} leaves ({shown})"
 
 
 def _from_recursion(err: Optional[BaseException]) -> bool:

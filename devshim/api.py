@@ -22,7 +22,6 @@ from devshim.backends.dispatch import (
 )
 from devshim.backends.nests import copy_nest, copy_nest_if_needed, nest_to_numpy
 from devshim.backends.registry import describe_native_device
-from devshim.backends.out_of_memory import raise_if_out_of_memory
 from devshim.backends.selection import get_backend
 from devshim._device import Device
 from devshim.errors import DeviceMismatchError, MultiDeviceValueError, NotATensorError
@@ -208,17 +207,10 @@ def to_device(x: Nest, device: DeviceSpec, *, non_blocking: bool = False,
         >>> batch = ds.to_device({"x": X, "y": Y, "ids": I}, "gpu", skip_keys="ids")
     """
     try:
-        paths = FAST_PATHS[type(x)]
-        copy = paths.copy  # (then a call: `paths.copy(...)` is a slower method lookup)
+        copy_one = FAST_PATHS[type(x)].copy  # (then a call: `paths.copy(...)` is a slower method lookup)
     except KeyError:  # a nest, or a tensor class met for the first time: the nest layer learns it
-        paths = copy = None
-    try:  # costs nothing until something is raised
-        if copy is None:
-            return copy_nest(x, device, non_blocking, "to_device", skip_keys)
-        return copy(x, device, non_blocking)
-    except Exception as error:  # a device out of memory: named from the tensor's adapter (a nest's walk notes its own)
-        raise_if_out_of_memory(error, "to_device", x, (device,), adapter=None if paths is None else paths.adapter)
-        raise
+        return copy_nest(x, device, non_blocking, "to_device", skip_keys)
+    return copy_one(x, device, non_blocking)  # (out of memory: named there, where the tensor's adapter is held)
 
 
 def copy_if_needed(x: Nest, device: DeviceSpec, *, non_blocking: bool = False,
@@ -237,7 +229,7 @@ def copy_if_needed(x: Nest, device: DeviceSpec, *, non_blocking: bool = False,
     try:
         paths = FAST_PATHS[type(x)]
     except KeyError:  # a nest, or a tensor class met for the first time: the nest layer learns it
-        return _copy_nest_if_needed(x, device, skip_keys, non_blocking)
+        return copy_nest_if_needed(x, device, "copy_if_needed", skip_keys, non_blocking)
     # Where a tensor's Device says it all (torch, NumPy): "already there" is two lookups and an `is`.
     targets = paths.targets
     if targets is not None:
@@ -247,22 +239,8 @@ def copy_if_needed(x: Nest, device: DeviceSpec, *, non_blocking: bool = False,
                 return x
         except (KeyError, TypeError):  # a spec or a device not resolved yet: the backend decides
             pass
-    try:  # costs nothing until something is raised
-        if non_blocking:
-            return _copy_if_needed_async(paths.adapter, x, device)
-        copy = paths.copy_if_needed
-        return copy(x, device)
-    except Exception as error:  # a device out of memory: named, from the tensor's own adapter
-        raise_if_out_of_memory(error, "copy_if_needed", x, (device,), adapter=paths.adapter)
-        raise
-
-
-def _copy_nest_if_needed(x, device, skip_keys, non_blocking):
-    try:
-        return copy_nest_if_needed(x, device, "copy_if_needed", skip_keys, non_blocking)
-    except Exception as error:
-        raise_if_out_of_memory(error, "copy_if_needed", x, (device,))
-        raise
+    copy_one = paths.copy_if_needed
+    return copy_one(x, device, True) if non_blocking else copy_one(x, device)
 
 
 def _described_device(x):
@@ -285,11 +263,6 @@ def _learned(x, function: str):
     if paths is None:
         raise NotATensorError.for_value(x, function)
     return paths
-
-
-def _copy_if_needed_async(adapter, x, device):
-    native = adapter.target(device)
-    return x if adapter.same_place(x, native) else transfer.copy(adapter, x, native, True)
 
 
 def to_numpy(x: Nest) -> Nest:

@@ -43,7 +43,7 @@ from devshim.guard import marker
 from devshim.backends import backend_for_tensor, canonical_name, interop, load_backend, specs
 from devshim.backends.out_of_memory import raise_if_out_of_memory
 from devshim.errors import (
-    BackendError, CopyRequiredError, CrossDeviceConversionError, DevshimError, NotATensorError,
+    BackendError, CopyRequiredError, CrossDeviceConversionError, DevshimError,
 )
 
 __all__ = ["convert", "interop_for", "target_backend"]
@@ -85,9 +85,11 @@ def target_backend(to):
         for spec in specs().values():
             if spec.import_name == top:
                 return load_backend(spec.name)
+    names = [repr(name) for name in specs()]
+    aliases = [repr(alias) for spec in specs().values() for alias in spec.aliases][:1]
     raise BackendError(
         f"ds.convert cannot tell which framework {to!r} ({type(to).__name__}) means. Name it "
-        f"('torch', 'jax', 'tensorflow', 'mxnet', 'cupy', 'numpy', or an alias such as 'tf'), pass "
+        f"({', '.join(names)}{', or an alias such as ' + aliases[0] if aliases else ''}), pass "
         f"one of its tensors, or its module."
     )
 
@@ -122,22 +124,17 @@ def convert(x: Nest, to: Any, *, device: Optional[DeviceSpec] = None, copy: Opti
         native = target.device(device)
         want = (native, target.describe(native))
     name = target.name
-    adapter = backend_for_tensor(x)
-    if adapter is not None:
-        return _leaf(x, adapter, target, want, copy, name)
-    if not _tree.is_container(x):
-        raise NotATensorError(
-            f"ds.convert() expects a tensor of an installed framework or a dict/list/tuple/dataclass "
-            f"of them, but got {type(x).__module__}.{type(x).__qualname__}."
-        )
+    source = backend_for_tensor(x)
+    if source is not None:  # one tensor
+        return _leaf(x, source, target, want, copy, name)
 
-    def leaf_for(value):
+    def leaf_for(value):  # each tensor of a nest converted by itself (a lone value that is no tensor: refused)
         owner = backend_for_tensor(value)
         if owner is None:
             return None
         return lambda leaf: _leaf(leaf, owner, target, want, copy, name)
 
-    return _tree.map_nest(x, leaf_for, False)
+    return _tree.map_nest(x, leaf_for, False, None, "convert")
 
 
 # ------------------------------------------------------------------ one tensor
@@ -146,9 +143,9 @@ def convert(x: Nest, to: Any, *, device: Optional[DeviceSpec] = None, copy: Opti
 def _leaf(x, source, target, want, copy, name: str):
     try:  # costs nothing until something is raised
         return _convert_leaf(x, source, target, want, copy, name)
-    except Exception as error:
+    except Exception as error:  # a device out of memory: named from the two frameworks in hand
         where = want[0] if want is not None else _safe_device(source, x)
-        raise_if_out_of_memory(error, "convert", x, [where] if where is not None else [])
+        raise_if_out_of_memory(error, "convert", x, [where] if where is not None else [], adapters=(target, source))
         raise
 
 
@@ -186,8 +183,6 @@ def _convert_leaf(x, source, target, want, copy, name: str):
         raise _no_share(name, f"x is on {here} and device={str(there)!r} is another device")
     transfer.crossing(_direction(here, there), f"ds.convert(x, {name!r}, device={str(there)!r})",
                       here, there, explicit=True)
-    if source is target:
-        return transfer.copy(source, x, native, False)
     return _copy(x, source, target, native)
 
 
@@ -229,10 +224,17 @@ def _share(x, source, target, native):
 
 
 def _copy(x, source, target, native):
-    """New storage on `native`: `x`'s exact values through the host."""
+    """New storage on `native`: `x` copied by its own framework, or another's `x`'s exact
+    values through the host."""
     if marker.watchers:
         with transfer.explicit():
-            return interop_for(target).from_host(target, _host_copy(source, x), native)
+            return _copied(x, source, target, native)
+    return _copied(x, source, target, native)
+
+
+def _copied(x, source, target, native):
+    if source is target:
+        return source.copy_to(x, native, False)
     return interop_for(target).from_host(target, _host_copy(source, x), native)
 
 

@@ -45,11 +45,12 @@ def _model_module(net):
             placement = model_placement(name)
             if placement is not None and placement.is_model(net):
                 return get_backend(name), placement
-    can = [name for name, spec in specs().items() if spec.has_module("model")]
+    can = [f"{spec.title} ({name})" for name, spec in specs().items() if spec.has_module("model")]
     raise NotAModelError(
         f"{type(net).__module__}.{type(net).__qualname__} is not a model devshim can place. It places "
-        f"the models of these backends: {', '.join(can)} (a torch nn.Module, a Gluon Block, a Keras "
-        f"model). To copy tensors, use ds.to_device or ds.copy_if_needed."
+        f"the models of {', '.join(can) or 'no backend'}: each framework's own model class "
+        f"(docs/placement.md lists them), and Keras 3 models on the framework Keras runs on. To copy tensors, "
+        f"use ds.to_device or ds.copy_if_needed."
     )
 
 
@@ -108,7 +109,7 @@ def _named_out_of_memory(adapter, call: str, devices: list, value=None, model=No
     try:
         yield
     except Exception as error:
-        raise_if_out_of_memory(error, call, value, devices, model=model, adapter=adapter)
+        raise_if_out_of_memory(error, call, value, devices, model=model, adapters=(adapter,))
         raise
 
 

@@ -72,6 +72,7 @@ class _Plan:
         self.virtual = None  # the count this run set (option or ini), else None
         self.virtual_source = ""
         self.saved_env = None  # (had it, value) of DEVSHIM_VIRTUAL_DEVICES before we set it
+        self.saved_memory_env = None  # the same of DEVSHIM_VIRTUAL_MEMORY
 
     def chosen(self) -> list:
         """The backends `ds_backend` runs on; a collection failure when there is none."""
@@ -200,50 +201,52 @@ def pytest_configure(config) -> None:
         plan.explicit = True
         # Before any framework starts its devices: TensorFlow and JAX fix them at start-up.
         # The variable too, so that interpreters the tests start see the same devices.
-        variable = settings.VIRTUAL_DEVICES_VAR
-        plan.saved_env = (variable in os.environ, os.environ.get(variable))
-        os.environ[variable] = str(plan.virtual)
+        plan.saved_env = _set_variable(settings.VIRTUAL_DEVICES_VAR, plan.virtual)
         settings.set_virtual_devices(plan.virtual)
     _configure_memory(config, plan)
 
 
 def pytest_unconfigure(config) -> None:
     plan = config.stash.get(_PLAN, None)
-    _unconfigure_memory(plan)
-    if plan is None or plan.saved_env is None:
+    if plan is None:
         return
-    had, value = plan.saved_env
+    if plan.saved_memory_env is not None:
+        _restore_variable(settings.VIRTUAL_MEMORY_VAR, plan.saved_memory_env)
+        settings.set_virtual_memory(None)
+    if plan.saved_env is not None:
+        _restore_variable(settings.VIRTUAL_DEVICES_VAR, plan.saved_env)
+        settings.set_virtual_devices(None)
+
+
+def _set_variable(variable: str, value) -> tuple:
+    """Set environment variable `variable` to `value` (interpreters the tests start see it too);
+    returns what to restore: (whether it was set, its value)."""
+    saved = (variable in os.environ, os.environ.get(variable))
+    os.environ[variable] = str(value)
+    return saved
+
+
+def _restore_variable(variable: str, saved: tuple) -> None:
+    had, value = saved
     if had:
-        os.environ[settings.VIRTUAL_DEVICES_VAR] = value
+        os.environ[variable] = value
     else:
-        os.environ.pop(settings.VIRTUAL_DEVICES_VAR, None)
-    settings.set_virtual_devices(None)
+        os.environ.pop(variable, None)
 
 
 # ------------------------------------------------------------------ the report header
 
 
-def _describe_devices(name: str) -> str:
+def _describe_devices(name: str, cpu_only: bool = False) -> str:
     from devshim.backends import get_backend
     from devshim.errors import DevshimError
 
     try:
         adapter = get_backend(name)
-        described = [adapter.describe(native) for native in adapter.devices()]
+        described = [adapter.describe(native) for native in ([adapter.cpu()] if cpu_only else adapter.devices())]
     except DevshimError as err:
         return f"unavailable: {err}"
     return ", ".join(f"{d} (virtual)" if d.virtual else str(d) for d in described)
-
-
-def _describe_cpu(name: str) -> str:
-    from devshim.backends import get_backend
-    from devshim.errors import DevshimError
-
-    try:
-        adapter = get_backend(name)
-        return str(adapter.describe(adapter.cpu()))
-    except DevshimError as err:
-        return f"unavailable: {err}"
 
 
 def pytest_report_header(config) -> list:
@@ -260,7 +263,7 @@ def pytest_report_header(config) -> list:
     # when the framework is running already; never in a project that merely has devshim.
     for name in names:
         if plan.virtual_count() and not specs()[name].virtual_devices:
-            lines.append(f"devshim {name} devices: {_describe_cpu(name)} (no virtual GPUs: its tests run on its CPU)")
+            lines.append(f"devshim {name} devices: {_describe_devices(name, cpu_only=True)} (no virtual GPUs: its tests run on its CPU)")
         elif plan.explicit or _running(name):
             lines.append(f"devshim {name} devices: {_describe_devices(name)}")
     return lines
@@ -514,19 +517,5 @@ def _configure_memory(config, plan: _Plan) -> None:
     except VirtualMemorySizeError as err:
         raise pytest.UsageError(str(err)) from None
     plan.explicit = True
-    variable = settings.VIRTUAL_MEMORY_VAR
-    plan.saved_memory_env = (variable in os.environ, os.environ.get(variable))
-    os.environ[variable] = str(size)  # interpreters the tests start see the same size
+    plan.saved_memory_env = _set_variable(settings.VIRTUAL_MEMORY_VAR, size)
     settings.set_virtual_memory(size)
-
-
-def _unconfigure_memory(plan) -> None:
-    saved = getattr(plan, "saved_memory_env", None)
-    if saved is None:
-        return
-    had, value = saved
-    if had:
-        os.environ[settings.VIRTUAL_MEMORY_VAR] = value
-    else:
-        os.environ.pop(settings.VIRTUAL_MEMORY_VAR, None)
-    settings.set_virtual_memory(None)

@@ -1,13 +1,13 @@
 """The one door every explicit devshim transfer goes through.
 
 `to_device`, `copy_if_needed`, `to_numpy` and everything built on them
-(the experiments' host reads, model placement) copy data by calling `copy`
-or `to_host` here, or run under `explicitly` (the nest walkers, which
-call the adapters leaf by leaf), or under `explicit()` (model placement,
-which calls the framework's own `module.to`). So "this copy was asked for"
-is known in exactly one place: while one of these runs, the guard's marker
-(`devshim.guard.marker`) says so in that thread, and a transfer guard that
-sees a copy at such a moment lets it through.
+(the experiments' host reads, model placement) copy data inside `explicit()`
+(a lone tensor's copy, `ds.convert`'s, model placement's `module.to`), between
+`enter()` and `leave()` (the nest walk, as one transfer), by calling `to_host`
+here, or under `explicitly` (what `ds.testing` writes to its tensors). So "this
+copy was asked for" is known in exactly one place: while one of these runs, the
+guard's marker (`devshim.guard.marker`) says so in that thread, and a transfer
+guard that sees a copy at such a moment lets it through.
 
 Marking costs nothing while no guard is watching: the functions then call the
 adapter straight away.
@@ -21,22 +21,9 @@ Example:
 from __future__ import annotations
 
 from devshim.guard import marker, report
-from devshim.guard.marker import explicit, is_explicit
+from devshim.guard.marker import enter, explicit, is_explicit, leave
 
-__all__ = ["copy", "to_host", "explicitly", "explicit", "is_explicit", "crossing"]
-
-
-def copy(adapter, x, native, non_blocking: bool):
-    """`x` copied to `native` in new storage: `to_device`, and `copy_if_needed`
-    once it knows `x` is elsewhere.
-
-    Example:
-        >>> y = transfer.copy(ds.get_backend("torch"), x, torch.device("cpu"), False)
-    """
-    if marker.watchers:
-        with explicit():
-            return adapter.copy_to(x, native, non_blocking)
-    return adapter.copy_to(x, native, non_blocking)
+__all__ = ["to_host", "explicitly", "explicit", "enter", "leave", "is_explicit", "crossing"]
 
 
 def to_host(adapter, x):

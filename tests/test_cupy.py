@@ -144,8 +144,8 @@ def test_a_gpu_the_partner_lacks_is_unavailable_with_the_partners_count(partner)
 
 def test_without_a_partner_numpy_says_how_to_get_one(monkeypatch, setenv):
     setenv(ds.settings.VIRTUAL_DEVICES_VAR, None)
-    real = backends.specs().get("cupy")
-    monkeypatch.setattr(real, "host_partner", None)
+    installed = BackendSpec.is_installed
+    monkeypatch.setattr(BackendSpec, "is_installed", lambda spec: spec.name != "cupy" and installed(spec))  # CuPy absent
     with ds.use_backend("numpy"):
         with pytest.raises(ds.DeviceUnavailableError, match=r"Install CuPy \(pip install cupy-cuda12x, or pip install \"devshim\[cupy\]\" where devshim is installed\)"):
             ds.to_device(np.ones(1), "gpu:0")

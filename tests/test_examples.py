@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
-import importlib.util
+import ast
 from pathlib import Path
 
 import pytest
 
+import devshim as ds
+from devshim_conformance import backends_with_harness, load_harness
 from helpers import run_python
 from machine import real_gpus
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-# Virtual GPUs where the framework has them, so the multi-device paths really run.
-VIRTUAL = {"torch": "2", "tensorflow": "2", "mxnet": "2"}
+SPECS = ds.backends.specs()
+
+
+def named_in(example: str) -> list:
+    """The backends an example has code of its own for: each backend name its code spells (as in
+    `if backend == "torch":`), in the order it first does."""
+    tree = ast.parse((EXAMPLES / example).read_text(encoding="utf-8"))
+    found = sorted((node.lineno, node.col_offset, node.value) for node in ast.walk(tree)
+                   if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in SPECS)
+    return list(dict.fromkeys(name for _, _, name in found))
+
+
 # The D2L chapter's frameworks: use_gpu.py runs unchanged under each.
-D2L = ("torch", "tensorflow", "mxnet", "jax")
+D2L = named_in("use_gpu.py")
+#: The examples written for whichever backend devshim selected: every backend with a harness.
+EVERY = backends_with_harness()
 # Every example and the tests that run it: a new example without a test fails here.
 TESTED = {"use_gpu.py", "check_gpu.py", "logging_on_gpu.py", "generic_softplus.py", "model_parallel.py",
           "data_parallel.py", "custom_function.py", "largest_batch.py"}
@@ -30,10 +44,10 @@ pytestmark = pytest.mark.same_in_every_pass
 
 
 def run_example(name: str, backend: str, *args: str, **env: str):
-    if importlib.util.find_spec(backend) is None:
+    if not SPECS[backend].is_installed():
         pytest.skip(f"{backend} is not installed in this environment")
-    if VIRTUAL.get(backend):
-        env.setdefault("DEVSHIM_VIRTUAL_DEVICES", VIRTUAL[backend])
+    if SPECS[backend].virtual_devices:  # two virtual GPUs, so the multi-device paths really run
+        env.setdefault("DEVSHIM_VIRTUAL_DEVICES", "2")
     result = run_python("", str(EXAMPLES / name), *args, DEVSHIM_BACKEND=backend, timeout=240, **env)
     assert result.returncode == 0, result.stderr
     return result.stdout
@@ -72,11 +86,15 @@ def test_use_gpu_runs_the_d2l_chapter_unchanged_under_each_framework(backend, va
         assert f"the model's parameters are on {x_on}; net(X) is on {x_on}" in out
 
 
-@pytest.mark.parametrize("backend", ["numpy", *D2L])
+def skip_without_virtual_devices(backend: str, virtual: str) -> None:
+    if virtual != "0" and not SPECS[backend].virtual_devices:
+        pytest.skip(f"{SPECS[backend].title} has no virtual devices")
+
+
+@pytest.mark.parametrize("backend", EVERY)
 @pytest.mark.parametrize("virtual", ["2", "0"], ids=["two-virtual-gpus", "as-is"])
 def test_check_gpu_says_where_exp_ran_and_what_skipping_the_copy_back_saves(backend, virtual):
-    if backend == "numpy" and virtual == "2":
-        pytest.skip("NumPy has no virtual devices")
+    skip_without_virtual_devices(backend, virtual)
     out = run_example("check_gpu.py", backend, "--iters", "20", DEVSHIM_VIRTUAL_DEVICES=virtual)
     assert f"{backend}: exp() of 230400 float32 numbers, 20 times, on " in out
     assert "returning a NumPy array each time (copied to the host):" in out
@@ -91,11 +109,10 @@ def test_check_gpu_says_where_exp_ran_and_what_skipping_the_copy_back_saves(back
     assert expected in out
 
 
-@pytest.mark.parametrize("backend", ["numpy", *D2L])
+@pytest.mark.parametrize("backend", EVERY)
 @pytest.mark.parametrize("virtual", ["2", "0"], ids=["two-virtual-gpus", "as-is"])
 def test_logging_on_gpu_counts_the_implicit_copies_of_logging_each_step(backend, virtual):
-    if backend == "numpy" and virtual == "2":
-        pytest.skip("NumPy has no virtual devices")
+    skip_without_virtual_devices(backend, virtual)
     out = run_example("logging_on_gpu.py", backend, "--steps", "20", DEVSHIM_VIRTUAL_DEVICES=virtual)
     if virtual == "2" or real_gpus(backend):  # a virtual GPU, or a real one the framework sees
         assert "on gpu:0, logging the norm of each" in out
@@ -107,35 +124,35 @@ def test_logging_on_gpu_counts_the_implicit_copies_of_logging_each_step(backend,
     assert "both logs hold the same 20 norms" in out
 
 
-@pytest.mark.parametrize("backend", sorted(VIRTUAL))
+@pytest.mark.parametrize("backend", sorted(named_in("model_parallel.py")))
 def test_model_parallel_example_under_a_disallowing_guard(backend):
     out = run_example("model_parallel.py", backend, DEVSHIM_TRANSFER_GUARD="disallow")
     assert f"{backend}: the split model's output equals the single-device model's: True" in out
     assert f"{backend}: and so do the gradients, which flowed back across the copies: True" in out
-    if VIRTUAL[backend]:
+    if SPECS[backend].virtual_devices:
         assert f"{backend}: first stage on gpu:0 and gpu:1" in out
 
 
-@pytest.mark.parametrize("backend", sorted(VIRTUAL))
+@pytest.mark.parametrize("backend", sorted(named_in("data_parallel.py")))
 def test_data_parallel_example_under_a_disallowing_guard(backend):
     out = run_example("data_parallel.py", backend, DEVSHIM_TRANSFER_GUARD="disallow")
     assert f"{backend}: every replica's weights equal the single-device step's: True" in out
-    if VIRTUAL[backend]:
+    if SPECS[backend].virtual_devices:
         assert "shards of [5, 4] on ['gpu:0', 'gpu:1']" in out
 
 
-@pytest.mark.parametrize("backend", ["numpy", *D2L])
+@pytest.mark.parametrize("backend", named_in("custom_function.py"))
 @pytest.mark.parametrize("virtual", ["2", "0"], ids=["two-virtual-gpus", "as-is"])
 def test_custom_function_checks_the_tutorials_functions_on_every_device(backend, virtual):
     """Chainer's ExpAdd and MulAdd, forward and backward written once with xp, as each framework's
     custom-gradient function: check_backward passes them and catches a wrong backward, on the CPU
     and on each virtual GPU, under a disallowing transfer guard."""
-    if backend == "numpy" and virtual == "2":
-        pytest.skip("NumPy has no virtual devices")
+    skip_without_virtual_devices(backend, virtual)
     out = run_example("custom_function.py", backend, DEVSHIM_VIRTUAL_DEVICES=virtual)
-    if backend == "numpy":
-        assert out.splitlines() == ["numpy: ExpAdd's backward on cpu:0 equals numerical_grad's",
-                                    "numpy: check_backward refuses: NumPy has no automatic differentiation"]
+    if not load_harness(backend).has_autograd:
+        assert out.splitlines() == [f"{backend}: ExpAdd's backward on cpu:0 equals numerical_grad's",
+                                    f"{backend}: check_backward refuses: {SPECS[backend].title} has no automatic "
+                                    f"differentiation"]
         return
     if virtual == "2":
         places = ["cpu:0", "gpu:0 (virtual)", "gpu:1 (virtual)"]
@@ -151,16 +168,14 @@ def test_custom_function_checks_the_tutorials_functions_on_every_device(backend,
 
 @pytest.mark.parametrize("hide_gpus", [False, True], ids=["as-is", "DEVSHIM_DEVICE=cpu"])
 def test_generic_softplus_example_runs_on_every_installed_framework(hide_gpus):
-    import devshim as ds
-
     env = {"DEVSHIM_DEVICE": "cpu"} if hide_gpus else {}
     result = run_python("", str(EXAMPLES / "generic_softplus.py"), timeout=300, **env)
     assert result.returncode == 0, result.stderr
     printed = [line.split()[0] for line in result.stdout.splitlines()]
-    expected = [name for name in ("numpy", "torch", "jax", "tensorflow", "mxnet")
-                if name in ds.available_backends()]
-    if not hide_gpus and real_gpus("cupy"):  # CuPy's arrays need a GPU: with them hidden it is left out
-        expected.append("cupy")
+    # A framework whose arrays live on its GPU alone (its host arrays another's: CuPy's are NumPy's)
+    # needs one: with the GPUs hidden it is left out.
+    expected = [name for name in named_in("generic_softplus.py") if name in ds.available_backends()
+                and (SPECS[name].host_partner is None or not hide_gpus and real_gpus(name))]
     assert printed == expected
 
 
@@ -168,8 +183,6 @@ def test_generic_softplus_example_runs_on_every_installed_framework(hide_gpus):
 def test_the_plugin_project_runs_its_tests_on_every_installed_backend(virtual):
     """examples/plugin_project, run as its user would: pytest in its folder, through devshim's
     pytest plugin, on every installed backend, then on two virtual GPUs."""
-    import devshim as ds
-
     args = ["-m", "pytest", str(EXAMPLES / "plugin_project"), "-v", "-p", "no:cacheprovider",
             "--devshim-backend", "all"]
     if virtual:

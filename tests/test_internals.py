@@ -7,6 +7,7 @@ tensorflow, see it first), instead of a feature degrading quietly for users."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import os
@@ -55,10 +56,27 @@ def test_each_internal_is_where_devshim_looks_on_this_release(internal):
         internal.reset()
 
 
+
+
+def _framework_names() -> list:
+    """How backend code names a framework's modules: each backend's import name, the libraries of
+    theirs that are no backend (Keras, jaxlib: the lint's list), and each name backend code gives
+    one on import (`import tensorflow as tf`, `from jax import numpy as jnp`)."""
+    tops = {spec.import_name for spec in ds.backends.specs().values()} | {"keras", "jaxlib"}
+    names = set(tops)
+    for path in (ROOT / "devshim" / "backends").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names |= {alias.asname for alias in node.names if alias.asname and alias.name.split(".")[0] in tops}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in tops:
+                names |= {alias.asname for alias in node.names if alias.asname}
+    return sorted(names, key=len, reverse=True)
+
+
 # What names a framework's private attribute or module in backend code: torch._C, jax._src,
 # keras.src, tf.__internal__, mxnet.base._LIB, `from torch._dynamo import ...`, and TensorFlow's
 # private package (`tensorflow.python`, outside its public `tf.*`).
-_FRAMEWORKS = r"(?:torch|tf|tensorflow|jax|jaxlib|jnp|mx|mxnet|keras|np|numpy|cupy|cp)"
+_FRAMEWORKS = f"(?:{'|'.join(map(re.escape, _framework_names()))})"
 _PRIVATE = re.compile(
     rf"(?<![\w.]){_FRAMEWORKS}(?:\.[A-Za-z]\w*)*\.(?:_(?!_)\w+|src\b)"  # (dunders are public protocol)
     rf"|^\s*from {_FRAMEWORKS}(?:\.\w+)*\.(?:_\w+|src)\b"

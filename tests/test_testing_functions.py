@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import importlib.util
 import warnings
 
 import numpy as np
@@ -15,7 +14,7 @@ import pytest
 
 import devshim as ds
 
-installed = {name: importlib.util.find_spec(name) is not None for name in ("torch", "tensorflow", "jax", "mxnet")}
+installed = {name: spec.is_installed() for name, spec in ds.backends.specs().items()}
 Pair = collections.namedtuple("Pair", "weight bias")
 
 

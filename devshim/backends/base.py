@@ -23,6 +23,7 @@ from devshim import settings, transfer
 from devshim.guard import marker
 from devshim._trace import trace_constant
 from devshim._device import ACCEPTED_SPECS, Device, describe_native, parse_spec
+from devshim.backends.out_of_memory import raise_if_out_of_memory
 from devshim.errors import (
     BackendError, DeviceUnavailableError, InvalidDeviceError, SharedDeviceWarning, UnsupportedValueError,
     VirtualDeviceCountError,
@@ -599,12 +600,12 @@ class Backend(ABC):
         from the targets resolved before, then (`if_needed`) "already there?", then the copy.
 
         With no transfer guard watching there is nothing to mark, so the copy calls the adapter
-        straight away (the door's own shortcut, taken here to save a call); otherwise it goes
-        through `devshim.transfer.copy`, which marks it as asked for.
+        straight away; otherwise it runs inside `devshim.transfer.explicit()`, which marks it as
+        asked for. A copy that fails names its device's out-of-memory error from this adapter.
         """
         targets, resolve, same_place, copy_to, adapter = (
             self._targets, self.target, self.same_place, self.copy_to, self)
-        copy = transfer.copy
+        explicit, call = transfer.explicit, "copy_if_needed" if if_needed else "to_device"
 
         def one_tensor(x, device, non_blocking=False):
             try:
@@ -615,9 +616,14 @@ class Backend(ABC):
                 native = resolve(device)
             if if_needed and same_place(x, native):
                 return x
-            if marker.watchers:
-                return copy(adapter, x, native, non_blocking)
-            return copy_to(x, native, non_blocking)
+            try:  # costs nothing until something is raised
+                if marker.watchers:
+                    with explicit():
+                        return copy_to(x, native, non_blocking)
+                return copy_to(x, native, non_blocking)
+            except Exception as error:
+                raise_if_out_of_memory(error, call, x, (device,), adapters=(adapter,))
+                raise
 
         return one_tensor
 

@@ -60,10 +60,23 @@ class Interop(ABC):
         """The address of `x`'s first element, or None when unknown (`ds.convert` checks
         with it that a "shared" import really shares)."""
 
-    @abstractmethod
     def host_device(self, adapter):
-        """The native device a tensor goes to when the framework has no array on its device
-        (the CPU; CuPy refuses)."""
+        """The native device a tensor goes to when the framework has no array on its device:
+        the CPU (`adapter.cpu()`) unless the framework says otherwise (CuPy refuses).
+
+        Example:
+            >>> ds.backends.interop("torch").host_device(ds.get_backend("torch"))
+            device(type='cpu')
+            >>> ds.backends.interop("jax").host_device(ds.get_backend("jax"))
+            CpuDevice(id=0)
+            >>> ds.backends.interop("tensorflow").host_device(ds.get_backend("tensorflow"))
+            '/CPU:0'
+            >>> ds.backends.interop("mxnet").host_device(ds.get_backend("mxnet"))
+            cpu(0)
+            >>> ds.backends.interop("numpy").host_device(ds.get_backend("numpy"))
+            'cpu'
+        """
+        return adapter.cpu()
 
 
 class CapsuleProducer:

@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import sys
@@ -234,10 +235,16 @@ class KerasModels:
     """Placement of Keras 3 models on one framework; each backend's `model.py` subclasses it
     with how its framework moves them (`move_weights`, `move_variable`) and spells a device
     for `keras.device` (`keras_device`), and calls it for the Keras models it is given.
+    `internals` is the backend's `_internals` module, whose probes `KERAS_FUNCTIONAL` and
+    `KERAS_MAYBE_BUILD` find Keras's class of functional models and its first-call build step.
 
     Example:
+        >>> models = _KerasOnTorch(_internals)
         >>> models.place(model, torch.device("vgpu", 1), ds.get_backend("torch"))
     """
+
+    def __init__(self, internals) -> None:
+        self.internals = internals
 
     def keras_device(self, native):
         """What `keras.device` takes for `native` (default: `native` itself)."""
@@ -320,14 +327,15 @@ class KerasModels:
     # -------------------------------------------------------------- helpers for the backends
 
     def builders(self) -> tuple:
-        """Keras's private methods that build a model on its first call, to run under the device
-        too while the model is unbuilt (from the backend's probes; none by default)."""
-        return ()
+        """The names of Keras's private methods that build a model on its first call, to run under
+        the device too while the model is unbuilt (from the backend's probe; none where it moved)."""
+        maybe_build = self.internals.KERAS_MAYBE_BUILD.get()
+        return () if maybe_build is None else (maybe_build.__name__,)
 
     def functional_class(self):
         """Keras's class of functional models (`keras.Model(inputs, outputs)` makes one), from the
         backend's probe of that Keras internal; None where it moved (they are not cloned then)."""
-        return None
+        return self.internals.KERAS_FUNCTIONAL.get()
 
     def clonable(self, model) -> bool:
         """Whether `keras.models.clone_model` rebuilds `model` faithfully: a `Sequential`, or a
@@ -401,11 +409,8 @@ def _restore(model, names: tuple) -> None:
 
 
 def _bytes(weight) -> int:
-    size = 1
-    for extent in weight.shape:
-        size *= int(extent)
     bits = re.search(r"\d+", str(weight.dtype))
-    return size * (int(bits.group(0)) // 8 if bits else 1)
+    return math.prod(int(extent) for extent in weight.shape) * (int(bits.group(0)) // 8 if bits else 1)
 
 
 def unbuilt(model) -> UnbuiltModelError:

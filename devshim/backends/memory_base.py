@@ -31,7 +31,7 @@ from devshim._device import Device
 from devshim.errors import MemoryEstimateUnsupportedError
 
 __all__ = ["MemoryInfo", "DeviceMemory", "HostOnlyMemory", "host_figures", "reset_process_peak", "format_bytes",
-           "live_objects", "covered_bytes"]
+           "live_objects", "covered_bytes", "buffer_bytes"]
 
 
 class MemoryInfo(NamedTuple):
@@ -256,12 +256,7 @@ def with_capacity(info: MemoryInfo) -> MemoryInfo:
     return info._replace(total=size, free=free)
 
 
-__all__ += ["with_capacity", "COPY_TARGETS"]
-
-#: The attribute the nest walk (`nests`) leaves on an error raised while it copied: {adapter:
-#: native target} of the frameworks it had met, the failing leaf's among them; the out-of-memory
-#: error is named from them (`out_of_memory`), without walking the nest again.
-COPY_TARGETS = "_devshim_copy_targets"
+__all__ += ["with_capacity"]
 
 # ------------------------------------------------------------------ the host
 
@@ -423,3 +418,16 @@ def covered_bytes(ranges) -> int:
             total += stop - reach
             reach = stop
     return total
+
+
+def buffer_bytes(buffers) -> int:
+    """The bytes of `(start, size)` buffers, each byte once where buffers overlap (`covered_bytes`);
+    a buffer whose address is unknown (`start` None) counts on its own.
+
+    Example:
+        >>> buffer_bytes([(0, 100), (50, 100), (None, 10)])
+        160
+    """
+    found = list(buffers)
+    lone = sum(size for start, size in found if start is None)
+    return lone + covered_bytes((start, start + size) for start, size in found if start is not None)

@@ -4,7 +4,8 @@ with dicts, lists, tuples, dataclasses and the rest.
 This module makes the leaf functions; `devshim._tree.map_nest`, the one walker, is
 handed them and rebuilds the nest. Each leaf is copied by the backend that owns it (its
 class's `FastPaths` record), with the target device resolved once per backend met in
-the nest; the whole walk is one explicit transfer (`devshim.transfer.explicitly`).
+the nest; the whole walk is one explicit transfer (`devshim.transfer.enter`), and a
+device that runs out of memory is named here, from the frameworks the walk met.
 Backends' `model.py` modules place pytrees with these too.
 
 Example:
@@ -16,16 +17,19 @@ from __future__ import annotations
 
 from devshim import _device, _tree, transfer
 from devshim.backends.dispatch import fast_paths
-from devshim.backends.memory_base import COPY_TARGETS
+from devshim.backends.out_of_memory import raise_if_out_of_memory
 from devshim.backends.selection import get_backend
+from devshim.guard import marker
 
 __all__ = ["copy_nest", "copy_nest_if_needed", "nest_to_numpy"]
 
 
-def copy_nest(x, device, non_blocking: bool, function: str = "to_device", skip_keys=None):
+def copy_nest(x, device, non_blocking: bool, function=None, skip_keys=None):
     """Every tensor in the nest `x` copied to `device`, in new containers.
 
-    `function` names the public function for the error a non-nest gets. Leaves
+    `function` names the public function asking, which its errors name: a value that is
+    neither a tensor nor a nest, a device out of memory (None inside another devshim
+    operation, which names its own failures: a model's placement). Leaves
     that are no tensor but have a `.to` method (a torch module, a batch object)
     get `leaf.to(device)`, and what it returns is kept. `skip_keys`: mapping
     keys whose values are kept as they are, at any depth.
@@ -34,19 +38,21 @@ def copy_nest(x, device, non_blocking: bool, function: str = "to_device", skip_k
         >>> copy_nest([X], "cpu", False)
         [tensor([1., 1.])]
     """
-    return _walk(x, device, function, _copier(device, non_blocking), False, skip_keys)
+    targets = _Targets(device)
+    return _walk(x, device, function, _copier(targets, non_blocking), targets.natives, False, skip_keys)
 
 
-def copy_nest_if_needed(x, device, function: str = "copy_if_needed", skip_keys=None, non_blocking: bool = False):
+def copy_nest_if_needed(x, device, function=None, skip_keys=None, non_blocking: bool = False):
     """The nest `x` with the tensors that are not on `device` copied there; a container
-    in which nothing had to be copied comes back as itself.
+    in which nothing had to be copied comes back as itself. `function` as for `copy_nest`.
 
     Example:
         >>> nest = [X]
         >>> copy_nest_if_needed(nest, "cpu") is nest
         True
     """
-    return _walk(x, device, function, _copier_if_needed(device, non_blocking), True, skip_keys)
+    targets = _Targets(device)
+    return _walk(x, device, function, _copier_if_needed(targets, non_blocking), targets.natives, True, skip_keys)
 
 
 def nest_to_numpy(x, function: str = "to_numpy"):
@@ -106,22 +112,17 @@ def _owner(value):
     return None if paths is None else paths.adapter
 
 
-def _copier(device, non_blocking: bool):
-    targets = _Targets(device)
-
+def _copier(targets: _Targets, non_blocking: bool):
     def leaf_for(value):
         adapter = _owner(value)
         if adapter is None:
             return _mover(targets, non_blocking, value)
         return adapter.copier(targets.native(adapter), non_blocking)
 
-    leaf_for.targets = targets
     return leaf_for
 
 
-def _copier_if_needed(device, non_blocking: bool = False):
-    targets = _Targets(device)
-
+def _copier_if_needed(targets: _Targets, non_blocking: bool = False):
     def leaf_for(value):
         adapter = _owner(value)
         if adapter is None:
@@ -129,30 +130,30 @@ def _copier_if_needed(device, non_blocking: bool = False):
         native, same_place, copy_to = targets.native(adapter), adapter.same_place, adapter.copy_to
         return lambda leaf: leaf if same_place(leaf, native) else copy_to(leaf, native, non_blocking)
 
-    leaf_for.targets = targets
     return leaf_for
 
 
-def _walk(x, device, function: str, leaf_for, keep_unchanged: bool, skip_keys=None):
+def _walk(x, device, function, leaf_for, met: dict, keep_unchanged: bool, skip_keys=None):
     # One tensor (met for the first time), a bare object with a .to method and a nest all go
-    # the same way: map_nest maps a lone leaf too, and refuses one it cannot map.
+    # the same way: map_nest maps a lone leaf too, and refuses one it cannot map. `met`: adapter
+    # -> its target device, for each framework the walk met.
+
+    def failed(error: BaseException) -> None:  # what the walk is handed to see its errors
+        if function is not None:  # a public function's: out of memory named from the frameworks met
+            raise_if_out_of_memory(error, function, x, (device,), adapters=tuple(met))
+
+    watched = marker.watchers
+    if watched:  # the whole walk is one explicit transfer (nothing to mark while no guard watches)
+        transfer.enter()
     try:
-        result = transfer.explicitly(_tree.map_nest, x, leaf_for, keep_unchanged, _tree.skip_set(skip_keys), function)
-    except Exception as error:
-        _note(error, leaf_for.targets.natives)
-        raise
-    if not leaf_for.targets.natives:
+        result = _tree.map_nest(x, leaf_for, keep_unchanged, None if skip_keys is None else _tree.skip_set(skip_keys),
+                                function, failed)
+    finally:
+        if watched:
+            transfer.leave()
+    if not met:
         _resolver(device).target(device)  # no tensor in the nest: the device is still checked
     return result
-
-
-def _note(error: BaseException, natives: dict) -> None:
-    """Leave on `error` the frameworks the walk had met, with their target devices: the
-    failing leaf's is among them, and out of memory is named from them (`memory_base.COPY_TARGETS`)."""
-    try:
-        setattr(error, COPY_TARGETS, dict(natives))
-    except (AttributeError, TypeError):  # an error class that takes no attributes
-        pass
 
 
 def _resolver(spec):

@@ -4,9 +4,11 @@
 `ds.split_batch` and `ds.convert` let a framework's out-of-memory error through as
 `DeviceOutOfMemoryError` (a `MemoryError`), the framework's error as its `__cause__`.
 Each backend's `memory.py` says which of its framework's errors mean "out of memory"
-(`DeviceMemory.is_out_of_memory`). The framework is the one the failing step already holds:
-the tensor's adapter (a lone tensor), the adapters the nest walk had met (`nests` notes them on
-the error), the model's; only without any of these are the loaded frameworks asked.
+(`DeviceMemory.is_out_of_memory`). The failing step names the error itself, with the adapters
+it holds: a lone tensor's fast path (`Backend.copy_fn`), the nest walk (`nests`, the adapters it
+had met), `ds.convert`'s leaf (its two frameworks), the model's placement. It sits below the
+device contract (`base`), which calls it, and asks a framework's memory contract through the
+adapter's registry (`Backend.peers`).
 
 The message names the device that ran out (the one device of the call; of several, the one
 the framework's error names, else the first with less free than asked), the bytes asked for,
@@ -20,7 +22,7 @@ Example:
     >>> try:
     ...     copy(x, device)
     ... except Exception as error:
-    ...     raise_if_out_of_memory(error, "to_device", x, [device])
+    ...     raise_if_out_of_memory(error, "to_device", x, [device], adapters=[adapter])
     ...     raise
 """
 
@@ -29,38 +31,34 @@ from __future__ import annotations
 import traceback
 
 from devshim import _tree, settings
-from devshim.backends import registry
-from devshim.backends.memory_base import COPY_TARGETS, DeviceMemory, format_bytes
+from devshim.backends.memory_base import DeviceMemory, format_bytes
 from devshim.errors import DeviceOutOfMemoryError
 
 __all__ = ["raise_if_out_of_memory", "framework_of"]
 
 
-def framework_of(error: BaseException, first=()):
+def framework_of(error: BaseException, adapters=()):
     """`(adapter, DeviceMemory)` of the framework whose out-of-memory error `error` is, asking
-    the adapters in `first` (what the failing step held), then those a nest walk noted on the
-    error, then the loaded ones; None when it is no such error.
+    the `adapters` the failing step held; None when it is no such error.
 
     Example:
-        >>> framework_of(torch.OutOfMemoryError("CUDA out of memory"))[0].name
+        >>> framework_of(torch.OutOfMemoryError("CUDA out of memory"), [ds.get_backend("torch")])[0].name
         'torch'
     """
     if isinstance(error, DeviceOutOfMemoryError):
         return None  # already named (a call inside another devshim call)
-    noted = getattr(error, COPY_TARGETS, None) or {}
-    candidates = (*first, *noted) if first or noted else tuple(registry.loaded_adapters())
-    for adapter in candidates:
-        contract = registry.memory(adapter.name)
+    for adapter in adapters:
+        contract = adapter.peers.memory(adapter.name)  # (`peers`: the registry, which made the adapter)
         if contract.is_out_of_memory(error):
             return adapter, contract
     return None
 
 
 def raise_if_out_of_memory(error: BaseException, call: str, value=None, devices=(), *, model=None,
-                           adapter=None) -> None:
+                           adapters=()) -> None:
     """Raise `DeviceOutOfMemoryError` from `error` when it is a framework's out-of-memory
     error met in devshim's `call` (copying `value`, a tensor or a nest, or placing `model`,
-    to `devices`: specs or native devices; `adapter` the framework the failing step held);
+    to `devices`: specs or native devices; `adapters` the frameworks the failing step held);
     return otherwise, and the caller re-raises `error` as it is.
 
     Example:
@@ -68,7 +66,7 @@ def raise_if_out_of_memory(error: BaseException, call: str, value=None, devices=
         Traceback (most recent call last):
         devshim.errors.DeviceOutOfMemoryError: ds.to_device: gpu:0 out of memory. ...
     """
-    found = framework_of(error, () if adapter is None else (adapter,))
+    found = framework_of(error, adapters)
     if found is None:
         return
     # The failed call's frames let go of what they made (half a nest, some replicas) before the
@@ -81,9 +79,13 @@ def raise_if_out_of_memory(error: BaseException, call: str, value=None, devices=
 
 def _named(error: BaseException, found: tuple, call: str, value, devices, model) -> DeviceOutOfMemoryError:
     adapter, contract = found
+    places = _places(adapter, contract, devices)
+    chosen = _ran_out(places, contract, error)
+    # What was asked for comes last: the one walk of the value's nest (the tree walker's).
     asked, what = _safely(lambda: _asked(contract, value, model)) or (None, "")
-    places = _places(adapter, contract, devices, getattr(error, COPY_TARGETS, None) or {})
-    device, free = _ran_out(places, contract, error, asked)
+    if chosen is None:  # of several devices, none named by the error: the first with less free than asked for
+        chosen = next(((d, f) for d, f, _ in places if f is not None and asked is not None and f < asked), (None, None))
+    device, free = chosen
     where = str(device) if device is not None else (
         "one of " + ", ".join(str(d) for d, _, _ in places) if places else "a device")
     others = ""
@@ -131,30 +133,26 @@ def _asked(contract, value, model) -> tuple:
     return sum(known), f" ({len(known)} tensors)" if len(known) > 1 else ""
 
 
-def _places(adapter, contract, devices, noted: dict) -> list:
+def _places(adapter, contract, devices) -> list:
     """(ds.Device, free bytes or None, native device) of each device the call was copying to."""
-    natives = [noted[adapter]] if adapter in noted else [_safely(lambda spec=spec: adapter.target(spec))
-                                                          for spec in devices]
     found = []
-    for native in natives:
+    for spec in devices:
+        native = _safely(lambda spec=spec: adapter.target(spec))
         if native is not None:
             info = _safely(lambda native=native: contract.figures(adapter, native))
             found.append((adapter.describe(native), None if info is None else info.free, native))
     return found
 
 
-def _ran_out(places: list, contract, error, asked) -> tuple:
-    """(device, free bytes) of the device that ran out: the one device; of several, the one the
-    framework's error names, else the first with less free than asked for; (None, None) unknown."""
+def _ran_out(places: list, contract, error):
+    """(device, free bytes) of the device that ran out where the places say it alone: the one
+    device, or of several the one the framework's error names; None otherwise."""
     if len(places) == 1:
         return places[0][:2]
     for device, free, native in places:
         if _safely(lambda native=native: contract.names_device(error, native)):
             return device, free
-    for device, free, _ in places:
-        if free is not None and asked is not None and free < asked:
-            return device, free
-    return None, None
+    return None
 
 
 def _hint(contract, device) -> str:

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from devshim.errors import FrameworkInternalWarning
 
-__all__ = ["Internal", "Internals", "Slot", "release", "names_in_code", "dotted"]
+__all__ = ["Internal", "Internals", "Slot", "release", "names_in_code", "dotted", "slot"]
 
 _NOT_PROBED = object()
 _FAILURES = (ImportError, AttributeError, TypeError, KeyError, RuntimeError)
@@ -120,6 +120,25 @@ def dotted(*paths: str):
                     value = importlib.import_module(".".join(parts[:i]))
             found.append(value)
         return found[0] if len(found) == 1 else tuple(found)
+
+    return find
+
+
+def slot(path: str):
+    """A finder for the `Slot` at dotted `path` ("jax._src.pjit._get_fastpath_data"): its owner
+    found as `dotted` finds it, the name checked to be there (AttributeError where it moved).
+
+    Example:
+        >>> slot("mxnet.ndarray.register._imperative_invoke")()
+        Slot(owner=<module 'mxnet.ndarray.register' ...>, name='_imperative_invoke')
+    """
+    owner, _, name = path.rpartition(".")
+    find_owner = dotted(owner)
+
+    def find():
+        found = find_owner()
+        getattr(found, name)
+        return Slot(found, name)
 
     return find
 

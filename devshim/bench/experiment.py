@@ -37,13 +37,8 @@ class Option:
         self.type, self.nargs, self.action, self.metavar = type, nargs, action, metavar
 
     def add_to(self, parser) -> None:
-        extra = {}
-        if self.type is not None:
-            extra["type"] = self.type
-        if self.nargs is not None:
-            extra["nargs"] = self.nargs
-        if self.metavar is not None:
-            extra["metavar"] = self.metavar
+        given = {"type": self.type, "nargs": self.nargs, "metavar": self.metavar}
+        extra = {name: value for name, value in given.items() if value is not None}
         parser.add_argument(self.flag, dest=self.dest, action=self.action or "store", help=self.help, **extra)
 
 
@@ -112,12 +107,8 @@ class Experiment:
 
     def keywords(self, args) -> dict:
         """The run function's keywords from parsed command-line arguments (those given)."""
-        found = {}
-        for option in self.options:
-            value = getattr(args, option.dest, None)
-            if value is not None:
-                found[option.dest] = value
-        return found
+        given = {option.dest: getattr(args, option.dest, None) for option in self.options}
+        return {dest: value for dest, value in given.items() if value is not None}
 
 
 # ---------------------------------------------------------------- shared helpers
@@ -187,26 +178,32 @@ class HostReads:
 
 
 class Steps:
-    """Runs labelled steps, reporting `progress(done, total, label)` before the first and after each.
+    """Runs labelled steps, `step(*args)`, reporting `progress(done, total, label)` before the
+    first and after each; `run` returns what they made, in order (each step returns one result,
+    a row, a list of them, or None).
 
     Example:
         >>> steps = Steps(progress)
-        >>> steps.add("torch cpu:0 64x64", measure_one)
-        >>> steps.run()
+        >>> steps.add("torch cpu:0 64x64", measure_one, device, 64)
+        >>> rows = steps.run()
     """
 
     def __init__(self, progress) -> None:
         self.progress = progress
         self.steps: list = []
 
-    def add(self, label: str, step) -> None:
-        self.steps.append((label, step))
+    def add(self, label: str, step, *args) -> None:
+        self.steps.append((label, step, args))
 
-    def run(self) -> None:
+    def run(self) -> list:
+        rows: list = []
         total = len(self.steps)
-        for done, (label, step) in enumerate(self.steps):
+        for done, (label, step, args) in enumerate(self.steps):
             if self.progress is not None:
                 self.progress(done, total, label)
-            step()
+            made = step(*args)
+            if made is not None:
+                rows.extend(made if isinstance(made, list) else [made])
         if self.progress is not None:
             self.progress(total, total, "done")
+        return rows

@@ -20,7 +20,7 @@ from devshim.timing import Measurement, benchmark
 from devshim.timing.compare import Comparison, compare
 from devshim.timing.settle import NOISE_SHARE
 
-__all__ = ["NOISE_SHARE", "TRIES", "measure", "measure_pair", "spread_fields", "pair_fields"]
+__all__ = ["NOISE_SHARE", "TRIES", "measure", "measure_pair", "spread_fields", "side_fields", "pair_fields"]
 
 #: Measurements made at most for one number.
 TRIES = 3
@@ -37,13 +37,19 @@ def measure(fn: Callable[..., Any], *args: Any, min_run_time: float, **options: 
         >>> m = measure(torch.matmul, a, b, min_run_time=0.2, warmup=1)
         >>> m.median, m.iqr, m.tries, m.noisy, m.stalled, m.settled
     """
-    best = benchmark(fn, *args, min_run_time=min_run_time, **options)
+    return _steadiest(lambda: benchmark(fn, *args, min_run_time=min_run_time, **options))
+
+
+def _steadiest(make):
+    """The steadiest of up to `TRIES` results of `make()` (a Measurement or a Comparison), made
+    until one can be trusted; its `tries` says how many were made."""
+    best = make()
     attempt = 1
     while attempt < TRIES and _unsteadiness(best) > (False, False, 0.0):
         attempt += 1
-        m = benchmark(fn, *args, min_run_time=min_run_time, **options)
-        if _unsteadiness(m) < _unsteadiness(best):
-            best = m
+        found = make()
+        if _unsteadiness(found) < _unsteadiness(best):
+            best = found
     best.tries = attempt
     return best
 
@@ -63,15 +69,7 @@ def measure_pair(first: Callable[[], Any], second: Callable[[], Any], *, min_run
         >>> c = measure_pair(native, ours, min_run_time=0.05, device=target)
         >>> c.ratio, c.quartiles(), c.confident, c.tries
     """
-    best = compare(first, second, min_run_time=min_run_time, **options)
-    attempt = 1
-    while attempt < TRIES and _unsteadiness(best) > (False, False, 0.0):
-        attempt += 1
-        c = compare(first, second, min_run_time=min_run_time, **options)
-        if _unsteadiness(c) < _unsteadiness(best):
-            best = c
-    best.tries = attempt
-    return best
+    return _steadiest(lambda: compare(first, second, min_run_time=min_run_time, **options))
 
 
 def spread_fields(m: Measurement, key: str = "seconds") -> dict:
@@ -87,6 +85,21 @@ def spread_fields(m: Measurement, key: str = "seconds") -> dict:
         "noisy": m.noisy, "settled": m.settled, "stalled": m.stalled, "stalls": m.stalls,
         "busy": m.busy, "tries": m.tries, "runs": m.runs,
     }
+
+
+def side_fields(c: Comparison, m: Measurement, ratio: str, compared: bool = True) -> dict:
+    """The row fields of side `m` of comparison `c`: `spread_fields(m)`; `<ratio>` with
+    `<ratio>_low`/`<ratio>_high`, the comparison's ratio and its quartiles (`compared`), or 1.0
+    for the side the other is measured against; and the flags of the comparison and this side.
+
+    Example:
+        >>> c = measure_pair(fast, slow, min_run_time=0.3)
+        >>> side_fields(c, c.second, "slowdown")["slowdown"], side_fields(c, c.first, "slowdown", False)["slowdown"]
+        (3.2, 1.0)
+    """
+    low, high = c.quartiles() if compared else (1.0, 1.0)
+    return {**spread_fields(m), ratio: c.ratio if compared else 1.0, f"{ratio}_low": low, f"{ratio}_high": high,
+            "noisy": c.noisy or m.noisy, "stalled": c.stalled, "settled": c.settled, "tries": c.tries}
 
 
 def pair_fields(c: Comparison, first: str, second: str, ratio: str = "ratio") -> dict:

@@ -89,11 +89,7 @@ def omitted_lines(rows: list) -> list:
         >>> omitted_lines([{"omitted": "no device here: left out"}])
         ['no device here: left out']
     """
-    lines: list = []
-    for row in rows:
-        if "omitted" in row and row["omitted"] not in lines:
-            lines.append(row["omitted"])
-    return lines
+    return list(dict.fromkeys(row["omitted"] for row in rows if "omitted" in row))
 
 
 def footnotes(rows: list) -> list:

@@ -91,6 +91,16 @@ class GuardHooks(ABC):
         return bool(cls._saved) if owner is None else (owner, name) in cls._saved
 
     @classmethod
+    def patches(cls) -> list:
+        """`(owner, name)` of each attribute patched now, in patch order.
+
+        Example:
+            >>> hooks.install(); hooks.patches()
+            [(<class 'torch.Tensor'>, 'item'), (<class 'torch.Tensor'>, 'tolist')]
+        """
+        return list(cls._saved)
+
+    @classmethod
     def original(cls, owner, name: str):
         """What `owner` itself had at `name` before `patch` replaced it (None if nothing).
 

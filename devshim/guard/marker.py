@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from _thread import _local, allocate_lock  # threading's own primitives, without its import cost
 
-__all__ = ["explicit", "is_explicit", "watch", "unwatch", "watchers"]
+__all__ = ["explicit", "enter", "leave", "is_explicit", "watch", "unwatch", "watchers"]
 
 _state = _local()
 #: How many guards want explicit transfers marked (0: nobody is watching). Read on hot paths.
@@ -40,6 +40,27 @@ class explicit:
 
     def __exit__(self, *exc) -> None:
         _state.depth -= 1
+
+
+def enter() -> None:
+    """`explicit()`'s entry as a call, for a walk that marks only while a guard watches and
+    leaves in a `finally` (`leave()`): the nest walk, which `with` would cost a call per nest.
+
+    Example:
+        >>> enter(); is_explicit(); leave()
+        True
+    """
+    _state.depth = getattr(_state, "depth", 0) + 1
+
+
+def leave() -> None:
+    """`explicit()`'s exit as a call (after `enter()`).
+
+    Example:
+        >>> enter(); leave(); is_explicit()
+        False
+    """
+    _state.depth -= 1
 
 
 def is_explicit() -> bool:

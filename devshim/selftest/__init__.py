@@ -91,16 +91,10 @@ def _chosen(names) -> tuple:
         chosen = list(dict.fromkeys(canonical_name(part) for part in parts))
     else:
         chosen = [n for n, s in found.items() if s.is_installed()]
-    left_out = {}
-    for name, spec in found.items():
-        if name not in chosen:
-            left_out[name] = (f"not installed ({spec.install_hint()})" if not spec.is_installed()
-                              else "not asked for (--backend)")
-    for name in list(chosen):
-        if not found[name].is_installed():
-            chosen.remove(name)
-            left_out[name] = f"not installed ({found[name].install_hint()})"
-    return chosen, left_out
+    left_out = {name: "not asked for (--backend)" for name in found if name not in chosen}
+    left_out.update({name: f"not installed ({spec.install_hint()})" for name, spec in found.items()
+                     if not spec.is_installed()})
+    return [name for name in chosen if name not in left_out], left_out
 
 
 def _environment_for(backend: str) -> tuple:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 __all__ = ["format_report"]
 
 _MARK = {"passed": "PASS", "failed": "FAIL", "skipped": "skip"}
@@ -71,17 +73,13 @@ def _merged(results: list) -> list:
             last["where"] += ", " + r["where"]
         else:
             merged.append(dict(r))
-    shorter, i = [], 0
-    while i < len(merged):
-        j = i
-        while j < len(merged) and merged[j]["group"] == merged[i]["group"]:
-            j += 1
-        block = merged[i:j]
+    shorter: list = []
+    for _, grouped in itertools.groupby(merged, key=lambda r: r["group"]):
+        block = list(grouped)
         if len(block) > 1 and all(r["status"] == "skipped" and r["detail"] == block[0]["detail"] for r in block):
             shorter.append({**block[0], "check": f"all {len(block)} checks", "where": ""})
         else:
             shorter.extend(block)
-        i = j
     return shorter
 
 

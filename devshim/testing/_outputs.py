@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from devshim import transfer
+from devshim import _tree, transfer
 from devshim.backends.dispatch import backend_for_tensor
 from devshim.backends.registry import autodiff, interop
 from devshim.errors import GradientCheckUsageError
@@ -40,7 +40,7 @@ class Output:
     __slots__ = ("steps", "title", "dtype", "shape", "gy", "tensor")
 
     def __init__(self, steps: tuple, dtype, shape: tuple, gy, tensor: bool = True) -> None:
-        path = _values.path_text(steps)
+        path = _tree.path_text(steps)
         self.steps, self.dtype, self.shape, self.gy, self.tensor = steps, dtype, shape, gy, tensor
         self.title = f"output {path}" if path else "the output"
 
@@ -62,7 +62,7 @@ class Selection:
         `grad_outputs` (None: drawn uniformly from [-1, 1) in the output's dtype, with
         `seed`, an int or a tuple of ints). Given grad outputs that are all None select no
         output: the gradients are zero, as in Chainer."""
-        found = _values.leaves(result)
+        found = _tree.leaves(result)
         reads = [_read_output(leaf, function) for _, leaf in found]
         if grad_outputs is not None:
             given = _match([steps for steps, _ in found], grad_outputs)
@@ -149,7 +149,7 @@ def _match(found: list, grad_outputs) -> list:
     by path where both name the same leaves (a dict's keys, in whatever order a framework
     rebuilt it), else by position; a None at a place where `f` returned an empty part (JAX's
     None) is dropped."""
-    given = _values.leaves(grad_outputs, none_is_leaf=True)
+    given = _tree.leaves(grad_outputs, none_is_leaf=True)
     places = set(found)
     for candidates in (given, [(steps, gy) for steps, gy in given if gy is not None or steps in places]):
         by_steps = dict(candidates)
@@ -165,12 +165,12 @@ def _match(found: list, grad_outputs) -> list:
 def _at(result, steps: tuple, function: str):
     value = result
     for step in steps:
-        _, children = _values.node(value)
+        _, children = _tree.node(value)
         found = dict(children)
         if step not in found:
             raise GradientCheckUsageError(
                 f"{function}(): f returned a result of another structure than on its first call (it has nothing at "
-                f"{_values.path_text(steps)}): a gradient check needs f to return the same structure every call.")
+                f"{_tree.path_text(steps)}): a gradient check needs f to return the same structure every call.")
         value = found[step]
     return value
 

@@ -1,6 +1,7 @@
 """Reading the values `ds.testing` compares: each tensor copied to the host through devshim's
 transfer door (an explicit copy, which a transfer guard lets through), with what it was: its
-framework, dtype, shape and device; the nests they come in; and what each dtype can hold.
+framework, dtype, shape and device; and what each dtype can hold. The nests they come in are
+walked by `devshim._tree` (`node`, `leaves`, `zip_leaves`), handed these readers.
 
 Example:
     >>> read(torch.ones(2)).describe()
@@ -9,17 +10,16 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
 
-from devshim import _tree, transfer
+from devshim import transfer
 from devshim.backends.dispatch import backend_for_tensor
-from devshim.errors import MultiDeviceValueError, NestCycleError, NotATensorError
+from devshim.errors import MultiDeviceValueError, NotATensorError
 
-__all__ = ["Value", "read", "read_copy", "number_array", "node", "leaves", "path_text", "check_no_cycle",
-           "is_floating", "is_finite_number", "unit_roundoff", "smallest_subnormal", "is_half", "float_dtype"]
+__all__ = ["Value", "read", "read_copy", "number_array", "is_floating", "is_finite_number", "unit_roundoff",
+           "smallest_subnormal", "is_half", "float_dtype"]
 
 _NUMBERS = (bool, int, float, complex, np.generic)
 
@@ -227,83 +227,3 @@ def _flatten(value) -> list:
     if isinstance(value, (list, tuple)):
         return [number for item in value for number in _flatten(item)]
     return [value]
-
-
-# ------------------------------------------------------------------ nests, with exact paths
-
-#: What a nest node is: one value to compare, nothing (None, as JAX's trees have it), or a
-#: container whose children are found by key (mappings), field name (namedtuples, dataclasses)
-#: or position (lists, tuples, deques; sets in iteration order).
-LEAF, EMPTY, MAPPING, FIELDS, SEQUENCE, SET = "leaf", "empty", "mapping", "fields", "sequence", "set"
-_KINDS = {_tree.DICT: MAPPING, _tree.DICT_SUB: MAPPING, _tree.MAPPING: MAPPING, _tree.NAMEDTUPLE: FIELDS,
-          _tree.DATACLASS: FIELDS, _tree.SET: SET}
-
-
-def node(value: Any, none_is_leaf: bool = False) -> tuple:
-    """`(kind, children)` of one nest node: children are `(step, child)` pairs, a step
-    `(kind, key)`; a leaf has none. None is an empty node unless `none_is_leaf`.
-
-    Example:
-        >>> node({"a": 1})
-        ('mapping', [(('mapping', 'a'), 1)])
-    """
-    if value is None and not none_is_leaf:
-        return EMPTY, []
-    container: Any = value
-    shape = _tree.container_kind(type(container))
-    if shape == _tree.LEAF:
-        return LEAF, []
-    kind = _KINDS.get(shape, SEQUENCE)
-    if kind == MAPPING:
-        return kind, [((kind, key), item) for key, item in container.items()]
-    if kind == FIELDS:
-        names = (type(container)._fields if shape == _tree.NAMEDTUPLE
-                 else [field.name for field in dataclasses.fields(container)])
-        return kind, [((kind, name), getattr(container, name)) for name in names if hasattr(container, name)]
-    return kind, [((kind, i), item) for i, item in enumerate(container)]
-
-
-def path_text(steps: tuple) -> str:
-    """A path of steps as Python would index it: `['w'][0].bias`.
-
-    Example:
-        >>> path_text((("mapping", "w"), ("sequence", 0), ("fields", "bias")))
-        "['w'][0].bias"
-    """
-    parts = []
-    for kind, key in steps:
-        parts.append(f".{key}" if kind == FIELDS else f"{{item {key}}}" if kind == SET else f"[{key!r}]")
-    return "".join(parts)
-
-
-def leaves(nest, none_is_leaf: bool = False) -> list:
-    """`(steps, leaf)` for every leaf of `nest`, in order; a lone value is one leaf at
-    `()`. A nest that contains itself raises `NestCycleError`.
-
-    Example:
-        >>> leaves({"w": [1.0]})
-        [((('mapping', 'w'), ('sequence', 0)), 1.0)]
-    """
-    found: list = []
-    _collect(nest, (), none_is_leaf, found, [])
-    return found
-
-
-def _collect(value, steps: tuple, none_is_leaf: bool, found: list, open_nodes: list) -> None:
-    kind, children = node(value, none_is_leaf)
-    if kind == LEAF:
-        found.append((steps, value))
-        return
-    check_no_cycle(value, steps, open_nodes)
-    open_nodes.append(value)
-    for step, child in children:
-        _collect(child, (*steps, step), none_is_leaf, found, open_nodes)
-    open_nodes.pop()
-
-
-def check_no_cycle(value, steps: tuple, open_nodes: list) -> None:
-    """Raise `NestCycleError` when `value` is one of the containers being walked."""
-    if any(value is other for other in open_nodes):
-        raise NestCycleError(
-            f"This nest contains itself at {path_text(steps) or 'its top level'}: walking it would never end. "
-            f"Pass a nest without the loop.")

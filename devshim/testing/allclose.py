@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from devshim import _tree
 from devshim.errors import NotCloseError, ToleranceError
 from devshim.testing import _values
 from devshim.testing._values import Value
@@ -77,94 +78,27 @@ def assert_allclose(actual, desired, *, rtol=None, atol=None, equal_nan: bool = 
                                  f"Pass {name}=None for the default of the values' dtype, or a number such as "
                                  f"{name}=1e-5.")
     failures = []
-    for path, got, want in _pairs(actual, desired):
-        problem = _compare(got, want, rtol, atol, equal_nan)
+
+    def pair(steps: tuple, got, want) -> None:  # each pair of leaves, read to the host and compared there
+        problem = _compare(_host(got), _host(want), rtol, atol, equal_nan)
         if problem is not None:
+            path = _tree.path_text(steps)
             failures.append(f"At {path}: {problem}" if path else problem)
+
+    try:
+        _tree.zip_leaves(actual, desired, pair, _values.number_array)
+    except _tree.NestsDiffer as differ:
+        raise NotCloseError(
+            f"The nests differ in structure: actual has {differ.first}, desired has {differ.second}. They first "
+            f"differ at {differ.where or 'the top level'}: {differ.why}. assert_allclose compares leaf by leaf "
+            f"(mappings by key, in any order); pass nests of one structure.") from None
     if failures:
         raise NotCloseError("\n\n".join(failures) + (f"\n{err_msg}" if err_msg else ""))
 
 
-def _pairs(actual, desired) -> list:
-    """`(path, actual Value, desired Value)` for each pair of leaves, the two nests walked
-    together: mappings matched by key (in whatever order each was written or rebuilt),
-    namedtuples and dataclasses by field, sequences by position; a list (of lists) of Python
-    numbers facing one value is read as one array. NotCloseError when the structures differ."""
-    pairs: list = []
-    try:
-        _pair(actual, desired, (), pairs, [])
-    except _Differ as differ:
-        where = _values.path_text(differ.steps)
-        raise NotCloseError(
-            f"The nests differ in structure: actual has {_listing(_values.leaves(actual))}, desired has "
-            f"{_listing(_values.leaves(desired))}. They first differ at {where or 'the top level'}: {differ.why}. "
-            f"assert_allclose compares leaf by leaf (mappings by key, in any order); pass nests of one "
-            f"structure.") from None
-    return pairs
-
-
-class _Differ(Exception):
-    """Where two nests first differ in structure, and how."""
-
-    def __init__(self, steps: tuple, why: str) -> None:
-        super().__init__(why)
-        self.steps, self.why = steps, why
-
-
-#: How a structure error names each kind of node.
-_KIND_NAMES = {_values.MAPPING: "a mapping", _values.FIELDS: "a namedtuple or dataclass",
-               _values.SEQUENCE: "a sequence", _values.SET: "a set", _values.EMPTY: "None",
-               _values.LEAF: "a single value"}
-
-
-def _pair(actual, desired, steps: tuple, pairs: list, open_nodes: list) -> None:
-    (kind_a, children_a), (kind_d, children_d) = _values.node(actual), _values.node(desired)
-    path = _values.path_text(steps)
-    if kind_a == kind_d == _values.LEAF:
-        pairs.append((path, _values.read(actual), _values.read(desired)))
-        return
-    if _values.LEAF in (kind_a, kind_d):
-        numbers = _values.number_array(desired if kind_a == _values.LEAF else actual)
-        if numbers is None:
-            raise _Differ(steps, _difference(kind_a, kind_d, [], []))
-        value = _values.read(actual if kind_a == _values.LEAF else desired)
-        pairs.append((path, value, numbers) if kind_a == _values.LEAF else (path, numbers, value))
-        return
-    keys_a, keys_d = [step for step, _ in children_a], [step for step, _ in children_d]
-    if kind_a != kind_d or set(keys_a) != set(keys_d) or len(keys_a) != len(keys_d):
-        raise _Differ(steps, _difference(kind_a, kind_d, keys_a, keys_d))
-    _values.check_no_cycle(actual, steps, open_nodes)
-    open_nodes.append(actual)
-    wanted = dict(children_d) if kind_a in (_values.MAPPING, _values.FIELDS) else None
-    for position, (step, child) in enumerate(children_a):
-        other = children_d[position][1] if wanted is None else wanted[step]
-        _pair(child, other, (*steps, step), pairs, open_nodes)
-    open_nodes.pop()
-
-
-def _difference(kind_a: str, kind_d: str, keys_a: list, keys_d: list) -> str:
-    if kind_a != kind_d:
-        return f"actual has {_KIND_NAMES[kind_a]} there, desired {_KIND_NAMES[kind_d]}"
-    if kind_a in (_values.SEQUENCE, _values.SET):
-        return f"actual has {len(keys_a)} items there, desired {len(keys_d)}"
-    only_a = [key for _, key in keys_a if (kind_a, key) not in set(keys_d)]
-    only_d = [key for _, key in keys_d if (kind_d, key) not in set(keys_a)]
-    names = "keys" if kind_a == _values.MAPPING else "fields"
-    return f"{names} only actual has: {_short(only_a)}; only desired has: {_short(only_d)}"
-
-
-def _short(keys: list) -> str:
-    if not keys:
-        return "none"
-    return ", ".join(repr(key) for key in keys[:6]) + (", ..." if len(keys) > 6 else "")
-
-
-def _listing(found: list) -> str:
-    if len(found) == 1 and found[0][0] == ():
-        return f"one value ({type(found[0][1]).__name__})"
-    paths = [_values.path_text(steps) for steps, _ in found]
-    shown = ", ".join(paths[:6]) + (", ..." if len(paths) > 6 else "")
-    return f"{len(paths)} leaves ({shown})"
+def _host(leaf) -> Value:
+    """One leaf read to the host (a list of numbers facing a value is one already)."""
+    return leaf if isinstance(leaf, Value) else _values.read(leaf)
 
 
 def _tolerances(got: Value, want: Value, rtol, atol) -> tuple:

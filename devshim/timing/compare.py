@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional
 from devshim.errors import TimingError
 from devshim.timing.benchmark import _WARMUP_FLOOR, Side, WaitMeter, _check_arguments, _Plan
 from devshim.timing.measurement import Measurement
-from devshim.timing.settle import disagrees, spread_share, stalled_runs, stalls_matter
+from devshim.timing.settle import disagrees, quartiles, spread_share, stalled_runs, stalls_matter
 from devshim.timing.sync import Waiter
 
 __all__ = ["compare", "Comparison", "MIN_PAIRS", "MAX_PAIRS"]
@@ -81,10 +81,7 @@ class Comparison:
             >>> c.quartiles()
             (1.02, 1.07)
         """
-        if len(self.ratios) < 2:
-            return self.ratios[0], self.ratios[0]
-        q1, _, q3 = statistics.quantiles(self.ratios, n=4, method="inclusive")
-        return q1, q3
+        return quartiles(self.ratios)
 
     @property
     def spread(self) -> float:

@@ -7,7 +7,7 @@ from typing import Optional, Sequence
 
 from devshim.errors import TimingError
 from devshim.timing.settle import (
-    busy, disagreement, disagrees, spread_share, stalled_runs, stalling, stalls_matter, unsettled,
+    busy, disagreement, disagrees, quartiles, spread_share, stalled_runs, stalling, stalls_matter, unsettled,
 )
 
 __all__ = ["Measurement", "format_seconds"]
@@ -24,6 +24,13 @@ def format_seconds(seconds: float) -> str:
         if abs(seconds) >= scale:
             return f"{seconds / scale:.3g} {unit}"
     return f"{seconds / 1e-9:.3g} ns"
+
+
+#: The fields of `Measurement.to_dict`, in order: attributes and properties of the Measurement,
+#: and its quartiles (`q1`, `q3`).
+_DICT_FIELDS = ("label", "device", "median", "mean", "iqr", "q1", "q3", "min", "max", "runs", "number_per_run",
+                "warmup", "warmup_seconds", "settled", "noisy", "load", "cpus", "busy", "stalls", "stalled",
+                "overhead", "times", "waits")
 
 
 class Measurement:
@@ -138,10 +145,7 @@ class Measurement:
         Example:
             >>> q1, q3 = m.quartiles()
         """
-        if len(self.times) < 2:
-            return self.times[0], self.times[0]
-        q1, _, q3 = statistics.quantiles(self.times, n=4, method="inclusive")
-        return q1, q3
+        return quartiles(self.times)
 
     @property
     def iqr(self) -> float:
@@ -233,31 +237,8 @@ class Measurement:
             >>> json.dumps(ds.benchmark(f).to_dict())
         """
         q1, q3 = self.quartiles()
-        return {
-            "label": self.label,
-            "device": self.device,
-            "median": self.median,
-            "mean": self.mean,
-            "iqr": self.iqr,
-            "q1": q1,
-            "q3": q3,
-            "min": self.min,
-            "max": self.max,
-            "runs": self.runs,
-            "number_per_run": self.number_per_run,
-            "warmup": self.warmup,
-            "warmup_seconds": self.warmup_seconds,
-            "settled": self.settled,
-            "noisy": self.noisy,
-            "load": self.load,
-            "cpus": self.cpus,
-            "busy": self.busy,
-            "stalls": self.stalls,
-            "stalled": self.stalled,
-            "overhead": self.overhead,
-            "times": list(self.times),
-            "waits": self.waits,
-        }
+        computed = {"q1": q1, "q3": q3, "times": list(self.times)}
+        return {name: computed[name] if name in computed else getattr(self, name) for name in _DICT_FIELDS}
 
     def __str__(self) -> str:
         q1, q3 = self.quartiles()

@@ -21,7 +21,7 @@ import time
 from typing import Optional, Sequence, Tuple
 
 __all__ = [
-    "SETTLE_RATIO", "SETTLE_BLOCKS", "NOISE_SHARE", "agree", "spread_share", "cold_prefix",
+    "SETTLE_RATIO", "SETTLE_BLOCKS", "NOISE_SHARE", "agree", "quartiles", "spread_share", "cold_prefix",
     "disagrees", "disagreement", "unsettled", "machine_load", "busy",
     "STALL_SHARE", "STALLED_RUNS", "cpu_wait", "stalled_runs", "stalls_matter", "stalling",
 ]
@@ -56,6 +56,20 @@ def agree(per_call: Sequence[float]) -> bool:
     return max(last) <= SETTLE_RATIO * fastest if fastest > 0 else max(last) == 0
 
 
+def quartiles(values: Sequence[float]) -> tuple:
+    """(first quartile, third quartile) of `values`, inclusive method (as numpy.percentile); a
+    single value is both.
+
+    Example:
+        >>> quartiles([1.0, 1.0, 1.2, 1.4])
+        (1.0, 1.25)
+    """
+    if len(values) < 2:
+        return values[0], values[0]
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q3
+
+
 def spread_share(times: Sequence[float]) -> float:
     """Interquartile range over median of `times` (0.0 for fewer than two, or a zero median).
 
@@ -68,7 +82,7 @@ def spread_share(times: Sequence[float]) -> float:
     median = statistics.median(times)
     if median <= 0:
         return 0.0
-    q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive")
+    q1, q3 = quartiles(times)
     return (q3 - q1) / median
 
 

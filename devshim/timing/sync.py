@@ -50,13 +50,15 @@ def waits(target, backend=None, outputs_only: bool = False) -> list:
     """
     nested = _tree.is_container(target)
     leaves = [leaf for _, leaf in _tree.iter_leaves(target)] if nested else [target]
-    found: list = []
+    pairs = [_wait_for_leaf(leaf, backend, devices=not outputs_only, strict=not nested) for leaf in leaves]
+    return _one_per_device([pair for pair in pairs if pair is not None])
+
+
+def _one_per_device(pairs: list) -> list:
+    """The waits of `(key, wait)` pairs: one per device (key), and every per-value wait (key None)."""
     seen = set()
-    for leaf in leaves:
-        pair = _wait_for_leaf(leaf, backend, devices=not outputs_only, strict=not nested)
-        if pair is None:
-            continue
-        key, wait = pair
+    found = []
+    for key, wait in pairs:
         if key is None or key not in seen:
             seen.add(key)
             found.append(wait)
@@ -118,23 +120,11 @@ class Waiter:
         self.per_value = False
 
     def _make_plan(self, outputs) -> list:
-        plan = []
-        seen = set()
-        for _, leaf in _tree.iter_leaves(outputs):
-            if isinstance(leaf, _PLAIN):
-                continue
-            adapter = backend_for_tensor(leaf)
-            if adapter is None:
-                continue
-            if adapter.waits_per_value:
-                self.per_value = True
-                continue
-            where = adapter.tensor_device(leaf)
-            key, wait = device_wait(adapter, where, where.native)
-            if key not in seen:
-                seen.add(key)
-                plan.append(wait)
-        plan.extend(self.device_waits)
+        # The outputs' devices; per-value waits (key None) are made anew for each block's outputs.
+        pairs = [_wait_for_leaf(leaf, None, devices=False, strict=False) for _, leaf in _tree.iter_leaves(outputs)]
+        pairs = [pair for pair in pairs if pair is not None]
+        self.per_value = any(key is None for key, _ in pairs)
+        plan = _one_per_device([pair for pair in pairs if pair[0] is not None]) + self.device_waits
         if not plan and not self.per_value:
             backend = self.backend
             plan.append(lambda: synchronize(None, backend=backend))

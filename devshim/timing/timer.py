@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from typing import Any, Callable, Optional
@@ -105,11 +106,7 @@ class Timer:
             >>> timer.times, timer.cumsum()
             ([1.0, 2.0], [1.0, 3.0])
         """
-        totals, running = [], 0.0
-        for t in self.times:
-            running += t
-            totals.append(running)
-        return totals
+        return list(itertools.accumulate(self.times))
 
     def cold(self) -> int:
         """How many of the first recorded times were cold: each more than 1.5 times the median

@@ -222,6 +222,16 @@ class Harness:
     #: virtual devices cannot be added afterwards), None where it can add them at any time.
     starts_devices_code: Optional[str] = None
 
+    def on_host(self, array: np.ndarray) -> Any:
+        """A tensor of the framework on the CPU holding ``array``'s values, in storage that is
+        ``array``'s own where the framework takes a host buffer in place (tests/test_convert.py
+        reads sharing from addresses); None where it has no array of that dtype on the CPU."""
+        return None
+
+    def address(self, x: Any) -> int:
+        """The address of ``x``'s first element, read with the framework's own API."""
+        raise NotImplementedError
+
 
 @functools.lru_cache(maxsize=None)
 def _entry_points(group: str) -> dict:

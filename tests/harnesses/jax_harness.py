@@ -163,5 +163,11 @@ class JaxHarness(Harness):
             return error
         raise AssertionError("JAX allocated 2**60 bytes")
 
+    def on_host(self, array):
+        return jax.device_put(array, ds.cpu(backend="jax"))
+
+    def address(self, x):
+        return x.unsafe_buffer_pointer()
+
 
 HARNESS = JaxHarness()

@@ -96,6 +96,7 @@ class MxnetHarness(Harness):
 
     def fill(self, x, value):
         x[...] = value
+        x.wait_to_read()  # MXNet writes asynchronously: a NumPy view of the same memory sees it only once done
 
     def aliases(self, a, b):
         (start_a, size_a), (start_b, size_b) = data_span(a), data_span(b)
@@ -155,6 +156,14 @@ class MxnetHarness(Harness):
         # MXNet refuses a huge array by its element count, not its memory: the error its GPU
         # allocator raises when cudaMalloc fails, built as MXNet builds it.
         return mx.base.MXNetError("cudaMalloc retry failed: out of memory")
+
+    def on_host(self, array):
+        if array.dtype.name not in self.dtypes:
+            return None
+        return mx.np.array(array, dtype=array.dtype, ctx=mx.cpu())
+
+    def address(self, x):
+        return data_span(x)[0]
 
 
 HARNESS = MxnetHarness()

@@ -198,6 +198,13 @@ class TensorflowHarness(Harness):
         return tf.errors.ResourceExhaustedError(
             None, None, "OOM when allocating tensor with shape[1000000,1000000] and type float")
 
+    def on_host(self, array):
+        with tf.device("/CPU:0"):
+            return tf.identity(tf.constant(array))
+
+    def address(self, x):
+        return np.asarray(x).__array_interface__["data"][0]
+
 
 HARNESS = TensorflowHarness()
 

@@ -173,6 +173,14 @@ class TorchHarness(Harness):
             return error
         raise AssertionError("torch allocated 4 EiB")
 
+    def on_host(self, array):
+        if array.dtype.name == "bfloat16":  # ml_dtypes' bfloat16: torch takes its bits
+            return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(array)
+
+    def address(self, x):
+        return x.data_ptr()
+
 
 HARNESS = TorchHarness()
 

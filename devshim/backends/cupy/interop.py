@@ -28,8 +28,6 @@ class CupyInterop(Interop):
         False
     """
 
-    immutable = False
-
     def export(self, adapter, x):
         """The array itself.
 

@@ -31,7 +31,7 @@ import inspect
 import threading
 from collections import namedtuple
 
-from devshim.backends.probes import Internals, Slot, dotted, names_in_code
+from devshim.backends.probes import Internals, Slot, dotted, names_in_code, slot
 
 #: The JAX releases devshim's CI tests (tox envs jax-floor, jax and py313-latest).
 TESTED = "0.4.31 to 0.12"
@@ -127,26 +127,6 @@ def _context_field_key():
     return _ContextFieldKey(jax_jit, config._ThreadLocalExtraJitContext, config._GlobalExtraJitContext)
 
 
-def _fastpath_data():
-    from jax._src import pjit
-
-    pjit._get_fastpath_data  # noqa: B018 - devshim wraps it
-    return Slot(pjit, "_get_fastpath_data")
-
-
-def _backends_initialized():
-    from jax._src import xla_bridge
-
-    return xla_bridge.backends_are_initialized
-
-
-def _batched_device_put():
-    from jax._src.interpreters import pxla
-
-    pxla.batched_device_put  # noqa: B018 - devshim wraps it
-    return Slot(pxla, "batched_device_put")
-
-
 def _guard_lib():
     try:
         from jax._src.lib import guard_lib  # JAX 0.7 and later
@@ -237,19 +217,19 @@ FASTPATH_DATA = INTERNALS.add(
     "jax._src.pjit._get_fastpath_data",
     feature=_H2D + " in jitted calls",
     fallback=_H2D_FALLBACK,
-    find=_fastpath_data,
+    find=slot("jax._src.pjit._get_fastpath_data"),
 )
 BACKENDS_INITIALIZED = INTERNALS.add(
     "jax._src.xla_bridge.backends_are_initialized",
     feature=_H2D,
     fallback=_H2D_FALLBACK,
-    find=_backends_initialized,
+    find=dotted("jax._src.xla_bridge.backends_are_initialized"),
 )
 BATCHED_DEVICE_PUT = INTERNALS.add(
     "jax._src.interpreters.pxla.batched_device_put",
     feature=_H2D,
     fallback=_H2D_FALLBACK,
-    find=_batched_device_put,
+    find=slot("jax._src.interpreters.pxla.batched_device_put"),
 )
 GUARD_LIB = INTERNALS.add(
     "jax._src.lib.guard_lib.thread_local_state",

@@ -141,12 +141,7 @@ def _what(depth: int = 8):
 
 def _device_place(x):
     """The first device (not the host CPU) holding `x`, or None when it is all in host memory."""
-    backend = load_backend("jax")
-    for native in x.sharding.device_set:
-        place = backend.describe(native)
-        if place.kind != "cpu":
-            return place
-    return None
+    return _accelerator_among(x.sharding.device_set)
 
 
 def _fetched_explicitly(x) -> bool:
@@ -495,10 +490,8 @@ def _follow_default() -> None:
         wanted = JaxGuardHooks.patched() and settings.default_guard_level() != ALLOW
     except DevshimError:  # a misspelt level: the lifecycle reports it
         wanted = False
-    _global_key["pending"] = False
     if not wanted:
-        if _global_key.pop("set", False):
-            _CHECKING_KEY.set_global(None)
+        _drop_global_key()
     elif _backends_are_initialized():
         _settle_global_key()
     else:
@@ -576,9 +569,8 @@ class _CheckingKey:
         _CHECKING_KEY.set_local(self._previous)
 
 
-def _clear_after_uninstall() -> None:
-    # (_fetched stays: a value read once is held on the host after the guard too, as in JAX;
-    # an entry goes with its array)
+def _drop_global_key() -> None:
+    """No decision pending, and devshim's jit-cache key unset for every thread (where it was set)."""
     _global_key["pending"] = False
     if _global_key.pop("set", False):
         _CHECKING_KEY.set_global(None)
@@ -597,29 +589,6 @@ def _default_is_a_device() -> bool:
         return load_backend("jax").describe(chosen).kind != "cpu"
     except DevshimError:  # a device devshim does not describe: JAX's own word
         return getattr(chosen, "platform", "cpu") != "cpu"
-
-
-def _enter_block(state) -> None:
-    """Set JAX's own guards to this block's levels, in this thread."""
-    scopes = [jax.transfer_guard_device_to_device(state.device_to_device),
-              jax.transfer_guard_device_to_host(state.device_to_host)]
-    if _default_is_a_device():  # a backstop for what devshim's hook does not see (pmap, AOT calls)
-        scopes.append(jax.transfer_guard_host_to_device(state.host_to_device))
-    if _checks_host_to_device(state):
-        scopes.append(_CheckingKey())
-    for scope in scopes:
-        scope.__enter__()
-    stack = getattr(_local, "scopes", None)
-    if stack is None:
-        stack = _local.scopes = []
-    stack.append(scopes)
-
-
-def _exit_block() -> None:
-    stack = getattr(_local, "scopes", None)
-    if stack:
-        for scope in reversed(stack.pop()):
-            scope.__exit__(None, None, None)
 
 
 _REFUSED = re.compile(r"Disallowed (host-to-device|device-to-host|device-to-device) transfer")
@@ -678,43 +647,6 @@ def _mixed_devices(error):
                                  f" ({', '.join(places)})" if places else "")
 
 
-def _translate(error):
-    """devshim's error for JAX's own guard refusing a transfer, recorded like devshim's own;
-    or for JAX refusing to mix devices (`DeviceMismatchError`, whatever the level)."""
-    if isinstance(error, ValueError) and not isinstance(error, DevshimError):
-        return _mixed_devices(error)
-    if _JAX_REFUSAL is None or not isinstance(error, _JAX_REFUSAL):
-        return None
-    message = str(error)
-    refused = _REFUSED.search(message)
-    if refused is None:
-        return None
-    direction = refused.group(1).replace("-", "_")
-    source = Device("cpu") if direction == "host_to_device" else _jax_device(_JAX_DEVICE, message, "a device")
-    target = Device("cpu") if direction == "device_to_host" else _jax_device(_JAX_TARGET, message, "a device")
-    kind = {"host_to_device": TO_DEVICE, "device_to_host": READ}.get(direction, OP_INPUT)
-    jax_says = message.split(": ", 1)[-1]
-
-    def refusal(event):
-        cls = DeviceMismatchError if direction == "device_to_device" else ImplicitTransferError
-        return cls(
-            f"JAX's own transfer guard, set by ds.transfer_guard, refused an implicit "
-            f"{refused.group(1)} copy from {event.source} to {event.target} inside the block "
-            f"ending at {event.site} ({jax_says}). Make the copy explicit (ds.to_device, "
-            f"ds.copy_if_needed, ds.to_numpy, or jax.device_put / jax.device_get), or allow it "
-            f"with ds.transfer_guard({direction}='allow')."
-        )
-
-    state = current()
-    if state.level(direction) != DISALLOW:
-        return None  # devshim's level lets it through: JAX's guard was set by someone else
-    try:
-        implicit(direction, kind, f"JAX: {jax_says}", source, target, state, error=refusal)
-    except DevshimError as translated:
-        return translated
-    return None
-
-
 class JaxGuardHooks(GuardHooks):
     """JAX's transfer-guard hooks (the contract: `devshim.guard.hooks.GuardHooks`).
 
@@ -747,13 +679,63 @@ class JaxGuardHooks(GuardHooks):
         patched = self.patched()
         self.restore()
         if patched:
-            _clear_after_uninstall()
+            # (_fetched stays: a value read once is held on the host after the guard too, as in
+            # JAX; an entry goes with its array)
+            _drop_global_key()
 
     def enter_block(self, state) -> None:
-        _enter_block(state)
+        """Set JAX's own guards to this block's levels, in this thread (until `exit_block`)."""
+        scopes = [jax.transfer_guard_device_to_device(state.device_to_device),
+                  jax.transfer_guard_device_to_host(state.device_to_host)]
+        if _default_is_a_device():  # a backstop for what devshim's hook does not see (pmap, AOT calls)
+            scopes.append(jax.transfer_guard_host_to_device(state.host_to_device))
+        if _checks_host_to_device(state):
+            scopes.append(_CheckingKey())
+        for scope in scopes:
+            scope.__enter__()
+        stack = getattr(_local, "scopes", None)
+        if stack is None:
+            stack = _local.scopes = []
+        stack.append(scopes)
 
     def exit_block(self) -> None:
-        _exit_block()
+        stack = getattr(_local, "scopes", None)
+        if stack:
+            for scope in reversed(stack.pop()):
+                scope.__exit__(None, None, None)
 
     def translate(self, error):
-        return _translate(error)
+        """devshim's error for JAX's own guard refusing a transfer, recorded like devshim's own;
+        or for JAX refusing to mix devices (`DeviceMismatchError`, whatever the level)."""
+        if isinstance(error, ValueError) and not isinstance(error, DevshimError):
+            return _mixed_devices(error)
+        if _JAX_REFUSAL is None or not isinstance(error, _JAX_REFUSAL):
+            return None
+        message = str(error)
+        refused = _REFUSED.search(message)
+        if refused is None:
+            return None
+        direction = refused.group(1).replace("-", "_")
+        source = Device("cpu") if direction == "host_to_device" else _jax_device(_JAX_DEVICE, message, "a device")
+        target = Device("cpu") if direction == "device_to_host" else _jax_device(_JAX_TARGET, message, "a device")
+        kind = {"host_to_device": TO_DEVICE, "device_to_host": READ}.get(direction, OP_INPUT)
+        jax_says = message.split(": ", 1)[-1]
+
+        def refusal(event):
+            cls = DeviceMismatchError if direction == "device_to_device" else ImplicitTransferError
+            return cls(
+                f"JAX's own transfer guard, set by ds.transfer_guard, refused an implicit "
+                f"{refused.group(1)} copy from {event.source} to {event.target} inside the block "
+                f"ending at {event.site} ({jax_says}). Make the copy explicit (ds.to_device, "
+                f"ds.copy_if_needed, ds.to_numpy, or jax.device_put / jax.device_get), or allow it "
+                f"with ds.transfer_guard({direction}='allow')."
+            )
+
+        state = current()
+        if state.level(direction) != DISALLOW:
+            return None  # devshim's level lets it through: JAX's guard was set by someone else
+        try:
+            implicit(direction, kind, f"JAX: {jax_says}", source, target, state, error=refusal)
+        except DevshimError as translated:
+            return translated
+        return None

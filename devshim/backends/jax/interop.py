@@ -75,12 +75,3 @@ class JaxInterop(Interop):
             return x.unsafe_buffer_pointer()
         except (AttributeError, RuntimeError, ValueError, NotImplementedError):
             return None
-
-    def host_device(self, adapter):
-        """JAX's CPU device 0.
-
-        Example:
-            >>> host_device(adapter)
-            CpuDevice(id=0)
-        """
-        return adapter.cpu()

@@ -26,7 +26,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from devshim.backends.memory_base import DeviceMemory, MemoryInfo, covered_bytes, with_capacity
+from devshim.backends.memory_base import DeviceMemory, MemoryInfo, buffer_bytes, with_capacity
 from devshim.errors import MemoryEstimateError, MemoryEstimateUnsupportedError
 
 __all__ = ["JaxMemory"]
@@ -80,20 +80,14 @@ class JaxMemory(DeviceMemory):
                           source="jax Device.memory_stats()")
 
     def live_bytes(self, adapter, device):
-        ranges, lone = [], 0
+        found = []
         for array in jax.live_arrays():
             try:
                 buffers = list(_buffers(array))
             except (RuntimeError, ValueError, AttributeError):  # deleted meanwhile
                 continue
-            for native, start, size in buffers:
-                if adapter.describe(native) != device:
-                    continue
-                if start is None:
-                    lone += size
-                else:
-                    ranges.append((start, start + size))
-        return covered_bytes(ranges) + lone
+            found += [(start, size) for native, start, size in buffers if adapter.describe(native) == device]
+        return buffer_bytes(found)
 
     def virtual_figures(self, adapter, native, device) -> MemoryInfo:
         return with_capacity(MemoryInfo(device, in_use=self.live_bytes(adapter, device), source=self.live_source))

@@ -27,13 +27,6 @@ def _arrays(params) -> list:
 class _KerasOnJax(keras_base.KerasModels):
     """Keras 3 models on JAX: each variable given its value on the device."""
 
-    def functional_class(self):
-        return _internals.KERAS_FUNCTIONAL.get()
-
-    def builders(self) -> tuple:
-        maybe_build = _internals.KERAS_MAYBE_BUILD.get()  # Keras's first-call build step
-        return () if maybe_build is None else (maybe_build.__name__,)
-
     def move_weights(self, model, native, adapter):
         for variable in model.variables:
             self.move_variable(variable, native, adapter)
@@ -52,7 +45,7 @@ class _KerasOnJax(keras_base.KerasModels):
         return adapter.describe(default)  # where JAX takes uncommitted arrays to compute
 
 
-_KERAS = _KerasOnJax()
+_KERAS = _KerasOnJax(_internals)
 
 
 def _keras(model) -> bool:

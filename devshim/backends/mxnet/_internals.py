@@ -12,18 +12,12 @@ The transfer guard's (`guard.py`) are the Python functions MXNet's generated ope
 
 from __future__ import annotations
 
-from devshim.backends.probes import Internals, Slot
+from devshim.backends.probes import Internals, Slot, dotted, slot
 
 #: The MXNet release devshim's CI tests (tox env mxnet): 1.9.1, the last one.
 TESTED = "1.9.1"
 
 INTERNALS = Internals("mxnet", title="MXNet", tested=TESTED)
-
-
-def _ndarray_get_data():
-    import mxnet as mx
-
-    return mx.base._LIB.MXNDArrayGetData
 
 
 def _deferred_init():
@@ -40,13 +34,6 @@ def _children():
     if not isinstance(gluon.Block()._children, dict):
         raise TypeError("gluon.Block._children is no longer a dict")
     return "_children"
-
-
-def _imperative_invoke():
-    from mxnet.ndarray import register
-
-    register._imperative_invoke  # noqa: B018 - what every generated operator calls
-    return Slot(register, "_imperative_invoke")
 
 
 def _numpy_packed_functions():
@@ -71,7 +58,7 @@ IMPERATIVE_INVOKE = INTERNALS.add(
     "mxnet.ndarray.register._imperative_invoke",
     feature=_OPS + " in the mx.nd and mx.np operators",
     fallback="such ops run on the first input's context without a word (host reads are still checked).",
-    find=_imperative_invoke,
+    find=slot("mxnet.ndarray.register._imperative_invoke"),  # what every generated operator calls
 )
 NUMPY_PACKED_FUNCTIONS = INTERNALS.add(
     "mxnet.ndarray.numpy._api_internal",
@@ -90,7 +77,7 @@ NDARRAY_GET_DATA = INTERNALS.add(
     feature="reading an array's data address (ds.convert's check that a no-copy conversion shares memory)",
     fallback="the address is unknown, so ds.convert cannot check that a DLPack import from MXNet shared "
              "its memory rather than copied it (the result is right either way).",
-    find=_ndarray_get_data,
+    find=dotted("mxnet.base._LIB.MXNDArrayGetData"),
 )
 DEFERRED_INIT = INTERNALS.add(
     "mxnet.gluon.Parameter._deferred_init",

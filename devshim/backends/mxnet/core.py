@@ -16,7 +16,7 @@ from __future__ import annotations
 from devshim import settings
 from devshim.backends import virtual
 from devshim.backends.base import Backend, DeviceTable
-from devshim.backends.mxnet import SPEC
+from devshim.backends.mxnet import SPEC, _internals
 from devshim._device import Device
 from devshim.errors import DeviceUnavailableError, InvalidDeviceError, UnsupportedValueError
 
@@ -118,6 +118,29 @@ class MxnetBackend(Backend):
     def tensor_to_numpy(self, x):
         # asnumpy allocates a fresh NumPy array and waits for x to be computed.
         return x.asnumpy()
+
+    def data_address(self, x):
+        """The address of `x`'s first element (MXNet's `MXNDArrayGetData`), or None where MXNet
+        cannot say. Wait for `x` first (`x.wait_to_read()`): on an array still pending,
+        MXNDArrayGetData allocates its storage on this thread while the engine may be allocating
+        it for the write, which then lands in memory the array drops (MXNet's DLPack export waits
+        too).
+
+        Example:
+            >>> ds.get_backend("mxnet").data_address(mx.np.ones(2)) > 0
+            True
+        """
+        import ctypes
+
+        get_data = _internals.NDARRAY_GET_DATA.get()
+        if get_data is None:
+            return None
+        found, mx = ctypes.c_void_p(), self.fw
+        try:
+            mx.base.check_call(get_data(x.handle, ctypes.byref(found)))
+        except (AttributeError, mx.base.MXNetError):
+            return None
+        return found.value
 
     def array_namespace(self, x):
         mx = self.fw

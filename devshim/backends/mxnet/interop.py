@@ -12,12 +12,9 @@ Example:
 
 from __future__ import annotations
 
-import ctypes
-
 import mxnet as mx
 
 from devshim.backends.interop_base import CapsuleProducer, Interop
-from devshim.backends.mxnet import _internals
 from devshim.errors import CopyRequiredError, UnsupportedDtypeError
 
 __all__ = ["MXNetInterop"]
@@ -36,8 +33,6 @@ class MXNetInterop(Interop):
         >>> ds.backends.interop("mxnet").immutable
         False
     """
-
-    immutable = False
 
     def export(self, adapter, x):
         """A DLPack producer for `x`'s buffer.
@@ -89,25 +84,5 @@ class MXNetInterop(Interop):
             >>> pointer(adapter, mx.np.ones(2)) > 0
             True
         """
-        found = ctypes.c_void_p()
-        # MXNDArrayGetData allocates a pending array's storage on this thread while the
-        # engine may be allocating it for the write: the write lands in memory the array
-        # then drops. Waiting first is what MXNet's DLPack export does too.
-        x.wait_to_read()
-        get_data = _internals.NDARRAY_GET_DATA.get()
-        if get_data is None:
-            return None
-        try:
-            mx.base.check_call(get_data(x.handle, ctypes.byref(found)))
-        except (AttributeError, mx.base.MXNetError):
-            return None
-        return found.value
-
-    def host_device(self, adapter):
-        """`cpu(0)`.
-
-        Example:
-            >>> host_device(adapter)
-            cpu(0)
-        """
-        return adapter.cpu()
+        x.wait_to_read()  # (see data_address)
+        return adapter.data_address(x)

@@ -16,13 +16,10 @@ Out of memory is an `MXNetError` whose message says "out of memory".
 
 from __future__ import annotations
 
-import ctypes
-
 import mxnet as mx
 import numpy as np
 
-from devshim.backends.memory_base import DeviceMemory, MemoryInfo, covered_bytes, live_objects
-from devshim.backends.mxnet import _internals
+from devshim.backends.memory_base import DeviceMemory, MemoryInfo, buffer_bytes, live_objects
 
 __all__ = ["MxnetMemory"]
 
@@ -36,18 +33,13 @@ def _size(x):
         return None
 
 
-def _address(x):
+def _address(adapter, x):
     """The address of `x`'s first element, or None where MXNet cannot say."""
-    get_data = _internals.NDARRAY_GET_DATA.get()
-    if get_data is None:
-        return None
-    found = ctypes.c_void_p()
     try:
-        x.wait_to_read()  # the engine may not have allocated it yet
-        mx.base.check_call(get_data(x.handle, ctypes.byref(found)))
+        x.wait_to_read()  # the engine may not have allocated it yet (see data_address)
     except (AttributeError, mx.base.MXNetError):
         return None
-    return found.value
+    return adapter.data_address(x)
 
 
 class MxnetMemory(DeviceMemory):
@@ -69,17 +61,12 @@ class MxnetMemory(DeviceMemory):
                           source="mx.context.gpu_memory_info, and " + self.live_source)
 
     def live_bytes(self, adapter, device):
-        ranges, lone = [], 0
+        found = []
         for array in live_objects((mx.nd.NDArray,)):
             size = _size(array) if getattr(array, "handle", None) is not None else None
-            if not size or adapter.tensor_device(array) != device:
-                continue
-            start = _address(array)
-            if start is None:
-                lone += size
-            else:
-                ranges.append((start, start + size))
-        return covered_bytes(ranges) + lone
+            if size and adapter.tensor_device(array) == device:
+                found.append((_address(adapter, array), size))
+        return buffer_bytes(found)
 
     def is_out_of_memory(self, error: BaseException) -> bool:
         return isinstance(error, mx.base.MXNetError) and "out of memory" in str(error).lower()

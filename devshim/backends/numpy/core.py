@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from operator import methodcaller
 
-from devshim import settings, transfer
-from devshim.guard import marker
+from devshim import settings
 from devshim.backends.base import Backend, DeviceTable
 from devshim.backends.numpy import SPEC
 from devshim._device import Device
@@ -170,7 +169,7 @@ class NumpyBackend(Backend):
         """The framework whose GPU a spec names for a NumPy array: the selected backend's, or under
         the numpy and cupy backends NumPy's accelerator partner (CuPy); an error naming what to do
         when there is none."""
-        from devshim.backends.registry import accelerator_partner
+        from devshim.backends.registry import accelerator_partner, specs
         from devshim.backends.selection import get_backend
 
         selected = get_backend()
@@ -180,16 +179,26 @@ class NumpyBackend(Backend):
         virtual = settings.virtual_device_count()
         if partner is not None and not virtual:
             return partner
+        raise self._no_gpu(spec, selected.name, virtual, specs())
+
+    def _no_gpu(self, spec, selected: str, virtual: int, every: dict) -> DeviceUnavailableError:
+        """Why a NumPy array cannot go to the GPU `spec` names, and what to do: the frameworks
+        with virtual GPUs and NumPy's accelerator partner (CuPy), as the registry has them."""
         place = str(spec) if type(spec) is str else f"{spec.kind}:{spec.index}"
-        also = (f" Virtual GPUs ({settings.VIRTUAL_DEVICES_VAR}={virtual}) are the GPUs of torch, TensorFlow, "
-                f"JAX and MXNet, not CuPy's." if virtual else
-                " Install CuPy (pip install cupy-cuda12x, or pip install \"devshim[cupy]\" where devshim is "
-                "installed) to get CuPy arrays there, as Chainer's to_gpu does.")
-        raise DeviceUnavailableError(
-            f"{place} was asked for a NumPy array under the {selected.name} backend, and NumPy has no GPU: "
-            f"under the numpy and cupy backends a GPU is CuPy's.{also} Or make x a tensor of a GPU "
-            f"framework there: ds.convert(x, 'torch', device={place!r}), or select that framework "
-            f"(DEVSHIM_BACKEND=torch) and to_device makes one; or keep x on the host with ds.cpu()."
+        gpu = [other for other in every.values() if other.virtual_devices]
+        partner = next((other for other in every.values() if other.host_partner == self.name), None)
+        where = also = ""
+        if partner is not None:
+            where = f": under the {self.name} and {partner.name} backends a GPU is {partner.title}'s"
+            also = (f" Virtual GPUs ({settings.VIRTUAL_DEVICES_VAR}={virtual}) are the GPUs of "
+                    f"{', '.join(other.title for other in gpu)}, not {partner.title}'s." if virtual else
+                    f" Install {partner.title} ({partner.install_hint()}) to get {partner.title} arrays there, as "
+                    f"Chainer's to_gpu does.")
+        other = gpu[0].name if gpu else "<framework>"
+        return DeviceUnavailableError(
+            f"{place} was asked for a NumPy array under the {selected} backend, and NumPy has no GPU{where}.{also} "
+            f"Or make x a tensor of a GPU framework there: ds.convert(x, {other!r}, device={place!r}), or select "
+            f"that framework (DEVSHIM_BACKEND={other}) and to_device makes one; or keep x on the host with ds.cpu()."
         )
 
     def _names_a_gpu(self, spec) -> bool:
@@ -231,22 +240,3 @@ class NumpyBackend(Backend):
 
     def device_details(self) -> list:
         return [{"device": "cpu:0", "name": "host CPU"}]
-
-    # The fast paths skip what cannot differ for NumPy: where an array lives.
-
-    def copy_if_needed_fn(self):
-        targets, resolve, copy_to, adapter = self._targets, self.target, self.copy_to, self
-        copy = transfer.copy
-
-        def copy_if_needed(x, device):
-            try:
-                native = targets[device]
-            except (KeyError, TypeError):
-                native = resolve(device)  # still checks that the device exists
-            if native is HOST:
-                return x
-            if marker.watchers:  # a GPU of the accelerator partner: a real transfer
-                return copy(adapter, x, native, False)
-            return copy_to(x, native, False)
-
-        return copy_if_needed

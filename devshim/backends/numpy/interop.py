@@ -29,8 +29,6 @@ class NumpyInterop(Interop):
         False
     """
 
-    immutable = False
-
     def export(self, adapter, x):
         """`x` as a DLPack producer (a 0-d array for NumPy scalars).
 
@@ -80,12 +78,3 @@ class NumpyInterop(Interop):
         if isinstance(x, np.ndarray):
             return x.__array_interface__["data"][0]
         return None
-
-    def host_device(self, adapter):
-        """NumPy's one device.
-
-        Example:
-            >>> host_device(adapter)
-            'cpu'
-        """
-        return adapter.cpu()

@@ -13,31 +13,12 @@ class, and the two functions every eager op goes through.
 
 from __future__ import annotations
 
-from devshim.backends.probes import Internals, Slot
+from devshim.backends.probes import Internals, Slot, dotted
 
 #: The TensorFlow releases devshim's CI tests (tox envs tensorflow-floor and tensorflow).
 TESTED = "2.16 to 2.21 (Keras 3)"
 
 INTERNALS = Internals("tensorflow", title="TensorFlow", tested=TESTED)
-
-
-def _composite_tensor():
-    import tensorflow as tf
-
-    return tf.__internal__.CompositeTensor
-
-
-def _functional():
-    from keras.src.models.functional import Functional
-
-    return Functional
-
-
-def _maybe_build():
-    import keras
-
-    keras.layers.Layer._maybe_build  # noqa: B018 - the method devshim wraps
-    return "_maybe_build"
 
 
 def _variable_initialize():
@@ -134,7 +115,7 @@ COMPOSITE_TENSOR = INTERNALS.add(
     "tf.__internal__.CompositeTensor",
     feature="moving composite tensors (tf.RaggedTensor, tf.SparseTensor, tf.IndexedSlices) part by part",
     fallback="composite tensors are not taken as tensors: move their component tensors yourself.",
-    find=_composite_tensor,
+    find=dotted("tensorflow.__internal__.CompositeTensor"),
 )
 AUTOGRAPH_RULES = INTERNALS.add(
     "tensorflow.python.autograph.core.config.CONVERSION_RULES",
@@ -149,7 +130,7 @@ KERAS_FUNCTIONAL = INTERNALS.add(
     feature="ds.place_model / ds.replicate cloning functional Keras models (keras.Model(inputs, outputs))",
     fallback="functional models are refused like subclassed ones (UnsupportedPlacementError); "
              "keras.Sequential models are still cloned.",
-    find=_functional,
+    find=dotted("keras.src.models.functional.Functional"),
     framework="keras",
     since=(3, 0),
 )
@@ -159,7 +140,7 @@ KERAS_MAYBE_BUILD = INTERNALS.add(
     fallback="only the model's build() and call() run under the device (a model that builds its weights "
              "in call() under tf.init_scope builds them on the default device): pass input_shape= to "
              "ds.place_model to build it there at once.",
-    find=_maybe_build,
+    find=dotted("keras.layers.Layer._maybe_build"),
     framework="keras",
     since=(3, 0),
 )

@@ -102,12 +102,3 @@ class TensorFlowInterop(Interop):
             return np.asarray(x).__array_interface__["data"][0]
         except (TypeError, ValueError):
             return None
-
-    def host_device(self, adapter):
-        """TensorFlow's `/CPU:0`.
-
-        Example:
-            >>> host_device(adapter)
-            '/CPU:0'
-        """
-        return adapter.cpu()

@@ -66,16 +66,10 @@ def _keras2_refused(model, package: str) -> FrameworkReleaseError:
 
 
 class _KerasOnTensorFlow(keras_base.KerasModels):
-    """Keras 3 models on TensorFlow: cloned onto another device (TensorFlow cannot move a variable)."""
-
-    def functional_class(self):
-        return _internals.KERAS_FUNCTIONAL.get()
-
-    def builders(self) -> tuple:
-        # Keras builds a model on its first call through _maybe_build, which traces call() in a graph
-        # where a device scope entered inside does not reach the variables (made under tf.init_scope).
-        maybe_build = _internals.KERAS_MAYBE_BUILD.get()
-        return () if maybe_build is None else (maybe_build,)
+    """Keras 3 models on TensorFlow: cloned onto another device (TensorFlow cannot move a variable).
+    An unbuilt model's first-call build step runs under the device too (`builders`): Keras builds
+    through `_maybe_build`, which traces call() in a graph where a device scope entered inside does
+    not reach the variables (made under tf.init_scope)."""
 
     def move_weights(self, model, native, adapter):
         target = adapter.describe(native)
@@ -92,7 +86,7 @@ class _KerasOnTensorFlow(keras_base.KerasModels):
         return True
 
 
-_KERAS = _KerasOnTensorFlow()
+_KERAS = _KerasOnTensorFlow(_internals)
 
 
 class KerasPlacement(ModelPlacement):

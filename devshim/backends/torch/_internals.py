@@ -27,18 +27,6 @@ TESTED = "2.4 to 2.15"
 INTERNALS = Internals("torch", title="torch", tested=TESTED)
 
 
-def _privateuse1_name():
-    import torch
-
-    return torch._C._get_privateuse1_backend_name
-
-
-def _restart_analysis():
-    from torch._dynamo.exc import RestartAnalysis
-
-    return RestartAnalysis
-
-
 def _current_tx():
     from torch._dynamo.symbolic_convert import InstructionTranslator
 
@@ -74,18 +62,6 @@ def _dynamo_inline():
     return DYNAMO_INLINE_ATTRIBUTE
 
 
-def _skip_code():
-    from torch._dynamo import eval_frame
-
-    return eval_frame.skip_code
-
-
-def _function_mode_stack():
-    import torch
-
-    return torch.overrides._get_current_function_mode_stack
-
-
 DYNAMO_INLINE = INTERNALS.add(
     "torch._dynamo VariableBuilder reading _torchdynamo_inline",
     feature="devshim's calls inside torch.compile on torch before 2.13: Dynamo traces devshim's traced "
@@ -102,7 +78,7 @@ SKIP_CODE = INTERNALS.add(
             "torch.compile(ds.to_device) itself)",
     fallback="Dynamo compiles such a devshim function on its own and fails inside devshim's dispatch with "
              "its own error: call devshim outside the compiled function there.",
-    find=_skip_code,
+    find=dotted("torch._dynamo.eval_frame.skip_code"),
     before=(2, 13),
 )
 FUNCTION_MODE_STACK = INTERNALS.add(
@@ -111,19 +87,19 @@ FUNCTION_MODE_STACK = INTERNALS.add(
             "stack when the thread's last guard block ends",
     fallback="the guard's mode stays on that thread's torch function mode stack after the block; it lets "
              "every op through there, at the cost of one Python call per op.",
-    find=_function_mode_stack,
+    find=dotted("torch.overrides._get_current_function_mode_stack"),
 )
 PRIVATEUSE1_NAME = INTERNALS.add(
     "torch._C._get_privateuse1_backend_name",
     feature="telling a real out-of-tree accelerator from devshim's virtual GPUs (ds.try_gpu)",
     fallback="torch.accelerator's answer is taken as the accelerator unless it is devshim's vgpu.",
-    find=_privateuse1_name,
+    find=dotted("torch._C._get_privateuse1_backend_name"),
 )
 RESTART_ANALYSIS = INTERNALS.add(
     "torch._dynamo.exc.RestartAnalysis",
     feature="torch.compile when the compiled function holds the process's first devshim call",
     fallback="such a compile raises FirstCallInTraceError; call any devshim function once before compiling.",
-    find=_restart_analysis,
+    find=dotted("torch._dynamo.exc.RestartAnalysis"),
 )
 CURRENT_TX = INTERNALS.add(
     "torch._dynamo.symbolic_convert.InstructionTranslator.current_tx",

@@ -237,34 +237,6 @@ _local = threading.local()
 _mode = None
 
 
-def _enter_thread() -> None:
-    """Make sure devshim's mode is on this thread's torch function mode stack."""
-    global _mode
-    depth = getattr(_local, "depth", 0)
-    if depth == 0:
-        _follow_keras()
-        if _mode is None:
-            _mode = _Mode()
-        _mode.__enter__()
-    _local.depth = depth + 1
-
-
-def _exit_thread() -> None:
-    """Take devshim's mode off this thread's stack when its last block closes."""
-    depth = getattr(_local, "depth", 0) - 1
-    _local.depth = max(depth, 0)
-    if depth == 0 and _mode is not None:
-        mode_stack = _internals.FUNCTION_MODE_STACK.get()
-        stack = mode_stack() if mode_stack is not None else None
-        if stack and stack[-1] is _mode:
-            _mode.__exit__(None, None, None)
-        else:
-            # Someone pushed a mode over ours and has not popped it (or this torch moved the
-            # stack's getter: its probe has warned): leaving ours in place is harmless (it lets
-            # everything through outside guard blocks).
-            _local.depth = 0
-
-
 # PyTorch's refusals of tensors on different devices ("Expected all tensors to be on the same
 # device", "Tensor on device meta is not on the expected device cpu!", an RNN's "Input and
 # parameter tensors are not at the same device").
@@ -295,10 +267,30 @@ class TorchGuardHooks(GuardHooks):
         self.restore()
 
     def enter_thread(self) -> None:
-        _enter_thread()
+        """Make sure devshim's mode is on this thread's torch function mode stack."""
+        global _mode
+        depth = getattr(_local, "depth", 0)
+        if depth == 0:
+            _follow_keras()
+            if _mode is None:
+                _mode = _Mode()
+            _mode.__enter__()
+        _local.depth = depth + 1
 
     def exit_thread(self) -> None:
-        _exit_thread()
+        """Take devshim's mode off this thread's stack when its last block closes."""
+        depth = getattr(_local, "depth", 0) - 1
+        _local.depth = max(depth, 0)
+        if depth == 0 and _mode is not None:
+            mode_stack = _internals.FUNCTION_MODE_STACK.get()
+            stack = mode_stack() if mode_stack is not None else None
+            if stack and stack[-1] is _mode:
+                _mode.__exit__(None, None, None)
+            else:
+                # Someone pushed a mode over ours and has not popped it (or this torch moved the
+                # stack's getter: its probe has warned): leaving ours in place is harmless (it lets
+                # everything through outside guard blocks).
+                _local.depth = 0
 
     def enter_block(self, state) -> None:
         """Nothing to set; following every block is what lets `translate` see the errors

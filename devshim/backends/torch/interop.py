@@ -36,8 +36,6 @@ class TorchInterop(Interop):
         False
     """
 
-    immutable = False
-
     def export(self, adapter, x):
         """`x` detached, as a DLPack producer.
 
@@ -99,12 +97,3 @@ class TorchInterop(Interop):
             return x.data_ptr()
         except (RuntimeError, NotImplementedError):
             return None
-
-    def host_device(self, adapter):
-        """The CPU.
-
-        Example:
-            >>> host_device(adapter)
-            device(type='cpu')
-        """
-        return adapter.cpu()

@@ -126,9 +126,7 @@ class TorchMemory(DeviceMemory):
     def model_bytes(self, model):
         if not isinstance(model, torch.nn.Module):
             return None
-        seen: dict = {}
-        for tensor in (*model.parameters(), *model.buffers()):
-            seen[id(tensor)] = tensor.nbytes
+        seen = {id(tensor): tensor.nbytes for tensor in (*model.parameters(), *model.buffers())}  # each once
         return sum(seen.values())
 
     def estimate(self, adapter, step, args: tuple, kwargs: dict) -> dict:

@@ -228,13 +228,6 @@ class _KerasOnTorch(keras_base.KerasModels):
         # What Keras's own reading takes: it lowers the name and makes "gpu" "cuda".
         return f"privateuseone:{native.index}" if native.type == VIRTUAL_TYPE else str(native)
 
-    def functional_class(self):
-        return _internals.KERAS_FUNCTIONAL.get()
-
-    def builders(self) -> tuple:
-        maybe_build = _internals.KERAS_MAYBE_BUILD.get()  # Keras's first-call build step
-        return () if maybe_build is None else (maybe_build.__name__,)
-
     def move_weights(self, model, native, adapter):
         model.to(native)  # moves the parameters in place: Keras's variables hold the same objects
         for variable in model.variables:
@@ -256,7 +249,7 @@ class _KerasOnTorch(keras_base.KerasModels):
             return None
 
 
-_KERAS = _KerasOnTorch()
+_KERAS = _KerasOnTorch(_internals)
 
 
 def _keras(model):

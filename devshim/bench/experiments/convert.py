@@ -5,7 +5,7 @@ from __future__ import annotations
 import devshim as ds
 from devshim.backends import available_backends, get_backend, specs
 from devshim.bench.experiment import BarPlot, Column, Experiment, Option, Steps, check_sizes, device_name, ops_for
-from devshim.bench.measure import measure, measure_pair, spread_fields
+from devshim.bench.measure import measure, measure_pair, side_fields, spread_fields
 from devshim.conversion import interop_for, target_backend
 from devshim.errors import DevshimError, ExperimentError
 
@@ -37,7 +37,7 @@ def run(to=None, *, backend=None, min_run_time: float = 0.2, progress=None, size
     if target is source:
         raise ExperimentError(f"--to names the source framework ({source.name}); name another one.")
     sizes = check_sizes(sizes or SIZES, "convert sizes (bytes)")
-    ops, rows, plan = ops_for(source.name), [], Steps(progress)
+    ops, plan = ops_for(source.name), Steps(progress)
     host = source.cpu()
     try:
         gpu = target.try_gpu()
@@ -47,31 +47,29 @@ def run(to=None, *, backend=None, min_run_time: float = 0.2, progress=None, size
     inputs = {n: ops.rand((max(1, n // 4),), host) for n in sizes}
     get_to_host, put = source.tensor_to_numpy, interop_for(target).from_host
 
-    def same(n: int) -> None:
+    def same(n: int) -> dict:
         m = measure(ds.convert, inputs[n], target.name, warmup=2, min_run_time=min_run_time,
                     label=f"convert {n} B")
-        rows.append({"backend": source.name, "to": target.name, "case": "same device",
-                     "device": device_name(host, source.name), "bytes": n, **spread_fields(m)})
+        return {"backend": source.name, "to": target.name, "case": "same device",
+                "device": device_name(host, source.name), "bytes": n, **spread_fields(m)}
 
-    def across(n: int) -> None:
+    def across(n: int) -> dict:
         x = inputs[n]
         c = measure_pair(lambda: put(target, get_to_host(x), gpu), lambda: ds.convert(x, target.name, device=gpu),
                          warmup=1, min_run_time=min_run_time, device=gpu,
                          labels=(f"native {n} B to {gpu}", f"convert {n} B to {gpu}"))
-        low, high = c.quartiles()
-        rows.append({"backend": source.name, "to": target.name, "case": "cross device",
-                     "device": device_name(gpu, target.name), "bytes": n, **spread_fields(c.second),
-                     "native_seconds": c.first.median, "native_iqr": c.first.iqr,
-                     "vs_native": c.ratio, "vs_native_low": low, "vs_native_high": high,
-                     "noisy": c.noisy or c.first.noisy or c.second.noisy, "stalled": c.stalled,
-                     "settled": c.settled, "tries": c.tries})
+        fields = side_fields(c, c.second, "vs_native")
+        fields["noisy"] = fields["noisy"] or c.first.noisy  # either side's runs disagreeing
+        return {"backend": source.name, "to": target.name, "case": "cross device",
+                "device": device_name(gpu, target.name), "bytes": n, **fields,
+                "native_seconds": c.first.median, "native_iqr": c.first.iqr}
 
     for n in sizes:
-        plan.add(f"{source.name}->{target.name} {n} B same device", lambda n=n: same(n))
+        plan.add(f"{source.name}->{target.name} {n} B same device", same, n)
     if crossing:
         for n in sizes:
-            plan.add(f"{source.name}->{target.name} {n} B to {gpu}", lambda n=n: across(n))
-    plan.run()
+            plan.add(f"{source.name}->{target.name} {n} B to {gpu}", across, n)
+    rows = plan.run()
     smallest = next((r["seconds"] for r in rows if r["case"] == "same device" and r["bytes"] == min(sizes)), None)
     for row in rows:
         if row["case"] == "same device" and smallest:

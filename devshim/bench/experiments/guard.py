@@ -91,10 +91,9 @@ def run(size: int = 8, *, backend=None, device=None, min_run_time: float = 0.1, 
     a, b = ops.rand((size,), target), ops.rand((size,), target)
     host_one = ops.rand((1,), adapter.cpu())
     cases = (("add (same device)", ops.add, (a, b)), ("host read of a host tensor", ops.item, (host_one,)))
-    rows: list = []
     plan = Steps(progress)
 
-    def one(operation: str, fn, args) -> None:
+    def one(operation: str, fn, args) -> list:
         where = {"backend": name, "device": device_name(target, name), "operation": operation}
         unguarded = _batch(fn, args, None)
         found = []
@@ -103,15 +102,13 @@ def run(size: int = 8, *, backend=None, device=None, min_run_time: float = 0.1, 
                              device=target, labels=(UNGUARDED, condition))
             found.append((condition, c))
         base = found[0][1].first
-        rows.append({**where, "condition": UNGUARDED, **_per_op(spread_fields(base)), "ratio": 1.0,
-                     "ratio_low": 1.0, "ratio_high": 1.0, "unguarded_seconds": base.median / BATCH,
-                     "over_unguarded": 0.0})
-        rows.extend(_guarded_row(where, condition, c) for condition, c in found)
+        return [{**where, "condition": UNGUARDED, **_per_op(spread_fields(base)), "ratio": 1.0,
+                 "ratio_low": 1.0, "ratio_high": 1.0, "unguarded_seconds": base.median / BATCH,
+                 "over_unguarded": 0.0}] + [_guarded_row(where, condition, c) for condition, c in found]
 
     for operation, fn, args in cases:
-        plan.add(f"{name} {operation}", lambda o=operation, f=fn, a=args: one(o, f, a))
-    plan.run()
-    return rows
+        plan.add(f"{name} {operation}", one, operation, fn, args)
+    return plan.run()
 
 
 EXPERIMENT = Experiment(

@@ -7,7 +7,7 @@ from devshim.bench.experiment import (
     BarPlot, Column, Experiment, HostReads, Option, Steps, check_count, check_sizes, device_name,
     native_device, ops_for,
 )
-from devshim.bench.measure import measure_pair, spread_fields
+from devshim.bench.measure import measure_pair, side_fields
 from devshim.bench.threads import THREADS_OPTION, on_threads
 from devshim.errors import ExperimentError
 
@@ -50,10 +50,9 @@ def run(steps: int = 1000, size: int = 100, *, backend=None, device=None, min_ru
     variants = dict(zip(VARIANTS, (to_host_each_step, on_device_move_once)))
     logs: dict = {}
     counts: dict = {}
-    rows: list = []
     plan = Steps(progress)
 
-    def both() -> None:
+    def both() -> list:
         for label, variant in variants.items():
             counted = HostReads()
             logs[label] = variant(counted)
@@ -61,17 +60,12 @@ def run(steps: int = 1000, size: int = 100, *, backend=None, device=None, min_ru
         slow, fast = variants[VARIANTS[0]], variants[VARIANTS[1]]
         c = measure_pair(lambda: fast(HostReads()), lambda: slow(HostReads()), warmup=1,
                          min_run_time=min_run_time, device=target, labels=VARIANTS[::-1])
-        low, high = c.quartiles()
-        for label, m, slowdown in ((VARIANTS[0], c.second, (c.ratio, low, high)),
-                                   (VARIANTS[1], c.first, (1.0, 1.0, 1.0))):
-            rows.append({"backend": name, "device": device_name(target, name), "variant": label,
-                         "steps": steps, "size": size, **spread_fields(m), "host_reads": counts[label],
-                         "slowdown": slowdown[0], "slowdown_low": slowdown[1], "slowdown_high": slowdown[2],
-                         "noisy": c.noisy or m.noisy, "stalled": c.stalled, "settled": c.settled,
-                         "tries": c.tries})
+        return [{"backend": name, "device": device_name(target, name), "variant": label, "steps": steps,
+                 "size": size, "host_reads": counts[label], **side_fields(c, m, "slowdown", compared)}
+                for label, m, compared in ((VARIANTS[0], c.second, True), (VARIANTS[1], c.first, False))]
 
     plan.add(f"{name} {' vs '.join(VARIANTS)}", both)
-    plan.run()
+    rows = plan.run()
     first, second = (logs[label] for label in VARIANTS)
     if len(first) != len(second) or any(abs(x - y) > 1e-3 * max(1.0, abs(x)) for x, y in zip(first, second)):
         raise ExperimentError(

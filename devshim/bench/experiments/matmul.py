@@ -6,7 +6,7 @@ from devshim.backends import get_backend
 from devshim.bench.experiment import (
     Column, Experiment, LinePlot, Option, Steps, check_sizes, device_name, native_device, ops_for,
 )
-from devshim.bench.measure import measure, measure_pair, spread_fields
+from devshim.bench.measure import measure, measure_pair, side_fields, spread_fields
 from devshim.bench.threads import THREADS_OPTION, on_threads
 
 
@@ -34,36 +34,27 @@ def run(sizes=(16, 64, 256, 1024), *, backend=None, devices=None, min_run_time: 
     cpu = adapter.cpu()
     chosen = adapter.devices()[1:] if devices is None else [native_device(d, name) for d in devices]
     targets = [cpu] + [d for d in chosen if adapter.describe(d) != adapter.describe(cpu)]
-    rows: list = []
     steps = Steps(progress)
 
-    def row_for(device, n: int, m, **extra) -> dict:
-        flops = 2 * n**3
-        q1, q3 = m.quartiles()
-        return {"backend": name, "device": device_name(device, name), "size": n, **spread_fields(m),
-                "gflops": flops / m.median / 1e9, "gflops_low": flops / q3 / 1e9, "gflops_high": flops / q1 / 1e9,
-                **extra}
-
-    def one(device, n: int) -> None:
+    def one(device, n: int) -> dict:
         a, b = ops.rand((n, n), device), ops.rand((n, n), device)
         if device is cpu:
             m = measure(ops.matmul, a, b, warmup=1, min_run_time=min_run_time, device=device)
-            rows.append(row_for(device, n, m, cpu_over_device=1.0))
-            return
-        x, y = ops.rand((n, n), cpu), ops.rand((n, n), cpu)
-        c = measure_pair(lambda: ops.matmul(a, b), lambda: ops.matmul(x, y), warmup=1,
-                         min_run_time=min_run_time, labels=("device", "cpu"))
-        low, high = c.quartiles()
-        row = row_for(device, n, c.first, cpu_over_device=c.ratio, cpu_over_device_low=low,
-                      cpu_over_device_high=high)
-        row.update(noisy=c.noisy or c.first.noisy, stalled=c.stalled, settled=c.settled, tries=c.tries)
-        rows.append(row)
+            fields = {**spread_fields(m), "cpu_over_device": 1.0}
+        else:
+            x, y = ops.rand((n, n), cpu), ops.rand((n, n), cpu)
+            c = measure_pair(lambda: ops.matmul(a, b), lambda: ops.matmul(x, y), warmup=1,
+                             min_run_time=min_run_time, labels=("device", "cpu"))
+            m, fields = c.first, side_fields(c, c.first, "cpu_over_device")
+        flops = 2 * n**3
+        q1, q3 = m.quartiles()
+        return {"backend": name, "device": device_name(device, name), "size": n, **fields,
+                "gflops": flops / m.median / 1e9, "gflops_low": flops / q3 / 1e9, "gflops_high": flops / q1 / 1e9}
 
     for device in targets:
         for n in sizes:
-            steps.add(f"{name} {device_name(device, name)} {n}x{n}", lambda d=device, n=n: one(d, n))
-    steps.run()
-    return rows
+            steps.add(f"{name} {device_name(device, name)} {n}x{n}", one, device, n)
+    return steps.run()
 
 
 EXPERIMENT = Experiment(

@@ -57,15 +57,12 @@ def run(megabytes: int = 16, width: int = 65536, batch: int = 64, *, backend=Non
     adapter = get_backend(backend)
     ops = ops_for(adapter.name)
     natives = adapter.devices() if device is None else [adapter.device(device)]
-    rows: list = []
     plan = Steps(progress)
     for native in natives:
-        plan.add(f"{adapter.name} {device_name(native, adapter.name)}",
-                 lambda native=native: rows.extend(_on(adapter, ops, native, megabytes, width, batch)))
-    plan.add(f"{adapter.name} largest batch for {plan_size}",
-             lambda: rows.extend(_largest_batch(adapter, ops, plan_size, plan_width)))
-    plan.run()
-    return rows
+        plan.add(f"{adapter.name} {device_name(native, adapter.name)}", _on, adapter, ops, native, megabytes,
+                 width, batch)
+    plan.add(f"{adapter.name} largest batch for {plan_size}", _largest_batch, adapter, ops, plan_size, plan_width)
+    return plan.run()
 
 
 def _row(adapter, native, case: str, expected, before, peak, estimated=None) -> dict:

@@ -56,26 +56,23 @@ def run(*, backend=None, device=None, min_run_time: float = 0.05, progress=None)
         ("to_device nest of 8", lambda: copy_lists(nest, target), lambda: ds.to_device(nest, target)),
         (f"to_device dict of {NEST_LEAVES}", lambda: copy_dict(leaves, target), lambda: ds.to_device(leaves, target)),
     ]
-    rows: list = []
     plan = Steps(progress)
 
-    def one(operation: str, native_fn, devshim_fn) -> None:
+    def one(operation: str, native_fn, devshim_fn) -> dict:
         where = {"backend": name, "device": device_name(target, name), "operation": operation}
         if native_fn is None:
             m = measure(devshim_fn, warmup=1, min_run_time=min_run_time, device=target)
             fields = spread_fields(m, "devshim_seconds")
             fields["devshim_iqr"] = fields.pop("devshim_seconds_iqr")
-            rows.append({**where, "native_seconds": None, "native_iqr": None, **fields,
-                         "ratio": None, "ratio_low": None, "ratio_high": None})
-            return
+            return {**where, "native_seconds": None, "native_iqr": None, **fields,
+                    "ratio": None, "ratio_low": None, "ratio_high": None}
         c = measure_pair(native_fn, devshim_fn, warmup=1, min_run_time=min_run_time, device=target,
                          labels=("native", "devshim"))
-        rows.append({**where, **pair_fields(c, "native", "devshim")})
+        return {**where, **pair_fields(c, "native", "devshim")}
 
     for operation, native_fn, devshim_fn in cases:
-        plan.add(f"{name} {operation}", lambda o=operation, n=native_fn, d=devshim_fn: one(o, n, d))
-    plan.run()
-    return rows
+        plan.add(f"{name} {operation}", one, operation, native_fn, devshim_fn)
+    return plan.run()
 
 
 EXPERIMENT = Experiment(

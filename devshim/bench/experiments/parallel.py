@@ -10,7 +10,7 @@ from devshim.bench.experiment import (
     BarPlot, Column, Experiment, Option, Steps, check_count, check_sizes, device_name, native_device,
     ops_for,
 )
-from devshim.bench.measure import measure_pair, spread_fields
+from devshim.bench.measure import measure_pair, side_fields
 from devshim.bench.threads import THREADS_OPTION, on_threads
 from devshim.errors import ExperimentError
 
@@ -66,29 +66,22 @@ def run(size: int = 512, repeats: int = 10, *, backend=None, devices=None, min_r
     else:
         both_devices = f"{device_name(first, name)} + {device_name(second, name)}"
         label, note = "at once on two devices", ""
-    rows: list = []
     plan = Steps(progress)
 
-    def both() -> None:
+    def both() -> list:
         c = measure_pair(at_once, sequential, warmup=1, min_run_time=min_run_time,
                          labels=("at once", "in sequence"))
-        low, high = c.quartiles()
-        flags = {"stalled": c.stalled, "settled": c.settled, "tries": c.tries}
-        rows.append({"backend": name, "variant": "in sequence on one device", "devices": device_name(first, name),
-                     "size": size, "repeats": repeats, **spread_fields(c.second), "note": "",
-                     "speedup": 1.0, "speedup_low": 1.0, "speedup_high": 1.0,
-                     "noisy": c.noisy or c.second.noisy, **flags})
-        rows.append({"backend": name, "variant": label, "devices": both_devices, "size": size,
-                     "repeats": repeats, **spread_fields(c.first), "note": note,
-                     "speedup": c.ratio, "speedup_low": low, "speedup_high": high,
-                     "noisy": c.noisy or c.first.noisy, **flags})
+        common = {"backend": name, "size": size, "repeats": repeats}
+        return [{**common, "variant": "in sequence on one device", "devices": device_name(first, name), "note": "",
+                 **side_fields(c, c.second, "speedup", compared=False)},
+                {**common, "variant": label, "devices": both_devices, "note": note,
+                 **side_fields(c, c.first, "speedup")}]
 
     plan.add(f"{name} in sequence vs at once", both)
     try:
-        plan.run()
+        return plan.run()
     finally:
         pool.shutdown()
-    return rows
 
 
 def _two_devices(adapter, devices) -> tuple:

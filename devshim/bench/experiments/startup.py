@@ -27,17 +27,16 @@ def run(*, backend=None, min_run_time: float = 1.0, progress=None) -> list:
         >>> bare, imported, first_call = run()
         >>> imported["over_bare"] * 1e3   # milliseconds import devshim adds
     """
-    rows: list = []
     plan = Steps(progress)
 
-    def one(label: str, code: str) -> None:
+    def one(label: str, code: str) -> dict:
         command = [sys.executable, "-c", code]
         m = measure(lambda: subprocess.run(command, check=True), min_run_time=min_run_time, warmup=1)
-        rows.append({"case": label, **spread_fields(m)})
+        return {"case": label, **spread_fields(m)}
 
     for label, code in CASES:
-        plan.add(label, lambda label=label, code=code: one(label, code))
-    plan.run()
+        plan.add(label, one, label, code)
+    rows = plan.run()
     for row in rows:
         row["over_bare"] = row["seconds"] - rows[0]["seconds"]
     return rows

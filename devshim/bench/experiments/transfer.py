@@ -50,14 +50,14 @@ def run(sizes_mb=(1, 8, 64), *, backend=None, device=None, min_run_time: float =
     where = device_name(target, name)
     if adapter.describe(target).kind == "cpu":
         return [{"backend": name, "omitted": no_device_line(name)}]
-    rows: list = []
     plan = Steps(progress)
 
-    def one(mb: float) -> None:
+    def one(mb: float) -> list:
         count = max(1, int(mb * 2**20) // 4)
         nbytes = count * 4
         host = ops.rand((count,), adapter.cpu())
         placed = ds.to_device(host, target)
+        rows = []
         for direction, fn, arg in (("host->device", lambda x: ds.to_device(x, target), host),
                                    ("device->host", ds.to_numpy, placed)):
             m = measure(fn, arg, warmup=1, min_run_time=min_run_time, device=target, label=direction)
@@ -66,11 +66,11 @@ def run(sizes_mb=(1, 8, 64), *, backend=None, device=None, min_run_time: float =
                          "megabytes": nbytes / 2**20, **spread_fields(m),
                          "gb_per_s": nbytes / m.median / 1e9,
                          "gb_per_s_low": nbytes / q3 / 1e9, "gb_per_s_high": nbytes / q1 / 1e9})
+        return rows
 
     for mb in sizes_mb:
-        plan.add(f"{name} {where} {mb:g} MiB", lambda mb=mb: one(mb))
-    plan.run()
-    return rows
+        plan.add(f"{name} {where} {mb:g} MiB", one, mb)
+    return plan.run()
 
 
 EXPERIMENT = Experiment(

@@ -13,7 +13,7 @@ from devshim.backends import get_backend, specs
 from devshim.bench.experiment import (
     BarPlot, Column, Experiment, Option, Steps, check_count, device_name, ops_for,
 )
-from devshim.bench.measure import measure_pair, spread_fields
+from devshim.bench.measure import measure_pair, side_fields
 from devshim.errors import ExperimentError
 from devshim.timing.compare import MIN_PAIRS
 
@@ -68,11 +68,10 @@ def run(examples: int = 1024, batch_size: int = 16, rounds: int = MIN_PAIRS, thr
     if _has_virtual_gpu():
         return measure_here(examples, batch_size, rounds, threads, clock, min_run_time=min_run_time,
                             progress=progress)
-    plan, rows = Steps(progress), []
+    plan = Steps(progress)
     plan.add(f"torch in a child process ({settings.VIRTUAL_DEVICES_VAR}={CHILD_VIRTUAL_DEVICES})",
-             lambda: rows.extend(_in_child(examples, batch_size, rounds, threads, clock, min_run_time)))
-    plan.run()
-    return rows
+             _in_child, examples, batch_size, rounds, threads, clock, min_run_time)
+    return plan.run()
 
 
 def _check_rounds(rounds) -> None:
@@ -107,33 +106,25 @@ def _measure(ops, examples, batch_size, rounds, threads, clock, min_run_time, pr
     adapter = get_backend("torch")
     batches = ops.lenet_batches(examples, batch_size)
     places = {"cpu": adapter.cpu(), "gpu": adapter.try_gpu()}
-    found: list = []
     plan = Steps(progress)
 
-    def both() -> None:
-        def cpu_epoch():
-            return ops.lenet_epoch(batches, places["cpu"])
+    def cpu_epoch():
+        return ops.lenet_epoch(batches, places["cpu"])
 
-        def gpu_epoch():
-            return ops.lenet_epoch(batches, places["gpu"])
+    def gpu_epoch():
+        return ops.lenet_epoch(batches, places["gpu"])
 
-        found.append(measure_pair(cpu_epoch, gpu_epoch, warmup=1, min_run_time=min_run_time,
-                                  min_pairs=rounds, backend="torch", clock=CLOCKS[clock],
-                                  labels=tuple(f"LeNet epoch on {d}" for d in places.values())))
-
-    plan.add(f"torch cpu vs virtual gpu epochs, {rounds} rounds or more", both)
-    plan.run()
-    c = found[0]
-    low, high = c.quartiles()
+    plan.add(f"torch cpu vs virtual gpu epochs, {rounds} rounds or more", lambda: measure_pair(
+        cpu_epoch, gpu_epoch, warmup=1, min_run_time=min_run_time, min_pairs=rounds, backend="torch",
+        clock=CLOCKS[clock], labels=tuple(f"LeNet epoch on {d}" for d in places.values())))
+    (c,) = plan.run()
     rows = []
-    for device, m, vs_cpu in ((places["cpu"], c.first, (1.0, 1.0, 1.0)),
-                              (places["gpu"], c.second, (c.ratio, low, high))):
+    for device, m, compared in ((places["cpu"], c.first, False), (places["gpu"], c.second, True)):
         last = float(adapter.tensor_to_numpy(ops.lenet_epoch(batches, device)))  # type: ignore[arg-type]
         rows.append({"backend": "torch", "device": device_name(device, "torch"), "examples": examples,
-                     "batch_size": batch_size, "threads": threads, "clock": clock, **spread_fields(m),
-                     "vs_cpu": vs_cpu[0], "vs_cpu_low": vs_cpu[1], "vs_cpu_high": vs_cpu[2],
-                     "noisy": c.noisy or m.noisy, "stalled": c.stalled, "settled": c.settled,
-                     "tries": c.tries, "pairs": len(c.ratios), "last_loss": last, "note": note})
+                     "batch_size": batch_size, "threads": threads, "clock": clock,
+                     **side_fields(c, m, "vs_cpu", compared), "pairs": len(c.ratios), "last_loss": last,
+                     "note": note})
     return rows
 
 

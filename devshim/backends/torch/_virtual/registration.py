@@ -203,15 +203,10 @@ def _device_module() -> types.ModuleType:
         autocast contexts, as checkpointing opens)."""
         return []
 
-    module.is_available = is_available
-    module.is_initialized = is_initialized
-    module.device_count = device_count
-    module.current_device = current_device
-    module.synchronize = synchronize
-    for name, function in generators.DEVICE_MODULE_FUNCTIONS.items():
-        setattr(module, name, function)
+    vars(module).update(is_available=is_available, is_initialized=is_initialized, device_count=device_count,
+                        current_device=current_device, synchronize=synchronize,
+                        get_amp_supported_dtype=get_amp_supported_dtype, **generators.DEVICE_MODULE_FUNCTIONS)
     module.__getattr__ = generators.module_getattr  # default_generators, one per virtual GPU
-    module.get_amp_supported_dtype = get_amp_supported_dtype
     setattr(module, _internals.BAD_FORK.get(), lambda: False)
     return module
 

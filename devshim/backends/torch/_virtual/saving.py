@@ -63,15 +63,12 @@ def reduce(tensor):
     untyped = host.untyped_storage()
     setattr(untyped, _DEVICE_MARK, str(tensor._device))
     place = (host.storage_offset(), tuple(host.size()), host.stride(), tensor.requires_grad, OrderedDict())
-    flags = _get_flags(host)
     if tensor.dtype in _NEW_DTYPES:
-        if flags:
-            return (rebuild_flagged_tensor, (_rebuild_v3, untyped, *place, tensor.dtype, flags))
-        return (_rebuild_v3, (untyped, *place, tensor.dtype))
-    storage = _TypedStorage(wrap_storage=untyped, dtype=tensor.dtype, _internal=True)
-    if flags:
-        return (rebuild_flagged_tensor, (_rebuild_v2, storage, *place, flags))
-    return (_rebuild_v2, (storage, *place))
+        rebuild, args = _rebuild_v3, (untyped, *place, tensor.dtype)
+    else:
+        rebuild, args = _rebuild_v2, (_TypedStorage(wrap_storage=untyped, dtype=tensor.dtype, _internal=True), *place)
+    flags = _get_flags(host)  # (torch's rebuild takes them as its last argument, metadata)
+    return (rebuild_flagged_tensor, (rebuild, *args, flags)) if flags else (rebuild, args)
 
 
 def rebuild_flagged_tensor(rebuild, *args):

@@ -17,6 +17,7 @@ import warnings
 import torch
 
 from devshim import settings
+from devshim.backends.probes import release
 from devshim.backends.torch import _internals
 from devshim.errors import BackendError, DevshimWarning
 
@@ -37,12 +38,8 @@ def refuse(reason: str) -> BackendError:
     return BackendError(
         f"devshim cannot present virtual GPUs on this torch ({torch.__version__}): {reason}. "
         f"Unset {settings.VIRTUAL_DEVICES_VAR}, or use a torch release they are tested on "
-        f"({TESTED[0][0]}.{TESTED[0][1]} to {TESTED[1][0]}.{TESTED[1][1]})."
+        f"({_spelled()})."
     )
-
-
-def _release() -> tuple:
-    return tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
 
 
 def check() -> None:
@@ -52,7 +49,7 @@ def check() -> None:
     Example:
         >>> check()
     """
-    if _release() < TESTED[0]:
+    if release("torch")[:2] < TESTED[0]:
         raise refuse(f"virtual GPUs need torch {_spelled()} (they use torch's Python device "
                      f"registration, which older releases lack or have in another form)")
     missing = _internals.missing_for_virtual_gpus()  # each missing one also warns, once, by name
@@ -67,7 +64,7 @@ def warn_if_newer() -> None:
         >>> warn_if_newer()  # torch 2.16: DevshimWarning "devshim's virtual GPUs are tested on ..."
     """
     newest = TESTED[1]
-    if _release() > newest:
+    if release("torch")[:2] > newest:
         warnings.warn(
             f"devshim's virtual GPUs are tested on torch {_spelled()}; this is torch {torch.__version__}. "
             f"They rest on private torch APIs that may have changed: if something fails deep inside "

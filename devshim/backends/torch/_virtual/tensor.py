@@ -50,6 +50,21 @@ class _DeviceOnce:
         return device
 
 
+def _special(method, answer=None):
+    """A method of the virtual tensor for torch's `method`, answered by devshim's (`answer`,
+    default reads.SPECIAL's). Under an active TorchFunctionMode (devshim's transfer guard,
+    `with torch.device(...)`) it shows itself to the mode under torch's own name, as on CUDA."""
+    answer = answer or _SPECIAL[method]
+
+    def special(self, *args, **kwargs):
+        if _has_torch_function(self):
+            return _present(method, self, *args, **kwargs)
+        return answer(self, *args, **kwargs)
+
+    special.__name__, special.__qualname__ = method.__name__, f"VirtualTensor.{method.__name__}"
+    return special
+
+
 class VirtualTensor(torch.Tensor):
     """A tensor on a devshim virtual GPU: `device` is `vgpu:i`, the values are the
     CPU tensor `_host`. Made by torch calls that name a virtual GPU, never directly.
@@ -89,10 +104,13 @@ class VirtualTensor(torch.Tensor):
     # What a virtual tensor answers differently from torch's own methods (reads.SPECIAL).
     # Under an active TorchFunctionMode (devshim's transfer guard, `with torch.device(...)`)
     # each shows itself to the mode under torch's own name, as on CUDA.
-    def tolist(self):
-        if _has_torch_function(self):
-            return _present(torch.Tensor.tolist, self)
-        return _tolist(self)
+    tolist = _special(torch.Tensor.tolist)
+    __format__ = _special(torch.Tensor.__format__)
+    untyped_storage = _special(torch.Tensor.untyped_storage)
+    data_ptr = _special(torch.Tensor.data_ptr)
+    new_tensor = _special(torch.Tensor.new_tensor)
+    __dlpack__ = _special(torch.Tensor.__dlpack__, _dlpack.dlpack)
+    __dlpack_device__ = _special(torch.Tensor.__dlpack_device__, _dlpack.dlpack_device)
 
     def numpy(self, *, force: bool = False):
         if _has_torch_function(self):
@@ -104,40 +122,10 @@ class VirtualTensor(torch.Tensor):
             return _present(torch.Tensor.__array__, self, dtype)
         return _array(self, dtype)
 
-    def __format__(self, spec):
-        if _has_torch_function(self):
-            return _present(torch.Tensor.__format__, self, spec)
-        return _format(self, spec)
-
     def __repr__(self, *, tensor_contents=None):
         if _has_torch_function(self):
             return _present(torch.Tensor.__repr__, self)
         return _repr(self)
-
-    def untyped_storage(self):
-        if _has_torch_function(self):
-            return _present(torch.Tensor.untyped_storage, self)
-        return _storage(self)
-
-    def data_ptr(self):
-        if _has_torch_function(self):
-            return _present(torch.Tensor.data_ptr, self)
-        return _data_ptr(self)
-
-    def new_tensor(self, data, *args, **kwargs):
-        if _has_torch_function(self):
-            return _present(torch.Tensor.new_tensor, self, data, *args, **kwargs)
-        return _new_tensor(self, data, *args, **kwargs)
-
-    def __dlpack__(self, *args, **kwargs):
-        if _has_torch_function(self):
-            return _present(torch.Tensor.__dlpack__, self, *args, **kwargs)
-        return _dlpack.dlpack(self, *args, **kwargs)
-
-    def __dlpack_device__(self):
-        if _has_torch_function(self):
-            return _present(torch.Tensor.__dlpack_device__, self)
-        return _dlpack.dlpack_device(self)
 
     def _set_data_checked(self, value):
         if _has_torch_function(self):
@@ -193,15 +181,10 @@ def _present(method, self, *args, **kwargs):
 
 _has_torch_function = torch.overrides.has_torch_function_unary
 _handle = torch.overrides.handle_torch_function
-_tolist = _SPECIAL[torch.Tensor.tolist]
 _numpy = _SPECIAL[torch.Tensor.numpy]
 _array = _SPECIAL[torch.Tensor.__array__]
-_format = _SPECIAL[torch.Tensor.__format__]
 _repr = _SPECIAL[torch.Tensor.__repr__]
-_storage = _SPECIAL[torch.Tensor.untyped_storage]
-_data_ptr = _SPECIAL[torch.Tensor.data_ptr]
 _reduce = _SPECIAL[torch.Tensor.__reduce_ex__]
-_new_tensor = _SPECIAL[torch.Tensor.new_tensor]
 _set_data = _SPECIAL[torch.Tensor.data.__set__]
 _SPECIAL[torch.Tensor.__dlpack__] = _dlpack.dlpack  # answered under a TorchFunctionMode too
 _SPECIAL[torch.Tensor.__dlpack_device__] = _dlpack.dlpack_device
