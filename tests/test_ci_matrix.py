@@ -1,0 +1,89 @@
+"""CI's runner (.ci/run_matrix.py): the tox matrix two envs at a time, one `large` env (a CUDA
+build of torch, 5 to 7 GB) at a time, none started past the run's time limit. The envs' runs are
+stand-ins here: what is tested is the scheduling."""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def runner():
+    spec = importlib.util.spec_from_file_location("run_matrix", ROOT / ".ci" / "run_matrix.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _stand_in_runs(matrix, seconds: float, failing=()):
+    """Replace `matrix.run` with a sleep that records how many envs, and large envs, ran at once."""
+    lock = threading.Lock()
+    seen = {"running": set(), "most": 0, "most_large": 0, "order": []}
+
+    def run(env, workdir, limit):
+        with lock:
+            seen["running"].add(env)
+            seen["order"].append(env)
+            seen["most"] = max(seen["most"], len(seen["running"]))
+            seen["most_large"] = max(seen["most_large"], len(seen["running"] & matrix.large))
+        time.sleep(seconds)
+        with lock:
+            seen["running"].discard(env)
+        matrix.done(env, "FAILED" if env in failing else "ok", 1 if env in failing else 0)
+
+    matrix.run = run
+    return seen
+
+
+def _run_lanes(matrix):
+    threads = [threading.Thread(target=matrix.lane, args=(n,)) for n in range(1, matrix.lanes + 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not any(thread.is_alive() for thread in threads), "a lane never ended"
+
+
+def test_two_envs_run_at_once_but_never_two_large_ones(runner):
+    envs = ["lint", "torch-floor", "torch27", "numpy", "torch-vgpu-floor", "jax", "torch-latest", "docs"]
+    large = {"torch-floor", "torch27", "torch-vgpu-floor", "torch-latest"}
+    matrix = runner.Matrix(envs, large, lanes=2)
+    seen = _stand_in_runs(matrix, 0.05)
+    _run_lanes(matrix)
+    assert sorted(matrix.results) == sorted(envs) and all(bad == 0 for _, bad in matrix.results.values())
+    assert seen["most"] == 2 and seen["most_large"] == 1
+    # a small env waiting behind a large one goes first rather than leave a lane idle
+    assert seen["order"].index("numpy") < seen["order"].index("torch27")
+
+
+def test_one_lane_runs_the_envlist_in_order(runner):
+    envs = ["lint", "torch-floor", "numpy", "torch27"]
+    matrix = runner.Matrix(envs, {"torch-floor", "torch27"}, lanes=1)
+    seen = _stand_in_runs(matrix, 0.0)
+    _run_lanes(matrix)
+    assert seen["order"] == envs and seen["most"] == 1
+
+
+def test_no_env_starts_past_the_run_limit_and_those_left_fail_the_run(runner):
+    matrix = runner.Matrix(["lint", "numpy", "docs"], set(), lanes=2)
+    matrix.began -= runner.RUN_LIMIT  # the run's time is spent
+    seen = _stand_in_runs(matrix, 0.0)
+    _run_lanes(matrix)
+    assert seen["order"] == []
+    for env in ("lint", "numpy", "docs"):
+        line, bad = matrix.results[env]
+        assert line.startswith("NOT RUN") and f"of its {runner.RUN_LIMIT} left" in line and bad == 1
+
+
+def test_a_failed_env_is_kept_as_failed(runner):
+    matrix = runner.Matrix(["lint", "numpy"], set(), lanes=2)
+    _stand_in_runs(matrix, 0.0, failing={"numpy"})
+    _run_lanes(matrix)
+    assert matrix.results["numpy"] == ("FAILED", 1) and matrix.results["lint"] == ("ok", 0)
