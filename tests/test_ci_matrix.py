@@ -22,10 +22,12 @@ def runner():
     return module
 
 
-def _stand_in_runs(matrix, seconds: float, failing=()):
-    """Replace `matrix.run` with a sleep that records how many envs, and large envs, ran at once."""
+def _stand_in_runs(matrix, seconds: float, failing=(), holds=None):
+    """Replace `matrix.run` with a sleep that records how many envs, and large envs, ran at once.
+    `holds` = (env, other): `env` runs until `other` has started (or 10 s have passed)."""
     lock = threading.Lock()
-    seen = {"running": set(), "most": 0, "most_large": 0, "order": []}
+    started = {env: threading.Event() for env in matrix.waiting}
+    seen = {"running": set(), "most": 0, "most_large": 0, "order": [], "held": None}
 
     def run(env, workdir, limit):
         with lock:
@@ -33,6 +35,9 @@ def _stand_in_runs(matrix, seconds: float, failing=()):
             seen["order"].append(env)
             seen["most"] = max(seen["most"], len(seen["running"]))
             seen["most_large"] = max(seen["most_large"], len(seen["running"] & matrix.large))
+        started[env].set()
+        if holds and env == holds[0]:
+            seen["held"] = started[holds[1]].wait(timeout=10)
         time.sleep(seconds)
         with lock:
             seen["running"].discard(env)
@@ -55,11 +60,12 @@ def test_two_envs_run_at_once_but_never_two_large_ones(runner):
     envs = ["lint", "torch-floor", "torch27", "numpy", "torch-vgpu-floor", "jax", "torch-latest", "docs"]
     large = {"torch-floor", "torch27", "torch-vgpu-floor", "torch-latest"}
     matrix = runner.Matrix(envs, large, lanes=2)
-    seen = _stand_in_runs(matrix, 0.05)
+    # torch-floor runs until numpy has started: torch27 and torch-vgpu-floor wait behind it, and
+    # the other lane takes numpy past them rather than stay idle
+    seen = _stand_in_runs(matrix, 0.01, holds=("torch-floor", "numpy"))
     _run_lanes(matrix)
     assert sorted(matrix.results) == sorted(envs) and all(bad == 0 for _, bad in matrix.results.values())
-    assert seen["most"] == 2 and seen["most_large"] == 1
-    # a small env waiting behind a large one goes first rather than leave a lane idle
+    assert seen["held"] is True and seen["most"] == 2 and seen["most_large"] == 1
     assert seen["order"].index("numpy") < seen["order"].index("torch27")
 
 
