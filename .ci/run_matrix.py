@@ -1,12 +1,15 @@
 """Run the tox matrix for CI (`.ci/run` calls this): every env of tox's envlist, two at a time on
 a machine with two cores or more, each env's output printed whole when it ends, then a summary.
 
-Two at a time because most of a test run is one Python process waiting on itself: on CI's 2-core
-machine the matrix takes about 66 minutes one env after another and about 40 two at a time.
+Two at a time because a test run is mostly one Python process on one core: on a 2-core machine
+as slow as CI's slower one, the matrix took 67 minutes one env after another (CI, f9a3ab1) and
+about 44 two at a time (2345 s measured on such a machine at cc9422e, where one env stopped
+before its second pass, about 5 minutes of one lane).
 The suite keeps its figures true on a busy machine (the version sweep runs two sweeps side by
 side the same way). Disk is what limits it: an env that installs a CUDA build of torch takes 5 to
 7 GB, and unpacking its wheels about 4 GB more; tox.ini gives those envs the label `large`, and
-only one `large` env runs at a time (with one smaller beside it the run peaks near 14 GB). Each
+only one `large` env runs at a time (with the largest small env beside it, interop's 3 GB, about
+14 GB at most). Each
 lane has its own tox work folder (tox's packaging env is not shared between two tox processes),
 and each env's folder is deleted once it has run.
 
