@@ -17,7 +17,7 @@ import devshim as ds
 from devshim import backends, device_memory, settings
 from devshim._device import Device
 from devshim.backends.memory_base import (
-    DeviceMemory, HostOnlyMemory, MemoryInfo, covered_bytes, format_bytes, live_objects, with_capacity,
+    DeviceMemory, HostOnlyMemory, MemoryInfo, buffer_bytes, covered_bytes, format_bytes, live_objects, with_capacity,
 )
 from helpers import WithoutTensors
 
@@ -388,6 +388,13 @@ def test_overlapping_ranges_count_each_byte_once_however_they_chain():
     assert covered_bytes([(50, 150), (0, 100), (120, 200)]) == 200  # each overlapping the one before
     assert covered_bytes([(0, 100), (100, 150), (120, 130), (300, 310)]) == 160  # adjacent, inside, apart
 
+
+
+def test_buffers_count_each_byte_once_and_those_without_an_address_on_their_own():
+    """JAX's and MXNet's figures of what a device holds: (start, size) of each buffer."""
+    assert buffer_bytes([(0, 100), (50, 100), (None, 10)]) == 160
+    assert buffer_bytes(iter([(None, 7), (1000, 5), (None, 3)])) == 15  # a generator, read once
+    assert buffer_bytes([(10, 30), (20, 30)]) == 40 and buffer_bytes([]) == 0
 
 # ------------------------------------------------------------------ a sampled peak, on a scripted clock
 # ds.memory_peak where the framework keeps no peak counter: a thread reads the bytes in use. Here
