@@ -10,8 +10,9 @@ side the same way). Disk is what limits it: an env that installs a CUDA build of
 7 GB, and unpacking its wheels about 4 GB more; tox.ini gives those envs the label `large`, and
 only one `large` env runs at a time (with the largest small env beside it, interop's 3 GB, about
 14 GB at most). Each
-lane has its own tox work folder (tox's packaging env is not shared between two tox processes),
-and each env's folder is deleted once it has run.
+lane runs tox in its own copy of the checkout (.git included, .tox left out) with its own work
+folder: tox builds devshim's sdist in the source tree for every env, and two builds at once in one
+tree clash (setuptools' egg-info and release folders). Each env's folder is deleted once it has run.
 
     python3 .ci/run_matrix.py              # what .ci/run does
     CI_LANES=1 python3 .ci/run_matrix.py   # one env at a time
@@ -25,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -56,6 +58,13 @@ def folder_size(path: Path) -> str:
     return size[0] if size else "?"
 
 
+def copy_checkout(target: Path) -> Path:
+    """A copy of the checkout as it is (uncommitted changes and .git included), without tox's folders."""
+    shutil.copytree(ROOT, target, symlinks=True,
+                    ignore=shutil.ignore_patterns(".tox", "__pycache__", "*.egg-info", ".pytest_cache"))
+    return target
+
+
 class Matrix:
     """The envs left to run, handed to the lanes in envlist order; a `large` env only while no
     other `large` one runs."""
@@ -67,6 +76,7 @@ class Matrix:
         self.large_running = False
         self.results: dict = {}
         self.began = time.monotonic()
+        self.copy = copy_checkout  # what gives each lane its checkout (tests give a stand-in)
         self.condition = threading.Condition()
         self.print_lock = threading.Lock()
 
@@ -98,20 +108,22 @@ class Matrix:
 
     def lane(self, number: int) -> None:
         workdir = ROOT / ".tox" / f"lane{number}"
-        while True:
-            taken = self.take()
-            if taken is None:
-                return
-            env, left = taken
-            self.run(env, workdir, min(ENV_LIMIT, int(left)))
+        with tempfile.TemporaryDirectory(prefix=f"devshim-ci-lane{number}-") as copies:
+            checkout = ROOT if self.lanes == 1 else self.copy(Path(copies) / "devshim")
+            while True:
+                taken = self.take()
+                if taken is None:
+                    return
+                env, left = taken
+                self.run(env, workdir, min(ENV_LIMIT, int(left)), checkout)
 
-    def run(self, env: str, workdir: Path, limit: int) -> None:
+    def run(self, env: str, workdir: Path, limit: int, checkout: Path = ROOT) -> None:
         log_path = workdir / f"{env}.log"
         workdir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         with open(log_path, "w", encoding="utf-8") as log:
             process = subprocess.Popen([sys.executable, "-m", "tox", "run", "-e", env, "--workdir", str(workdir)],
-                                       cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                       cwd=checkout, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             try:
                 code = process.wait(timeout=limit)
             except subprocess.TimeoutExpired:

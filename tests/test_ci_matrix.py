@@ -29,7 +29,7 @@ def _stand_in_runs(matrix, seconds: float, failing=(), holds=None):
     started = {env: threading.Event() for env in matrix.waiting}
     seen = {"running": set(), "most": 0, "most_large": 0, "order": [], "held": None}
 
-    def run(env, workdir, limit):
+    def run(env, workdir, limit, checkout):
         with lock:
             seen["running"].add(env)
             seen["order"].append(env)
@@ -44,6 +44,7 @@ def _stand_in_runs(matrix, seconds: float, failing=(), holds=None):
         matrix.done(env, "FAILED" if env in failing else "ok", 1 if env in failing else 0)
 
     matrix.run = run
+    matrix.copy = lambda target: target  # no copy of the checkout: nothing runs in it
     return seen
 
 
@@ -93,3 +94,15 @@ def test_a_failed_env_is_kept_as_failed(runner):
     _stand_in_runs(matrix, 0.0, failing={"numpy"})
     _run_lanes(matrix)
     assert matrix.results["numpy"] == ("FAILED", 1) and matrix.results["lint"] == ("ok", 0)
+
+
+def test_a_lane_copies_the_checkout_with_its_git_and_uncommitted_files_but_not_tox(runner, tmp_path, monkeypatch):
+    """Each lane's tox builds the sdist in its own tree: two builds in one tree clash."""
+    root = tmp_path / "checkout"
+    for name in (".git/HEAD", ".tox/lane1/big", "devshim/__init__.py", "devshim/__pycache__/x.pyc", "new.txt"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(name)
+    monkeypatch.setattr(runner, "ROOT", root)
+    copy = runner.copy_checkout(tmp_path / "lane")
+    assert sorted(str(p.relative_to(copy)) for p in copy.rglob("*") if p.is_file()) == [
+        ".git/HEAD", "devshim/__init__.py", "new.txt"]
