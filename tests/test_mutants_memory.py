@@ -282,17 +282,9 @@ def test_a_torch_models_bytes_count_each_parameter_and_buffer_once(torch_contrac
 
 
 @pytest.fixture
-def vgpu_storage(setenv):
+def vgpu_storage(vgpus):
     """A uint8 tensor of four zeros on torch's virtual gpu:0 (two virtual GPUs for this test)."""
-    torch = pytest.importorskip("torch")
-    from devshim.backends.probes import release
-
-    if release("torch") < (2, 10):
-        pytest.skip("torch's virtual GPUs need torch 2.10 or later")
-    setenv("DEVSHIM_DEVICE", None)
-    ds.testing.virtual_devices(2)
-    with ds.use_backend("torch"):
-        yield torch, torch.zeros(4, dtype=torch.uint8, device=ds.gpu(0))
+    return vgpus, vgpus.zeros(4, dtype=vgpus.uint8, device=ds.gpu(0))
 
 
 def test_a_virtual_storage_is_written_through_to_its_tensor(vgpu_storage):
