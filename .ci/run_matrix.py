@@ -115,7 +115,11 @@ class Matrix:
                 if taken is None:
                     return
                 env, left = taken
-                self.run(env, workdir, min(ENV_LIMIT, int(left)), checkout)
+                try:
+                    self.run(env, workdir, min(ENV_LIMIT, int(left)), checkout)
+                except Exception as error:  # noqa: BLE001 - the env fails; the lanes and the summary go on
+                    print(f"ci: {env} could not run: {error!r}", flush=True)
+                    self.done(env, f"{'FAILED':<7} (could not run: {error!r})", 1)
 
     def run(self, env: str, workdir: Path, limit: int, checkout: Path = ROOT) -> None:
         log_path = workdir / f"{env}.log"

@@ -106,3 +106,21 @@ def test_a_lane_copies_the_checkout_with_its_git_and_uncommitted_files_but_not_t
     copy = runner.copy_checkout(tmp_path / "lane")
     assert sorted(str(p.relative_to(copy)) for p in copy.rglob("*") if p.is_file()) == [
         ".git/HEAD", "devshim/__init__.py", "new.txt"]
+
+
+def test_an_env_that_cannot_be_run_fails_and_the_lanes_go_on(runner):
+    """A large env whose run raises must not leave the other lane waiting for it forever."""
+    matrix = runner.Matrix(["torch-floor", "torch27", "numpy"], {"torch-floor", "torch27"}, lanes=2)
+    seen = _stand_in_runs(matrix, 0.0)
+    ran = matrix.run
+
+    def run(env, workdir, limit, checkout):
+        if env == "torch-floor":
+            raise OSError("no space left on device")
+        ran(env, workdir, limit, checkout)
+
+    matrix.run = run
+    _run_lanes(matrix)
+    assert matrix.results["torch-floor"][1] == 1 and "no space left on device" in matrix.results["torch-floor"][0]
+    assert matrix.results["torch27"] == ("ok", 0) and matrix.results["numpy"] == ("ok", 0)
+    assert "torch27" in seen["order"]
