@@ -139,3 +139,22 @@ def pytest_runtest_protocol(item, nextitem):
         yield
     finally:
         faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture
+def vgpu(setenv):
+    """Two virtual torch GPUs for this test, torch selected; gives torch (skips before torch 2.10)."""
+    import gc
+
+    import devshim as ds
+    from devshim.backends.probes import release
+
+    torch = pytest.importorskip("torch")
+    if release("torch") < (2, 10):
+        pytest.skip("torch's virtual GPUs need torch 2.10 or later")
+    setenv("DEVSHIM_DEVICE", None)
+    ds.testing.virtual_devices(2)
+    gc.collect()  # an earlier test's tensors held in a cycle (an error's traceback) go now, not midway
+    with ds.use_backend("torch"):
+        assert ds.num_gpus() == 2
+        yield torch

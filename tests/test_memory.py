@@ -236,22 +236,6 @@ def test_without_a_counter_a_thread_samples_what_is_in_use(counted):
 # ------------------------------------------------------------ torch's virtual GPUs
 
 
-@pytest.fixture
-def vgpu(setenv):
-    """Two virtual torch GPUs for this test (conftest and the fixture above restore settings)."""
-    torch = pytest.importorskip("torch")
-    from devshim.backends.probes import release
-
-    if release("torch") < (2, 10):
-        pytest.skip("torch's virtual GPUs need torch 2.10 or later")
-    setenv("DEVSHIM_DEVICE", None)
-    ds.testing.virtual_devices(2)
-    gc.collect()  # an earlier test's tensors held in a cycle (an error's traceback) go now, not midway
-    with ds.use_backend("torch"):
-        assert ds.num_gpus() == 2
-        yield torch
-
-
 def test_a_64_mib_virtual_gpu_refuses_a_100_mib_tensor_with_torchs_own_error(vgpu):
     torch = vgpu
     settings.set_virtual_memory("64MiB")

@@ -282,9 +282,9 @@ def test_a_torch_models_bytes_count_each_parameter_and_buffer_once(torch_contrac
 
 
 @pytest.fixture
-def vgpu_storage(vgpus):
+def vgpu_storage(vgpu):
     """A uint8 tensor of four zeros on torch's virtual gpu:0 (two virtual GPUs for this test)."""
-    return vgpus, vgpus.zeros(4, dtype=vgpus.uint8, device=ds.gpu(0))
+    return vgpu, vgpu.zeros(4, dtype=vgpu.uint8, device=ds.gpu(0))
 
 
 def test_a_virtual_storage_is_written_through_to_its_tensor(vgpu_storage):
@@ -591,28 +591,13 @@ def test_a_torch_estimate_names_a_value_read_error_without_arguments_by_its_kind
 # ------------------------------------------------------------------ a virtual GPU's size, in place
 
 
-@pytest.fixture
-def vgpus(setenv):
-    """Two virtual torch GPUs for this test; gives torch."""
-    torch = pytest.importorskip("torch")
-    from devshim.backends.probes import release
-
-    if release("torch") < (2, 10):
-        pytest.skip("torch's virtual GPUs need torch 2.10 or later")
-    setenv("DEVSHIM_DEVICE", None)
-    ds.testing.virtual_devices(2)
-    gc.collect()  # an earlier test's tensors held in a cycle go now, not midway
-    with ds.use_backend("torch"):
-        yield torch
-
-
 def _in_use(index: int) -> int:
     return ds.memory(f"gpu:{index}").in_use
 
 
-def test_a_tensor_grown_in_place_past_the_size_is_held_and_refused_in_cudas_words(vgpus):
+def test_a_tensor_grown_in_place_past_the_size_is_held_and_refused_in_cudas_words(vgpu):
     """The growth is counted (the memory is held) and the error says what was free before it."""
-    torch = vgpus
+    torch = vgpu
     x = torch.zeros(10, dtype=torch.uint8, device=ds.gpu(1))
     used = _in_use(1)
     settings.set_virtual_memory(used + 100)
@@ -625,8 +610,8 @@ def test_a_tensor_grown_in_place_past_the_size_is_held_and_refused_in_cudas_word
     del x
 
 
-def test_a_tensor_grows_in_place_to_exactly_the_size_and_not_a_byte_past_it(vgpus):
-    torch = vgpus
+def test_a_tensor_grows_in_place_to_exactly_the_size_and_not_a_byte_past_it(vgpu):
+    torch = vgpu
     x = torch.zeros(10, dtype=torch.uint8, device=ds.gpu(1))
     used = _in_use(1)
     settings.set_virtual_memory(used + 20)
@@ -637,9 +622,9 @@ def test_a_tensor_grows_in_place_to_exactly_the_size_and_not_a_byte_past_it(vgpu
     del x
 
 
-def test_a_gpu_past_its_size_still_reshapes_and_shrinks_a_tensor_in_place(vgpus):
+def test_a_gpu_past_its_size_still_reshapes_and_shrinks_a_tensor_in_place(vgpu):
     """The size made smaller than what is held: what does not grow is never refused."""
-    torch = vgpus
+    torch = vgpu
     x = torch.zeros(100, dtype=torch.uint8, device=ds.gpu(1))
     used = _in_use(1)
     settings.set_virtual_memory(used - 50)
@@ -669,9 +654,9 @@ class _GrowsInBackward:
         self.grow = Grow
 
 
-def test_a_tensor_grown_past_the_size_in_a_backward_pass_ends_it_saying_what_was_free(vgpus):
+def test_a_tensor_grown_past_the_size_in_a_backward_pass_ends_it_saying_what_was_free(vgpu):
     """As outside one (the growth counted, what was free before it said), at the pass's end."""
-    torch = vgpus
+    torch = vgpu
     step = _GrowsInBackward(torch)
     x = torch.ones(4, device=ds.gpu(1), requires_grad=True)
     loss = step.grow.apply(x).sum()
@@ -685,8 +670,8 @@ def test_a_tensor_grown_past_the_size_in_a_backward_pass_ends_it_saying_what_was
     del step, x, loss
 
 
-def test_a_storage_resized_on_gpu_1_is_counted_on_gpu_1(vgpus):
-    torch = vgpus
+def test_a_storage_resized_on_gpu_1_is_counted_on_gpu_1(vgpu):
+    torch = vgpu
     t = torch.zeros(16, dtype=torch.uint8, device=ds.gpu(1))
     storage = t.untyped_storage()
     before = _in_use(0), _in_use(1)
@@ -697,8 +682,8 @@ def test_a_storage_resized_on_gpu_1_is_counted_on_gpu_1(vgpus):
     del t, storage
 
 
-def test_a_storage_resizes_to_exactly_the_size_and_not_a_byte_past_it(vgpus):
-    torch = vgpus
+def test_a_storage_resizes_to_exactly_the_size_and_not_a_byte_past_it(vgpu):
+    torch = vgpu
     t = torch.zeros(16, dtype=torch.uint8, device=ds.gpu(1))
     storage = t.untyped_storage()
     used = _in_use(1)
