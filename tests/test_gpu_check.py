@@ -481,3 +481,23 @@ def test_devshim_bench_takes_several_backends_separated_by_commas():
     assert bench._backends_for(named, experiments()["matmul"]) == installed
     with pytest.raises(ds.DevshimError, match="pytroch"):
         bench._backends_for(argparse.Namespace(backend="numpy,pytroch"), experiments()["matmul"])
+
+
+def test_the_memory_comparison_shows_each_estimate_beside_its_measured_peak(capsys):
+    """An estimate is a plan, not a reading: how far the measured peak is from it is shown (and
+    marked outside 5%), never failed on; an estimate whose process failed fails the check."""
+    memory = _load("gpu_memory_check")
+    MiB = memory.MiB
+
+    def estimate(ratio, **more):
+        return {"step": "estimate: cnn with Adam, batch 512", "devshim": {"estimate": 100 * MiB},
+                "framework": {"measured peak": None if ratio is None else int(ratio * 100 * MiB)}, "source": "",
+                "how": "the allocator's peak", "ratio": ratio, **more}
+
+    ran = {"framework": "jax", "device": "gpu:0", "records": [estimate(1.02), estimate(1.3), estimate(None)]}
+    assert memory.report([ran]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "measured / estimate 1.020; measured: the allocator's peak" in lines[4]
+    assert "measured / estimate 1.300 (outside 5%)" in lines[6] and "measured / estimate" not in lines[8]
+    ran["records"].append(estimate(None, failed=True))
+    assert memory.report([ran]) == 1 and "DIFFERS: its process failed" in capsys.readouterr().out
