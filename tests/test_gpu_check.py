@@ -390,6 +390,48 @@ def test_the_plugin_keeps_a_tests_id_file_class_or_name_and_writes_one_line_per_
     assert line[3].startswith("AssertionError: ") and len(line[3]) == plugin.MESSAGE_CHARS
 
 
+def test_the_plugin_writes_each_failures_traceback_as_it_happens(tmp_path, monkeypatch):
+    """pytest prints tracebacks at the end of a run: a pass stopped at its time limit keeps them
+    only through the failures file (the first check on an H200 lost every one of its 34 plain
+    failures' tracebacks that way)."""
+    outcomes, failures = tmp_path / "outcomes.jsonl", tmp_path / "failures.txt"
+    monkeypatch.setenv("GPU_CHECK_OUTCOMES", str(outcomes))
+    monkeypatch.setenv("GPU_CHECK_FAILURES", str(failures))
+    monkeypatch.setattr(plugin, "_WORKER", [False])
+
+    class Report:
+        nodeid, when, duration = "tests/test_a.py::test_x", "call", 0.5
+        outcome, failed = "failed", True
+        longrepr = "\n".join(f"line {i}" for i in range(200)) + "\nAssertionError: no"
+
+    class Passed(Report):
+        outcome, failed, longrepr = "passed", False, None
+
+    plugin.pytest_runtest_logreport(Passed())
+    assert outcomes.exists() and not failures.exists()  # a pass is an outcome, not a failure
+    plugin.pytest_runtest_logreport(Report())
+    text = failures.read_text().splitlines()
+    assert text[0] == "######## tests/test_a.py::test_x (call)" and text[-2:] == ["AssertionError: no", ""]
+    assert len(text) == 1 + plugin.FAILURE_LINES + 1 and text[1] == f"line {200 - plugin.FAILURE_LINES + 1}"
+    assert len(outcomes.read_text().splitlines()) == 2  # both reports' outcome lines, as before
+    monkeypatch.setattr(plugin, "_WORKER", [True])  # an xdist worker: its controller writes
+    plugin.pytest_runtest_logreport(Report())
+    assert len(failures.read_text().splitlines()) == len(text)
+
+
+def test_the_checkout_in_use_declares_pyprojects_extras(tmp_path):
+    """The suite reads devshim's extras from the installed metadata (the hello's install line);
+    the check's stand-in for an editable install declares them as pip's would."""
+    tomllib = pytest.importorskip("tomllib")
+    env = gpu_check._checkout_in_use(tmp_path, None)
+    info = next((tmp_path / "site").glob("devshim-*.dist-info"))
+    declared = [line.split(": ", 1)[1] for line in (info / "METADATA").read_text().splitlines()
+                if line.startswith("Provides-Extra: ")]
+    with open(ROOT / "pyproject.toml", "rb") as handle:
+        assert declared == list(tomllib.load(handle)["project"]["optional-dependencies"]) and declared
+    assert str(tmp_path / "site") in env["PYTHONPATH"].split(os.pathsep)
+
+
 # ------------------------------------------------------------------ facts written once, in tox.ini
 
 

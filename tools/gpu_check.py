@@ -22,7 +22,8 @@ each failure's first line, the slowest tests, each bench experiment's table with
 it, and the result with every reason it failed. It is rewritten as each stage ends, so a check
 stopped from outside keeps what it found. The full logs lie beside it (``gpu_memory_check.txt``,
 ``selftest.txt``, ``suites.log``, ``bench.txt``), every test's outcome and seconds in
-``outcomes-<backend>-<virtual GPUs>.jsonl`` and each pass's end in ``passes.json``, from which
+``outcomes-<backend>-<virtual GPUs>.jsonl``, each failure's traceback as it happened in
+``failures-<backend>-<virtual GPUs>.txt`` and each pass's end in ``passes.json``, from which
 ``--update-weights`` measures how the passes share the machine next time. Exit status 0 when
 every stage ran to its end without a failure. docs/contributing.md explains how to run it and
 what to do with its results.
@@ -288,7 +289,8 @@ def _checkout_in_use(scratch: Path, wheels) -> dict:
     version = _checkout_version()
     info = site / f"devshim-{version}.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: devshim\nVersion: {version}\n")
+    extras = "".join(f"Provides-Extra: {extra}\n" for extra in _extras())
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: devshim\nVersion: {version}\n{extras}")
     (info / "entry_points.txt").write_text("[console_scripts]\ndevshim = devshim.cli:main\n\n"
                                            "[pytest11]\ndevshim = devshim.pytest_plugin\n")
     for wheel in sorted(Path(wheels).glob("*.whl")) if wheels else ():
@@ -305,6 +307,17 @@ def _environment(extra: dict) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEVSHIM_")}
     env.update(SHARED_GPU, **extra)
     return env
+
+
+def _extras() -> list:
+    """pyproject.toml's extras, as an installed devshim's metadata declares them (the suite reads
+    them there); none where this Python cannot read TOML (before 3.11)."""
+    try:
+        import tomllib
+    except ImportError:
+        return []
+    with open(ROOT / "pyproject.toml", "rb") as handle:
+        return list(tomllib.load(handle)["project"].get("optional-dependencies", {}))
 
 
 def _checkout_version() -> str:
@@ -451,7 +464,7 @@ def suites(python: str, backends: list, args, out: Path, summary: Summary, budge
     split = ", ".join(f"{pass_key(which)} {count}" for which, count in shares.items())
     summary += ["", f"## Test suite ({len(found)} passes, {parallel} at a time; xdist workers: {split or 'none'})",
                 "", "| pass | passed | failed | errors | skipped | seconds |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    for stale in list(out.glob("outcomes-*.jsonl")) + [out / "passes.json"]:  # an earlier check's
+    for stale in [*out.glob("outcomes-*.jsonl"), *out.glob("failures-*.txt"), out / "passes.json"]:  # an earlier check's
         stale.unlink(missing_ok=True)
     ended, failures = {}, []
     plain = ",".join(name for name, virtual in found if not virtual)
@@ -470,7 +483,8 @@ def suites(python: str, backends: list, args, out: Path, summary: Summary, budge
                                       "complete": counts["exit"] in (0, 1)}
     (out / "passes.json").write_text(json.dumps(ended, indent=2) + "\n")
     if failures:
-        summary += ["", "Failures (first line of each; suites.log has the tracebacks):", "", *failures]
+        summary += ["", "Failures (first line of each; failures-<pass>.txt has each traceback, also of a "
+                    "pass stopped at the time limit):", "", *failures]
     summary += ["", "Slowest tests (where a pass's time goes; outcomes-*.jsonl has every test's):", "",
                 *_slowest(out.glob("outcomes-*.jsonl"), 12)]
 
@@ -533,6 +547,7 @@ def one_pass(python: str, which: tuple, workers: int, args, out: Path, budget: B
     report = out / f".junit-{pass_key(which)}.xml"
     outcomes = out / f"outcomes-{pass_key(which)}.jsonl"  # kept: every test's outcome and seconds
     env["GPU_CHECK_OUTCOMES"] = str(outcomes)
+    env["GPU_CHECK_FAILURES"] = str(out / f"failures-{pass_key(which)}.txt")  # tracebacks, as they happen
     began = time.monotonic()
     code, text, _ = _run(suite_command(python, which, workers, args, report, selection, ignored), seconds,
                          cwd=ROOT, env=env)

@@ -9,6 +9,10 @@
   line: only the tests it names are kept, as pytest's command line takes them (the id itself,
   or its file, class or test without parameters).
 
+- `GPU_CHECK_FAILURES` names a file where each failure's whole report (its traceback, the last
+  `FAILURE_LINES` lines) is written as it happens: pytest prints tracebacks only at the end of a
+  run, so a pass stopped at its time limit would otherwise keep none.
+
 With pytest-xdist, the controller writes the workers' reports (a worker writes nothing).
 """
 
@@ -20,6 +24,8 @@ import os
 _WORKER: list = []
 #: What one outcome line holds (its first line of a failure cut to this many characters).
 MESSAGE_CHARS = 200
+#: The lines of a failure's report kept in the failures file (its end: where it failed, and why).
+FAILURE_LINES = 80
 
 
 def pytest_configure(config) -> None:
@@ -60,9 +66,26 @@ def outcome_line(report) -> str:
     return json.dumps([report.nodeid, report.when, report.outcome, message, round(report.duration, 2)])
 
 
+def failure_text(report) -> str:
+    """A failed report's node id and phase, then the end of its report (`FAILURE_LINES` lines).
+
+    Example:
+        >>> print(failure_text(report))
+        ######## tests/test_a.py::test_x (call)
+        Traceback ...
+        AssertionError: ...
+    """
+    lines = str(report.longrepr).rstrip().splitlines()[-FAILURE_LINES:] if report.longrepr else []
+    return "\n".join([f"######## {report.nodeid} ({report.when})", *lines, "", ""])
+
+
 def pytest_runtest_logreport(report) -> None:
-    target = os.environ.get("GPU_CHECK_OUTCOMES")
-    if not target or (_WORKER and _WORKER[-1]) or (report.when != "call" and report.outcome == "passed"):
+    if (_WORKER and _WORKER[-1]) or (report.when != "call" and report.outcome == "passed"):
         return
-    with open(target, "a", encoding="utf-8") as handle:
-        handle.write(outcome_line(report) + "\n")
+    target, failures = os.environ.get("GPU_CHECK_OUTCOMES"), os.environ.get("GPU_CHECK_FAILURES")
+    if target:
+        with open(target, "a", encoding="utf-8") as handle:
+            handle.write(outcome_line(report) + "\n")
+    if failures and report.failed:
+        with open(failures, "a", encoding="utf-8") as handle:
+            handle.write(failure_text(report))
