@@ -122,7 +122,8 @@ def fakes(tmp_path, monkeypatch):
                         lambda python, which, workers, args, report, selection, ignored:
                         found.command("suite", which, selection) + [f"--junitxml={report}"])
     monkeypatch.setattr(gpu_check, "selftest_command", lambda python, backends: found.command("selftest", *backends))
-    monkeypatch.setattr(gpu_check, "memory_command", lambda python, frameworks: found.command("memory", *frameworks))
+    monkeypatch.setattr(gpu_check, "memory_command",
+                        lambda python, frameworks, out=None: found.command("memory", *frameworks))
     monkeypatch.setattr(gpu_check, "bench_command", lambda python, name, backend: found.command("bench", name, backend))
     return found
 
@@ -543,3 +544,27 @@ def test_the_memory_comparison_shows_each_estimate_beside_its_measured_peak(caps
     assert "measured / estimate 1.300 (outside 5%)" in lines[6] and "measured / estimate" not in lines[8]
     ran["records"].append(estimate(None, failed=True))
     assert memory.report([ran]) == 1 and "DIFFERS: its process failed" in capsys.readouterr().out
+
+
+def test_the_docs_table_of_estimates_on_a_gpu_is_the_results_file_written_out():
+    """docs/memory.md's figures of the estimate against a real GPU are the GPU check's results
+    file (tools/gpu_estimates_results.json), as its memory stage wrote it, written out."""
+    memory = _load("gpu_memory_check")
+    document = json.loads((ROOT / "tools" / "gpu_estimates_results.json").read_text())
+    assert memory.estimates_table(document) in (ROOT / "docs" / "memory.md").read_text()
+    assert {row["framework"] for row in document["rows"]} == set(memory.ESTIMATED)
+
+
+def test_the_estimates_results_file_is_made_from_the_comparisons_records():
+    memory = _load("gpu_memory_check")
+    MiB = memory.MiB
+    record = {"step": "estimate: cnn with Adam, batch 512", "devshim": {"estimate": 100 * MiB},
+              "framework": {"measured peak": 134 * MiB}, "source": "", "how": "the allocator's peak", "ratio": 1.34}
+    unmeasured = dict(record, ratio=None, step="estimate: mlp with Adam, batch 64")
+    other = {"step": "alloc a (64 MiB)", "devshim": {"in_use": 64 * MiB}, "framework": {"in_use": 64 * MiB}}
+    rows = memory.estimate_rows([{"framework": "jax", "records": [other, record, unmeasured]}, {"framework": "torch"}])
+    assert rows == [{"framework": "jax", "model": "cnn", "batch": 512, "estimate_mib": 100.0, "measured_mib": 134.0,
+                     "ratio": 1.34, "measured_as": "the allocator's peak"}]
+    document = dict(memory.estimates_document([{"framework": "jax", "records": [record]}]))
+    assert document["rows"] == rows and document["devshim_tree"] and "| JAX | small CNN with Adam | 512 |" in (
+        memory.estimates_table(document))

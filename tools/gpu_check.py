@@ -345,8 +345,11 @@ def memory_frameworks() -> tuple:
     return tuple(runpy.run_path(str(TOOLS / "gpu_memory_check.py"))["SIDES"])
 
 
-def memory_command(python: str, frameworks: list) -> list:
-    return [python, str(TOOLS / "gpu_memory_check.py"), "--frameworks", ",".join(frameworks)]
+def memory_command(python: str, frameworks: list, out: Optional[Path] = None) -> list:
+    """The memory comparison's command; with `out`, it writes there the estimates' results file
+    (`gpu_estimates_results.json`: copied over tools/', it remakes docs/memory.md's table)."""
+    keep = ["--write-estimates", str(out / "gpu_estimates_results.json")] if out is not None else []
+    return [python, str(TOOLS / "gpu_memory_check.py"), "--frameworks", ",".join(frameworks), *keep]
 
 
 def memory_check(python: str, backends: list, out: Path, summary: Summary, budget: Budget, env: dict) -> None:
@@ -362,7 +365,7 @@ def memory_check(python: str, backends: list, out: Path, summary: Summary, budge
     allowed = _stage_time(summary, budget, MEMORY_SECONDS, heading)
     if not allowed:
         return
-    code, text, _ = _run(memory_command(python, chosen), allowed, cwd=ROOT, env=env)
+    code, text, _ = _run(memory_command(python, chosen, out), allowed, cwd=ROOT, env=env)
     (out / "gpu_memory_check.txt").write_text(text)
     if code == 2 and not _nvidia_gpus():
         status = "no GPU here: nothing to compare"

@@ -27,11 +27,15 @@ framework could run on a GPU. ``tools/gpu_check.py`` runs it, on the backends it
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.util
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FRAMEWORKS = ("torch", "jax", "cupy", "tensorflow", "mxnet")
@@ -305,6 +309,64 @@ def run_one(name: str) -> dict:
     return {"framework": name, "device": str(ds.memory(gpu).device), "records": records}
 
 
+# ------------------------------------------------------------------ the estimates, kept
+
+
+def estimate_rows(results: list) -> list:
+    """The estimate records of `results` (as `--json` writes them), one row each, in MiB.
+
+    Example:
+        >>> estimate_rows(results)[0]["ratio"]
+        1.026
+    """
+    rows = []
+    for result in results:
+        for record in result.get("records", ()):
+            found = re.match(r"estimate: (\w+) with Adam, batch (\d+)", record["step"])
+            if not found or record.get("ratio") is None:
+                continue
+            rows.append({"framework": result["framework"], "model": found.group(1), "batch": int(found.group(2)),
+                         "estimate_mib": round(record["devshim"]["estimate"] / MiB, 1),
+                         "measured_mib": round(record["framework"]["measured peak"] / MiB, 1),
+                         "ratio": round(record["ratio"], 3), "measured_as": record["how"]})
+    return rows
+
+
+def estimates_table(document: dict) -> str:
+    """docs/memory.md's table of estimates against a real GPU, from the results file
+    (tools/gpu_estimates_results.json): a row per step, and the run it came from.
+
+    Example:
+        >>> print(estimates_table(json.load(open("tools/gpu_estimates_results.json"))).splitlines()[2])
+        | PyTorch | MLP with Adam | 512 | 38.0 | 39.0 | 1.026 |
+    """
+    names = {"torch": "PyTorch", "jax": "JAX", "mlp": "MLP with Adam", "cnn": "small CNN with Adam"}
+    lines = ["| framework | step | batch | estimate MiB | measured MiB | measured / estimate |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    lines += [f"| {names[row['framework']]} | {names[row['model']]} | {row['batch']} | {row['estimate_mib']:.1f} | "
+              f"{row['measured_mib']:.1f} | {row['ratio']:.3f} |" for row in document["rows"]]
+    lines += ["", f"Measured on {document['machine']}, {document['date']}, commit {document['commit']} "
+                  f"(`devshim/` tree {document['devshim_tree'][:10]}), by {document['command']}."]
+    return "\n".join(lines)
+
+
+def estimates_document(results: list) -> dict:
+    """The results file's content for this run: its rows, the machine, and the code measured."""
+    def git(*args):
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        return done.stdout.strip() or "unknown"
+
+    gpus = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                          capture_output=True, text=True) if shutil.which("nvidia-smi") else None
+    versions = [f"{name} {importlib.metadata.version(name)}" for name in ESTIMATED
+                if importlib.util.find_spec(name) is not None]
+    machine = ", ".join([*(gpus.stdout.strip().splitlines() if gpus else ["no nvidia-smi"]),
+                         f"Python {sys.version.split()[0]}", *versions])
+    return {"machine": machine, "date": time.strftime("%Y-%m-%d"), "commit": git("rev-parse", "--short", "HEAD"),
+            "devshim_tree": git("rev-parse", "HEAD:devshim"),
+            "command": "`tools/gpu_memory_check.py`, run by `tools/gpu_check.py`", "rows": estimate_rows(results)}
+
+
 # ------------------------------------------------------------------ the report
 
 
@@ -393,6 +455,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--frameworks", default=",".join(FRAMEWORKS), help="comma-separated (default: all)")
     parser.add_argument("--json", metavar="FILE", help="also write the records as JSON")
+    parser.add_argument("--write-estimates", metavar="FILE",
+                        help="write the estimates and their measured peaks as the results file "
+                             "docs/memory.md's table is made from (tools/gpu_estimates_results.json)")
     parser.add_argument("--preallocate", action="store_true",
                         help="leave JAX's and TensorFlow's preallocation as they are")
     parser.add_argument("--seconds", type=int, default=600, help="seconds each framework's process may take")
@@ -429,6 +494,9 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(results, handle, indent=2, default=str)
+    if args.write_estimates and estimate_rows(results):
+        with open(args.write_estimates, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(estimates_document(results), indent=2) + "\n")
     return status
 
 
