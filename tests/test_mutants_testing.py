@@ -176,7 +176,7 @@ def test_torch_device_tests_asks_for_the_count_it_is_given(vgpu, setenv, monkeyp
     if utils is not None and "vgpu" not in utils.NATIVE_DEVICES:
         pytest.skip("torch's test framework was imported in this process before its virtual GPUs were registered")
     monkeypatch.setenv(device_tests.VARIABLE, device_tests.__file__)  # named already: nothing imports torch's
-    setenv(settings.VIRTUAL_DEVICES_VAR, None)
+    setenv(settings.VIRTUAL_DEVICES_VAR, "0")  # none asked for (set, not unset: monkeypatch puts it back after)
     settings.set_virtual_devices(None)
     ds.testing.torch_device_tests(2)
     assert os.environ[settings.VIRTUAL_DEVICES_VAR] == "2"
