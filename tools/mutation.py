@@ -91,6 +91,8 @@ TESTS = [
     "tests/test_mutants_compare.py",
     "tests/test_mutants_memory.py",
     "tests/test_mutants_out_of_memory.py",
+    "tests/test_mutants_memory_base.py",
+    "tests/test_mutants_testing.py",
 ]
 #: Tests of these files that cannot see a mutant: they run devshim in a fresh interpreter, which
 #: imports the unchanged copy installed in the env.
