@@ -90,6 +90,7 @@ TESTS = [
     "tests/test_tree.py",
     "tests/test_mutants_compare.py",
     "tests/test_mutants_memory.py",
+    "tests/test_mutants_copy_paths.py",
 ]
 #: Tests of these files that cannot see a mutant: they run devshim in a fresh interpreter, which
 #: imports the unchanged copy installed in the env.
