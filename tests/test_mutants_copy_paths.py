@@ -30,7 +30,13 @@ from devshim import backends, settings, transfer
 from devshim._device import Device
 from devshim.backends.nests import nest_to_numpy
 
-torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(name="torch")
+def torch_fixture():
+    """torch, imported by the tests that need it (not at import: collecting this file leaves
+    the frameworks devshim meets, and so the mutation env's test choice, as they were)."""
+    return pytest.importorskip("torch")
 
 
 class _Recorder:
@@ -58,7 +64,7 @@ def _refusal(x, spec) -> str:
     return str(info.value)
 
 
-def test_a_nested_tensor_that_cannot_reach_a_device_is_refused_with_how_to_copy_its_parts():
+def test_a_nested_tensor_that_cannot_reach_a_device_is_refused_with_how_to_copy_its_parts(torch):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch's "nested tensors are a prototype"
         x = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
@@ -73,7 +79,7 @@ def test_a_nested_tensor_that_cannot_reach_a_device_is_refused_with_how_to_copy_
 
 
 @pytest.mark.parametrize("dtype", ["quint8", "qint8"])
-def test_a_quantized_tensor_that_cannot_reach_a_device_names_its_dtype_and_how_to_dequantize(dtype):
+def test_a_quantized_tensor_that_cannot_reach_a_device_names_its_dtype_and_how_to_dequantize(torch, dtype):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch's "quantized tensors are deprecated"
         x = torch.quantize_per_tensor(torch.ones(3), 0.1, 0, getattr(torch, dtype))
@@ -83,7 +89,7 @@ def test_a_quantized_tensor_that_cannot_reach_a_device_names_its_dtype_and_how_t
         f"the stored integers (x.int_repr()).")
 
 
-def test_a_tensor_of_an_opaque_layout_names_its_layout_and_says_make_it_dense():
+def test_a_tensor_of_an_opaque_layout_names_its_layout_and_says_make_it_dense(torch):
     if not (hasattr(torch.Tensor, "to_mkldnn") and torch.backends.mkldnn.is_available()):
         pytest.skip("this torch build has no MKL-DNN tensors")
     x = torch.ones(2, 2).to_mkldnn()
@@ -96,7 +102,7 @@ def test_a_tensor_of_an_opaque_layout_names_its_layout_and_says_make_it_dense():
 
 
 @pytest.fixture
-def on_gpu0(vgpu):
+def on_gpu0(torch, vgpu):
     """A float32 torch tensor on virtual gpu:0."""
     return ds.to_device(torch.arange(3, dtype=torch.float32), "gpu:0")
 
@@ -138,7 +144,7 @@ def test_a_conversion_naming_its_device_is_an_explicit_crossing_the_guard_counts
 # ------------------------------------------------------------------ objects with a .to method
 
 
-def test_an_object_with_a_to_method_gets_the_resolved_device_and_non_blocking_as_asked():
+def test_an_object_with_a_to_method_gets_the_resolved_device_and_non_blocking_as_asked(torch):
     with ds.use_backend("torch"):
         cpu = ds.get_backend("torch").target("cpu")
         for copy in (ds.to_device, ds.copy_if_needed):
@@ -150,7 +156,7 @@ def test_an_object_with_a_to_method_gets_the_resolved_device_and_non_blocking_as
             assert rec.calls == [(cpu, {})], copy.__name__
 
 
-def test_an_object_whose_to_takes_no_non_blocking_is_moved_all_the_same():
+def test_an_object_whose_to_takes_no_non_blocking_is_moved_all_the_same(torch):
     with ds.use_backend("torch"):
         cpu = ds.get_backend("torch").target("cpu")
         rec = _Recorder(non_blocking_ok=False)
@@ -158,7 +164,7 @@ def test_an_object_whose_to_takes_no_non_blocking_is_moved_all_the_same():
         assert rec.calls == [(cpu, {})]
 
 
-def test_a_frameworks_own_device_object_is_resolved_by_that_framework_for_an_object_with_to():
+def test_a_frameworks_own_device_object_is_resolved_by_that_framework_for_an_object_with_to(torch):
     # Under the numpy backend, torch.device("cpu") is torch's: the object gets it as it is (NumPy
     # would make it a Landing, its way of holding another framework's device).
     with ds.use_backend("numpy"):
@@ -168,7 +174,7 @@ def test_a_frameworks_own_device_object_is_resolved_by_that_framework_for_an_obj
             assert rec.calls == [(torch.device("cpu"), {})], copy.__name__
 
 
-def test_a_ds_device_is_resolved_by_the_selected_backend_for_an_object_with_to():
+def test_a_ds_device_is_resolved_by_the_selected_backend_for_an_object_with_to(torch):
     # A ds.Device is the selected backend's to resolve, whichever framework it was read from:
     # NumPy makes torch's a Landing (where an array becomes a torch tensor), torch makes NumPy's
     # CPU its own.
@@ -182,7 +188,7 @@ def test_a_ds_device_is_resolved_by_the_selected_backend_for_an_object_with_to()
         assert rec.calls == [(torch.device("cpu"), {})]
 
 
-def test_the_inputs_of_a_split_models_block_are_moved_without_non_blocking(vgpu):
+def test_the_inputs_of_a_split_models_block_are_moved_without_non_blocking(torch, vgpu):
     class Head(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -213,7 +219,7 @@ def test_the_inputs_of_a_split_models_block_are_moved_without_non_blocking(vgpu)
 # ------------------------------------------------------------------ where no tensor says
 
 
-def test_a_nest_without_tensors_still_has_its_device_checked():
+def test_a_nest_without_tensors_still_has_its_device_checked(torch):
     with ds.use_backend("torch"):
         for copy in (ds.to_device, ds.copy_if_needed):
             with pytest.raises(ds.InvalidDeviceError, match="^Cannot read device specification 'nonsense'"):
@@ -222,7 +228,7 @@ def test_a_nest_without_tensors_still_has_its_device_checked():
                 copy({"n": 1}, 3.5)
 
 
-def test_a_tensor_whose_framework_is_not_selected_is_copied_by_its_own_framework():
+def test_a_tensor_whose_framework_is_not_selected_is_copied_by_its_own_framework(torch):
     t = torch.ones(2)
     with ds.use_backend("numpy"):
         kept = [t]
@@ -235,7 +241,7 @@ def test_a_tensor_whose_framework_is_not_selected_is_copied_by_its_own_framework
 # ------------------------------------------------------------------ containers
 
 
-def test_to_device_and_to_numpy_give_new_containers_even_where_no_tensor_changed_them():
+def test_to_device_and_to_numpy_give_new_containers_even_where_no_tensor_changed_them(torch):
     inner, ids = [], {"n": 1}
     nest = {"x": torch.ones(2), "inner": inner, "ids": ids}
     with ds.use_backend("torch"):
@@ -265,7 +271,7 @@ def test_nest_to_numpy_called_alone_names_to_numpy_when_refusing_a_value_that_is
 # ------------------------------------------------------------------ resolved once, one transfer
 
 
-def test_the_target_is_resolved_once_per_framework_met_in_a_nest(monkeypatch):
+def test_the_target_is_resolved_once_per_framework_met_in_a_nest(torch, monkeypatch):
     adapter = ds.get_backend("torch")
     asked = []
     resolve = adapter.target
@@ -282,7 +288,7 @@ def test_the_target_is_resolved_once_per_framework_met_in_a_nest(monkeypatch):
         assert asked == ["meta"], copy.__name__
 
 
-def test_a_nest_walk_is_one_explicit_transfer_while_a_guard_watches():
+def test_a_nest_walk_is_one_explicit_transfer_while_a_guard_watches(torch):
     rec = _Recorder()
     with ds.use_backend("torch"):
         with ds.transfer_guard("disallow"):
@@ -383,7 +389,7 @@ def test_the_public_copies_of_a_framework_with_the_contracts_same_place(toy):
     assert [native for _, native, _ in toy.copies] == [_Where("gpu", 0), _Where("cpu", 0)]
 
 
-def test_a_device_object_of_a_framework_not_selected_is_checked_by_its_framework(toy):
+def test_a_device_object_of_a_framework_not_selected_is_checked_by_its_framework(torch, toy):
     # Under torch, the toy's own device object is the toy's to resolve, for an empty nest (checked)
     # and for an object with a .to method (given it as it is).
     with ds.use_backend("torch"):
