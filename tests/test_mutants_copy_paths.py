@@ -31,7 +31,6 @@ from devshim._device import Device
 from devshim.backends.nests import nest_to_numpy
 
 
-
 @pytest.fixture(name="torch")
 def torch_fixture():
     """torch, imported by the tests that need it (not at import: collecting this file leaves
