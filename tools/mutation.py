@@ -93,6 +93,7 @@ TESTS = [
     "tests/test_mutants_out_of_memory.py",
     "tests/test_mutants_memory_base.py",
     "tests/test_mutants_testing.py",
+    "tests/test_mutants_copy_paths.py",
 ]
 #: Tests of these files that cannot see a mutant: they run devshim in a fresh interpreter, which
 #: imports the unchanged copy installed in the env.
