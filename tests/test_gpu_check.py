@@ -336,6 +336,27 @@ def test_the_weights_are_measured_from_the_outcome_files_a_check_wrote(tmp_path,
     assert gpu_check.main(["--update-weights", str(out), "--weights-file", str(weights)]) == 1
 
 
+def test_a_pass_stopped_at_the_time_limit_weighs_at_least_what_it_ran(tmp_path):
+    """The H200's check of 2026-11-28: only the virtual passes finished, and none of them had a
+    weight before; the plain passes, stopped, had. Those weigh at least their seconds so far, or
+    their old weight scaled by how far the stopped passes' seconds moved, whichever is more."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for key, seconds in {"torch-0": [835.0], "numpy-0": [475.0], "cupy-0": [367.0], "torch-2": [452.0]}.items():
+        _outcomes(out, key, seconds)
+    (out / "passes.json").write_text(json.dumps({
+        "torch-0": {"exit": None, "seconds": 262.0, "complete": False},
+        "numpy-0": {"exit": None, "seconds": 262.0, "complete": False},
+        "cupy-0": {"exit": None, "seconds": 262.0, "complete": False},
+        "torch-2": {"exit": 1, "seconds": 187.0, "complete": True}}))
+    weights = tmp_path / "weights.json"
+    weights.write_text(json.dumps({"seconds": {"torch-0": 1.7, "numpy-0": 1.0, "cupy-0": 0.65, "jax-0": 1.0}}))
+    assert gpu_check.main(["--update-weights", str(out), "--weights-file", str(weights)]) == 0
+    # The scale: the median of 835 / 1.7 = 491.2, 475 / 1.0 and 367 / 0.65 = 564.6 seconds a unit, at least.
+    assert json.loads(weights.read_text())["seconds"] == {
+        "torch-2": 452.0, "torch-0": 835.0, "numpy-0": 491.2, "cupy-0": 367.0, "jax-0": 491.2}
+
+
 def test_the_weights_file_gives_each_plain_pass_a_weight():
     written = json.loads(gpu_check.WEIGHTS.read_text())
     assert written["measured"] and written["seconds"]

@@ -706,32 +706,40 @@ def _provenance(folder: Path) -> str:
 
 def update_weights(folder: Path, target: Path) -> int:
     """Write the passes' weights, their test seconds in the outcome files of the check that wrote
-    `folder`, to `target`. A pass that did not finish keeps its weight, scaled as the measured
-    ones moved; exit status 1 when no pass finished there."""
+    `folder`, to `target`. A pass that did not finish weighs at least the seconds its tests took
+    before it was stopped, and its earlier weight scaled as the measured ones moved where that is
+    more (the scale from the finished passes, else, as a lower bound, from the unfinished ones);
+    exit status 1 when no pass finished there."""
     ended_path = folder / "passes.json"
     if not ended_path.exists():
         print(f"{ended_path} is missing: give the --out folder of a check that ran the suite")
         return 1
     ended = json.loads(ended_path.read_text())
-    measured = {}
+    measured, partial = {}, {}
     for key, info in ended.items():
         outcomes = folder / f"outcomes-{key}.jsonl"
-        if not info.get("complete") or not outcomes.exists():
-            print(f"{key}: did not finish there; its weight is kept (scaled)")
-            continue
-        lines = [json.loads(line) for line in outcomes.read_text().splitlines() if line.strip()]
-        measured[key] = round(sum(line[4] for line in lines if len(line) > 4), 1)
+        lines = [json.loads(line) for line in outcomes.read_text().splitlines() if line.strip()] \
+            if outcomes.exists() else []
+        seconds = round(sum(line[4] for line in lines if len(line) > 4), 1)
+        if info.get("complete") and outcomes.exists():
+            measured[key] = seconds
+        else:
+            print(f"{key}: did not finish there; it weighs at least its {seconds:.0f} s so far")
+            partial[key] = seconds
     if not measured:
         print(f"no pass finished in {folder}: {target} is left as it is")
         return 1
     old = json.loads(target.read_text())["seconds"] if target.exists() else {}
     shared = [measured[key] / old[key] for key in measured if old.get(key)]
-    scale = statistics.median(shared) if shared else None
+    at_least = [partial[key] / old[key] for key in partial if old.get(key) and partial[key]]
+    scale = statistics.median(shared) if shared else statistics.median(at_least) if at_least else None
     kept = {key: round(value * scale, 1) for key, value in old.items() if key not in measured and scale}
+    for key, seconds in partial.items():
+        kept[key] = max(kept.get(key, 0.0), seconds)
     document = {"measured": _provenance(folder),
                 "command": "python tools/gpu_check.py --update-weights OUT rewrites this file from the outcome files "
                            "a check wrote in OUT",
-                "seconds": dict(sorted({**kept, **measured}.items()))}
+                "seconds": dict(sorted({**{k: v for k, v in kept.items() if v}, **measured}.items()))}
     target.write_text(json.dumps(document, indent=2) + "\n")
     print(f"wrote {target}: {document['seconds']}")
     return 0
