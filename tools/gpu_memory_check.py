@@ -27,6 +27,7 @@ framework could run on a GPU. ``tools/gpu_check.py`` runs it, on the backends it
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import importlib.metadata
 import importlib.util
 import json
@@ -207,8 +208,8 @@ def _out_of_memory(ds, name: str, huge) -> dict:
 #: tests/test_memory.py compares on virtual GPUs and at 16 times those.
 ESTIMATED = {"torch": (("mlp", 512), ("cnn", 256), ("mlp", 8192), ("cnn", 4096)),
              "jax": (("mlp", 4096), ("cnn", 512), ("mlp", 65536), ("cnn", 8192))}
-#: The XLA flag a JAX step is measured again with when its compilation's autotuning raised the
-#: allocator's lifetime peak above what the step itself takes (JAX's peak cannot be reset).
+#: The XLA flag JAX's steps are measured with: autotuning's buffers would raise the allocator's
+#: lifetime peak above what the step itself takes (JAX's peak cannot be reset).
 NO_AUTOTUNE = "--xla_gpu_autotune_level=0"
 
 
@@ -431,24 +432,29 @@ def _measure_in_child(name: str, env: dict, seconds: int, *which: str) -> dict:
         return {"framework": name, "error": f"exit status {done.returncode}: {tail}"}
 
 
-def _estimates(name: str, env: dict, seconds: int) -> list:
-    """Each of `ESTIMATED[name]`'s steps, estimated and measured in a fresh interpreter (nothing
-    allocated before it: JAX's peak cannot be reset). A JAX step whose run did not raise the
-    allocator's peak is measured again without autotuning, which is what raised it."""
-    records = []
-    for model, batch in ESTIMATED.get(name, ()):
-        record = _measure_in_child(name, env, seconds, model, str(batch))
-        if name == "jax" and record.get("framework", {}).get("measured peak", 0) is None:
-            flags = " ".join(filter(None, (env.get("XLA_FLAGS"), NO_AUTOTUNE)))
-            again = _measure_in_child(name, {**env, "XLA_FLAGS": flags}, seconds, model, str(batch))
-            if "error" not in again:
-                again["how"] += f" (XLA_FLAGS={NO_AUTOTUNE}: the first run's peak was the compilation's)"
-                record = again
+def _estimates(names: list, env: dict, seconds: int) -> dict:
+    """{framework: its records} of each of `ESTIMATED`'s steps of `names`, estimated and measured
+    each in a fresh interpreter (nothing allocated before it: JAX's peak cannot be reset), all at
+    once: each reads its own process's allocator. JAX compiles without autotuning, whose buffers
+    raise that lifetime peak before the step runs (on the H200, above every step measured here)."""
+    jobs = [(name, model, batch) for name in names for model, batch in ESTIMATED.get(name, ())]
+    no_autotune = {**env, "XLA_FLAGS": " ".join(filter(None, (env.get("XLA_FLAGS"), NO_AUTOTUNE)))}
+
+    def one(job):
+        name, model, batch = job
+        record = _measure_in_child(name, no_autotune if name == "jax" else env, seconds, model, str(batch))
         if "error" in record:
-            record = {"step": f"estimate: {model} with Adam, batch {batch}", "devshim": {}, "framework": {},
-                      "source": "", "how": f"FAILED: {record['error']}", "failed": True}
-        records.append(record)
-    return records
+            return {"step": f"estimate: {model} with Adam, batch {batch}", "devshim": {}, "framework": {},
+                    "source": "", "how": f"FAILED: {record['error']}", "failed": True}
+        if name == "jax":
+            record["how"] += f" (XLA_FLAGS={NO_AUTOTUNE})"
+        return record
+
+    found: dict = {name: [] for name in names}
+    with concurrent.futures.ThreadPoolExecutor(max(1, len(jobs))) as pool:
+        for (name, _, _), record in zip(jobs, pool.map(one, jobs)):
+            found[name].append(record)
+    return found
 
 
 def main(argv=None) -> int:
@@ -486,10 +492,11 @@ def main(argv=None) -> int:
         elif importlib.util.find_spec(name) is None:
             results.append({"framework": name, "skipped": f"{name} is not installed here"})
         else:
-            result = _measure_in_child(name, env, args.seconds)
-            if "records" in result:
-                result["records"] += _estimates(name, env, args.seconds)
-            results.append(result)
+            results.append(_measure_in_child(name, env, args.seconds))
+    measured = [result for result in results if "records" in result]
+    estimates = _estimates([result["framework"] for result in measured], env, args.seconds)
+    for result in measured:
+        result["records"] += estimates[result["framework"]]
     status = report(results)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
