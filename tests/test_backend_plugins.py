@@ -113,9 +113,12 @@ def site(tmp_path):
 
 
 def python(folder: Path, code: str, *args: str, **env: str) -> subprocess.CompletedProcess:
-    """`code` (or `python *args`) in a fresh interpreter with `folder` on its path, run there."""
+    """`code` (or `python *args`) in a fresh interpreter with `folder` on its path, run there.
+    The path this one was given stays behind them: where devshim is not installed but put on the
+    path with its metadata (tools/gpu_check.py does so), that is where its pytest plugin is found."""
     home = os.path.dirname(os.path.dirname(os.path.abspath(ds.__file__)))
-    command, full_env = _python(code, args, {**env, "PYTHONPATH": os.pathsep.join([str(folder), home])})
+    paths = [str(folder), home, os.environ.get("PYTHONPATH", "")]
+    command, full_env = _python(code, args, {**env, "PYTHONPATH": os.pathsep.join(path for path in paths if path)})
     return subprocess.run(command, capture_output=True, text=True, env=full_env, cwd=folder, timeout=300)
 
 
