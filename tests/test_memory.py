@@ -360,11 +360,13 @@ def test_the_capacity_holds_under_threads(vgpu):
     capacity = settings.virtual_memory()
     from devshim.backends.torch._virtual import memory as virtual_memory
 
+    gpu = ds.gpu(1)  # here: ds.use_backend("torch") holds in this thread, not in the threads it starts
+
     def take(barrier, held):
         barrier.wait()
         while True:
             try:
-                held.append(torch.empty(chunk, dtype=torch.uint8, device=ds.gpu(1)))
+                held.append(torch.empty(chunk, dtype=torch.uint8, device=gpu))
             except torch.OutOfMemoryError:
                 return
 
