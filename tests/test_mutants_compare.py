@@ -10,9 +10,9 @@ import gc
 import pytest
 
 import devshim as ds
-from devshim import backends
 from devshim.timing import settle
 from devshim.timing.compare import MIN_PAIRS, Comparison, compare
+from fake_queue import FakeQueue, fake_queue_backend
 
 # Seconds of one call on the fake clock: a power of two, so that sums of them are exact.
 TICK = 2.0 ** -10
@@ -185,65 +185,20 @@ def test_garbage_collection_is_paused_while_measuring_and_back_on_after():
     assert gc.isenabled() and seen and not any(seen)
 
 
-class _Queue:
-    """Work queued on a fake device: `launch` returns at once, waiting moves the clock on."""
-
-    def __init__(self, clock: Clock) -> None:
-        self.clock, self.busy_until = clock, 0.0
-
-    def launch(self, seconds: float):
-        def fn():
-            self.busy_until = max(self.clock.now, self.busy_until) + seconds  # returns nothing to wait on
-
-        return fn
-
-    def block_until_ready(self):
-        self.clock.now = max(self.clock.now, self.busy_until)
-        return self
-
-
-class _QueueBackend(backends.Backend):
-    spec = backends.BackendSpec("fakequeue_compare", import_name=__name__, title="A fake asynchronous device")
-    waits_per_value = True
-
-    def is_tensor(self, x):
-        return isinstance(x, _Queue)
-
-    def is_native_device(self, obj):
-        return False
-
-    def accelerator_count(self):
-        return 0
-
-    def make_native_device(self, kind, index):
-        return kind
-
-    def describe(self, native):
-        return ds.Device("cpu", backend=self.spec.name)
-
-    def tensor_device(self, x):
-        return ds.Device("cpu", backend=self.spec.name)
-
-    def copy_to(self, x, native, non_blocking):
-        raise AssertionError("not copied")
-
-    def tensor_to_numpy(self, x):
-        raise AssertionError("not read")
-
-    def wait(self, x):
-        x.block_until_ready()
-
-
 def test_each_run_waits_for_the_device_it_was_given():
     """Functions that only queue work and return nothing: `device=` is what makes each run wait
     for that work, so the ratio is that of the work (2), not of launching it."""
-    backends.register_backend(_QueueBackend.spec, _QueueBackend)
-    try:
+    def launcher(queue, seconds):
+        def fn():
+            queue.launch(seconds)  # returns nothing to wait on
+
+        return fn
+
+    with fake_queue_backend():
         clock = Clock()
-        queue = _Queue(clock)
-        c = compare(queue.launch(TICK), queue.launch(2 * TICK), min_run_time=16 * TICK, device=queue, clock=clock)
-    finally:
-        backends.unregister_backend(_QueueBackend.spec.name)
+        queue = FakeQueue(clock)
+        c = compare(launcher(queue, TICK), launcher(queue, 2 * TICK), min_run_time=16 * TICK, device=queue,
+                    clock=clock)
     assert c.ratio == pytest.approx(2.0) and c.first.median == pytest.approx(TICK)
 
 

@@ -12,11 +12,9 @@ import sys
 import pytest
 
 import devshim as ds
-from devshim import backends
-from devshim._device import Device
-from devshim.backends.spec import BackendSpec
 from devshim.errors import TimingError
 from devshim.timing import settle
+from fake_queue import FakeQueue, fake_queue_backend
 
 
 class FakeClock:
@@ -39,66 +37,11 @@ class FakeClock:
         self.now += seconds
 
 
-class FakeQueue:
-    """An asynchronous device on the fake clock, waited on JAX-style (``block_until_ready``).
-
-    ``launch`` returns at once; the work finishes ``cost`` seconds after the
-    queue's earlier work, and waiting moves the clock to that moment.
-    """
-
-    def __init__(self, clock: FakeClock) -> None:
-        self.clock, self.busy_until, self.waits = clock, 0.0, 0
-
-    def launch(self, cost: float) -> "FakeQueue":
-        self.busy_until = max(self.clock.now, self.busy_until) + cost
-        return self
-
-    def block_until_ready(self):
-        self.waits += 1
-        self.clock.now = max(self.clock.now, self.busy_until)
-        return self
-
-
-class FakeQueueBackend(backends.Backend):
-    """A backend whose values are FakeQueues and which waits per value, as JAX does."""
-
-    spec = BackendSpec("fakequeue", import_name=__name__, title="A fake asynchronous device")
-    waits_per_value = True
-
-    def is_tensor(self, x):
-        return isinstance(x, FakeQueue)
-
-    def is_native_device(self, obj):
-        return False
-
-    def accelerator_count(self):
-        return 0
-
-    def make_native_device(self, kind, index):
-        return kind
-
-    def describe(self, native):
-        return Device("cpu", backend="fakequeue")
-
-    def tensor_device(self, x):
-        return Device("cpu", backend="fakequeue")
-
-    def copy_to(self, x, native, non_blocking):
-        raise AssertionError("FakeQueues are not copied")
-
-    def tensor_to_numpy(self, x):
-        raise AssertionError("FakeQueues are not read")
-
-    def wait(self, x):
-        x.block_until_ready()
-
-
 @pytest.fixture
 def fake_queues():
     """Register the FakeQueue backend for one test."""
-    backends.register_backend(FakeQueueBackend.spec, FakeQueueBackend)
-    yield
-    backends.unregister_backend("fakequeue")
+    with fake_queue_backend():
+        yield
 
 
 @pytest.fixture
