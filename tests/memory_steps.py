@@ -117,3 +117,17 @@ def jax_cnn(key, channels: int = 16):
         return y.reshape(y.shape[0], -1) @ dense
 
     return model, params
+
+
+def jax_training(name: str, batch: int, device):
+    """`(step, state, x, y)`: one step of Adam on the MLP (`"mlp"`, on (batch, 784) inputs) or the
+    small CNN (`"cnn"`, on (batch, 1, 28, 28) images), its arguments placed on `device`: the step
+    the tests and the GPU check estimate and run."""
+    import jax
+    import jax.numpy as jnp
+
+    model, params = (jax_mlp if name == "mlp" else jax_cnn)(jax.random.PRNGKey(0))
+    shape = (batch, 784) if name == "mlp" else (batch, 1, 28, 28)
+    state = jax.device_put(jax_state(params), device)
+    x, y = jax.device_put(jnp.ones(shape), device), jax.device_put(jnp.zeros((batch,), jnp.int32), device)
+    return jax_adam_step(model), state, x, y

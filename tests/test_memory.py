@@ -805,7 +805,7 @@ def test_the_largest_batch_is_found_by_bisection_with_progress_on_stderr(capsys)
 JAX_MEASURE = '''
 import gc, json, sys
 sys.path.insert(0, {tests!r})
-import jax, jax.numpy as jnp
+import jax
 import devshim as ds
 import memory_steps
 
@@ -813,12 +813,7 @@ ds.set_backend("jax")
 device = ds.gpu(0)                            # a virtual GPU: its memory is the process's own
 found = {{}}
 for name, batch in (("mlp", 4096), ("cnn", 512)):
-    make = memory_steps.jax_mlp if name == "mlp" else memory_steps.jax_cnn
-    model, params = make(jax.random.PRNGKey(0))
-    shape = (batch, 784) if name == "mlp" else (batch, 1, 28, 28)
-    state = jax.device_put(memory_steps.jax_state(params), device)
-    x, y = jax.device_put(jnp.ones(shape), device), jax.device_put(jnp.zeros((batch,), jnp.int32), device)
-    step = memory_steps.jax_adam_step(model)
+    step, state, x, y = memory_steps.jax_training(name, batch, device)
     estimate = ds.estimate_memory(step, state, x, y)
     compiled = jax.jit(step)
     jax.block_until_ready(compiled(state, x, y))  # compiled, and run once

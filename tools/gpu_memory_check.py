@@ -247,16 +247,9 @@ def _jax_estimate(ds, model: str, batch: int) -> dict:
     being on the GPU already) and its first run's peak above the bytes in use before it, by the
     allocator's lifetime peak: the figure holds only when the run raised that peak."""
     import jax
-    import jax.numpy as jnp
 
-    steps = _steps()
     device = [d for d in jax.devices() if d.platform != "cpu"][0]
-    make = steps.jax_mlp if model == "mlp" else steps.jax_cnn
-    net, params = make(jax.random.PRNGKey(0))
-    shape = (batch, 784) if model == "mlp" else (batch, 1, 28, 28)
-    state = jax.device_put(steps.jax_state(params), device)
-    x, y = jax.device_put(jnp.ones(shape), device), jax.device_put(jnp.zeros((batch,), jnp.int32), device)
-    step = steps.jax_adam_step(net)
+    step, state, x, y = _steps().jax_training(model, batch, device)
     found = ds.estimate_memory(step, state, x, y, backend="jax")
     compiled = jax.jit(step).lower(state, x, y).compile()
     jax.block_until_ready((state, x, y))
