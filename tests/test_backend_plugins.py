@@ -122,6 +122,7 @@ def python(folder: Path, code: str, *args: str, **env: str) -> subprocess.Comple
     return subprocess.run(command, capture_output=True, text=True, env=full_env, cwd=folder, timeout=300)
 
 
+@pytest.mark.same_in_every_pass  # a fresh interpreter with DEVSHIM_BACKEND=mine
 def test_the_minimal_backend_of_the_docs_is_found_through_its_entry_point_and_used(site):
     result = python(site, """
         import warnings
@@ -141,6 +142,7 @@ def test_the_minimal_backend_of_the_docs_is_found_through_its_entry_point_and_us
                                           "True True True", "0 mine"]
 
 
+@pytest.mark.same_in_every_pass  # a fresh interpreter with DEVSHIM_BACKEND=mine
 def test_devshim_info_lists_it_with_its_capabilities(site):
     result = python(site, "", "-m", "devshim", "info", DEVSHIM_BACKEND="mine")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -148,6 +150,7 @@ def test_devshim_info_lists_it_with_its_capabilities(site):
     assert re.search(r"^  mine +yes +- +- +- +- +- +- +-$", result.stdout, re.M), result.stdout
 
 
+@pytest.mark.same_in_every_pass  # a fresh interpreter with DEVSHIM_BACKEND=mine
 def test_the_pytest_plugin_runs_a_test_on_it(site):
     (site / "test_on_mine.py").write_text(textwrap.dedent("""
         import devshim as ds

@@ -19,6 +19,10 @@ from conftest import VIRTUAL
 from devshim.backends import backend_for_tensor
 from devshim_conformance import backends_with_harness, load_harness
 
+#: Every conversion names both of its frameworks: the selected backend is never read, so the GPU
+#: check's plain passes, one per backend, run each test in one of them (tests/conftest.py).
+pytestmark = pytest.mark.same_in_every_pass
+
 SPECS = ds.backends.specs()
 #: The backends ds.convert serves (an interop.py) that have a harness, in the registry's order.
 FRAMEWORKS = [name for name in backends_with_harness() if SPECS[name].has_module("interop")]
