@@ -43,22 +43,9 @@ def _experiment_params() -> list:
             for name in sorted(TINY)]
 
 
-def _jax_before(version: tuple) -> bool:
-    """Whether the installed JAX is older than `version` (False without JAX)."""
-    from importlib.metadata import PackageNotFoundError, version as installed
-
-    try:
-        return tuple(int(part) for part in installed("jax").split(".")[:2]) < version
-    except PackageNotFoundError:
-        return False
-
-
 @pytest.mark.parametrize("experiment", _experiment_params())
 def test_each_experiment_prints_a_table_and_writes_json_and_png(experiment, tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    if experiment == "memory" and _jax_before((0, 5)):
-        pytest.skip("KNOWN DEFECT, not mended: bench memory's JAX rows exhaust the host's memory on JAX "
-                    "before 0.5 (JAX 0.4.31: 24 GB, then killed); CHANGELOG and docs/memory.md say so")
     data, picture = tmp_path / "rows.json", tmp_path / "plot.png"
     backend = ["--backend", "all"] if experiments()[experiment].per_backend else []
     argv = ["bench", experiment, *backend, *TINY[experiment], *FAST, "--no-progress",

@@ -32,14 +32,23 @@ HAS_VIRTUAL = {name for name in FRAMEWORKS if SPECS[name].virtual_devices}
 HOST = "numpy"
 
 
+def _marks(src, dst) -> list:
+    """Why a conversion from a CPU tensor of ``src`` to ``dst`` cannot be tested here, as a skip."""
+    missing = [n for n in (src, dst) if n not in INSTALLED]
+    if missing:
+        return [pytest.mark.skip(reason=f"{' and '.join(sorted(set(missing)))} not installed here")]
+    if not load_harness(dst).host_arrays:
+        return [pytest.mark.skip(reason=f"{SPECS[dst].title} has no arrays on the host: "
+                                        f"test_a_host_tensor_to_a_framework_without_host_arrays_is_refused")]
+    return []
+
+
 def _pairs(same=False):
     params = []
     for a, b in itertools.product(FRAMEWORKS, FRAMEWORKS):
         if (a == b) != same:
             continue
-        missing = [n for n in (a, b) if n not in INSTALLED]
-        marks = [pytest.mark.skip(reason=f"{' and '.join(sorted(set(missing)))} not installed here")] if missing else []
-        params.append(pytest.param(a, b, marks=marks, id=f"{a}-{b}"))
+        params.append(pytest.param(a, b, marks=_marks(a, b), id=f"{a}-{b}"))
     return params
 
 
@@ -146,7 +155,11 @@ def test_a_numpy_view_of_an_immutable_framework_array_is_read_only(src):
     assert ds.convert(make(src, VALUES), "numpy", copy=True).flags.writeable
 
 
-@pytest.mark.parametrize("dst", [d for d in INSTALLED if d != HOST])
+#: The targets of a NumPy array on the host: the other installed frameworks.
+HOST_TARGETS = [pytest.param(d, marks=_marks(HOST, d)) for d in INSTALLED if d != HOST]
+
+
+@pytest.mark.parametrize("dst", HOST_TARGETS)
 def test_a_read_only_numpy_array_is_copied_and_copy_false_refuses(dst):
     x = VALUES.copy()
     x.flags.writeable = False
@@ -187,7 +200,7 @@ print(json.dumps(seen))
 """
 
 
-@pytest.mark.parametrize("dst", [d for d in INSTALLED if d != HOST])
+@pytest.mark.parametrize("dst", HOST_TARGETS)
 def test_layouts_the_importer_cannot_take_are_copied_never_aborting_the_process(dst):
     from helpers import last_json_lines, start_python
 
@@ -294,9 +307,7 @@ def _dtype_params():
         if src == dst:
             continue
         for dtype in ("bool", "complex64", "bfloat16", "int64", "float16"):
-            missing = [n for n in (src, dst) if n not in INSTALLED]
-            marks = [pytest.mark.skip(reason=f"{' and '.join(sorted(set(missing)))} not installed here")] if missing else []
-            params.append(pytest.param(src, dst, dtype, marks=marks, id=f"{src}-{dst}-{dtype}"))
+            params.append(pytest.param(src, dst, dtype, marks=_marks(src, dst), id=f"{src}-{dst}-{dtype}"))
     return params
 
 
@@ -327,6 +338,22 @@ def test_dtypes_one_side_lacks_are_converted_exactly_or_refused_by_name(src, dst
         assert dtype not in load_harness(dst).dtypes and f"{SPECS[dst].title} has no {dtype}" in str(refused)
         return
     assert bits(y) == bits(x)
+
+
+@pytest.mark.parametrize("dst", INSTALLED)
+def test_a_host_tensor_to_a_framework_without_host_arrays_is_refused_saying_name_the_gpu(dst):
+    if load_harness(dst).host_arrays:
+        pytest.skip(f"{SPECS[dst].title} has arrays on the host (the tests above convert to them)")
+    sources = [src for src in INSTALLED if load_harness(src).host_arrays]
+    for src in sources:
+        x = make(src, VALUES)
+        for copy in (None, True, False):
+            with pytest.raises(ds.UnsupportedValueError) as refused:
+                ds.convert(x, dst, copy=copy)
+            assert "Name the GPU" in str(refused.value) and f"ds.convert(x, {dst!r}, device=" in str(refused.value)
+        if ds.num_gpus(backend=dst):  # the advice taken: an explicit copy to the GPU
+            y = ds.convert(x, dst, device="gpu:0")
+            assert owner(y) == dst and str(ds.neutral_device(y)) == "gpu:0" and bits(y) == bits(x)
 
 
 # ------------------------------------------------------------ nests and targets

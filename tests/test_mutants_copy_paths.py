@@ -93,8 +93,20 @@ def test_a_tensor_of_an_opaque_layout_names_its_layout_and_says_make_it_dense(to
         pytest.skip("this torch build has no MKL-DNN tensors")
     x = torch.ones(2, 2).to_mkldnn()
     message = _refusal(x, "meta")
-    assert message.startswith("torch cannot copy ") and f"({x.layout}) to meta (its kernels" in message
+    assert message.startswith(f"torch cannot copy an MKL-DNN tensor ({x.layout}) to meta (its kernels")
     assert message.endswith(" Make it dense first: x.to_dense().")
+    with pytest.raises(ds.UnsupportedValueError, match=r"NumPy arrays are dense, so an MKL-DNN tensor \("):
+        ds.to_numpy(x)
+
+
+def test_an_mkldnn_tensor_copied_on_its_own_cpu_is_a_new_mkldnn_tensor_of_the_same_values(torch):
+    if not (hasattr(torch.Tensor, "to_mkldnn") and torch.backends.mkldnn.is_available()):
+        pytest.skip("this torch build has no MKL-DNN tensors")
+    x = torch.arange(4.0).reshape(2, 2).to_mkldnn()
+    y = ds.to_device(x, "cpu")  # torch's Tensor.to(copy=True) refuses this layout; clone copies it
+    assert y is not x and y.layout == x.layout and torch.equal(y.to_dense(), x.to_dense())
+    y.zero_()  # in place on the copy: the source keeps its values
+    assert torch.equal(x.to_dense(), torch.arange(4.0).reshape(2, 2))
 
 
 # ------------------------------------------------------------------ ds.convert's crossings

@@ -48,6 +48,9 @@ class Harness:
     mutable: bool = True
     #: whether the framework has a data-less "meta" device.
     has_meta: bool = False
+    #: whether the framework has arrays on the host (CuPy's live on GPUs: its host arrays are
+    #: NumPy's, and ds.convert of a host tensor to it needs device=).
+    host_arrays: bool = True
 
     def real_gpu(self, index: int) -> Any:
         """The framework's own object for real GPU ``index`` (None: it has no GPU objects)."""

@@ -44,6 +44,8 @@ class CupyInterop(Interop):
             >>> adopt(adapter, torch.ones(2, device="cuda"), cupy.cuda.Device(0), False)
             array([1., 1.], dtype=float32)
         """
+        if type(native) is str:  # the host: no CuPy array lives there
+            self.host_device(adapter)
         try:
             with native:
                 return cupy.from_dlpack(obj)
@@ -57,6 +59,8 @@ class CupyInterop(Interop):
             >>> from_host(adapter, np.ones(2), cupy.cuda.Device(0))
             array([1., 1.])
         """
+        if type(native) is str:
+            self.host_device(adapter)
         with native:
             return cupy.asarray(array)
 

@@ -81,7 +81,9 @@ class JaxMemory(DeviceMemory):
 
     def live_bytes(self, adapter, device):
         found = []
-        for array in jax.live_arrays():
+        # The device's own platform: without it, JAX lists the default backend's arrays only, and
+        # virtual GPUs (host devices) beside a real GPU would read nothing in use.
+        for array in jax.live_arrays(getattr(device.native, "platform", None)):
             try:
                 buffers = list(_buffers(array))
             except (RuntimeError, ValueError, AttributeError):  # deleted meanwhile

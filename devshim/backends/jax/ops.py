@@ -22,6 +22,13 @@ def rand(shape, device):
         return jax.device_put(jax.random.normal(key, shape, dtype=jnp.float32), device)
 
 
+def shaped(shape):
+    """A float32 argument of `shape` holding no data, for `ds.estimate_memory` to compile a step
+    against: a batch drawn from a fixed key inside the step is a constant that XLA folds while it
+    compiles (before JAX 0.5, in time and host memory that grow with the batch)."""
+    return jax.ShapeDtypeStruct(tuple(shape), jnp.float32)
+
+
 matmul = jnp.matmul
 add = jnp.add
 

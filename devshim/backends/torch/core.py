@@ -351,6 +351,8 @@ class TorchBackend(Backend):
         except NotImplementedError:
             if x.is_meta and native.type != "meta":
                 raise self._dataless(x, f"copy it to {native}") from None
+            if x.is_mkldnn and native.type == "cpu":  # `to` refuses MKL-DNN tensors, `clone` copies them
+                return x.clone()
             kind = self._special_kind(x)
             if kind is not None:
                 raise UnsupportedValueError(
@@ -365,6 +367,8 @@ class TorchBackend(Backend):
             return "a nested tensor"
         if x.is_quantized:
             return f"a quantized tensor ({str(x.dtype).replace('torch.', '')})"
+        if x.is_mkldnn:
+            return f"an MKL-DNN tensor ({x.layout})"
         if x.layout != self.fw.strided:
             return f"a sparse tensor ({x.layout})"
         return None

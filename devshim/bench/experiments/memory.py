@@ -140,14 +140,20 @@ def _largest_batch(adapter, ops, size: str, width: int) -> list:
     host = adapter.cpu()
     model = ops.small_model(width, OUTPUTS)  # on the host: the estimate takes it as an argument, without a copy
 
-    def step(model, batch: int):
-        return ops.train_step(model, ops.rand((batch, width), host), ops.rand((batch, OUTPUTS), host))
+    shaped = getattr(ops, "shaped", None)  # a batch as shapes alone, where the estimate takes them
+    if shaped is not None:
+        step, inputs = ops.train_step, lambda batch: (model, shaped((batch, width)), shaped((batch, OUTPUTS)))
+    else:
+        def step(model, batch: int):
+            return ops.train_step(model, ops.rand((batch, width), host), ops.rand((batch, OUTPUTS), host))
+
+        def inputs(batch: int):
+            return model, batch
 
     began = time.perf_counter()
     try:
         with ds.memory_peak(host) as used:
-            found = ds.largest_batch(step, size, inputs=lambda batch: (model, batch), backend=adapter.name,
-                                     progress=False)
+            found = ds.largest_batch(step, size, inputs=inputs, backend=adapter.name, progress=False)
     except MemoryEstimateUnsupportedError as error:
         return [{"backend": adapter.name, "device": "-", "case": f"largest batch for {size}",
                  "note": str(error).split(":")[0]}]
