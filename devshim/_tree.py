@@ -41,6 +41,7 @@ __all__ = ["map_nest", "iter_leaves", "is_container", "container_kind", "skip_se
 # Container kinds. LEAF: not a container.
 LEAF, DICT, DICT_SUB, LIST, LIST_SUB, TUPLE, NAMEDTUPLE, TUPLE_SUB, DEQUE, DATACLASS, MAPPING, SET = range(12)
 _kinds: dict = {}
+_EXACT = {dict: DICT, list: LIST, tuple: TUPLE}  # the builtin containers themselves
 _MISSING = object()
 
 
@@ -63,12 +64,8 @@ def container_kind(kind: type) -> int:
 
 
 def _classify(kind: type) -> int:
-    if kind is dict:
-        return DICT
-    if kind is list:
-        return LIST
-    if kind is tuple:
-        return TUPLE
+    if kind in _EXACT:
+        return _EXACT[kind]
     if issubclass(kind, dict):
         return DICT_SUB
     if issubclass(kind, list):
@@ -202,7 +199,7 @@ def map_nest(x, leaf_for, keep_unchanged: bool = False, skip_keys=None, function
 def _map_dict(value, walk, ops, keep_unchanged, skip_keys):
     if skip_keys is not None:
         out = {key: (item if key in skip_keys else walk(item)) for key, item in value.items()}
-        return value if keep_unchanged and _same_values(out, value) else out
+        return value if keep_unchanged and all(new is value[key] for key, new in out.items()) else out
     # Leaves of a type seen before skip the recursive call: flat dicts of tensors (a state
     # dict, a batch) are the common nest.
     ops_get = ops.get
@@ -230,28 +227,12 @@ def _map_tuple(value, walk, ops, keep_unchanged, skip_keys):
     return value if keep_unchanged and _same(out, value) else out
 
 
-def _map_pairs(value, walk, keep_unchanged, skip_keys):
-    """(key, new value) of a mapping, or None when `keep_unchanged` and nothing changed."""
+def _map_mapping(value, walk, ops, keep_unchanged, skip_keys):
     pairs = [(key, item if skip_keys is not None and key in skip_keys else walk(item))
              for key, item in value.items()]
     if keep_unchanged and all(new is value[key] for key, new in pairs):
-        return None
-    return pairs
-
-
-def _map_dict_subclass(value, walk, ops, keep_unchanged, skip_keys):
-    pairs = _map_pairs(value, walk, keep_unchanged, skip_keys)
-    if pairs is None:
         return value
-    rebuilt = _copy().copy(value)  # keeps the type, its attributes, a defaultdict's factory
-    for key, new in pairs:
-        rebuilt[key] = new  # existing keys: the order stays
-    return rebuilt
-
-
-def _map_mapping(value, walk, ops, keep_unchanged, skip_keys):
-    pairs = _map_pairs(value, walk, keep_unchanged, skip_keys)
-    return value if pairs is None else _rebuild_mapping(value, pairs)
+    return _rebuild_mapping(value, pairs)
 
 
 def _map_dataclass(value, walk, ops, keep_unchanged, skip_keys):
@@ -272,12 +253,21 @@ def _map_dataclass(value, walk, ops, keep_unchanged, skip_keys):
     return rebuilt
 
 
-def _map_set(value, walk, ops, keep_unchanged, skip_keys):
-    items = _mapped_items(value, walk, keep_unchanged)
-    if items is None:
-        return value
+def _sequence_mapper(rebuild):
+    """The mapper of a sequence kind: its items walked, and `rebuild(value, items)` unless
+    `keep_unchanged` and none of them changed."""
+
+    def map_sequence(value, walk, ops, keep_unchanged, skip_keys):
+        items = [walk(item) for item in value]
+        return value if keep_unchanged and _same(items, value) else rebuild(value, items)
+
+    return map_sequence
+
+
+def _rebuild_set(value, items):
     try:
-        return _rebuild_set(value, items)
+        # set, frozenset or a subclass: its constructor takes an iterable, as set's does
+        return _with_state(value, type(value)(items))
     except TypeError as err:
         raise UnsupportedValueError(
             f"This {type(value).__name__} cannot be rebuilt with its values moved ({err}), and "
@@ -286,54 +276,37 @@ def _map_set(value, walk, ops, keep_unchanged, skip_keys):
         ) from None
 
 
-def _mapped_items(value, walk, keep_unchanged):
-    """The items of a sequence, each walked; None when `keep_unchanged` and none changed."""
-    items = [walk(item) for item in value]
-    return None if keep_unchanged and _same(items, value) else items
+def _rebuild_namedtuple(value, items):
+    return type(value)._make(items)
 
 
-def _map_namedtuple(value, walk, ops, keep_unchanged, skip_keys):
-    items = _mapped_items(value, walk, keep_unchanged)
-    return value if items is None else type(value)._make(items)
-
-
-def _map_tuple_subclass(value, walk, ops, keep_unchanged, skip_keys):
-    items = _mapped_items(value, walk, keep_unchanged)
-    if items is None:
-        return value
+def _rebuild_tuple_subclass(value, items):
     try:
         rebuilt = tuple.__new__(type(value), items)
     except TypeError:  # C-level sequences such as struct sequences
         rebuilt = type(value)(items)
-    state = getattr(value, "__dict__", None)
-    if state:
-        rebuilt.__dict__.update(state)
-    return rebuilt
+    return _with_state(value, rebuilt)
 
 
-def _map_list_subclass(value, walk, ops, keep_unchanged, skip_keys):
-    items = _mapped_items(value, walk, keep_unchanged)
-    if items is None:
-        return value
+def _rebuild_list_subclass(value, items):
     rebuilt = _copy().copy(value)  # the type and its attributes stay
     rebuilt[:] = items
     return rebuilt
 
 
-def _map_deque(value, walk, ops, keep_unchanged, skip_keys):
-    items = _mapped_items(value, walk, keep_unchanged)
-    if items is None:
-        return value
+def _rebuild_deque(value, items):
     rebuilt = _copy().copy(value)  # the type, maxlen and attributes stay
     rebuilt.clear()
     rebuilt.extend(items)
     return rebuilt
 
 
+# A dict subclass is a MutableMapping: copied and refilled, as `_rebuild_mapping` does for those.
 _MAPPERS = {
-    DICT: _map_dict, LIST: _map_list, TUPLE: _map_tuple, DICT_SUB: _map_dict_subclass,
-    MAPPING: _map_mapping, DATACLASS: _map_dataclass, SET: _map_set, LIST_SUB: _map_list_subclass,
-    TUPLE_SUB: _map_tuple_subclass, NAMEDTUPLE: _map_namedtuple, DEQUE: _map_deque,
+    DICT: _map_dict, LIST: _map_list, TUPLE: _map_tuple, DICT_SUB: _map_mapping,
+    MAPPING: _map_mapping, DATACLASS: _map_dataclass, SET: _sequence_mapper(_rebuild_set),
+    LIST_SUB: _sequence_mapper(_rebuild_list_subclass), TUPLE_SUB: _sequence_mapper(_rebuild_tuple_subclass),
+    NAMEDTUPLE: _sequence_mapper(_rebuild_namedtuple), DEQUE: _sequence_mapper(_rebuild_deque),
 }
 
 
@@ -350,15 +323,8 @@ def _same(new, old) -> bool:
     return True
 
 
-def _same_values(new: dict, old) -> bool:
-    return all(item is old[key] for key, item in new.items())
-
-
-def _rebuild_set(value, items):
-    kind = type(value)
-    if kind is set or kind is frozenset:
-        return kind(items)
-    rebuilt = kind(items)  # a subclass: its constructor takes an iterable, as set's does
+def _with_state(value, rebuilt):
+    """`rebuilt`, given the instance attributes `value` has (a subclass's), if any."""
     state = getattr(value, "__dict__", None)
     if state:
         rebuilt.__dict__.update(state)
@@ -369,9 +335,10 @@ def _rebuild_mapping(value, pairs):
     from collections.abc import MutableMapping
 
     if isinstance(value, MutableMapping):
-        rebuilt = _copy().copy(value)  # UserDict: a new .data, the type and its attributes kept
+        # The type and its attributes kept: a defaultdict's factory, a UserDict's new .data
+        rebuilt = _copy().copy(value)
         for key, new in pairs:
-            rebuilt[key] = new
+            rebuilt[key] = new  # existing keys: the order stays
         return rebuilt
     try:
         rebuilt = type(value)(dict(pairs))  # read-only mappings: built from a dict
@@ -432,10 +399,8 @@ def path_text(steps: tuple) -> str:
         >>> path_text((("mapping", "w"), ("sequence", 0), ("fields", "bias")))
         "['w'][0].bias"
     """
-    parts = []
-    for kind, key in steps:
-        parts.append(f".{key}" if kind == NODE_FIELDS else f"{{item {key}}}" if kind == NODE_SET else f"[{key!r}]")
-    return "".join(parts)
+    return "".join(f".{key}" if kind == NODE_FIELDS else f"{{item {key}}}" if kind == NODE_SET else f"[{key!r}]"
+                   for kind, key in steps)
 
 
 def leaves(nest, none_is_leaf: bool = False) -> list:
@@ -544,17 +509,17 @@ def _difference(kind_a: str, kind_b: str, keys_a: list, keys_b: list) -> str:
 
 
 def _short(keys: list) -> str:
-    if not keys:
-        return "none"
-    return ", ".join(repr(key) for key in keys[:6]) + (", ..." if len(keys) > 6 else "")
+    return _first_six([repr(key) for key in keys]) if keys else "none"
 
 
 def _listing(found: list) -> str:
     if len(found) == 1 and found[0][0] == ():
         return f"one value ({type(found[0][1]).__name__})"
-    paths = [path_text(steps) for steps, _ in found]
-    shown = ", ".join(paths[:6]) + (", ..." if len(paths) > 6 else "")
-    return f"{len(paths)} leaves ({shown})"
+    return f"{len(found)} leaves ({_first_six([path_text(steps) for steps, _ in found])})"
+
+
+def _first_six(texts: list) -> str:
+    return ", ".join(texts[:6]) + (", ..." if len(texts) > 6 else "")
 
 
 def _from_recursion(err: Optional[BaseException]) -> bool:

@@ -533,6 +533,38 @@ def test_the_passes_of_one_run_each_run_a_shared_test_once(tmp_path):
         assert f"| {name} | " in summary
 
 
+@once
+def test_the_virtual_passes_leave_out_files_the_plain_passes_run_once():
+    """A file marked `same_in_every_pass` as a whole (fresh interpreters that name their own
+    backend and virtual GPUs) does the same work in a virtual pass as in the plain pass that runs
+    it: on the H200, the examples' tests took 287 s of the JAX virtual pass and 258 s of torch's."""
+    import ast
+
+    def marked_whole(path: Path) -> bool:
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "pytestmark" for t in node.targets):
+                return "same_in_every_pass" in ast.unparse(node.value)
+        return False
+
+    files = [path for entry in gpu_check.VIRTUAL_TESTS for path in
+             (sorted((ROOT / entry).rglob("test_*.py")) if (ROOT / entry).is_dir() else [ROOT / entry])]
+    assert files and all(path.exists() for path in files)
+    assert [path.name for path in files if marked_whole(path)] == []
+    assert marked_whole(ROOT / "tests" / "test_examples.py")  # the one it left out
+
+
+def test_the_checks_short_bench_gives_every_experiment_its_sizes_and_they_are_accepted():
+    from devshim.bench.experiments import experiments
+
+    assert set(gpu_check.BENCH_ARGS) == set(experiments())
+    for name, arguments in gpu_check.BENCH_ARGS.items():
+        command = gpu_check.bench_command(sys.executable, name, None)
+        assert command[command.index("--min-run-time") + 1] == gpu_check.BENCH_MIN_RUN_TIME
+        assert command[len(command) - len(arguments):] == arguments
+        flags = {option.flag for option in experiments()[name].options}
+        assert {word for word in arguments if word.startswith("--")} <= flags, (name, arguments)
+
+
 def test_devshim_bench_takes_several_backends_separated_by_commas():
     """What the check's bench runs use: one run of an experiment on the backends checked."""
     import argparse

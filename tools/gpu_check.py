@@ -67,10 +67,12 @@ BACKENDS = tuple(specs())
 VIRTUAL = {name: tox_facts.virtual_devices(name) for name, spec in specs().items()
            if spec.virtual_devices and tox_facts.virtual_devices(name)}
 #: What the virtual pass runs beside the real GPUs (--full-virtual: everything): the contract, and
-#: what virtual GPUs beside real ones can break (waiting, timing, defaults, the guard).
+#: what virtual GPUs beside real ones can break (waiting, timing, defaults, the guard). Not a file
+#: whose every test is `same_in_every_pass` (the examples' tests start interpreters that set their
+#: own virtual GPUs): the plain passes run those once, and a virtual pass would only repeat them.
 VIRTUAL_TESTS = ("tests/devshim_conformance", "tests/test_virtual_devices.py", "tests/test_timing.py",
                  "tests/test_torch_virtual.py", "tests/test_jax.py", "tests/test_jax_guard.py",
-                 "tests/test_tensorflow.py", "tests/test_mxnet.py", "tests/test_examples.py")
+                 "tests/test_tensorflow.py", "tests/test_mxnet.py")
 #: What the suite imports besides the frameworks: (module, distribution, needed by); the pins are
 #: the torch env's in tox.ini.
 SUITE_NEEDS = (
@@ -642,9 +644,28 @@ def bench_runs(python: str, backends: list, env: dict) -> list:
     return runs + once
 
 
+#: Each experiment's sizes in the check: a short bench, whose tables show each experiment working on
+#: the GPU (a matrix product large enough to be the GPU's, a transfer of 16 MiB) in about 10 s each
+#: (measured on torch, JAX and NumPy with 2 CPU cores: 130 s for all ten, where their defaults took 355 s).
+BENCH_ARGS = {
+    "matmul": ["--sizes", "256", "2048"],
+    "logging": ["--size", "256", "--steps", "10"],
+    "parallel": ["--size", "256", "--repeats", "2"],
+    "transfer": ["--sizes", "1", "16"],
+    "overhead": ["--threads", "1"],
+    "guard": ["--size", "256"],
+    "startup": [],
+    "convert": ["--sizes", "64", "1048576"],
+    "virtual": ["--examples", "256", "--batch-size", "64"],
+    "memory": ["--megabytes", "16", "--width", "1024", "--batch", "64"],
+}
+#: Each timed run's least seconds in the check's bench (the experiments' default is longer).
+BENCH_MIN_RUN_TIME = "0.01"
+
+
 def bench_command(python: str, name: str, backend: Optional[str]) -> list:
-    return [python, "-m", "devshim", "bench", name, "--min-run-time", "0.05", "--no-progress",
-            *(["--backend", backend] if backend else [])]
+    return [python, "-m", "devshim", "bench", name, "--min-run-time", BENCH_MIN_RUN_TIME, "--no-progress",
+            *BENCH_ARGS.get(name, []), *(["--backend", backend] if backend else [])]
 
 
 def bench_table(output: str) -> list:
@@ -658,7 +679,7 @@ def bench_table(output: str) -> list:
 
 
 def bench(python: str, backends: list, out: Path, summary: Summary, budget: Budget, env: dict) -> None:
-    """Each experiment, short (`--min-run-time 0.05`), sharing what is left of the time limit."""
+    """Each experiment, short (`BENCH_ARGS`, `--min-run-time 0.01`), sharing what is left of the time limit."""
     summary += ["", "## devshim bench", ""]
     try:
         runs = bench_runs(python, backends, env)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
 import platform
 import sys
 
@@ -117,8 +118,7 @@ def setup_info(backends: list) -> dict:
 
         # torch's own setting in this process; each row's "threads" is what it was measured on
         info["torch_threads"] = torch.get_num_threads()
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    info["load_average"] = load
+    info["load_average"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return info
 
 
@@ -191,9 +191,7 @@ def run(args: argparse.Namespace) -> int:
         document = {"experiment": experiment.name, "parameters": keywords,
                     "setup": setup_info(named), "rows": table_rows(rows),
                     "omitted": [row for row in rows if "omitted" in row]}
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, indent=2, default=str)
-            handle.write("\n")
+        pathlib.Path(args.json).write_text(json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8")
         print(f"wrote {args.json}")
     if args.plot:
         plot(experiment, rows, args.plot, title=title)

@@ -20,7 +20,7 @@ from devshim.errors import ExperimentError
 
 __all__ = [
     "Experiment", "Option", "Column", "LinePlot", "BarPlot",
-    "Steps", "HostReads", "ops_for", "device_name", "native_device", "check_sizes", "check_count",
+    "Steps", "HostReads", "ops_for", "backend_ops", "device_name", "native_device", "check_sizes", "check_count",
 ]
 
 
@@ -130,6 +130,18 @@ def ops_for(backend):
             f"{', '.join(n for n in ds.available_backends() if specs()[n].has_module('ops'))}."
         )
     return spec.module("ops")
+
+
+def backend_ops(backend) -> tuple:
+    """(adapter, name, ops module) of a backend (None: devshim's selected one), its framework imported.
+
+    Example:
+        >>> adapter, name, ops = backend_ops("torch")
+        >>> name, ops.matmul(ops.rand((4, 4), adapter.cpu()), ops.rand((4, 4), adapter.cpu())).shape
+        ('torch', torch.Size([4, 4]))
+    """
+    adapter = get_backend(backend)
+    return adapter, adapter.name, ops_for(adapter.name)
 
 
 def native_device(device, backend: str):

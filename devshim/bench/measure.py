@@ -20,7 +20,8 @@ from devshim.timing import Measurement, benchmark
 from devshim.timing.compare import Comparison, compare
 from devshim.timing.settle import NOISE_SHARE
 
-__all__ = ["NOISE_SHARE", "TRIES", "measure", "measure_pair", "spread_fields", "side_fields", "pair_fields"]
+__all__ = ["NOISE_SHARE", "TRIES", "measure", "measure_pair", "spread_fields", "rate_fields", "side_fields",
+           "pair_fields"]
 
 #: Measurements made at most for one number.
 TRIES = 3
@@ -85,6 +86,18 @@ def spread_fields(m: Measurement, key: str = "seconds") -> dict:
         "noisy": m.noisy, "settled": m.settled, "stalled": m.stalled, "stalls": m.stalls,
         "busy": m.busy, "tries": m.tries, "runs": m.runs,
     }
+
+
+def rate_fields(m: Measurement, amount: float, key: str) -> dict:
+    """The row fields of a rate: `amount` (flops, bytes) per second of measurement `m`, in billions,
+    as `<key>`, with `<key>_low`/`<key>_high` from the slowest and fastest quartile.
+
+    Example:
+        >>> rate_fields(m, 2 * 64**3, "gflops")
+        {'gflops': 12.1, 'gflops_low': 11.8, 'gflops_high': 12.4}
+    """
+    q1, q3 = m.quartiles()
+    return {key: amount / m.median / 1e9, f"{key}_low": amount / q3 / 1e9, f"{key}_high": amount / q1 / 1e9}
 
 
 def side_fields(c: Comparison, m: Measurement, ratio: str, compared: bool = True) -> dict:

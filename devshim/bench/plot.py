@@ -45,22 +45,18 @@ def check_plot_path(path: str) -> None:
 
 def _bars(rows: list, key: str, scale: float) -> tuple:
     """(values, [below, above]) for error bars from `<key>_low`/`<key>_high` or the quartiles."""
-    values, below, above = [], [], []
-    for row in rows:
-        value = row[key] * scale
-        low, high = _quartile_bounds(row, key)
-        values.append(value)
-        below.append(max(value - low * scale, 0.0) if low is not None else 0.0)
-        above.append(max(high * scale - value, 0.0) if high is not None else 0.0)
+    values = [row[key] * scale for row in rows]
+    bounds = [_quartile_bounds(row, key) for row in rows]
+    below = [max(value - low * scale, 0.0) if low is not None else 0.0 for value, (low, _) in zip(values, bounds)]
+    above = [max(high * scale - value, 0.0) if high is not None else 0.0 for value, (_, high) in zip(values, bounds)]
     return values, [below, above]
 
 
 def _quartile_bounds(row: dict, key: str) -> tuple:
-    if f"{key}_low" in row:
-        return row.get(f"{key}_low"), row.get(f"{key}_high")
-    if f"{key}_q1" in row:
-        return row.get(f"{key}_q1"), row.get(f"{key}_q3")
-    return None, None
+    """(low, high) of `key`'s error bar: `<key>_low`/`<key>_high` where the row has them, else its
+    quartiles `<key>_q1`/`<key>_q3`; None for a bound the row lacks."""
+    low, high = ("_low", "_high") if f"{key}_low" in row else ("_q1", "_q3")
+    return row.get(key + low), row.get(key + high)
 
 
 #: Colours of unmarked and marked points and bars.
@@ -101,13 +97,11 @@ def _bar_plot(ax, spec: BarPlot, rows: list) -> None:
     values, errors = _bars(usable, spec.value, spec.scale)
     bars = ax.barh(range(len(values)), values, xerr=errors, capsize=3,
                    color=[_MARKED if m else _PLAIN for m in marks])
-    for bar, m in zip(bars, marks):
-        if m:
+    ax.set_yticks(range(len(values)), labels)
+    for bar, tick, m in zip(bars, ax.get_yticklabels(), marks):
+        if m:  # hatched, faded, its label in the marked colour
             bar.set_hatch("//")
             bar.set_alpha(0.6)
-    ax.set_yticks(range(len(values)), labels)
-    for tick, m in zip(ax.get_yticklabels(), marks):
-        if m:
             tick.set_color(_MARKED)
     ax.invert_yaxis()
     if spec.reference is not None:

@@ -54,15 +54,10 @@ def declare(backends: dict) -> None:
 
 
 def _hooks_of(name: str):
-    try:
-        return _hooks[name]
-    except KeyError:
-        pass
-    hooks = _installed.get(name)  # keep the instance whose hooks are in
-    if hooks is None:
-        hooks = _declared[name][1]()
-    _hooks[name] = hooks
-    return hooks
+    if name not in _hooks:
+        hooks = _installed.get(name)  # keep the instance whose hooks are in
+        _hooks[name] = hooks if hooks is not None else _declared[name][1]()
+    return _hooks[name]
 
 
 def _in_use() -> list:
@@ -176,8 +171,6 @@ def enter_block(block_state) -> list:
     Example:
         >>> entered = enter_block(state.current()); exit_block(entered)
     """
-    if not _installed:
-        return []
     entered = []
     for hooks in list(_installed.values()):
         if hooks.follows_blocks():

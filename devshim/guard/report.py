@@ -126,8 +126,7 @@ class TransferReport:
 
     def __str__(self) -> str:
         levels = ", ".join(f"{d}={lv}" for d, lv in self.levels.items())
-        head = f"{self.total} implicit transfer{'s' if self.total != 1 else ''} ({levels})"
-        lines = [head]
+        lines = [f"{self.total} implicit transfer{'s' if self.total != 1 else ''} ({levels})"]
         for (kind, what, source, target, site), count in self.sites.items():
             lines.append(f"  {kind:<22} {count:>4}  {what} {source} -> {target} at {site}")
         if self.explicit:
@@ -189,9 +188,8 @@ def check(direction: str, kind: str, what: str, source, target, state: Optional[
     level = getattr(state, direction)
     if level == ALLOW or marker.is_explicit():
         return None
-    site = _user_site()
     action = "refused" if level == DISALLOW else "logged"
-    event = TransferEvent(kind, direction, what, source, target, site, action)
+    event = TransferEvent(kind, direction, what, source, target, _user_site(), action)
     if level == LOG:
         return Pending(event, state.reports)
     for report in state.reports:

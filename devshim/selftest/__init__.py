@@ -20,6 +20,7 @@ nothing failed, 1 otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -129,17 +130,10 @@ _RUNNER = (
 
 def _read_events(path: str) -> list:
     events = []
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                line = line.strip()
-                if line:
-                    try:
-                        events.append(json.loads(line))
-                    except ValueError:  # a line cut short by a crash
-                        pass
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open(path, encoding="utf-8") as handle:
+        for line in handle:
+            with contextlib.suppress(ValueError):  # a blank line, or one cut short by a crash
+                events.append(json.loads(line.strip()))
     return events
 
 
@@ -151,10 +145,8 @@ def _run_one(backend: str, *, measure: bool, timeout: float) -> dict:
     os.close(handle)
     problem = _run_process(backend, path, env, measure=measure, timeout=timeout)
     events = _read_events(path)
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(path)
-    except OSError:
-        pass
     section: dict = {"name": backend, "notes": notes, "results": [], "measurements": {},
                      "seconds": round(time.perf_counter() - started, 2)}
     running = _fold_events(section, events, finished_cleanly=problem is None)
@@ -233,15 +225,14 @@ def run(backends=None, *, measure: bool = True, timeout: float = DEFAULT_TIMEOUT
     """
     chosen, left_out = _chosen(backends)
     started = time.perf_counter()
+    progress = progress if progress is not None else (lambda line: None)
     sections = []
     for backend in chosen:
-        if progress is not None:
-            progress(f"checking {backend} ...")
+        progress(f"checking {backend} ...")
         section = _run_one(backend, measure=measure, timeout=timeout)
-        if progress is not None:
-            counts = _count([section])
-            progress(f"{backend}: {counts['passed']} passed, {counts['failed']} failed, "
-                     f"{counts['skipped']} skipped in {section['seconds']:.1f} s")
+        counts = _count([section])
+        progress(f"{backend}: {counts['passed']} passed, {counts['failed']} failed, "
+                 f"{counts['skipped']} skipped in {section['seconds']:.1f} s")
         sections.append(section)
     summary = {**_count(sections), "seconds": round(time.perf_counter() - started, 1)}
     document = {

@@ -54,6 +54,15 @@ def expect(condition, message: str) -> None:
         raise CheckFailed(message)
 
 
+def _raised(error: type[BaseException], fn, *args):
+    """The `error` that `fn(*args)` raised, or None when it returned (other errors go on up)."""
+    try:
+        fn(*args)
+    except error as err:
+        return err
+    return None
+
+
 class Check:
     """One declared check.
 
@@ -188,12 +197,9 @@ def devices_listed(ctx: Context):
            f"try_all_gpus() is {all_gpus!r}, expected {expected!r}")
     expect(ctx.describe(ds.try_gpu(n)).kind == "cpu", f"try_gpu({n}) did not fall back to the CPU")
     expect(ctx.describe(ds.device("cpu")).kind == "cpu", 'device("cpu") is not the CPU')
-    try:
-        ds.gpu(n)
-    except ds.DeviceUnavailableError as err:
-        expect(f"{n} GPU" in str(err), f"gpu({n})'s error does not say how many GPUs there are: {err}")
-    else:
-        raise CheckFailed(f"gpu({n}) did not raise DeviceUnavailableError with {n} GPU(s)")
+    err = _raised(ds.DeviceUnavailableError, ds.gpu, n)
+    expect(err is not None, f"gpu({n}) did not raise DeviceUnavailableError with {n} GPU(s)")
+    expect(f"{n} GPU" in str(err), f"gpu({n})'s error does not say how many GPUs there are: {err}")
     return f"1 CPU and {n} GPU{'s' if n != 1 else ''}" + (" (virtual)" if n and ctx.describe(found[1]).virtual else "")
 
 
@@ -300,15 +306,12 @@ def host_and_device(ctx: Context, gpu):
     expect(ds.neutral_device(y) == ctx.describe(gpu), f"to_device(x, {ctx.where(gpu)}) landed on {ds.neutral_device(y)}")
     expect(_same_values(ds.to_numpy(y), VALUES), "the copy on the GPU holds other values")
     expect(not ds.same_device(x, y), "same_device says a host tensor and a GPU tensor share a device")
-    try:
-        ds.ensure_same_device(x, {"y": y})
-    except ds.DeviceMismatchError as err:
-        message = str(err)
-        expect(str(ds.neutral_device(x)) in message and str(ds.neutral_device(y)) in message,
-               f"the DeviceMismatchError does not name both devices: {message}")
-        expect("ds.copy_if_needed" in message, f"the DeviceMismatchError does not show the fix: {message}")
-    else:
-        raise CheckFailed("ensure_same_device accepted a host tensor and a GPU tensor")
+    err = _raised(ds.DeviceMismatchError, ds.ensure_same_device, x, {"y": y})
+    expect(err is not None, "ensure_same_device accepted a host tensor and a GPU tensor")
+    message = str(err)
+    expect(str(ds.neutral_device(x)) in message and str(ds.neutral_device(y)) in message,
+           f"the DeviceMismatchError does not name both devices: {message}")
+    expect("ds.copy_if_needed" in message, f"the DeviceMismatchError does not show the fix: {message}")
     back = ds.copy_if_needed(y, ctx.cpu)
     expect(ds.neutral_device(back) == ctx.describe(ctx.cpu) and _same_values(ds.to_numpy(back), VALUES),
            "copy_if_needed back to the CPU did not bring the values back")
@@ -369,25 +372,18 @@ def timing(ctx: Context, native):
 
 # ------------------------------------------------------------------ the transfer guard
 
-def _reads(ctx: Context):
-    return [("the framework's item()", ctx.ops.item), ("print(x)", repr)]
-
-
 @check("implicit host reads refused", "guard",
        "under transfer_guard('disallow') item() and print(x) of a GPU tensor raise "
        "ImplicitTransferError naming the read, the device and ds.to_numpy", per="accelerator",
        needs=("ops", "guard"))
 def host_reads_refused(ctx: Context, gpu):
     x = ctx.tensor(np.array([2.0], np.float32), gpu)
-    for what, read in _reads(ctx):
+    for what, read in (("the framework's item()", ctx.ops.item), ("print(x)", repr)):
         with ds.transfer_guard("disallow") as report:
-            try:
-                read(x)
-            except ds.ImplicitTransferError as err:
-                expect(str(ds.neutral_device(x)) in str(err) and "ds.to_numpy" in str(err),
-                       f"{what}: the error does not name the device and ds.to_numpy: {err}")
-            else:
-                raise CheckFailed(f"{what} of a tensor on {ctx.where(gpu)} ran under disallow")
+            err = _raised(ds.ImplicitTransferError, read, x)
+            expect(err is not None, f"{what} of a tensor on {ctx.where(gpu)} ran under disallow")
+            expect(str(ds.neutral_device(x)) in str(err) and "ds.to_numpy" in str(err),
+                   f"{what}: the error does not name the device and ds.to_numpy: {err}")
         expect(report.counts["device-to-host read"] == 1, f"{what}: the report counted {report.counts}")
 
 

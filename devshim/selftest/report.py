@@ -110,22 +110,17 @@ def format_report(document: dict) -> str:
                                    for k, v in document["environment"].items()),
     ]
     for section in document["backends"]:
-        lines.append("")
         version = section.get("version") or "?"
-        lines.append(f"{section['name']} ({section.get('title', section['name'])} {version})")
-        for note in section["notes"]:
-            lines.append(f"  note: {note}")
+        lines += ["", f"{section['name']} ({section.get('title', section['name'])} {version})"]
+        lines += [f"  note: {note}" for note in section["notes"]]
         for device in section.get("devices", []):
             virtual = ", virtual" if device.get("virtual") else ""
             lines.append(f"  device {device['device']}: {device['name']}{_memory(device.get('memory_bytes'))}{virtual}")
         lines += _memory_lines(section.get("memory", []))
-        for line in _result_lines(section["results"]):
-            lines.append(f"  {line}")
-        for line in _highlights(section):
-            lines.append(f"  measured  {line}")
+        lines += [f"  {line}" for line in _result_lines(section["results"])]
+        lines += [f"  measured  {line}" for line in _highlights(section)]
     if document["not_checked"]:
-        lines.append("")
-        lines.append("not checked: " + "; ".join(f"{k}: {v}" for k, v in document["not_checked"].items()))
+        lines += ["", "not checked: " + "; ".join(f"{k}: {v}" for k, v in document["not_checked"].items())]
     lines += _measurement_tables(document)
     summary = document["summary"]
     lines += ["", f"{summary['passed']} passed, {summary['failed']} failed, {summary['skipped']} skipped "

@@ -128,16 +128,12 @@ def run_backend(name: str, emit, *, measure: bool = True) -> None:
     result("load", f"load {name}", "", status, detail, seconds)
     ctx = holder.get("ctx")
     for declared in CHECKS:
-        missing = [m for m in declared.needs if ctx is None or not _has(ctx, m)]
-        if ctx is None:
-            result(declared.group, declared.name, "", "skipped", f"{name} did not load (see above)",
-                   summary=declared.summary)
-            continue
-        if missing:
-            result(declared.group, declared.name, "", "skipped",
-                   f"{name} has no {' or '.join(_WHAT[m] for m in missing)}", summary=declared.summary)
-            continue
         try:
+            if ctx is None:
+                raise Skip(f"{name} did not load (see above)")
+            missing = [m for m in declared.needs if not _has(ctx, m)]
+            if missing:
+                raise Skip(f"{name} has no {' or '.join(_WHAT[m] for m in missing)}")
             where_args = targets(declared, ctx)
         except Skip as err:
             result(declared.group, declared.name, "", "skipped", str(err), summary=declared.summary)

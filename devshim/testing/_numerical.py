@@ -66,9 +66,11 @@ class Evaluator:
                     f"values cast to {dtype}, not a {dtype} one (JAX holds float64 only with jax_enable_x64). Pass "
                     f"a dtype the framework has here.")
 
-    def result(self):
-        """`f`'s result on (copies of) the items as they are, as it returned it."""
-        result = self.f() if self.closure else self.f(*[copy for copy in self.copies if copy is not None])
+    def result(self, arguments=None):
+        """`f`'s result on (copies of) the items as they are, or on `arguments` (one per item,
+        None for those `f` reads itself), as it returned it."""
+        arguments = self.copies if arguments is None else arguments
+        result = self.f() if self.closure else self.f(*[a for a in arguments if a is not None])
         if self.selection is None:
             self.selection = Selection.build(result, self.grad_outputs, self.seed, self.function)
         return result
@@ -87,9 +89,7 @@ class Evaluator:
             else:
                 arguments[position] = moved.copy(expected[position])
         try:
-            result = self.f() if self.closure else self.f(*[a for a in arguments if a is not None])
-            if self.selection is None:
-                self.selection = Selection.build(result, self.grad_outputs, self.seed, self.function)
+            result = self.result(arguments)  # the first call makes the selection
             found = self.selection.read(result)
             when = (lambda: "on the inputs as given") if moved is None else (
                 lambda: f"with {moved.name}'s element {index} moved to {value:g} (in the numerical pass)")
@@ -125,14 +125,11 @@ class Samples:
             weights = np.array([-1.0 / step, 1.0 / step])
         else:
             weights = np.linalg.solve(np.vander(scaled, degree, increasing=True).T, np.eye(degree)[1]) / self.eps
-        center = self.outputs[len(scaled) // 2] if degree % 2 else None
         total, noise = 0.0, 0.0
         for o, gy in enumerate(grad_outputs):
             ys = [np.asarray(point[o], dtype=np.float64) for point in self.outputs]
-            reference = ys[0] if center is None else np.asarray(center[o], dtype=np.float64)
-            moved = np.zeros(reference.shape, dtype=bool)
-            for y in ys:
-                moved |= y != reference
+            reference = ys[degree // 2] if degree % 2 else ys[0]  # the element's own point, where taken
+            moved = np.any([y != reference for y in ys], axis=0)
             with np.errstate(invalid="ignore", over="ignore"):
                 total += float(sum(w * np.sum((y - reference) * gy) for w, y in zip(weights, ys)))
                 for w, point in zip(weights, self.outputs):
@@ -243,8 +240,7 @@ class Differences:
         samples = self.samples(position, index, 5 if self.detect else 2)
         if self.detect:
             self.raise_if_nondifferentiable(samples, position, index, self.evaluator.function)
-        total, noise = samples.derivative(self.grad_outputs())
-        return total, noise
+        return samples.derivative(self.evaluator.selection.grad_outputs)  # the first call made the selection
 
     def raise_if_nondifferentiable(self, samples: Samples, position: int, index: tuple, function: str) -> None:
         selection = self.evaluator.selection
@@ -282,10 +278,6 @@ class Differences:
             self._center = self._outputs(None, None, None)
         return self._center
 
-    def grad_outputs(self) -> list:
-        selection = self.evaluator.selection
-        return [] if selection is None else selection.grad_outputs
-
     @staticmethod
     def _suggested_eps(value: float, dtype) -> float:
         return 4 * _EPSILON.get(np.dtype(dtype).name, 2.0 ** -3) * max(1.0, abs(value))
@@ -299,8 +291,7 @@ class Differences:
         return found
 
     def _refuse_half_outputs(self, found: list) -> None:
-        selection = self.evaluator.selection
-        for output, value in zip(selection.outputs if selection is not None else [], found):
+        for output, value in zip(self.evaluator.selection.outputs, found):  # made by the call that found them
             if _values.is_half(value.dtype):
                 raise GradientCheckUsageError(
                     f"{self.half_check}() would take central differences of {output.title} of f in "

@@ -163,8 +163,7 @@ class Mismatch:
     __slots__ = ("count", "total", "abs_diff", "abs_index", "rel_diff", "rel_index", "actual", "desired")
 
     def __init__(self, actual, desired, bad) -> None:
-        complex_ = actual.dtype.kind == "c" or desired.dtype.kind == "c"
-        a, d = _wide(actual, complex_), _wide(desired, complex_)
+        a, d = _wide(actual, desired)
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             abs_diff = np.abs(a - d)
             rel_diff = abs_diff / np.abs(d)
@@ -182,10 +181,10 @@ class Mismatch:
         return f"{names[0]} {str(self.actual[index])}, {names[1]} {str(self.desired[index])}"
 
 
-def _wide(array, complex_: bool):
-    if array.dtype.kind in "biu" and not complex_:
-        return array.astype(np.float64)
-    return array.astype(np.complex128 if complex_ else np.float64)
+def _wide(actual, desired) -> tuple:
+    """Both arrays in complex128 when either is complex, else in float64."""
+    wide = np.complex128 if actual.dtype.kind == "c" or desired.dtype.kind == "c" else np.float64
+    return actual.astype(wide), desired.astype(wide)
 
 
 def mismatch(actual, desired, rtol: float, atol: float, equal_nan: bool):
@@ -199,11 +198,10 @@ def mismatch(actual, desired, rtol: float, atol: float, equal_nan: bool):
         True
     """
     actual, desired = np.broadcast_arrays(np.asarray(actual), np.asarray(desired))
-    complex_ = actual.dtype.kind == "c" or desired.dtype.kind == "c"
     if actual.dtype.kind in "biu" and desired.dtype.kind in "biu" and rtol == 0 and atol == 0:
         bad = actual != desired  # exactly, without a detour through float64 (int64 has more digits)
     else:
-        a, d = _wide(actual, complex_), _wide(desired, complex_)
+        a, d = _wide(actual, desired)
         with np.errstate(invalid="ignore", over="ignore"):
             # An infinity matches only itself: inf - (-inf) is within an infinite tolerance.
             close = (a == d) | (np.isfinite(a) & np.isfinite(d) & (np.abs(a - d) <= atol + rtol * np.abs(d)))

@@ -197,14 +197,9 @@ def _check(f, items: list, held: list, found, grad_outputs, seed, options: _Opti
         evaluator = Evaluator(f, everything, False, [None] * len(everything), options.function, grad_outputs, seed)
         evaluator.outputs()
         selection = evaluator.selection
-
-        def picked(*xs):
-            result = f(*xs)
-            return selection.pick(result)
-
         copies = [item.copy() for item in items]
-        outputs, pullback = found.vjp(picked, tuple(copies), [item.floating for item in items],
-                                      [item.value for item in held])
+        outputs, pullback = found.vjp(lambda *xs: selection.pick(f(*xs)), tuple(copies),
+                                      [item.floating for item in items], [item.value for item in held])
         for item, copy in zip(items, copies):
             item.check_unchanged(copy, item.host, "in the autodiff pass")
         analytic = pullback(selection.upload(list(outputs)))

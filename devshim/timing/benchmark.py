@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import statistics
@@ -125,19 +126,32 @@ def benchmark(
     side = Side(fn, args, Waiter(device, backend), clock or time.perf_counter, meter)
     name = label if label is not None else getattr(fn, "__name__", None) or repr(fn)
 
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with _gc_paused():
         side.start(_Plan(0.0, min_run_time, warmup, budget), device, backend)
         measured = 0.0
         at_least = min(_MIN_RUNS, max_runs)
         meter.reset()
         while len(side.times) < max_runs and (measured < min_run_time or len(side.times) < at_least):
             measured += side.run()
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     return side.measurement(name)
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Garbage collection paused inside the block (as timeit does), and enabled again after it
+    if it was before.
+
+    Example:
+        >>> with _gc_paused():
+        ...     side.run()
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class WaitMeter:

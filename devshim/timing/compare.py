@@ -21,15 +21,14 @@ Example:
 
 from __future__ import annotations
 
-import gc
 import statistics
 import time
 from typing import Any, Callable, Optional
 
 from devshim.errors import TimingError
-from devshim.timing.benchmark import _WARMUP_FLOOR, Side, WaitMeter, _check_arguments, _Plan
+from devshim.timing.benchmark import _WARMUP_FLOOR, Side, WaitMeter, _check_arguments, _Plan, _gc_paused
 from devshim.timing.measurement import Measurement
-from devshim.timing.settle import disagrees, quartiles, spread_share, stalled_runs, stalls_matter
+from devshim.timing.settle import _stall_flags, disagrees, quartiles, spread_share, stalls_matter
 from devshim.timing.sync import Waiter
 
 __all__ = ["compare", "Comparison", "MIN_PAIRS", "MAX_PAIRS"]
@@ -111,15 +110,8 @@ class Comparison:
             >>> c.stalls, len(c.ratios)
             (2, 40)
         """
-        first, second = self.first, self.second
-        count = 0
-        for i in range(len(self.ratios)):
-            if (stalled_runs([first.times[i]], _one(first.waits, i), first.number_per_run,
-                             _fastest(first))
-                    or stalled_runs([second.times[i]], _one(second.waits, i), second.number_per_run,
-                                    _fastest(second))):
-                count += 1
-        return count
+        flags = [_stall_flags(m.times, m.waits, m.number_per_run, m.fastest) for m in (self.first, self.second)]
+        return sum(1 for first, second in zip(*flags) if first or second)
 
     @property
     def stalled(self) -> bool:
@@ -181,14 +173,6 @@ def _check_pairs(min_pairs, max_pairs) -> None:
                           f"{min_pairs} or more.")
 
 
-def _one(waits, i):
-    return None if waits is None else waits[i:i + 1]
-
-
-def _fastest(m: Measurement) -> float:
-    return min(m.times) if m.fastest is None else min(min(m.times), m.fastest)
-
-
 def compare(
     first: Callable[[], Any],
     second: Callable[[], Any],
@@ -220,12 +204,9 @@ def compare(
     _check_pairs(min_pairs, max_pairs)
     budget = max(_WARMUP_FLOOR, 2 * min_run_time) if max_warmup_time is None else max_warmup_time
     meter = WaitMeter(clock)
-    ticking = clock or time.perf_counter
-    sides = [Side(fn, (), Waiter(device, backend), ticking, meter) for fn in (first, second)]
+    sides = [Side(fn, (), Waiter(device, backend), clock or time.perf_counter, meter) for fn in (first, second)]
     plan = _Plan(0.0, min_run_time, warmup, budget)
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with _gc_paused():
         for side in sides:
             side.start(plan, device, backend)
         measured = [0.0, 0.0]
@@ -235,7 +216,4 @@ def compare(
             for i in ((0, 1) if pairs % 2 == 0 else (1, 0)):
                 measured[i] += sides[i].run()
             pairs += 1
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     return Comparison(sides[0].measurement(labels[0]), sides[1].measurement(labels[1]))

@@ -222,13 +222,9 @@ class Measurement:
             >>> m.warnings
             []
         """
-        found = []
-        if not self.settled:
-            found.append(unsettled(self.warmup, self.warmup_seconds))
-        for said in (disagreement(self.spread), stalling(self.stalls, self.runs), busy(self.load, self.cpus)):
-            if said:
-                found.append(said)
-        return found
+        found = [] if self.settled else [unsettled(self.warmup, self.warmup_seconds)]
+        said = (disagreement(self.spread), stalling(self.stalls, self.runs), busy(self.load, self.cpus))
+        return found + [text for text in said if text]
 
     def to_dict(self) -> dict:
         """Plain, JSON-ready data.

@@ -249,15 +249,25 @@ def stalled_runs(times: Sequence[float], waits: Optional[Sequence[float]], numbe
         >>> stalled_runs([1e-3] * 4, [0.0, 0.0, 6e-4, 0.0])  # one waited 60% of its time
         1
     """
+    return sum(_stall_flags(times, waits, number, fastest))
+
+
+def _stall_flags(times: Sequence[float], waits: Optional[Sequence[float]], number: int,
+                 fastest: Optional[float]) -> list:
+    """Whether each run stalled, one bool per entry of `times`: the runs `stalled_runs` counts.
+
+    Example:
+        >>> _stall_flags([1e-3, 1e-3, 4e-3, 1e-3], None, 1, None)
+        [False, False, True, False]
+    """
     if not times:
-        return 0
+        return []
     quickest = min(times) if fastest is None else min(min(times), fastest)
-    count = 0
+    flags = []
     for i, seconds in enumerate(times):
         waited = waits[i] if waits is not None and i < len(waits) else 0.0
-        if seconds > SETTLE_RATIO * quickest or waited >= STALL_SHARE * seconds * number:
-            count += 1
-    return count
+        flags.append(seconds > SETTLE_RATIO * quickest or waited >= STALL_SHARE * seconds * number)
+    return flags
 
 
 def stalls_matter(stalled: int, runs: int) -> bool:

@@ -12,24 +12,27 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 
 __all__ = ["experiments"]
 
 ORDER = ("matmul", "logging", "parallel", "transfer", "overhead", "guard", "startup")
-_found = None
 
 
+@functools.lru_cache(maxsize=None)
 def experiments() -> dict:
-    """name -> Experiment, for every module in this folder."""
-    global _found
-    if _found is None:
-        found = {}
-        for module in pkgutil.iter_modules(__path__):
-            declared = getattr(importlib.import_module(f"{__name__}.{module.name}"), "EXPERIMENT", None)
-            if declared is not None:
-                found[declared.name] = declared
-        rank = {name: i for i, name in enumerate(ORDER)}
-        _found = dict(sorted(found.items(), key=lambda item: (rank.get(item[0], len(ORDER)), item[0])))
-    return _found
+    """name -> Experiment, for every module in this folder (looked up once, then kept).
+
+    Example:
+        >>> experiments()["matmul"].summary
+        'D2L exercise 1: square float32 matmuls by size, on the CPU and each GPU'
+    """
+    found = {}
+    for module in pkgutil.iter_modules(__path__):
+        declared = getattr(importlib.import_module(f"{__name__}.{module.name}"), "EXPERIMENT", None)
+        if declared is not None:
+            found[declared.name] = declared
+    rank = {name: i for i, name in enumerate(ORDER)}
+    return dict(sorted(found.items(), key=lambda item: (rank.get(item[0], len(ORDER)), item[0])))

@@ -87,7 +87,8 @@ def _default_target(source):
 
 EXPERIMENT = Experiment(
     "convert",
-    summary="ds.convert between frameworks: 64 B vs 64 MiB on one device (zero-copy), and across devices vs the native calls",
+    summary="ds.convert between frameworks: 64 B vs 64 MiB on one device (zero-copy), "
+            "and across devices vs the native calls",
     run=run,
     options=[
         Option("--to", dest="to", metavar="FRAMEWORK", help="the target framework (default: another installed one)"),

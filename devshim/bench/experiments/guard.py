@@ -96,11 +96,9 @@ def run(size: int = 8, *, backend=None, device=None, min_run_time: float = 0.1, 
     def one(operation: str, fn, args) -> list:
         where = {"backend": name, "device": device_name(target, name), "operation": operation}
         unguarded = _batch(fn, args, None)
-        found = []
-        for condition, level in GUARDED:
-            c = measure_pair(unguarded, _batch(fn, args, level), warmup=1, min_run_time=min_run_time,
-                             device=target, labels=(UNGUARDED, condition))
-            found.append((condition, c))
+        found = [(condition, measure_pair(unguarded, _batch(fn, args, level), warmup=1, min_run_time=min_run_time,
+                                          device=target, labels=(UNGUARDED, condition)))
+                 for condition, level in GUARDED]
         base = found[0][1].first
         return [{**where, "condition": UNGUARDED, **_per_op(spread_fields(base)), "ratio": 1.0,
                  "ratio_low": 1.0, "ratio_high": 1.0, "unguarded_seconds": base.median / BATCH,

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from devshim.backends import get_backend
 from devshim.bench.experiment import (
-    BarPlot, Column, Experiment, HostReads, Option, Steps, check_count, check_sizes, device_name,
-    native_device, ops_for,
+    BarPlot, Column, Experiment, HostReads, Option, Steps, backend_ops, check_count, check_sizes, device_name,
+    native_device,
 )
 from devshim.bench.measure import measure_pair, side_fields
 from devshim.bench.threads import THREADS_OPTION, on_threads
@@ -35,8 +34,7 @@ def run(steps: int = 1000, size: int = 100, *, backend=None, device=None, min_ru
     """
     check_count(steps, "steps")
     size = int(check_sizes([size], "logging size")[0])
-    adapter = get_backend(backend)
-    name, ops = adapter.name, ops_for(adapter.name)
+    adapter, name, ops = backend_ops(backend)
     target = adapter.try_gpu() if device is None else native_device(device, name)
     a, b = ops.rand((size, size), target), ops.rand((size, size), target)
 

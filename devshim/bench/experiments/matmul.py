@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from devshim.backends import get_backend
 from devshim.bench.experiment import (
-    Column, Experiment, LinePlot, Option, Steps, check_sizes, device_name, native_device, ops_for,
+    Column, Experiment, LinePlot, Option, Steps, backend_ops, check_sizes, device_name, native_device,
 )
-from devshim.bench.measure import measure, measure_pair, side_fields, spread_fields
+from devshim.bench.measure import measure, measure_pair, rate_fields, side_fields, spread_fields
 from devshim.bench.threads import THREADS_OPTION, on_threads
 
 
@@ -29,8 +28,7 @@ def run(sizes=(16, 64, 256, 1024), *, backend=None, devices=None, min_run_time: 
         ...     print(row["device"], row["size"], row["gflops"])
     """
     sizes = [int(n) for n in check_sizes(sizes, "matmul sizes")]
-    adapter = get_backend(backend)
-    name, ops = adapter.name, ops_for(adapter.name)
+    adapter, name, ops = backend_ops(backend)
     cpu = adapter.cpu()
     chosen = adapter.devices()[1:] if devices is None else [native_device(d, name) for d in devices]
     targets = [cpu] + [d for d in chosen if adapter.describe(d) != adapter.describe(cpu)]
@@ -46,10 +44,8 @@ def run(sizes=(16, 64, 256, 1024), *, backend=None, devices=None, min_run_time: 
             c = measure_pair(lambda: ops.matmul(a, b), lambda: ops.matmul(x, y), warmup=1,
                              min_run_time=min_run_time, labels=("device", "cpu"))
             m, fields = c.first, side_fields(c, c.first, "cpu_over_device")
-        flops = 2 * n**3
-        q1, q3 = m.quartiles()
         return {"backend": name, "device": device_name(device, name), "size": n, **fields,
-                "gflops": flops / m.median / 1e9, "gflops_low": flops / q3 / 1e9, "gflops_high": flops / q1 / 1e9}
+                **rate_fields(m, 2 * n**3, "gflops")}
 
     for device in targets:
         for n in sizes:

@@ -7,8 +7,7 @@ from __future__ import annotations
 import time
 
 import devshim as ds
-from devshim.backends import get_backend
-from devshim.bench.experiment import BarPlot, Column, Experiment, Option, Steps, check_count, device_name, ops_for
+from devshim.bench.experiment import BarPlot, Column, Experiment, Option, Steps, backend_ops, check_count, device_name
 from devshim.errors import MemoryEstimateError, MemoryEstimateUnsupportedError
 
 MiB = 2**20
@@ -50,12 +49,9 @@ def run(megabytes: int = 16, width: int = 65536, batch: int = 64, *, backend=Non
         >>> [(r["device"], r["case"], r["peak_mib"]) for r in rows][:2]
         [('cpu:0', 'tensor 16 MiB', 16.0), ('cpu:0', 'model (width 65536)', 2.0)]
     """
-    check_count(megabytes, "megabytes")
-    check_count(width, "width")
-    check_count(batch, "batch")
-    check_count(plan_width, "plan width")
-    adapter = get_backend(backend)
-    ops = ops_for(adapter.name)
+    for value, what in ((megabytes, "megabytes"), (width, "width"), (batch, "batch"), (plan_width, "plan width")):
+        check_count(value, what)
+    adapter, _, ops = backend_ops(backend)
     natives = adapter.devices() if device is None else [adapter.device(device)]
     plan = Steps(progress)
     for native in natives:
@@ -92,9 +88,8 @@ def _measure(native, work):
 
 
 def _on(adapter, ops, native, megabytes: int, width: int, batch: int) -> list:
-    rows = []
     before, peak, kept = _measure(native, lambda: ops.rand((megabytes * MiB // 4096, 1024), native))
-    rows.append(_row(adapter, native, f"tensor {megabytes} MiB", megabytes * MiB, before, peak))
+    rows = [_row(adapter, native, f"tensor {megabytes} MiB", megabytes * MiB, before, peak)]
     del kept
     if not hasattr(ops, "small_model"):
         return rows
@@ -140,16 +135,7 @@ def _largest_batch(adapter, ops, size: str, width: int) -> list:
     host = adapter.cpu()
     model = ops.small_model(width, OUTPUTS)  # on the host: the estimate takes it as an argument, without a copy
 
-    shaped = getattr(ops, "shaped", None)  # a batch as shapes alone, where the estimate takes them
-    if shaped is not None:
-        step, inputs = ops.train_step, lambda batch: (model, shaped((batch, width)), shaped((batch, OUTPUTS)))
-    else:
-        def step(model, batch: int):
-            return ops.train_step(model, ops.rand((batch, width), host), ops.rand((batch, OUTPUTS), host))
-
-        def inputs(batch: int):
-            return model, batch
-
+    step, inputs = _planned_step(ops, model, width, host)
     began = time.perf_counter()
     try:
         with ds.memory_peak(host) as used:
@@ -166,6 +152,19 @@ def _largest_batch(adapter, ops, size: str, width: int) -> list:
              "seconds": round(seconds, 2), "host_mib": None if used.added is None else round(used.added / MiB, 1),
              "method": f"{len(found.tried)} estimates", "label": f"{adapter.name} largest batch for {size}",
              "note": f"{len(found.tried)} estimates by bisection; the host's peak rose {used.added} bytes"}]
+
+
+def _planned_step(ops, model, width: int, host) -> tuple:
+    """(step, inputs) for `ds.largest_batch`: the batch given as shapes alone where the framework's
+    estimate takes them (`ops.shaped`), else drawn inside the step on the host."""
+    shaped = getattr(ops, "shaped", None)
+    if shaped is not None:
+        return ops.train_step, lambda batch: (model, shaped((batch, width)), shaped((batch, OUTPUTS)))
+
+    def step(model, batch: int):
+        return ops.train_step(model, ops.rand((batch, width), host), ops.rand((batch, OUTPUTS), host))
+
+    return step, lambda batch: (model, batch)
 
 
 FOOTNOTE = (
@@ -187,7 +186,8 @@ EXPERIMENT = Experiment(
         Option("--megabytes", dest="megabytes", type=int, metavar="N", help="the tensor's size in MiB (default 16)"),
         Option("--width", dest="width", type=int, metavar="N",
                help="the model's inputs: an MLP N -> 8 -> 10 (default 65536: 2 MiB of parameters)"),
-        Option("--batch", dest="batch", type=int, metavar="N", help="examples in the training step's batch (default 64)"),
+        Option("--batch", dest="batch", type=int, metavar="N",
+               help="examples in the training step's batch (default 64)"),
         Option("--device", dest="device", metavar="D", help="one device only (default: the CPU and each GPU)"),
         Option("--plan-size", dest="plan_size", metavar="SIZE",
                help="the GPU size the largest batch is planned for (default 80GB)"),

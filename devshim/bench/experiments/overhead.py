@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import devshim as ds
-from devshim.backends import get_backend
-from devshim.bench.experiment import BarPlot, Column, Experiment, Option, Steps, device_name, native_device, ops_for
+from devshim.bench.experiment import BarPlot, Column, Experiment, Option, Steps, backend_ops, device_name, native_device
 from devshim.bench.measure import measure, measure_pair, pair_fields, spread_fields
 from devshim.bench.threads import THREADS_OPTION, on_threads
 
@@ -33,8 +32,7 @@ def run(*, backend=None, device=None, min_run_time: float = 0.05, progress=None)
         >>> for row in run():
         ...     print(row["operation"], f"{row['ratio']:.2f}x")
     """
-    adapter = get_backend(backend)
-    name, ops = adapter.name, ops_for(adapter.name)
+    adapter, name, ops = backend_ops(backend)
     target = adapter.try_gpu() if device is None else native_device(device, name)
     host = adapter.cpu()
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 import concurrent.futures
 
 import devshim as ds
-from devshim.backends import get_backend
 from devshim.bench.experiment import (
-    BarPlot, Column, Experiment, Option, Steps, check_count, check_sizes, device_name, native_device,
-    ops_for,
+    BarPlot, Column, Experiment, Option, Steps, backend_ops, check_count, check_sizes, device_name, native_device,
 )
 from devshim.bench.measure import measure_pair, side_fields
 from devshim.bench.threads import THREADS_OPTION, on_threads
@@ -37,10 +35,9 @@ def run(size: int = 512, repeats: int = 10, *, backend=None, devices=None, min_r
     """
     size = int(check_sizes([size], "parallel size")[0])
     check_count(repeats, "repeats")
-    adapter = get_backend(backend)
-    name, ops = adapter.name, ops_for(adapter.name)
+    adapter, name, ops = backend_ops(backend)
     first, second = _two_devices(adapter, devices)
-    one_device = device_name(first, name) == device_name(second, name)
+    first_name, second_name = device_name(first, name), device_name(second, name)
     inputs = [(ops.rand((size, size), d), ops.rand((size, size), d)) for d in (first, second)]
     on_first = [inputs[0], tuple(ds.to_device(x, first) for x in inputs[1])]
 
@@ -59,20 +56,18 @@ def run(size: int = 512, repeats: int = 10, *, backend=None, devices=None, min_r
         futures = [pool.submit(stream, *pair) for pair in inputs]
         return [f.result() for f in futures]
 
-    if one_device:
-        both_devices = f"{device_name(first, name)} twice"
-        label = "at once on one device"
+    if first_name == second_name:
+        both_devices, label = f"{first_name} twice", "at once on one device"
         note = "one device only: both streams share it"
     else:
-        both_devices = f"{device_name(first, name)} + {device_name(second, name)}"
-        label, note = "at once on two devices", ""
+        both_devices, label, note = f"{first_name} + {second_name}", "at once on two devices", ""
     plan = Steps(progress)
 
     def both() -> list:
         c = measure_pair(at_once, sequential, warmup=1, min_run_time=min_run_time,
                          labels=("at once", "in sequence"))
         common = {"backend": name, "size": size, "repeats": repeats}
-        return [{**common, "variant": "in sequence on one device", "devices": device_name(first, name), "note": "",
+        return [{**common, "variant": "in sequence on one device", "devices": first_name, "note": "",
                  **side_fields(c, c.second, "speedup", compared=False)},
                 {**common, "variant": label, "devices": both_devices, "note": note,
                  **side_fields(c, c.first, "speedup")}]

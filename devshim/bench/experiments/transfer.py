@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import devshim as ds
-from devshim.backends import get_backend, virtual_capable_backends
+from devshim.backends import virtual_capable_backends
 from devshim.bench.experiment import (
-    Column, Experiment, LinePlot, Option, Steps, check_sizes, device_name, native_device, ops_for,
+    Column, Experiment, LinePlot, Option, Steps, backend_ops, check_sizes, device_name, native_device,
 )
-from devshim.bench.measure import measure, spread_fields
+from devshim.bench.measure import measure, rate_fields, spread_fields
 from devshim.bench.threads import THREADS_OPTION, on_threads
 
 def no_device_line(backend: str) -> str:
@@ -44,8 +44,7 @@ def run(sizes_mb=(1, 8, 64), *, backend=None, device=None, min_run_time: float =
         ...     print(row["direction"], row["megabytes"], row["gb_per_s"])
     """
     sizes_mb = check_sizes(sizes_mb, "transfer sizes (MiB)")
-    adapter = get_backend(backend)
-    name, ops = adapter.name, ops_for(adapter.name)
+    adapter, name, ops = backend_ops(backend)
     target = adapter.try_gpu() if device is None else native_device(device, name)
     where = device_name(target, name)
     if adapter.describe(target).kind == "cpu":
@@ -61,11 +60,8 @@ def run(sizes_mb=(1, 8, 64), *, backend=None, device=None, min_run_time: float =
         for direction, fn, arg in (("host->device", lambda x: ds.to_device(x, target), host),
                                    ("device->host", ds.to_numpy, placed)):
             m = measure(fn, arg, warmup=1, min_run_time=min_run_time, device=target, label=direction)
-            q1, q3 = m.quartiles()
-            rows.append({"backend": name, "direction": direction, "device": where,
-                         "megabytes": nbytes / 2**20, **spread_fields(m),
-                         "gb_per_s": nbytes / m.median / 1e9,
-                         "gb_per_s_low": nbytes / q3 / 1e9, "gb_per_s_high": nbytes / q1 / 1e9})
+            rows.append({"backend": name, "direction": direction, "device": where, "megabytes": nbytes / 2**20,
+                         **spread_fields(m), **rate_fields(m, nbytes, "gb_per_s")})
         return rows
 
     for mb in sizes_mb:

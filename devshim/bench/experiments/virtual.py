@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ from devshim.bench.experiment import (
     BarPlot, Column, Experiment, Option, Steps, check_count, device_name, ops_for,
 )
 from devshim.bench.measure import measure_pair, side_fields
+from devshim.bench.threads import framework_threads
 from devshim.errors import ExperimentError
 from devshim.timing.compare import MIN_PAIRS
 
@@ -35,13 +37,14 @@ def run(examples: int = 1024, batch_size: int = 16, rounds: int = MIN_PAIRS, thr
     per operation. The two are measured side by side (`devshim.timing.compare`): each round is
     one CPU epoch and one virtual GPU epoch back to back (which goes first alternates), so both
     see the same moment of the machine, for `rounds` rounds at least (default and fewest
-    accepted: `MIN_PAIRS`, 10; and until each side has run `min_run_time` seconds); the ratio is the median of the per-round
-    ratios, with their quartiles, and a comparison whose ratios disagree or whose epochs
-    stalled is measured again (`devshim.bench.measure`) and marked. torch runs its kernels
-    on `threads` threads meanwhile (default 1, as `torch.utils.benchmark.Timer` does:
-    several threads on a busy machine wait for each other and time the machine, not the
-    code); its own setting is put back afterwards. `clock="cpu"` times the process's CPU
-    time instead of wall time: on a machine shared with other work it counts this work only.
+    accepted: `MIN_PAIRS`, 10; and until each side has run `min_run_time` seconds); the ratio
+    is the median of the per-round ratios, with their quartiles, and a comparison whose ratios
+    disagree or whose epochs stalled is measured again (`devshim.bench.measure`) and marked.
+    torch runs its kernels on `threads` threads meanwhile (default 1, as
+    `torch.utils.benchmark.Timer` does: several threads on a busy machine wait for each other
+    and time the machine, not the code); its own setting is put back afterwards. `clock="cpu"`
+    times the process's CPU time instead of wall time: on a machine shared with other work it
+    counts this work only.
 
     Virtual GPUs are a setting fixed per process. When this process has them on torch
     (`DEVSHIM_VIRTUAL_DEVICES` >= 1) both sides run here; otherwise both run in a child
@@ -93,46 +96,35 @@ def _has_virtual_gpu() -> bool:
 
 def measure_here(examples: int, batch_size: int, rounds: int, threads: int, clock: str = "wall", *,
                  min_run_time: float, progress=None, note: str = "") -> list:
-    """`run`'s measurement, in this process (which has a virtual torch GPU)."""
-    ops = ops_for("torch")
-    before = ops.set_threads(threads)
-    try:
-        return _measure(ops, examples, batch_size, rounds, threads, clock, min_run_time, progress, note)
-    finally:
-        ops.set_threads(before)
+    """`run`'s measurement, in this process (which has a virtual torch GPU), torch on `threads` threads.
 
-
-def _measure(ops, examples, batch_size, rounds, threads, clock, min_run_time, progress, note) -> list:
-    adapter = get_backend("torch")
-    batches = ops.lenet_batches(examples, batch_size)
-    places = {"cpu": adapter.cpu(), "gpu": adapter.try_gpu()}
-    plan = Steps(progress)
-
-    def cpu_epoch():
-        return ops.lenet_epoch(batches, places["cpu"])
-
-    def gpu_epoch():
-        return ops.lenet_epoch(batches, places["gpu"])
-
-    plan.add(f"torch cpu vs virtual gpu epochs, {rounds} rounds or more", lambda: measure_pair(
-        cpu_epoch, gpu_epoch, warmup=1, min_run_time=min_run_time, min_pairs=rounds, backend="torch",
-        clock=CLOCKS[clock], labels=tuple(f"LeNet epoch on {d}" for d in places.values())))
-    (c,) = plan.run()
-    rows = []
-    for device, m, compared in ((places["cpu"], c.first, False), (places["gpu"], c.second, True)):
-        last = float(adapter.tensor_to_numpy(ops.lenet_epoch(batches, device)))  # type: ignore[arg-type]
-        rows.append({"backend": "torch", "device": device_name(device, "torch"), "examples": examples,
-                     "batch_size": batch_size, "threads": threads, "clock": clock,
-                     **side_fields(c, m, "vs_cpu", compared), "pairs": len(c.ratios), "last_loss": last,
-                     "note": note})
+    Example:
+        >>> cpu, gpu = measure_here(1024, 16, 10, 1, min_run_time=1.0)
+    """
+    ops, adapter = ops_for("torch"), get_backend("torch")
+    with framework_threads("torch", threads):
+        batches = ops.lenet_batches(examples, batch_size)
+        places = {"cpu": adapter.cpu(), "gpu": adapter.try_gpu()}
+        cpu_epoch = functools.partial(ops.lenet_epoch, batches, places["cpu"])
+        gpu_epoch = functools.partial(ops.lenet_epoch, batches, places["gpu"])
+        plan = Steps(progress)
+        plan.add(f"torch cpu vs virtual gpu epochs, {rounds} rounds or more", lambda: measure_pair(
+            cpu_epoch, gpu_epoch, warmup=1, min_run_time=min_run_time, min_pairs=rounds, backend="torch",
+            clock=CLOCKS[clock], labels=tuple(f"LeNet epoch on {d}" for d in places.values())))
+        (c,) = plan.run()
+        rows = []
+        for device, m, compared in ((places["cpu"], c.first, False), (places["gpu"], c.second, True)):
+            last = float(adapter.tensor_to_numpy(ops.lenet_epoch(batches, device)))  # type: ignore[arg-type]
+            rows.append({"backend": "torch", "device": device_name(device, "torch"), "examples": examples,
+                         "batch_size": batch_size, "threads": threads, "clock": clock,
+                         **side_fields(c, m, "vs_cpu", compared), "pairs": len(c.ratios), "last_loss": last,
+                         "note": note})
     return rows
 
 
 def _in_child(examples: int, batch_size: int, rounds: int, threads: int, clock: str,
               min_run_time: float) -> list:
-    env = dict(os.environ)
-    env[settings.VIRTUAL_DEVICES_VAR] = str(CHILD_VIRTUAL_DEVICES)
-    env["DEVSHIM_BACKEND"] = "torch"
+    env = {**os.environ, settings.VIRTUAL_DEVICES_VAR: str(CHILD_VIRTUAL_DEVICES), "DEVSHIM_BACKEND": "torch"}
     arguments = json.dumps([examples, batch_size, rounds, threads, clock, min_run_time])
     code = "import sys; from devshim.bench.experiments.virtual import _child; _child(sys.argv[1])"
     done = subprocess.run([sys.executable, "-c", code, arguments], env=env, capture_output=True, text=True)
@@ -159,7 +151,8 @@ EXPERIMENT = Experiment(
     summary="a virtual torch GPU against the plain CPU: one from-scratch LeNet epoch on each, as a ratio",
     run=run,
     options=[
-        Option("--examples", dest="examples", type=int, metavar="N", help="synthetic examples per epoch (default 1024)"),
+        Option("--examples", dest="examples", type=int, metavar="N",
+               help="synthetic examples per epoch (default 1024)"),
         Option("--batch-size", dest="batch_size", type=int, metavar="N", help="examples per batch (default 16)"),
         Option("--rounds", dest="rounds", type=int, metavar="N",
                help="rounds (a CPU epoch and a virtual GPU epoch, taking turns) to measure at least; "
