@@ -267,6 +267,7 @@ def test_virtual_gpus_beside_a_real_gpu_leave_it_working():
         on_virtual = ds.to_device(x, ds.try_gpu(1))
         back = ds.to_device(on_virtual, real)
         assert ds.neutral_device(on_virtual).virtual and ds.device_of(back) == real
+        assert ds.memory(ds.try_gpu(1)).in_use >= on_virtual.nbytes  # JAX's default backend is the real GPU's
         np.testing.assert_array_equal(ds.to_numpy(back), np.arange(6.0))
         assert ds.copy_if_needed(x, real) is x
         ds.synchronize(x)
@@ -275,6 +276,28 @@ def test_virtual_gpus_beside_a_real_gpu_leave_it_working():
     """, DEVSHIM_VIRTUAL_DEVICES="2")
     assert result.returncode == 0, result.stderr
     assert "BESIDE OK" in result.stdout
+
+
+def test_the_memory_of_a_virtual_gpu_counts_its_arrays_whatever_jaxs_default_backend():
+    """Beside a real GPU, JAX's default backend is the GPU's, and `jax.live_arrays()` lists that
+    backend's arrays only: a virtual GPU's (a host device's) must be asked of its own platform.
+    Here JAX's default backend is made to list nothing, as a GPU's would list none of the host's."""
+    result = run_python("""
+        import jax, numpy as np
+        import devshim as ds
+
+        listed = jax.live_arrays
+        jax.live_arrays = lambda platform=None: listed(platform) if platform == "cpu" else []
+        x = ds.to_device(np.ones((256, 1024), dtype=np.float32), ds.gpu(1))  # 1 MiB on virtual gpu:1
+        used = ds.memory(ds.gpu(1)).in_use
+        assert used >= x.nbytes, used
+        with ds.memory_peak(ds.gpu(0)) as peak:
+            y = ds.to_device(x, ds.gpu(0))
+        assert peak.added is None or peak.added >= y.nbytes, peak
+        print("COUNTED", used)
+    """, DEVSHIM_VIRTUAL_DEVICES="2")
+    assert result.returncode == 0, result.stderr
+    assert "COUNTED" in result.stdout
 
 
 def test_sharded_arrays_have_no_one_device_and_are_gathered_by_to_device():
