@@ -257,22 +257,16 @@ class Device:
         if isinstance(other, Device):
             return self._key == other._key
         try:
-            if type(other) is str:
-                parsed = _parse_or_none(other)
-                return parsed is not None and (self.kind, self.index) == (parsed[0], parsed[1])
-            described = _resolver.describe(other)
-            if described is not None:
-                return self._key == described._key
-            if isinstance(other, str):  # a str subclass that is no framework's device: a spec
+            if type(other) is not str:
+                described = _resolver.describe(other)
+                if described is not None:
+                    return self._key == described._key
+            if isinstance(other, str):  # a str, or a str subclass that is no framework's device: a spec
                 parsed = _parse_or_none(str(other))
                 return parsed is not None and (self.kind, self.index) == (parsed[0], parsed[1])
         except Exception:  # comparing must never raise, whatever `other` does
             return NotImplemented
         return NotImplemented
-
-    def __ne__(self, other) -> bool:
-        equal = self.__eq__(other)
-        return equal if equal is NotImplemented else not equal
 
     def __hash__(self) -> int:
         return hash(self._text)

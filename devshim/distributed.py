@@ -21,11 +21,12 @@ import sys
 
 from devshim.backends import get_backend, load_backend
 from devshim.backends.registry import loaded_adapters
+from devshim.settings import _FieldRecord
 
 __all__ = ["ProcessInfo", "process_info", "init_distributed"]
 
 
-class ProcessInfo:
+class ProcessInfo(_FieldRecord):
     """This process's place in a launched job, and its device (`ds.process_info()`).
 
     `launcher`          "torchrun", "openmpi", "horovod", "tf_config" (TensorFlow's `TF_CONFIG`),
@@ -70,16 +71,6 @@ class ProcessInfo:
         data = {name: getattr(self, name) for name in self.__slots__}
         data["device"] = str(get_backend(self.backend).describe(self.device))
         return data
-
-    def __eq__(self, other) -> bool:
-        if not isinstance(other, ProcessInfo):
-            return NotImplemented
-        return all(getattr(self, name) == getattr(other, name) for name in self.__slots__)
-
-    __hash__ = None  # type: ignore[assignment]  # unhashable, as __eq__ compares fields
-
-    def __repr__(self) -> str:
-        return "ProcessInfo(" + ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__) + ")"
 
 
 def process_info(*, backend=None) -> ProcessInfo:

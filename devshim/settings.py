@@ -143,7 +143,24 @@ VISIBILITY_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VIS
                         "ZE_AFFINITY_MASK")
 
 
-class Launch:
+class _FieldRecord:
+    """A record of the fields in its `__slots__`: equal when they are, unhashable, shown by them."""
+
+    __slots__ = ()
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, type(self)):
+            return NotImplemented
+        return all(getattr(self, a) == getattr(other, a) for a in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as __eq__ compares fields
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{a}={getattr(self, a)!r}" for a in self.__slots__)
+        return f"{type(self).__name__}({fields})"
+
+
+class Launch(_FieldRecord):
     """What the launcher that started this process says about it (`settings.launcher()`).
 
     `name`               "torchrun", "openmpi", "horovod", "tf_config" or "slurm" (a framework that
@@ -187,17 +204,6 @@ class Launch:
     def local_processes(self) -> int:
         """How many processes share this machine: the local world size, or at least `local_rank + 1`."""
         return max(self.local_world_size or 0, self.local_rank + 1)
-
-    def __eq__(self, other) -> bool:
-        if not isinstance(other, Launch):
-            return NotImplemented
-        return all(getattr(self, a) == getattr(other, a) for a in self.__slots__)
-
-    __hash__ = None  # type: ignore[assignment]  # unhashable, as __eq__ compares fields
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{a}={getattr(self, a)!r}" for a in self.__slots__)
-        return f"Launch({fields})"
 
 
 def _whole_number(variable: str, launcher: str):

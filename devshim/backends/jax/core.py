@@ -567,10 +567,9 @@ def _platform_name(native) -> str:
 
 
 def _is_deleted(x) -> bool:
-    is_deleted = getattr(x, "is_deleted", None)
     try:
-        return bool(is_deleted()) if is_deleted is not None else False
-    except Exception:  # noqa: BLE001 - a value that cannot say is not known to be deleted
+        return bool(x.is_deleted())
+    except Exception:  # noqa: BLE001 - a value without is_deleted, or that cannot say, is not known to be deleted
         return False
 
 

@@ -509,9 +509,8 @@ def _guarded_device_put(original):
             with jax.transfer_guard_host_to_device(ALLOW):  # backstop guard must not refuse it
                 return original(aval, sharding, xs, devices, *args, **kwargs)
         if (state.host_to_device == ALLOW or not _CHECKING_KEY.value
-                or _guard_lib.thread_local_state().explicit_device_put):
-            return original(aval, sharding, xs, devices, *args, **kwargs)
-        if any(isinstance(x, _ArrayImpl) for x in xs):  # JAX arrays: a copy between devices
+                or _guard_lib.thread_local_state().explicit_device_put
+                or any(isinstance(x, _ArrayImpl) for x in xs)):  # JAX arrays: a copy between devices
             return original(aval, sharding, xs, devices, *args, **kwargs)
         target = _accelerator_among(devices)
         pending = None
@@ -598,9 +597,7 @@ _JAX_TARGET = re.compile(r"dst_sharding=\w+\(device=\w+\(id=(\d+)\)")
 
 def _jax_device(pattern, message: str, fallback):
     found = pattern.search(message)
-    if found is None:
-        return fallback
-    return _device_by_id(int(found.group(1)), fallback)
+    return fallback if found is None else _device_by_id(int(found.group(1)), fallback)
 
 
 def _device_by_id(index: int, fallback, platform=None):

@@ -31,19 +31,13 @@ def shaped(shape):
 
 matmul = jnp.matmul
 add = jnp.add
+stack = jnp.stack
+concat = jnp.concatenate
 
 
 def norm(x):
     """The Frobenius norm, left on the device."""
     return jnp.linalg.norm(x)
-
-
-def stack(xs):
-    return jnp.stack(xs)
-
-
-def concat(xs):
-    return jnp.concatenate(xs)
 
 
 def split(x, sections):

@@ -191,10 +191,7 @@ class TensorflowBackend(Backend):
         return self._native(f"/CPU:{index}")
 
     def _native(self, name: str) -> TFDevice:
-        native = self._natives.get(name)
-        if native is None:
-            native = self._natives.setdefault(name, TFDevice(name))
-        return native
+        return self._natives.get(name) or self._natives.setdefault(name, TFDevice(name))
 
     def describe(self, native) -> Device:
         return self._describe_name(native.name)
@@ -517,7 +514,4 @@ def _is_keras_variable(x) -> bool:
 
 def _shares_memory(a: Device, b: Device) -> bool:
     """Whether two devices' tensors live in the same memory (host-backed, or one GPU)."""
-    def host(d: Device) -> bool:
-        return d.kind == "cpu" or d.virtual
-
-    return a == b or (host(a) and host(b))
+    return a == b or ((a.kind == "cpu" or a.virtual) and (b.kind == "cpu" or b.virtual))

@@ -337,6 +337,11 @@ QUEUE_CALLBACK = INTERNALS.add(
 )
 
 
+def _keras(name: str, **described):
+    """An internal of Keras 3 (its torch backend), probed as the torch ones are."""
+    return INTERNALS.add(name, framework="keras", since=(3, 0), **described)
+
+
 def _keras_torch_core():
     """Keras's torch backend module (importing it imports Keras's torch layer, not another backend)."""
     from keras.src.backend.torch import core
@@ -363,35 +368,29 @@ def _keras_copy_frames():
     return frozenset({core.convert_to_tensor.__code__})
 
 
-KERAS_DEVICE_INPUT = INTERNALS.add(
+KERAS_DEVICE_INPUT = _keras(
     "keras.src.backend.torch.core._parse_device_input",
     feature="keras.device(...) taking devshim's torch devices (torch.device objects, virtual GPUs' 'vgpu:1') "
             "when Keras runs on torch",
     fallback="keras.device refuses a torch.device: give it the string torch spells it with "
              "(str(device); 'privateuseone:1' for virtual GPU 1).",
     find=_keras_device_input,
-    framework="keras",
-    since=(3, 0),
 )
-KERAS_CURRENT_DEVICE = INTERNALS.add(
+KERAS_CURRENT_DEVICE = _keras(
     "keras.src.backend.torch.core.get_device",
     feature="ds.model_device of a Keras model devshim did not place saying where Keras computes (its current "
             "device: KERAS_TORCH_DEVICE, a keras.device block) when that is not where the weights are",
     fallback="ds.model_device answers where the weights are.",
     find=_keras_current_device,
-    framework="keras",
-    since=(3, 0),
 )
-KERAS_COPY_FRAMES = INTERNALS.add(
+KERAS_COPY_FRAMES = _keras(
     "keras.src.backend.torch.core.convert_to_tensor",
     feature="the transfer guard seeing the copies Keras makes of a layer's inputs to its current device "
             "(convert_to_tensor's x.to(device)) as implicit transfers",
     fallback="those copies are taken for explicit ones (Tensor.to) and let through.",
     find=_keras_copy_frames,
-    framework="keras",
-    since=(3, 0),
 )
-KERAS_MAYBE_BUILD = INTERNALS.add(
+KERAS_MAYBE_BUILD = _keras(
     "keras.layers.Layer._maybe_build",
     feature="ds.place_model of an unbuilt Keras model, built on its first call under the device, when Keras runs "
             "on torch",
@@ -399,17 +398,13 @@ KERAS_MAYBE_BUILD = INTERNALS.add(
              "after Keras traces its call(), land on Keras's default device): pass input_shape= to "
              "ds.place_model to build it there at once.",
     find=dotted("keras.layers.Layer._maybe_build"),
-    framework="keras",
-    since=(3, 0),
 )
-KERAS_FUNCTIONAL = INTERNALS.add(
+KERAS_FUNCTIONAL = _keras(
     "keras.src.models.functional.Functional",
     feature="ds.replicate cloning functional Keras models (keras.Model(inputs, outputs)) when Keras runs on torch",
     fallback="functional models are refused like subclassed ones (UnsupportedPlacementError); "
              "keras.Sequential models are still cloned.",
     find=dotted("keras.src.models.functional.Functional"),
-    framework="keras",
-    since=(3, 0),
 )
 
 

@@ -148,22 +148,14 @@ _HOST_ARGUMENT_NAMES = {
     **dict.fromkeys(("_pack_padded_sequence_backward", "_pad_packed_sequence", "lstm", "gru",
                      "rnn_tanh", "rnn_relu"), frozenset({"batch_sizes"})),
 }
-_host_arguments: dict = {}
 
 
 def _host_argument_positions(func):
-    """Positions and names of `func`'s arguments that may stay on the CPU, or None."""
-    try:
-        return _host_arguments[func]
-    except KeyError:
-        pass
+    """Positions and names of `func`'s arguments that may stay on the CPU, or `(None, None)`
+    (worked out once per operator: `_Plan` keeps the answer)."""
     names = _HOST_ARGUMENT_NAMES.get(func.__name__.split(".")[0])
-    found = None
-    if names:
-        positions = {i for i, arg in enumerate(_schema_of(func).arguments) if arg.name in names}
-        found = (frozenset(positions), names) if positions else None
-    _host_arguments[func] = found
-    return found
+    positions = {i for i, arg in enumerate(_schema_of(func).arguments) if arg.name in names} if names else None
+    return (frozenset(positions), names) if positions else (None, None)
 
 
 def _unwrap(cls, value, seen: list, host_ok: bool = False):
@@ -217,8 +209,7 @@ class _Plan:
         self.func = func
         self.name = func.__name__.split(".")[0]
         self.foreach = func.__name__.startswith(_internals.FOREACH_PREFIX)
-        found = _host_argument_positions(func)
-        self.host_positions, self.host_names = found if found is not None else (None, None)
+        self.host_positions, self.host_names = _host_argument_positions(func)
         self.any_device = func in _ANY_DEVICE
         kernel = _HOST_KERNELS.get(func)
         if kernel is None:
@@ -531,16 +522,10 @@ def _follow_hosts(cls, where, args, kwargs) -> None:
                     follow_host(item)
 
 
-_ALIASES: dict = {}
-
-
 def _write_aliases(func):
     """For each return of `func`: `(position, name)` of the argument it is (`a!`), or
-    None; None for the whole when no return is a mutated argument."""
-    try:
-        return _ALIASES[func]
-    except KeyError:
-        pass
+    None; None for the whole when no return is a mutated argument (worked out once per
+    operator: `_Plan` keeps the answer)."""
     schema = _schema_of(func)
     found = []
     for ret in schema.returns:
@@ -553,9 +538,7 @@ def _write_aliases(func):
                     where = (position, arg.name)
                     break
         found.append(where)
-    result = tuple(found) if any(where is not None for where in found) else None
-    _ALIASES[func] = result
-    return result
+    return tuple(found) if any(where is not None for where in found) else None
 
 
 
