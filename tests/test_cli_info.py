@@ -52,6 +52,7 @@ def test_info_json_is_machine_readable(capsys):
     assert data["problems"] == []
 
 
+@pytest.mark.same_in_every_pass  # a fresh interpreter with its own DEVSHIM_BACKEND
 def test_python_dash_m_devshim_info_fails_on_a_misspelt_backend_and_says_which():
     result = run_python("", "-m", "devshim", "info", DEVSHIM_BACKEND="pytroch", timeout=180)
     assert result.returncode == 2, result.stderr

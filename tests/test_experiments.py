@@ -174,6 +174,7 @@ def test_guard_measures_each_condition_or_says_there_is_no_guard(harness):
     _json_ready(rows)
 
 
+@pytest.mark.same_in_every_pass  # fresh interpreters that select no backend
 def test_startup_measures_fresh_interpreters():
     rows = run["startup"](min_run_time=0.05)
     assert [r["case"] for r in rows] == ["python -c pass", "import devshim", "import devshim; devshim.cpu()"]

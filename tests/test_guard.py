@@ -218,6 +218,7 @@ GUARDED = [name for name, spec in ds.backends.specs().items() if spec.has_module
 TESTS = str(Path(__file__).resolve().parent)
 
 
+@pytest.mark.same_in_every_pass  # a fresh interpreter that names its backend and virtual GPUs
 @pytest.mark.parametrize("framework", [name for name in GUARDED if ds.backends.specs()[name].virtual_devices])
 def test_the_variable_guards_a_fresh_process(framework):
     """DEVSHIM_TRANSFER_GUARD=disallow, and nothing else: the first implicit read of a tensor on a

@@ -157,6 +157,7 @@ def test_each_aten_operator_the_virtual_gpus_name_is_one_on_this_release():
                for name in torch._C._dispatch_get_all_op_names())
 
 
+@pytest.mark.same_in_every_pass  # a fresh interpreter with DEVSHIM_BACKEND=torch
 def test_virtual_gpus_are_refused_by_name_on_a_torch_without_one_of_their_internals():
     """A torch that moved one (simulated: its probe finds nothing) is told which, with one
     FrameworkInternalWarning naming the feature, and nothing is registered."""

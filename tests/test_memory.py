@@ -674,6 +674,7 @@ def test_a_bad_size_fails_what_needs_it_by_name(vgpu, setenv):
     assert torch.ones(3, device=ds.gpu(0)).sum().item() == 3
 
 
+@pytest.mark.same_in_every_pass  # a fresh interpreter that selects torch itself
 def test_the_size_set_for_the_process_reaches_a_fresh_interpreter():
     pytest.importorskip("torch")
     from devshim.backends.probes import release
@@ -826,6 +827,7 @@ print(json.dumps(found))
 '''
 
 
+@pytest.mark.same_in_every_pass  # a fresh interpreter with DEVSHIM_BACKEND=jax
 def test_a_jax_estimate_agrees_with_the_peak_measured_on_a_virtual_gpu():
     """JAX's virtual GPUs are host devices: what a compiled step takes is the process's resident
     peak while it runs (glibc told to map every block of 4 KiB or more, so freed memory leaves and

@@ -381,6 +381,7 @@ def test_the_transfer_guard_marker_guards_the_test_and_only_the_test(pytester):
 # ------------------------------------------------------------------ virtual devices, the guard failing
 
 
+@pytest.mark.same_in_every_pass  # a fresh pytest run with --devshim-backend all
 def test_virtual_devices_on_every_backend_and_an_implicit_copy_fails_the_guarded_test(pytester, fresh):
     """One fresh process, every installed backend, two virtual GPUs: the option wins over
     the pass's DEVSHIM_VIRTUAL_DEVICES, and is set before any framework starts."""
