@@ -39,7 +39,7 @@ def _marks(src, dst) -> list:
         return [pytest.mark.skip(reason=f"{' and '.join(sorted(set(missing)))} not installed here")]
     if not load_harness(dst).host_arrays:
         return [pytest.mark.skip(reason=f"{SPECS[dst].title} has no arrays on the host: "
-                                        f"test_a_host_tensor_to_a_framework_without_host_arrays_is_refused")]
+                                        f"test_a_host_tensor_to_a_framework_without_host_arrays_is_refused_saying_name_the_gpu")]
     return []
 
 
