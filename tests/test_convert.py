@@ -38,8 +38,8 @@ def _marks(src, dst) -> list:
     if missing:
         return [pytest.mark.skip(reason=f"{' and '.join(sorted(set(missing)))} not installed here")]
     if not load_harness(dst).host_arrays:
-        return [pytest.mark.skip(reason=f"{SPECS[dst].title} has no arrays on the host: "
-                                        f"test_a_host_tensor_to_a_framework_without_host_arrays_is_refused_saying_name_the_gpu")]
+        covered = "test_a_host_tensor_to_a_framework_without_host_arrays_is_refused_saying_name_the_gpu"
+        return [pytest.mark.skip(reason=f"{SPECS[dst].title} has no arrays on the host: {covered}")]
     return []
 
 
