@@ -56,59 +56,10 @@ if TYPE_CHECKING:
     from devshim.device_memory import BatchSearch, MemoryEstimate, estimate_memory, largest_batch
     from devshim.errors import MemoryEstimateError, MemoryEstimateUnsupportedError, VirtualMemoryWithoutDevicesWarning
 
-# public name -> the module that defines it; loaded on first attribute access (PEP 562).
-_EXPORTS = {
-    **dict.fromkeys(
-        ("cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "devices", "device", "device_of", "neutral_device",
-         "to_device", "copy_if_needed", "same_device", "ensure_same_device", "to_numpy"),
-        "devshim.api",
-    ),
-    **dict.fromkeys(
-        ("available_backends", "get_backend", "set_backend", "use_backend"), "devshim.backends"
-    ),
-    "Device": "devshim._device",
-    "convert": "devshim.conversion",
-    **dict.fromkeys(("array_module", "get_array_module"), "devshim.generic"),
-    **dict.fromkeys(("synchronize", "Timer", "benchmark", "Measurement"), "devshim.timing"),
-    "transfer_guard": "devshim.guard_block",
-    "TransferReport": "devshim.guard.report",
-    **dict.fromkeys(
-        ("place_model", "model_device", "model_devices", "unplace", "split_batch", "replicate",
-         "allreduce"),
-        "devshim.placement",
-    ),
-    **dict.fromkeys(("process_info", "init_distributed", "ProcessInfo"), "devshim.distributed"),
-    **dict.fromkeys(
-        ("DevshimError", "BackendError", "InvalidDeviceError", "DeviceUnavailableError",
-         "DeviceMismatchError", "ImplicitTransferError", "CrossDeviceConversionError", "CopyRequiredError", "InvalidGuardLevelError", "NotATensorError", "NestCycleError",
-         "NotAModelError", "UnbuiltModelError", "UnsupportedPlacementError", "BatchSplitError",
-         "ReduceMismatchError", "MixedFrameworksError", "UnknownSubmoduleError", "GuardBlockInUseError",
-         "UnsupportedDtypeError", "UnsupportedValueError", "DatalessTensorError", "NotOnHostError", "UnplacedTensorError",
-         "FirstCallInTraceError",
-         "MultiDeviceValueError", "MixedArrayModulesError", "TimingError", "ExperimentError",
-         "BenchUsageError", "PlotUnavailableError", "LauncherEnvironmentError", "VirtualDeviceCountError",
-         "VirtualDataParallelError", "VirtualDLPackError", "FrameworkReleaseError",
-         "TorchCompileReleaseError", "DevshimWarning",
-         "ImplicitTransferWarning", "SharedDeviceWarning", "FrameworkInternalWarning",
-         "NotCloseError", "GradientMismatchError", "NoAutodiffError", "ImmutableInputError",
-         "GradientCheckUsageError", "NondifferentiableError", "InputMutatedError", "GradientFunctionError",
-         "ToleranceError", "VirtualBesideRealGpuWarning", "PrecisionWarning", "BackendPluginWarning",
-         "KerasBackendMismatchError"),
-        "devshim.errors",
-    ),
-}
-_EXPORTS.update({
-    **dict.fromkeys(("memory", "memory_peak", "MemoryInfo", "MemoryPeak"), "devshim.device_memory"),
-    **dict.fromkeys(("DeviceOutOfMemoryError", "VirtualMemorySizeError"), "devshim.errors"),
-    **dict.fromkeys(("estimate_memory", "largest_batch", "MemoryEstimate", "BatchSearch"), "devshim.device_memory"),
-    **dict.fromkeys(("MemoryEstimateError", "MemoryEstimateUnsupportedError", "VirtualMemoryWithoutDevicesWarning"),
-                    "devshim.errors"),
-})
-_SUBMODULES = ("api", "backends", "bench", "conversion", "distributed", "errors", "generic", "guard", "placement", "selftest",
-               "settings",
-               "testing", "timing", "transfer")
+_SUBMODULES = ("api", "backends", "bench", "conversion", "distributed", "errors", "generic", "guard", "placement",
+               "selftest", "settings", "testing", "timing", "transfer")
 
-# Spelt out (not built from _EXPORTS) so type checkers read it; tests/test_packaging.py checks both agree.
+# Spelt out so type checkers read it (_EXPORTS is built from it); tests/test_packaging.py checks both agree.
 __all__ = [
     "cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "devices", "device", "device_of",
     "neutral_device", "to_device", "copy_if_needed", "same_device", "ensure_same_device", "to_numpy",
@@ -135,6 +86,34 @@ __all__ = [
     "MemoryEstimateError", "MemoryEstimateUnsupportedError", "VirtualMemoryWithoutDevicesWarning",
     "testing", "settings", "backends",
 ]
+
+# public name -> the module that defines it; loaded on first attribute access (PEP 562). In
+# __all__'s order; every error and warning class is defined in devshim.errors.
+_EXPORTS = dict.fromkeys([name for name in __all__ if name not in _SUBMODULES], "devshim.errors")
+_EXPORTS.update({
+    **dict.fromkeys(
+        ("cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "devices", "device", "device_of", "neutral_device",
+         "to_device", "copy_if_needed", "same_device", "ensure_same_device", "to_numpy"),
+        "devshim.api",
+    ),
+    **dict.fromkeys(
+        ("available_backends", "get_backend", "set_backend", "use_backend"), "devshim.backends"
+    ),
+    "Device": "devshim._device",
+    "convert": "devshim.conversion",
+    **dict.fromkeys(("array_module", "get_array_module"), "devshim.generic"),
+    **dict.fromkeys(("synchronize", "Timer", "benchmark", "Measurement"), "devshim.timing"),
+    "transfer_guard": "devshim.guard_block",
+    "TransferReport": "devshim.guard.report",
+    **dict.fromkeys(
+        ("place_model", "model_device", "model_devices", "unplace", "split_batch", "replicate",
+         "allreduce"),
+        "devshim.placement",
+    ),
+    **dict.fromkeys(("process_info", "init_distributed", "ProcessInfo"), "devshim.distributed"),
+    **dict.fromkeys(("memory", "memory_peak", "MemoryInfo", "MemoryPeak"), "devshim.device_memory"),
+    **dict.fromkeys(("estimate_memory", "largest_batch", "MemoryEstimate", "BatchSearch"), "devshim.device_memory"),
+})
 
 
 def __getattr__(name: str) -> Any:

@@ -8,6 +8,8 @@ when it is first built (`install_resolver`).
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 from devshim.errors import BackendError, InvalidDeviceError
 
 __all__ = [
@@ -76,7 +78,7 @@ def describe_native(obj):
     return _resolver.describe(obj)
 
 
-class ParsedSpec(tuple):
+class ParsedSpec(namedtuple("ParsedSpec", ("kind", "index", "platform"))):
     """`(kind, index, platform)` read from a spec string; `platform` is the
     accelerator name the spec used ("cuda", "mps", ...), or None.
 
@@ -85,17 +87,7 @@ class ParsedSpec(tuple):
         ParsedSpec(kind='gpu', index=1, platform='cuda')
     """
 
-    __slots__ = ()
-
-    def __new__(cls, kind: str, index: int, platform) -> "ParsedSpec":
-        return tuple.__new__(cls, (kind, index, platform))
-
-    kind = property(lambda self: self[0])
-    index = property(lambda self: self[1])  # type: ignore[assignment]  # tuple.index, shadowed on purpose
-    platform = property(lambda self: self[2])
-
-    def __repr__(self) -> str:
-        return f"ParsedSpec(kind={self[0]!r}, index={self[1]!r}, platform={self[2]!r})"
+    __slots__ = ()  # (its field `index` shadows tuple.index on purpose)
 
 
 def register_platform(name: str) -> None:
@@ -206,16 +198,8 @@ class Device:
 
     __slots__ = ("kind", "index", "backend", "virtual", "platform", "_native", "_text", "_key")
 
-    def __init__(
-        self,
-        kind: str,
-        index: int = 0,
-        *,
-        native=None,
-        backend=None,
-        virtual: bool = False,
-        platform=None,
-    ) -> None:
+    def __init__(self, kind: str, index: int = 0, *, native=None, backend=None, virtual: bool = False,
+                 platform=None) -> None:
         if kind not in KINDS:
             raise InvalidDeviceError(f"Device kind must be one of {', '.join(KINDS)}, not {kind!r}.")
         if not isinstance(index, int) or isinstance(index, bool) or index < 0:
@@ -223,15 +207,10 @@ class Device:
         if kind == "meta" and index != 0:
             raise InvalidDeviceError(f"The data-less 'meta' device has one index, 0, not {index}.")
         virtual = bool(virtual)
-        setter = object.__setattr__
-        setter(self, "kind", kind)
-        setter(self, "index", index)
-        setter(self, "backend", backend)
-        setter(self, "virtual", virtual)
-        setter(self, "platform", platform or ("host" if virtual else kind))
-        setter(self, "_native", native)
-        setter(self, "_text", f"{kind}:{index}")
-        setter(self, "_key", (kind, index, virtual))
+        platform = platform or ("host" if virtual else kind)
+        values = (kind, index, backend, virtual, platform, native, f"{kind}:{index}", (kind, index, virtual))
+        for name, value in zip(self.__slots__, values):  # (slots, in that order)
+            object.__setattr__(self, name, value)
 
     @property
     def native(self):
@@ -262,8 +241,11 @@ class Device:
                 if described is not None:
                     return self._key == described._key
             if isinstance(other, str):  # a str, or a str subclass that is no framework's device: a spec
-                parsed = _parse_or_none(str(other))
-                return parsed is not None and (self.kind, self.index) == (parsed[0], parsed[1])
+                try:
+                    parsed = parse_spec(str(other))
+                except InvalidDeviceError:
+                    return False
+                return (self.kind, self.index) == (parsed[0], parsed[1])
         except Exception:  # comparing must never raise, whatever `other` does
             return NotImplemented
         return NotImplemented
@@ -280,24 +262,16 @@ class Device:
             extra += ", virtual=True"
         return f"Device('{self._text}'{extra})"
 
-    def __copy__(self) -> "Device":
+    def __deepcopy__(self, memo=None) -> "Device":
         return self
 
-    def __deepcopy__(self, memo) -> "Device":
-        return self
+    __copy__ = __deepcopy__
 
     def __reduce__(self):
         # The native object may not be picklable; the backend rebuilds it on demand. The
         # registry's rebuild (found by name when unpickling) makes sure it is there to ask.
         rebuild = getattr(_resolver, "rebuild", _rebuild)
         return (rebuild, (self.kind, self.index, self.backend, self.virtual, self.platform))
-
-
-def _parse_or_none(text: str):
-    try:
-        return parse_spec(text)
-    except InvalidDeviceError:
-        return None
 
 
 def _rebuild(kind, index, backend, virtual, platform) -> Device:

@@ -121,10 +121,6 @@ def _process() -> Optional[dict]:
         return {"error": f"{type(err).__name__}: {err}"}
 
 
-def _format_memory(num_bytes: Optional[int]) -> str:
-    return f"{num_bytes / 2**30:.1f} GiB" if num_bytes else ""
-
-
 def print_info(info: dict, out: Optional[TextIO] = None) -> None:
     """Print `collect_info()`'s data as the text `devshim info` shows.
 
@@ -143,8 +139,7 @@ def print_info(info: dict, out: Optional[TextIO] = None) -> None:
     for var, value in info["environment"].items():
         write(f"  {var}={value if value is not None else '(unset)'}")
     _print_problems(info.get("problems", []), write)
-    write()
-    write("frameworks:")
+    write("\nframeworks:")
     for fw in info["frameworks"]:
         write(f"  {fw['name']:<11} {fw['version'] or '-':<14} {fw['status']}")
     _print_capabilities(info["frameworks"], write)
@@ -155,8 +150,7 @@ def print_info(info: dict, out: Optional[TextIO] = None) -> None:
 
 def _print_problems(problems: list, write: Callable[..., None]) -> None:
     if problems:
-        write()
-        write("settings devshim cannot use (devshim info exits with status 2):")
+        write("\nsettings devshim cannot use (devshim info exits with status 2):")
         for problem in problems:
             write(f"  {problem['setting']}: {problem['error']}")
 
@@ -165,9 +159,8 @@ def _print_capabilities(frameworks: list, write: Callable[..., None]) -> None:
     """What each backend can do here: "yes" and "-" per capability where its framework is in
     use, and what stands in the way where it is not (not installed, or failing: its line
     under frameworks says why)."""
-    write()
     capabilities = list(frameworks[0]["capabilities"]) if frameworks else []
-    write("capabilities:")
+    write("\ncapabilities:")
     write("  " + " " * 11 + " ".join(f"{c:<8}" if len(c) <= 8 else c for c in capabilities))
     for fw in frameworks:
         status = fw.get("status", "ok")
@@ -184,8 +177,7 @@ def _print_capabilities(frameworks: list, write: Callable[..., None]) -> None:
 def _print_process(process: Optional[dict], write: Callable[..., None]) -> None:
     if process is None:
         return
-    write()
-    write("process:")
+    write("\nprocess:")
     if "error" in process:
         write(f"  error: {process['error']}")
         return
@@ -200,13 +192,13 @@ def _print_process(process: Optional[dict], write: Callable[..., None]) -> None:
 
 
 def _print_devices(frameworks: list, write: Callable[..., None]) -> None:
-    write()
-    write("devices:")
+    write("\ndevices:")
     for fw in frameworks:
         for dev in fw.get("devices", []):
             extra = "  (virtual)" if dev.get("virtual") else ""
-            memory = _format_memory(dev.get("memory_bytes"))
-            write(f"  {fw['name']:<11} {dev['device']:<7} {dev['name']}{'  ' + memory if memory else ''}{extra}")
+            size = dev.get("memory_bytes")
+            memory = f"  {size / 2**30:.1f} GiB" if size else ""
+            write(f"  {fw['name']:<11} {dev['device']:<7} {dev['name']}{memory}{extra}")
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
@@ -284,8 +276,7 @@ def _print_memory(frameworks: list, write: Callable[..., None]) -> None:
     def shown(value: object) -> str:
         return "-" if value is None else format_bytes(value)
 
-    write()
-    write("memory (ds.memory; '-': the framework does not say):")
+    write("\nmemory (ds.memory; '-': the framework does not say):")
     write(f"  {'':<11} {'device':<7} {'in use':>10} {'reserved':>10} {'peak':>10} {'total':>10} {'free':>10}")
     for fw in frameworks:
         for entry in fw.get("memory", []):

@@ -39,7 +39,6 @@ from typing import Any, Optional
 
 from devshim import _tree, transfer
 from devshim.types import DeviceSpec, Nest
-from devshim.guard import marker
 from devshim.backends import backend_for_tensor, canonical_name, interop, load_backend, specs
 from devshim.backends.out_of_memory import raise_if_out_of_memory
 from devshim.errors import (
@@ -161,7 +160,7 @@ def _convert_leaf(x, source, target, want, copy, name: str):
     if want is None:
         native = _same_place(target, here)
         if native is None:  # the target has no array on x's device: an implicit crossing
-            native = _fallback(target, here, name)
+            native = interop_for(target).host_device(target)
             there = target.describe(native)
             if copy is False:
                 raise _no_share(name, f"{target.spec.title} has no array on {here}, so the result "
@@ -226,10 +225,7 @@ def _share(x, source, target, native):
 def _copy(x, source, target, native):
     """New storage on `native`: `x` copied by its own framework, or another's `x`'s exact
     values through the host."""
-    if marker.watchers:
-        with transfer.explicit():
-            return _copied(x, source, target, native)
-    return _copied(x, source, target, native)
+    return transfer.explicitly(_copied, x, source, target, native)
 
 
 def _copied(x, source, target, native):
@@ -265,10 +261,6 @@ def _same_place(target, here):
     except DevshimError:
         return None
     return native if target.describe(native) == here else None
-
-
-def _fallback(target, here, name: str):
-    return interop_for(target).host_device(target)
 
 
 def _direction(here, there) -> str:

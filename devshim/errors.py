@@ -787,11 +787,10 @@ class DeviceOutOfMemoryError(DevshimError, MemoryError, RuntimeError):
         """
         if framework_error is None or issubclass(cls, framework_error):
             return cls
-        kind = cls._kinds.get(framework_error)
-        if kind is None:
+        if framework_error not in cls._kinds:
             kind = type(cls.__name__, (cls, framework_error), {"__module__": cls.__module__, "__doc__": cls.__doc__})
-            kind = cls._kinds.setdefault(framework_error, kind)
-        return kind
+            cls._kinds.setdefault(framework_error, kind)
+        return cls._kinds[framework_error]
 
     def __reduce__(self):
         # Pickled as DeviceOutOfMemoryError itself: a framework's subclass is made at run time.

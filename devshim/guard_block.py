@@ -66,9 +66,7 @@ class transfer_guard:
                  "host_to_device": host_to_device}
         for direction, value in given.items():
             check_level(value, direction)
-            if value is None:
-                given[direction] = level
-        self._given = given
+        self._given = {direction: level if value is None else value for direction, value in given.items()}
 
     def __enter__(self) -> TransferReport:
         outer_scope = scoped.get()

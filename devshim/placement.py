@@ -210,8 +210,7 @@ def split_batch(*tensors: Tensor, devices: Optional[Sequence[DeviceSpec]] = None
                 "split_batch needs the devices to split over after the tensors: "
                 "split_batch(X, y, ds.try_all_gpus()), or split_batch(X, devices=[...])."
             )
-        *leading, devices = tensors
-        tensors = tuple(leading)
+        tensors, devices = tensors[:-1], tensors[-1]
     if not tensors:
         raise NotATensorError("split_batch needs at least one tensor to split: split_batch(X, y, devices).")
     devices = _device_list(devices, "split_batch")
@@ -233,7 +232,10 @@ def split_batch(*tensors: Tensor, devices: Optional[Sequence[DeviceSpec]] = None
         )
     n = sizes[0]
     if n < len(devices):
-        raise _too_few(n, len(devices))
+        raise BatchSplitError(
+            f"split_batch got {n} example{'s' if n != 1 else ''} for {len(devices)} devices: every device needs "
+            f"at least one. Use a batch of {len(devices)} or more, or fewer devices (devices[:{n}])."
+        )
     targets = [[adapter.device(d) for d in devices] for adapter in adapters]  # all checked first
     base, extra = divmod(n, len(devices))
     results = []
@@ -272,13 +274,6 @@ def _device_list(devices, function: str) -> list:
             f"(never empty: the CPU when there is no GPU), or a list such as ['gpu:0', 'gpu:1']."
         )
     return found
-
-
-def _too_few(n: int, count: int) -> Exception:
-    return BatchSplitError(
-        f"split_batch got {n} example{'s' if n != 1 else ''} for {count} devices: every device needs at "
-        f"least one. Use a batch of {count} or more, or fewer devices (devices[:{n}])."
-    )
 
 
 def _adapter_of(x, function: str):
@@ -337,10 +332,8 @@ def allreduce(tensors: Sequence[Tensor]) -> list[Tensor]:
             # result, a cross-process sum in place, or a JAX donation would change the caller's).
             total = adapter.copy_to(total, home, False)
         total = adapter.sum_across_processes(total)
-        results = [total]
-        for t in tensors[1:]:
-            results.append(adapter.copy_to(total, adapter.device(adapter.tensor_device(t)), False))
-        return results
+        return [total] + [adapter.copy_to(total, adapter.device(adapter.tensor_device(t)), False)
+                          for t in tensors[1:]]
 
 
 def _tensor_list(tensors) -> list:

@@ -57,8 +57,24 @@ DEVSHIM_MARKERS = {
 
 _BACKEND_OPTION = "--devshim-backend"
 _VIRTUAL_OPTION = "--devshim-virtual-devices"
-_BACKEND_INI = "devshim_backend"
-_VIRTUAL_INI = "devshim_virtual_devices"
+_MEMORY_OPTION = "--devshim-virtual-memory"
+#: option -> (its ini-file default and `dest`, metavar, help, the ini's help after "default for OPTION: ").
+_OPTIONS = {
+    _BACKEND_OPTION: (
+        "devshim_backend", "NAME[,NAME...]|all",
+        "backends that tests using the ds_backend fixture run on: names or aliases, comma "
+        "separated, or 'all' for every installed one. Default: the selected backend "
+        "(DEVSHIM_BACKEND, else the first installed).", "NAME[,NAME...] or all"),
+    _VIRTUAL_OPTION: (
+        "devshim_virtual_devices", "N",
+        "present N virtual GPUs, backed by host memory, on every backend that can (set "
+        "before any framework starts; overrides DEVSHIM_VIRTUAL_DEVICES).", "N virtual GPUs"),
+    _MEMORY_OPTION: (
+        "devshim_virtual_memory", "SIZE",
+        "the size of each virtual GPU, e.g. 16GiB or 64MiB (overrides DEVSHIM_VIRTUAL_MEMORY): "
+        "torch's virtual GPUs refuse an allocation past it with torch.OutOfMemoryError, as a GPU "
+        "of that size would; ds.memory reports it on every backend.", "the size of each virtual GPU"),
+}
 
 
 class _Plan:
@@ -71,8 +87,7 @@ class _Plan:
         self.default_error = None  # why the default backend could not be resolved
         self.virtual = None  # the count this run set (option or ini), else None
         self.virtual_source = ""
-        self.saved_env = None  # (had it, value) of DEVSHIM_VIRTUAL_DEVICES before we set it
-        self.saved_memory_env = None  # the same of DEVSHIM_VIRTUAL_MEMORY
+        self.saved_env: dict = {}  # variable this run set -> (its value before (None: unset), its setter)
 
     def chosen(self) -> list:
         """The backends `ds_backend` runs on; a collection failure when there is none."""
@@ -114,34 +129,20 @@ _PLAN = pytest.StashKey[_Plan]()
 _GUARD = pytest.StashKey[object]()  # the transfer_guard a marked test's call runs under
 
 
-def _plan(config) -> _Plan:
-    return config.stash[_PLAN]
-
-
 # ------------------------------------------------------------------ options
 
 
 def pytest_addoption(parser) -> None:
     group = parser.getgroup("devshim", "devshim: tests on every backend and on virtual GPUs")
-    group.addoption(
-        _BACKEND_OPTION, dest="devshim_backend", default=None, metavar="NAME[,NAME...]|all",
-        help="backends that tests using the ds_backend fixture run on: names or aliases, comma "
-             "separated, or 'all' for every installed one. Default: the selected backend "
-             "(DEVSHIM_BACKEND, else the first installed).",
-    )
-    group.addoption(
-        _VIRTUAL_OPTION, dest="devshim_virtual_devices", default=None, metavar="N",
-        help="present N virtual GPUs, backed by host memory, on every backend that can (set "
-             "before any framework starts; overrides DEVSHIM_VIRTUAL_DEVICES).",
-    )
-    parser.addini(_BACKEND_INI, f"default for {_BACKEND_OPTION}: NAME[,NAME...] or all", default=None)
-    parser.addini(_VIRTUAL_INI, f"default for {_VIRTUAL_OPTION}: N virtual GPUs", default=None)
-    _add_memory_option(group, parser)
+    for flag, (ini, metavar, help_text, ini_help) in _OPTIONS.items():
+        group.addoption(flag, dest=ini, default=None, metavar=metavar, help=help_text)
+        parser.addini(ini, f"default for {flag}: {ini_help}", default=None)
 
 
-def _option(config, dest: str, ini: str, flag: str) -> tuple:
+def _option(config, flag: str) -> tuple:
     """(value, where it came from) for an option with an ini-file default; (None, "") if neither."""
-    value = config.getoption(dest)
+    ini = _OPTIONS[flag][0]
+    value = config.getoption(ini)
     if value is not None:
         return value, flag
     value = config.getini(ini)
@@ -176,62 +177,53 @@ def _parse_backends(value: str, source: str) -> list:
     return chosen
 
 
-def _parse_count(value: str, source: str) -> int:
-    try:
-        count = int(str(value).strip())
-    except ValueError:
-        count = -1
-    if count < 0:
-        raise pytest.UsageError(f"{source} takes a whole number of virtual GPUs (0 or more), not {value!r}.")
-    return count
-
-
 def pytest_configure(config) -> None:
     for line in DEVSHIM_MARKERS.values():
         config.addinivalue_line("markers", line)
     plan = _Plan()
     config.stash[_PLAN] = plan
-    value, source = _option(config, "devshim_backend", _BACKEND_INI, _BACKEND_OPTION)
+    value, source = _option(config, _BACKEND_OPTION)
     if value is not None:
         plan.backends, plan.backends_source, plan.explicit = _parse_backends(value, source), source, True
-    value, source = _option(config, "devshim_virtual_devices", _VIRTUAL_INI, _VIRTUAL_OPTION)
+    value, source = _option(config, _VIRTUAL_OPTION)
     if value is not None:
-        plan.virtual = _parse_count(value, source)
+        plan.virtual = settings._whole(str(value).strip())
+        if plan.virtual < 0:
+            raise pytest.UsageError(f"{source} takes a whole number of virtual GPUs (0 or more), not {value!r}.")
         plan.virtual_source = f"{source} {plan.virtual}" if source == _VIRTUAL_OPTION else source
-        plan.explicit = True
         # Before any framework starts its devices: TensorFlow and JAX fix them at start-up.
         # The variable too, so that interpreters the tests start see the same devices.
-        plan.saved_env = _set_variable(settings.VIRTUAL_DEVICES_VAR, plan.virtual)
-        settings.set_virtual_devices(plan.virtual)
-    _configure_memory(config, plan)
+        _set_variable(plan, settings.VIRTUAL_DEVICES_VAR, plan.virtual, settings.set_virtual_devices)
+    value, source = _option(config, _MEMORY_OPTION)
+    if value is not None:
+        from devshim.errors import VirtualMemorySizeError
+
+        try:
+            size = settings.parse_size(value, source=source)
+        except VirtualMemorySizeError as err:
+            raise pytest.UsageError(str(err)) from None
+        _set_variable(plan, settings.VIRTUAL_MEMORY_VAR, size, settings.set_virtual_memory)
 
 
 def pytest_unconfigure(config) -> None:
     plan = config.stash.get(_PLAN, None)
     if plan is None:
         return
-    if plan.saved_memory_env is not None:
-        _restore_variable(settings.VIRTUAL_MEMORY_VAR, plan.saved_memory_env)
-        settings.set_virtual_memory(None)
-    if plan.saved_env is not None:
-        _restore_variable(settings.VIRTUAL_DEVICES_VAR, plan.saved_env)
-        settings.set_virtual_devices(None)
+    for variable, (value, setter) in reversed(plan.saved_env.items()):  # the last set is restored first
+        if value is None:
+            os.environ.pop(variable, None)
+        else:
+            os.environ[variable] = value
+        setter(None)  # back to the environment's
 
 
-def _set_variable(variable: str, value) -> tuple:
-    """Set environment variable `variable` to `value` (interpreters the tests start see it too);
-    returns what to restore: (whether it was set, its value)."""
-    saved = (variable in os.environ, os.environ.get(variable))
+def _set_variable(plan: _Plan, variable: str, value, setter) -> None:
+    """Set environment variable `variable` to `value` (interpreters the tests start see it too), and
+    `setter(value)` for this process (so this run configured devshim); `pytest_unconfigure` restores both."""
+    plan.explicit = True
+    plan.saved_env[variable] = (os.environ.get(variable), setter)
     os.environ[variable] = str(value)
-    return saved
-
-
-def _restore_variable(variable: str, saved: tuple) -> None:
-    had, value = saved
-    if had:
-        os.environ[variable] = value
-    else:
-        os.environ.pop(variable, None)
+    setter(value)
 
 
 # ------------------------------------------------------------------ the report header
@@ -250,9 +242,7 @@ def _describe_devices(name: str, cpu_only: bool = False) -> str:
 
 
 def pytest_report_header(config) -> list:
-    plan = _plan(config)
-    from devshim.backends import specs
-
+    plan = config.stash[_PLAN]
     try:
         names = plan.chosen()
     except pytest.fail.Exception as failure:
@@ -262,7 +252,7 @@ def pytest_report_header(config) -> list:
     # Listing devices starts the framework: done when this run configured devshim, or
     # when the framework is running already; never in a project that merely has devshim.
     for name in names:
-        if plan.virtual_count() and not specs()[name].virtual_devices:
+        if _without_virtual_devices(name, plan):
             lines.append(f"devshim {name} devices: {_describe_devices(name, cpu_only=True)} (no virtual GPUs: its tests run on its CPU)")
         elif plan.explicit or _running(name):
             lines.append(f"devshim {name} devices: {_describe_devices(name)}")
@@ -305,13 +295,11 @@ def _marked_backends(definition) -> object:
 def pytest_generate_tests(metafunc) -> None:
     if "ds_backend" not in metafunc.fixturenames:
         return
-    plan = _plan(metafunc.config)
+    plan = metafunc.config.stash[_PLAN]
     chosen = plan.chosen()
     allowed = _marked_backends(metafunc.definition)
-    names = chosen if allowed is None else [name for name in chosen if name in allowed]
-    if names:
-        params = names
-    else:
+    params = chosen if allowed is None else [name for name in chosen if name in allowed]
+    if not params:
         reason = (f"runs on {', '.join(allowed)} only (@pytest.mark.backends); this run's backends "
                   f"are {', '.join(chosen)} ({plan.backends_source})")
         params = [pytest.param(None, marks=pytest.mark.skip(reason=reason), id="no-backend")]
@@ -355,13 +343,10 @@ def ds_backend(request) -> str:
         ...     assert ds.get_backend().name == ds_backend
     """
     name = request.param
-    plan = _plan(request.config)
+    plan = request.config.stash[_PLAN]
     count = plan.virtual_count()
-    if count:
-        from devshim.backends import specs
-
-        if not specs()[name].virtual_devices:
-            return name  # runs on its CPU: _devshim_test turns virtual devices off around the test
+    # (a backend without virtual devices runs on its CPU: _devshim_test turns them off around the test)
+    if count and not _without_virtual_devices(name, plan):
         got = _gpu_count(name, plan)
         if got != count:  # never run on other devices than the ones asked for
             _cannot(name, plan, f"it has {got} GPUs, not {count}")
@@ -406,7 +391,7 @@ def _devshim_test(request):
     if not (uses_backend or gpus or backends or guard):
         yield
         return
-    plan = _plan(request.config)
+    plan = request.config.stash[_PLAN]
     # A test without ds_backend runs once, on the selected backend (DEVSHIM_BACKEND, auto,
     # or ds.set_backend), whatever --devshim-backend says.
     from devshim.backends import get_backend, use_backend
@@ -435,11 +420,9 @@ def _devshim_test(request):
 
 def _without_virtual_devices(name: str, plan: _Plan) -> bool:
     """Whether this run asks for virtual devices and backend `name` has none (NumPy, CuPy)."""
-    if not plan.virtual_count():
-        return False
     from devshim.backends import specs
 
-    return not specs()[name].virtual_devices
+    return bool(plan.virtual_count()) and not specs()[name].virtual_devices
 
 
 @contextlib.contextmanager
@@ -482,40 +465,5 @@ def _check_gpus(marker, name: str, plan: _Plan, on_its_cpu: bool = False) -> Non
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
-    guard = item.stash.get(_GUARD, None)
-    if guard is None:
+    with item.stash.get(_GUARD, None) or contextlib.nullcontext():
         yield
-        return
-    with guard:
-        yield
-
-
-# ------------------------------------------------------------------ the size of a virtual GPU
-
-_MEMORY_OPTION = "--devshim-virtual-memory"
-_MEMORY_INI = "devshim_virtual_memory"
-
-
-def _add_memory_option(group, parser) -> None:
-    group.addoption(
-        _MEMORY_OPTION, dest="devshim_virtual_memory", default=None, metavar="SIZE",
-        help="the size of each virtual GPU, e.g. 16GiB or 64MiB (overrides DEVSHIM_VIRTUAL_MEMORY): "
-             "torch's virtual GPUs refuse an allocation past it with torch.OutOfMemoryError, as a GPU "
-             "of that size would; ds.memory reports it on every backend.",
-    )
-    parser.addini(_MEMORY_INI, f"default for {_MEMORY_OPTION}: the size of each virtual GPU", default=None)
-
-
-def _configure_memory(config, plan: _Plan) -> None:
-    value, source = _option(config, "devshim_virtual_memory", _MEMORY_INI, _MEMORY_OPTION)
-    if value is None:
-        return
-    from devshim.errors import VirtualMemorySizeError
-
-    try:
-        size = settings.parse_size(value, source=source)
-    except VirtualMemorySizeError as err:
-        raise pytest.UsageError(str(err)) from None
-    plan.explicit = True
-    plan.saved_memory_env = _set_variable(settings.VIRTUAL_MEMORY_VAR, size)
-    settings.set_virtual_memory(size)

@@ -67,8 +67,7 @@ _listeners: list = []
 
 
 def _parse_backend() -> object:
-    value = os.environ.get(BACKEND_VAR, "").strip()
-    return value or None
+    return os.environ.get(BACKEND_VAR, "").strip() or None
 
 
 def _parse_device() -> object:
@@ -83,12 +82,17 @@ def _parse_device() -> object:
     )
 
 
+def _whole(raw) -> int:
+    """`int(raw)`, or -1 (a value every caller refuses) when `raw` is not a whole number."""
+    try:
+        return int(raw)
+    except ValueError:
+        return -1
+
+
 def _parse_virtual() -> object:
     raw = os.environ.get(VIRTUAL_DEVICES_VAR, "").strip()
-    try:
-        count = int(raw or 0)
-    except ValueError:
-        count = -1
+    count = _whole(raw or 0)
     if count == 0 and os.environ.get(VIRTUAL_MEMORY_VAR, "").strip():
         _warn_size_without_devices()
     if count < 0:
@@ -211,10 +215,7 @@ def _whole_number(variable: str, launcher: str):
     raw = os.environ.get(variable, "").strip()
     if not raw:
         return None
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
+    value = _whole(raw)
     if value < 0:
         raise LauncherEnvironmentError(
             f"{variable}={os.environ[variable]!r} is not a whole number, so devshim cannot tell which "
@@ -302,23 +303,16 @@ def _parse_launcher() -> object:
         if not os.environ.get(local_var, "").strip():
             continue
         try:
-            local_rank = _whole_number(local_var, name)
-            rank = _whole_number(rank_var, name)
-            world_size = _whole_number(size_var, name)
+            local_rank, rank, world_size = (_whole_number(var, name) for var in (local_var, rank_var, size_var))
             if name == "slurm":
                 world_size = 1 if world_size is None else world_size  # no step: a batch script
-                spec = os.environ.get(local_size_var, "").strip()
-                local_world_size = _slurm_tasks_on_this_node(spec) if spec else None
+                local_world_size = _slurm_tasks_on_this_node(os.environ.get(local_size_var, ""))
             else:
                 local_world_size = _whole_number(local_size_var, name)
         except LauncherEnvironmentError as err:
             return err
         return Launch(name, local_rank, rank, world_size, local_world_size, local_var, _given_one_device())
     return None
-
-
-_PARSERS = {"backend": _parse_backend, "device": _parse_device, "virtual": _parse_virtual,
-            "guard": _parse_guard, "launcher": _parse_launcher}
 
 
 def _get(name: str) -> Any:
@@ -532,7 +526,8 @@ def _parse_virtual_memory() -> object:
         return err
 
 
-_PARSERS["virtual_memory"] = _parse_virtual_memory
+_PARSERS = {"backend": _parse_backend, "device": _parse_device, "virtual": _parse_virtual,
+            "guard": _parse_guard, "launcher": _parse_launcher, "virtual_memory": _parse_virtual_memory}
 
 
 def virtual_memory():

@@ -37,10 +37,9 @@ if TYPE_CHECKING:  # what type checkers see; at run time each name loads on firs
     from devshim.backends.dispatch import backend_for_tensor, forget_types, learn_type
     from devshim.backends.registry import (
         accelerator_partner, autodiff, available_backends, backend_names, canonical_name, describe_native_device,
-        guard_hooks, interop, load_backend, model_placement, native_for, register_backend, specs,
+        guard_hooks, interop, load_backend, memory, model_placement, native_for, register_backend, specs,
         unregister_backend, virtual_capable_backends,
     )
-    from devshim.backends.registry import memory
     from devshim.backends.selection import get_backend, reset_backend, selection_reason, set_backend, use_backend
     from devshim.backends.spec import BackendSpec
 
@@ -50,7 +49,7 @@ _EXPORTS = {
     **dict.fromkeys(
         ("specs", "backend_names", "canonical_name", "register_backend", "unregister_backend", "load_backend",
          "available_backends", "describe_native_device", "native_for", "virtual_capable_backends",
-         "accelerator_partner", "guard_hooks", "model_placement", "interop", "autodiff"),
+         "accelerator_partner", "guard_hooks", "model_placement", "interop", "autodiff", "memory"),
         "devshim.backends.registry",
     ),
     **dict.fromkeys(
@@ -58,16 +57,14 @@ _EXPORTS = {
     ),
     **dict.fromkeys(("backend_for_tensor", "learn_type", "forget_types"), "devshim.backends.dispatch"),
 }
-_SUBMODULES = ("spec", "virtual", "base", "model_base", "interop_base", "autodiff_base", "registry", "dispatch", "selection", "nests")
+_SUBMODULES = ("spec", "virtual", "base", "model_base", "interop_base", "autodiff_base", "registry", "dispatch",
+               "selection", "nests", "memory_base", "out_of_memory")
 
 __all__ = [
     "Backend", "BackendSpec", "specs", "backend_names", "canonical_name", "register_backend",
     "unregister_backend", "load_backend", "available_backends", "describe_native_device", "native_for",
     "virtual_capable_backends", "accelerator_partner", "guard_hooks", "model_placement", "interop",
     "autodiff", "get_backend", "set_backend", "use_backend", "reset_backend", "selection_reason",
-    "backend_for_tensor", "learn_type", "forget_types"
+    "backend_for_tensor", "learn_type", "forget_types", "memory",
 ]
-_EXPORTS["memory"] = "devshim.backends.registry"
-_SUBMODULES += ("memory_base", "out_of_memory")
-__all__ += ["memory"]
 __getattr__, __dir__ = lazy_names(globals(), _EXPORTS, _SUBMODULES)

@@ -13,6 +13,7 @@ the cached fast paths) is written once, here and in `devshim/api.py`.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 import warnings
@@ -218,10 +219,7 @@ class Backend(ABC):
 
     def device_details(self) -> list:
         """What `devshim info` prints about each device: at least `device` and `name`."""
-        return [
-            {"device": str(self.describe(native)), "name": str(native)}
-            for native in self.devices()
-        ]
+        return [{"device": str(self.describe(native)), "name": str(native)} for native in self.devices()]
 
     def enable_virtual_devices(self, count: int) -> None:
         """Make `count` virtual accelerators exist. Backends whose spec says they can override this."""
@@ -636,17 +634,7 @@ class Backend(ABC):
 trace_constant(Backend.target)
 
 
-class _NoScope:
-    __slots__ = ()
-
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc) -> None:
-        return None
-
-
-_NO_SCOPE = _NoScope()
+_NO_SCOPE = contextlib.nullcontext()
 
 
 def _caller_level() -> int:

@@ -95,9 +95,7 @@ def fast_paths(x):
     learned = learn_class(type(x))
     if learned is None:  # the class alone does not say (a TensorFlow or CuPy value): ask about x
         learned = learn_type(x) is not None
-    if learned:
-        return FAST_PATHS[type(x)]
-    return None
+    return FAST_PATHS[type(x)] if learned else None
 
 
 def backend_for_tensor(x):
@@ -130,10 +128,7 @@ def _keras_variables(x):
     inner = backend_for_tensor(x.value)
     if inner is None:
         return None
-    found = _keras_adapters.get(inner)
-    if found is None:
-        found = _keras_adapters.setdefault(inner, keras_base.VariableAdapter(inner))
-    return found
+    return _keras_adapters.setdefault(inner, keras_base.VariableAdapter(inner))
 
 
 def learn_type(x):

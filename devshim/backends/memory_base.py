@@ -31,7 +31,7 @@ from devshim._device import Device
 from devshim.errors import MemoryEstimateUnsupportedError
 
 __all__ = ["MemoryInfo", "DeviceMemory", "HostOnlyMemory", "host_figures", "reset_process_peak", "format_bytes",
-           "live_objects", "covered_bytes", "buffer_bytes"]
+           "live_objects", "covered_bytes", "buffer_bytes", "with_capacity"]
 
 
 class MemoryInfo(NamedTuple):
@@ -255,9 +255,6 @@ def with_capacity(info: MemoryInfo) -> MemoryInfo:
     free = None if info.in_use is None else max(0, size - info.in_use)
     return info._replace(total=size, free=free)
 
-
-__all__ += ["with_capacity"]
-
 # ------------------------------------------------------------------ the host
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -302,18 +299,10 @@ def _process_resident() -> Optional[int]:
     return psutil.Process().memory_info().rss if psutil is not None else None
 
 
-def _status_kib(field: str) -> Optional[int]:
-    status = _read("/proc/self/status") or ""
-    for line in status.splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    return None
-
-
 def _process_peak() -> Optional[int]:
-    found = _status_kib("VmHWM")
-    if found is not None:
-        return found
+    for line in (_read("/proc/self/status") or "").splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
     try:
         import resource
     except ImportError:  # Windows

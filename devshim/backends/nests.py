@@ -39,7 +39,7 @@ def copy_nest(x, device, non_blocking: bool, function=None, skip_keys=None):
         [tensor([1., 1.])]
     """
     targets = _Targets(device)
-    return _walk(x, device, function, _copier(targets, non_blocking), targets.natives, False, skip_keys)
+    return _walk(x, device, function, _copier(targets, non_blocking, False), targets.natives, False, skip_keys)
 
 
 def copy_nest_if_needed(x, device, function=None, skip_keys=None, non_blocking: bool = False):
@@ -52,7 +52,7 @@ def copy_nest_if_needed(x, device, function=None, skip_keys=None, non_blocking: 
         True
     """
     targets = _Targets(device)
-    return _walk(x, device, function, _copier_if_needed(targets, non_blocking), targets.natives, True, skip_keys)
+    return _walk(x, device, function, _copier(targets, non_blocking, True), targets.natives, True, skip_keys)
 
 
 def nest_to_numpy(x, function: str = "to_numpy"):
@@ -112,21 +112,14 @@ def _owner(value):
     return None if paths is None else paths.adapter
 
 
-def _copier(targets: _Targets, non_blocking: bool):
+def _copier(targets: _Targets, non_blocking: bool, if_needed: bool):
+    """`leaf_for` of the nest walk: each tensor's copy (`if_needed`: only when not there already)."""
     def leaf_for(value):
         adapter = _owner(value)
         if adapter is None:
             return _mover(targets, non_blocking, value)
-        return adapter.copier(targets.native(adapter), non_blocking)
-
-    return leaf_for
-
-
-def _copier_if_needed(targets: _Targets, non_blocking: bool = False):
-    def leaf_for(value):
-        adapter = _owner(value)
-        if adapter is None:
-            return _mover(targets, non_blocking, value)
+        if not if_needed:
+            return adapter.copier(targets.native(adapter), non_blocking)
         native, same_place, copy_to = targets.native(adapter), adapter.same_place, adapter.copy_to
         return lambda leaf: leaf if same_place(leaf, native) else copy_to(leaf, native, non_blocking)
 

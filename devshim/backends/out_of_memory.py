@@ -88,9 +88,8 @@ def _named(error: BaseException, found: tuple, call: str, value, devices, model)
     device, free = chosen
     where = str(device) if device is not None else (
         "one of " + ", ".join(str(d) for d, _, _ in places) if places else "a device")
-    others = ""
-    if len(places) > 1:
-        others = " (free on each: " + ", ".join(f"{d} {format_bytes(f)}" for d, f, _ in places) + ")"
+    others = (" (free on each: " + ", ".join(f"{d} {format_bytes(f)}" for d, f, _ in places) + ")"
+              if len(places) > 1 else "")
     said = (str(error).strip().splitlines() or [""])[0]
     said = said if len(said) <= 200 else said[:200].rsplit(" ", 1)[0] + " ..."
     facts = "; ".join([f"it asked for {format_bytes(asked)}{what}" if asked is not None else

@@ -143,10 +143,6 @@ def slot(path: str):
     return find
 
 
-def _spelled(version: tuple) -> str:
-    return ".".join(str(part) for part in version)
-
-
 class Internal:
     """One private framework name a backend relies on, found by a probe.
 
@@ -215,8 +211,6 @@ class Internal:
             >>> ACC.expected()              # torch 2.9.1, ACC.since == (2, 13)
             False
         """
-        if self.since is None and self.before is None:
-            return True
         found = release(self.framework)
         if found is None:
             return True
@@ -247,7 +241,7 @@ class Internal:
     def _message(self, err: BaseException) -> str:
         framework = self.framework
         found = release(framework)
-        spelled = f"{framework} {_spelled(found)}" if found else framework
+        spelled = f"{framework} {'.'.join(map(str, found))}" if found else framework
         return (
             f"{spelled} has no {self.name} ({type(err).__name__}: {err}), which devshim uses for "
             f"{self.feature}; devshim is tested on {self.owner.title} {self.owner.tested}. Until devshim "

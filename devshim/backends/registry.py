@@ -38,7 +38,7 @@ __all__ = [
     "load_backend", "instance", "loaded_adapters", "available_backends", "virtual_capable_backends",
     "accelerator_partner", "guard_hooks", "on_table_change", "rebuild_device",
     "describe_native_device", "backend_of_device", "native_for", "backend_folders", "model_placement", "interop",
-    "ENTRY_POINT_GROUP", "installed_plugins",
+    "ENTRY_POINT_GROUP", "installed_plugins", "autodiff", "memory", "memory_for",
 ]
 
 _lock = _lazy.LOCK  # devshim's one loading lock (see devshim._lazy)
@@ -89,10 +89,8 @@ def _build() -> dict:
                     f"backend package must (see docs/adapters.md)."
                 )
             found[spec.name] = spec
-        for spec in _plugin_specs(found):
-            found[spec.name] = spec
-        for name, (spec, _) in _extra_specs.items():
-            found[name] = spec
+        found.update((spec.name, spec) for spec in _plugin_specs(found))
+        found.update((name, spec) for name, (spec, _) in _extra_specs.items())
         ordered = dict(sorted(found.items(), key=lambda item: _rank(item[1])))
         _aliases = {alias.lower(): spec.name for spec in ordered.values() for alias in (spec.name,) + spec.aliases}
         lifecycle.declare({spec.name: (spec.import_name, _hooks_loader(spec)) for spec in ordered.values()})
@@ -111,16 +109,13 @@ def backend_folders() -> list:
         >>> registry.backend_folders()
         ['cupy', 'jax', 'mxnet', 'numpy', 'tensorflow', 'torch']
     """
-    folders = set()
     try:
         entries = list(os.scandir(_FOLDER))
     except OSError:
         entries = []
-    for entry in entries:
-        if (entry.is_dir() and entry.name.isidentifier() and not entry.name.startswith("_")
-                and os.path.isfile(os.path.join(entry.path, "__init__.py"))):
-            folders.add(entry.name)
-    return sorted(folders)
+    return sorted(entry.name for entry in entries
+                  if entry.is_dir() and entry.name.isidentifier() and not entry.name.startswith("_")
+                  and os.path.isfile(os.path.join(entry.path, "__init__.py")))
 
 
 def installed_plugins() -> list:
@@ -232,12 +227,7 @@ def register_backend(spec: BackendSpec, backend_class=None) -> None:
     Example:
         >>> register_backend(BackendSpec("mine", import_name="mine", title="Mine"), MineBackend)
     """
-    global _specs
-    with _lock:
-        _extra_specs[spec.name] = (spec, backend_class)
-        _instances.pop(spec.name, None)
-        _specs = None
-    _table_changed()
+    _change_table(spec.name, (spec, backend_class))
 
 
 def unregister_backend(name: str) -> None:
@@ -246,15 +236,19 @@ def unregister_backend(name: str) -> None:
     Example:
         >>> unregister_backend("mine")
     """
+    _change_table(name, None)
+
+
+def _change_table(name: str, entry) -> None:
+    """Register (`entry`: (spec, class or None)) or remove (None) backend `name`, then tell the listeners."""
     global _specs
     with _lock:
-        _extra_specs.pop(name, None)
+        if entry is None:
+            _extra_specs.pop(name, None)
+        else:
+            _extra_specs[name] = entry
         _instances.pop(name, None)
         _specs = None
-    _table_changed()
-
-
-def _table_changed() -> None:
     for listener in list(_table_listeners):
         listener()
 
@@ -459,6 +453,16 @@ def rebuild_device(kind, index, backend, virtual, platform):
     return _device.Device(kind, index, backend=backend, virtual=virtual, platform=platform)
 
 
+def native_for(device):
+    """The native device object a `ds.Device` stands for, from its own backend.
+
+    Example:
+        >>> native_for(pickle.loads(pickle.dumps(ds.device_of(x))))
+        device(type='cpu')
+    """
+    return load_backend(device.backend).native_for(device)
+
+
 class _Resolver:
     """What `devshim._device` asks the registry (installed there by `specs()`)."""
 
@@ -472,9 +476,7 @@ class _Resolver:
                 return adapter.describe(obj)
         return None
 
-    def native(self, device):
-        return load_backend(device.backend).native_for(device)
-
+    native = staticmethod(native_for)
     rebuild = staticmethod(rebuild_device)
 
 
@@ -499,23 +501,8 @@ def backend_of_device(obj):
         >>> ds.backends.registry.backend_of_device(torch.device("meta")).name
         'torch'
     """
-    if isinstance(obj, _device.Device):
-        return load_backend(obj.backend) if obj.backend else None
-    specs()  # the table, which the loaded adapters come from
-    for adapter in loaded_adapters():
-        if adapter.is_native_device(obj):
-            return load_backend(adapter.describe(obj).backend)
-    return None
-
-
-def native_for(device):
-    """The native device object a `ds.Device` stands for, from its own backend.
-
-    Example:
-        >>> native_for(pickle.loads(pickle.dumps(ds.device_of(x))))
-        device(type='cpu')
-    """
-    return load_backend(device.backend).native_for(device)
+    described = describe_native_device(obj)  # (a ds.Device describes itself)
+    return load_backend(described.backend) if described is not None and described.backend else None
 
 
 def autodiff(name: str):
@@ -529,9 +516,6 @@ def autodiff(name: str):
     from devshim.backends.autodiff_base import Autodiff
 
     return _contract_instance(name, "autodiff", Autodiff, "its autodiff, for ds.testing.check_backward")
-
-
-__all__ += ["autodiff"]
 
 
 def memory(name: str):
@@ -550,9 +534,6 @@ def memory(name: str):
         key = (canonical_name(name), "memory")
         found = _contracts[key] = _contracts.get(key) or HostOnlyMemory()
     return found
-
-
-__all__ += ["memory", "memory_for"]
 
 
 def memory_for(device, name, selected):

@@ -147,8 +147,7 @@ def set_backend(name: str) -> Backend:
     global _global, _global_reason, _global_from_env, _keras_unseen
     with _lock:
         settings.on_change(_settings_changed)  # once: on_change keeps one of each
-        _global, _global_reason, _global_from_env = adapter, f"set_backend({name!r})", False
-        _keras_unseen = False
+        _global, _global_reason, _global_from_env, _keras_unseen = adapter, f"set_backend({name!r})", False, False
     return adapter
 
 

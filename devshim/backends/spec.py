@@ -91,14 +91,7 @@ class BackendSpec:
             >>> SPEC.is_installed()
             True
         """
-        if self.import_name in sys.modules:
-            return True
-        import importlib.util
-
-        try:
-            return importlib.util.find_spec(self.import_name) is not None
-        except (ImportError, ValueError):
-            return False
+        return self.import_name in sys.modules or _findable(self.import_name)
 
     def is_loaded(self) -> bool:
         """Whether the framework is imported already (so its tensors may exist).
@@ -132,12 +125,7 @@ class BackendSpec:
             >>> SPEC.has_module("ops")
             True
         """
-        import importlib.util
-
-        try:
-            return importlib.util.find_spec(f"{self.package}.{module}") is not None
-        except (ImportError, ValueError):
-            return False
+        return _findable(f"{self.package}.{module}")
 
     def capabilities(self) -> dict:
         """capability -> whether the backend has it, for `devshim info`.
@@ -178,6 +166,16 @@ class BackendSpec:
 
     def __repr__(self) -> str:
         return f"BackendSpec({self.name!r}, import_name={self.import_name!r})"
+
+
+def _findable(module: str) -> bool:
+    """Whether `module` can be imported, found without importing it."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def machine_kind() -> str:

@@ -127,13 +127,11 @@ def pair_fields(c: Comparison, first: str, second: str, ratio: str = "ratio") ->
         {'native_seconds': 1.2e-05, ..., 'ratio': 1.04, 'ratio_low': 1.02, 'ratio_high': 1.07, ...}
     """
     low, high = c.quartiles()
-    row: dict = {}
-    for name, m in ((first, c.first), (second, c.second)):
-        row[f"{name}_seconds"], row[f"{name}_iqr"] = m.median, m.iqr
-    row.update({
+    return {
+        f"{first}_seconds": c.first.median, f"{first}_iqr": c.first.iqr,
+        f"{second}_seconds": c.second.median, f"{second}_iqr": c.second.iqr,
         ratio: c.ratio, f"{ratio}_low": low, f"{ratio}_high": high,
         "noisy": c.noisy or c.first.noisy or c.second.noisy, "settled": c.settled, "stalled": c.stalled,
         "stalls": c.stalls, "pairs": len(c.ratios), "busy": c.first.busy or c.second.busy,
         "tries": c.tries, "runs": len(c.ratios),
-    })
-    return row
+    }

@@ -14,6 +14,10 @@ __all__ = ["format_table", "format_value", "format_spread", "footnotes", "row_ma
 #: Marks before a row whose runs disagree, one whose warm-up never settled, and one whose runs
 #: jumped between states (stalled: the machine held the work up).
 NOISY_MARK, UNSETTLED_MARK, STALLED_MARK = "*", "+", "~"
+#: Each mark, whether a row carries it, and its plain words (`devshim selftest`'s highlights).
+_MARKS = ((NOISY_MARK, lambda row: row.get("noisy"), "runs disagree"),
+          (UNSETTLED_MARK, lambda row: row.get("settled") is False, "warm-up did not settle"),
+          (STALLED_MARK, lambda row: row.get("stalled"), "its runs stalled"))
 
 
 def format_spread(iqr: float, median: float) -> str:
@@ -67,9 +71,7 @@ def row_marks(row: dict) -> str:
         >>> row_marks({"noisy": True, "stalled": True})
         '*~'
     """
-    return ((NOISY_MARK if row.get("noisy") else "")
-            + (UNSETTLED_MARK if row.get("settled") is False else "")
-            + (STALLED_MARK if row.get("stalled") else ""))
+    return "".join(mark for mark, carried, _ in _MARKS if carried(row))
 
 
 def table_rows(rows: list) -> list:

@@ -119,13 +119,12 @@ class GuardHooks(ABC):
             >>> hooks.restore(); hooks.patched()
             False
         """
-        saved = cls._saved
-        for (owner, name), own in reversed(list(saved.items())):
+        for (owner, name), own in reversed(list(cls._saved.items())):
             if own is _ABSENT:
                 delattr(owner, name)
             else:
                 setattr(owner, name, own)
-            del saved[owner, name]
+            del cls._saved[owner, name]
 
     def enter_thread(self) -> None:
         """A checking block starts in this thread (per-thread hooks, such as torch's mode)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import Counter
 from _thread import allocate_lock
 from typing import Optional
 
@@ -102,10 +103,7 @@ class TransferReport:
             >>> report.counts
             {'cross-device op input': 0, 'device-to-host read': 1, 'host-to-device': 0}
         """
-        found = dict.fromkeys(KINDS, 0)
-        for event in self.events:
-            found[event.kind] += 1
-        return found
+        return {**dict.fromkeys(KINDS, 0), **Counter(event.kind for event in self.events)}
 
     @property
     def sites(self) -> dict:
@@ -115,11 +113,7 @@ class TransferReport:
             >>> report.sites
             {('device-to-host read', 'float(t)', 'gpu:0', 'cpu:0', 'train.py:31'): 1}
         """
-        found: dict = {}
-        for e in self.events:
-            key = (e.kind, e.what, str(e.source), str(e.target), e.site)
-            found[key] = found.get(key, 0) + 1
-        return found
+        return dict(Counter((e.kind, e.what, str(e.source), str(e.target), e.site) for e in self.events))
 
     def __len__(self) -> int:
         return len(self.events)
@@ -183,8 +177,7 @@ def check(direction: str, kind: str, what: str, source, target, state: Optional[
         >>> out = original_add(x, y)     # PyTorch may refuse: then nothing was logged
         >>> logged(pending)
     """
-    if state is None:
-        state = current()
+    state = current() if state is None else state
     level = getattr(state, direction)
     if level == ALLOW or marker.is_explicit():
         return None
@@ -253,9 +246,7 @@ def read_name(readers: dict, fallback: str, depth: int = 6) -> str:
     for _ in range(depth):
         if frame is None:
             break
-        name = readers.get(frame.f_code.co_name)
-        if name is not None:
-            found = name
+        found = readers.get(frame.f_code.co_name, found)
         frame = frame.f_back
     return found or fallback
 

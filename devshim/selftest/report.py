@@ -52,13 +52,9 @@ def _highlights(section: dict) -> list:
 
 def _doubt(*rows: dict) -> str:
     """Plain words after a highlight whose figures are not to be trusted (see the table's marks)."""
-    said = []
-    if any(row.get("noisy") for row in rows):
-        said.append("runs disagree")
-    if any(row.get("settled") is False for row in rows):
-        said.append("warm-up did not settle")
-    if any(row.get("stalled") for row in rows):
-        said.append("its runs stalled")
+    from devshim.bench.table import _MARKS
+
+    said = [words for _, carried, words in _MARKS if any(carried(row) for row in rows)]
     return f" ({' and '.join(said)}: measure again before trusting it)" if said else ""
 
 

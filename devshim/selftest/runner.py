@@ -131,7 +131,7 @@ def run_backend(name: str, emit, *, measure: bool = True) -> None:
         try:
             if ctx is None:
                 raise Skip(f"{name} did not load (see above)")
-            missing = [m for m in declared.needs if not _has(ctx, m)]
+            missing = [m for m in declared.needs if not ctx.adapter.spec.has_module(m)]
             if missing:
                 raise Skip(f"{name} has no {' or '.join(_WHAT[m] for m in missing)}")
             where_args = targets(declared, ctx)
@@ -150,10 +150,6 @@ def run_backend(name: str, emit, *, measure: bool = True) -> None:
 
 _WHAT = {"ops": "ops module (devshim/backends/<name>/ops.py)", "guard": "transfer guard",
          "model": "model placement"}
-
-
-def _has(ctx, module: str) -> bool:
-    return {"ops": ctx.ops is not None, "guard": ctx.has_guard, "model": ctx.has_model}[module]
 
 
 def _measure(name: str, ctx, emit, result) -> None:

@@ -16,6 +16,8 @@ Example:
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from devshim.errors import GradientCheckUsageError, GradientMismatchError, NondifferentiableError
@@ -72,16 +74,6 @@ class Settings:
         return rtol, f"{name}'s default"
 
 
-class _Finding:
-    """One input's mismatch: the elements that differ, and those found to be kinks."""
-
-    __slots__ = ("item", "found", "kinks", "wrong", "rtol", "atol", "atol_source", "noise", "a", "want")
-
-    def __init__(self, **fields) -> None:
-        for name, value in fields.items():
-            setattr(self, name, value)
-
-
 def compare(items: list, analytic: list, numeric: list, differences, settings: Settings) -> None:
     """Raise `GradientMismatchError` when a gradient differs beyond the tolerance somewhere
     `f` is differentiable (or an input left out by `no_grads` gets one), else
@@ -113,6 +105,7 @@ def compare(items: list, analytic: list, numeric: list, differences, settings: S
 
 
 def _finding(item, position: int, a, want, noise, rtol: float, settings: Settings, differences):
+    """One input's mismatch (None: none): the elements that differ, and those found to be kinks."""
     largest = _largest_magnitude(want)
     atol = settings.atol if settings.atol is not None else rtol * largest
     with np.errstate(invalid="ignore", over="ignore"):
@@ -123,31 +116,26 @@ def _finding(item, position: int, a, want, noise, rtol: float, settings: Setting
     rank = np.where(bad, np.nan_to_num(difference, nan=np.inf), -1.0).ravel()
     worst = [tuple(int(i) for i in np.unravel_index(int(flat), bad.shape))
              for flat in np.argsort(-rank, kind="stable")[:min(PROBES, int(bad.sum()))]]
-    kinks, wrong = [], False
+    kinks: list = []
     selection = differences.evaluator.selection
-    for index in worst:
+    for index in worst:  # up to the first that is no kink: a wrong gradient
         if not np.isfinite(item.host[index]):  # no function has a derivative there to differ from
-            wrong = True
             break
         try:
             samples = differences.samples(position, index, 5)
         except GradientCheckUsageError:  # eps / 2 rounds to nothing there: no closer look to take
-            wrong = True
             break
         found = samples.nondifferentiable(selection)
         if found is None:
-            wrong = True
             break
         kinks.append((index, samples.explain(selection, found)))
     source = "given" if settings.atol is not None else f"rtol times the greatest numerical gradient, {largest:.3g}"
-    return _Finding(item=item, found=Mismatch(a, want, bad), kinks=kinks, wrong=wrong, rtol=rtol, atol=atol,
-                    atol_source=source, noise=_largest_magnitude(noise), a=a, want=want)
+    return SimpleNamespace(item=item, found=Mismatch(a, want, bad), kinks=kinks, wrong=len(kinks) < len(worst),
+                           rtol=rtol, atol=atol, atol_source=source, noise=_largest_magnitude(noise), a=a, want=want)
 
 
 def _largest_magnitude(array) -> float:
-    magnitudes = np.abs(array.astype(np.float64)).ravel()
-    magnitudes = magnitudes[~np.isnan(magnitudes)]
-    return float(magnitudes.max()) if magnitudes.size else 0.0
+    return float(np.fmax.reduce(np.abs(array.astype(np.float64)).ravel(), initial=0.0))  # NaN left out
 
 
 def _unwanted_text(item, a, settings: Settings) -> str:
@@ -159,7 +147,7 @@ def _unwanted_text(item, a, settings: Settings) -> str:
             f"jax.lax.stop_gradient, tf.stop_gradient), or pass False for it in no_grads to check its gradient.")
 
 
-def _mismatch_text(finding: _Finding, rtol_source: str, settings: Settings) -> str:
+def _mismatch_text(finding: SimpleNamespace, rtol_source: str, settings: Settings) -> str:
     found, names = finding.found, ("autodiff", "numerical")
     lines = [
         f"{settings.subject} {finding.item.title} differs from the numerical gradient (central differences, "
@@ -177,7 +165,7 @@ def _mismatch_text(finding: _Finding, rtol_source: str, settings: Settings) -> s
     return "\n".join(lines)
 
 
-def _kink_text(finding: _Finding, settings: Settings) -> str:
+def _kink_text(finding: SimpleNamespace, settings: Settings) -> str:
     index, explanation = finding.kinks[0]
     value = float(finding.item.host[index])
     probed = len(finding.kinks)

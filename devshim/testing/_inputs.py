@@ -23,7 +23,7 @@ from devshim.backends.registry import autodiff, interop
 from devshim.errors import GradientCheckUsageError, GradientFunctionError, ImmutableInputError, InputMutatedError
 from devshim.testing import _values
 
-__all__ = ["Input", "read_inputs", "takes_no_arguments", "changed_in_place", "retyped"]
+__all__ = ["Input", "read_inputs", "as_list", "takes_no_arguments", "changed_in_place", "retyped"]
 
 
 class Input:
@@ -130,10 +130,15 @@ def read_inputs(inputs, function: str, names: str = "input", integers: bool = Fa
         >>> [item.name for item in read_inputs((x, y), "check_backward")]
         ['input 0', 'input 1']
     """
-    values = list(inputs) if isinstance(inputs, (tuple, list)) else [inputs]
+    values = as_list(inputs)
     if not values and names == "input":
         raise GradientCheckUsageError(f"{function}() got no inputs: pass a tuple of the tensors to differentiate by.")
     return [_input(value, position, len(values), function, names, integers) for position, value in enumerate(values)]
+
+
+def as_list(values) -> list:
+    """`values` as a list: a tuple's or list's items, or the one value."""
+    return list(values) if isinstance(values, (tuple, list)) else [values]
 
 
 def _input(value, position: int, count: int, function: str, names: str, integers: bool) -> Input:

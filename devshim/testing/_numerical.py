@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Optional
 
@@ -114,17 +115,17 @@ class Samples:
 
     def __init__(self, value: float, offsets: list, outputs: list, eps: float, roundoff: float) -> None:
         self.value, self.offsets, self.outputs, self.eps, self.roundoff = value, offsets, outputs, eps, roundoff
+        self.scaled = np.asarray(offsets) / eps
 
     def derivative(self, grad_outputs: list) -> tuple:
         """`(d/dx sum(f * gy), its noise)`: the slope at the element of the polynomial through
         the points (the central difference for two), and the rounding it may carry."""
-        scaled = np.asarray(self.offsets) / self.eps
-        degree = len(scaled)
+        degree = len(self.offsets)
         if degree == 2:  # the central difference itself: exact where f's values are
             step = self.offsets[1] - self.offsets[0]
             weights = np.array([-1.0 / step, 1.0 / step])
         else:
-            weights = np.linalg.solve(np.vander(scaled, degree, increasing=True).T, np.eye(degree)[1]) / self.eps
+            weights = np.linalg.solve(np.vander(self.scaled, degree, increasing=True).T, np.eye(degree)[1]) / self.eps
         total, noise = 0.0, 0.0
         for o, gy in enumerate(grad_outputs):
             ys = [np.asarray(point[o], dtype=np.float64) for point in self.outputs]
@@ -148,7 +149,6 @@ class Samples:
     def nondifferentiable(self, selection):
         """`(output position, flat index, why)` of an output element that shows `f` has no
         derivative at the element (five points), or None."""
-        scaled = np.asarray(self.offsets) / self.eps
         for o in range(len(selection.outputs)):
             ys = np.stack([np.asarray(point[o], dtype=np.float64).ravel() for point in self.outputs])
             finite = np.isfinite(ys)
@@ -159,7 +159,7 @@ class Samples:
             if not smooth.any():
                 continue
             moved = ys[:, smooth] - ys[2, smooth]
-            basis = np.vander(scaled, 3)
+            basis = np.vander(self.scaled, 3)
             fitted = basis @ np.linalg.lstsq(basis, moved, rcond=None)[0]
             misfit = np.sqrt(np.mean((fitted - moved) ** 2, axis=0))
             noise = np.max([self._rounding(point[o]).ravel()[smooth] for point in self.outputs], axis=0)
@@ -213,7 +213,6 @@ class Differences:
     def __init__(self, evaluator: Evaluator, eps: float, detect: bool = False, half_check=None) -> None:
         self.evaluator, self.eps, self.detect, self.half_check = evaluator, eps, detect, half_check
         self.output_dtypes: list = []
-        self._center = None
         floating = [base.dtype for base in evaluator.bases if _values.is_floating(base)]
         #: the least precise input's unit roundoff: the precision `f`'s arithmetic runs at
         self.roundoff = max([_values.unit_roundoff(dtype) for dtype in floating] or [0.0])
@@ -238,21 +237,16 @@ class Differences:
         if not math.isfinite(value):
             return math.nan, 0.0
         samples = self.samples(position, index, 5 if self.detect else 2)
-        if self.detect:
-            self.raise_if_nondifferentiable(samples, position, index, self.evaluator.function)
-        return samples.derivative(self.evaluator.selection.grad_outputs)  # the first call made the selection
-
-    def raise_if_nondifferentiable(self, samples: Samples, position: int, index: tuple, function: str) -> None:
-        selection = self.evaluator.selection
-        found = samples.nondifferentiable(selection)
-        if found is None:
-            return
-        item = self.evaluator.items[position]
-        raise NondifferentiableError(
-            f"f is not differentiable at element {index} (value {samples.value:g}) of {item.title}, where "
-            f"{function}(detect_nondifferentiable=True) looked at it over eps={self.eps:g}: "
-            f"{samples.explain(selection, found)}. No central difference there is a derivative. Move the input "
-            f"further than eps from such a point, or pass a smaller eps.")
+        selection = self.evaluator.selection  # made by the first call
+        found = samples.nondifferentiable(selection) if self.detect else None
+        if found is not None:
+            raise NondifferentiableError(
+                f"f is not differentiable at element {index} (value {samples.value:g}) of "
+                f"{self.evaluator.items[position].title}, where {self.evaluator.function}(detect_nondifferentiable="
+                f"True) looked at it over eps={self.eps:g}: {samples.explain(selection, found)}. No central "
+                f"difference there is a derivative. Move the input further than eps from such a point, or pass a "
+                f"smaller eps.")
+        return samples.derivative(selection.grad_outputs)
 
     def samples(self, position: int, index: tuple, count: int) -> Samples:
         """`f`'s outputs at `count` points around one element (2: `-+eps`; 5: also
@@ -267,34 +261,27 @@ class Differences:
             raise GradientCheckUsageError(
                 f"eps={self.eps:g} does not change {item.name} ({item.described}) at index {index}: {value:g} moved "
                 f"by eps{' and eps/2' if count == 5 else ''} rounds to {value:g} or to another point in "
-                f"{base.dtype.name}. Pass a larger eps, e.g. eps={self._suggested_eps(value, base.dtype):g}.")
-        outputs = [self.center() if point == value and share == 0 else self._outputs(position, index, point)
+                f"{base.dtype.name}. Pass a larger eps, e.g. "
+                f"eps={4 * _EPSILON.get(base.dtype.name, 2.0 ** -3) * max(1.0, abs(value)):g}.")
+        outputs = [self.center if point == value and share == 0 else self._outputs(position, index, point)
                    for share, point in zip(fractions, points)]
         return Samples(value, [point - value for point in points], outputs, self.eps, self.roundoff)
 
+    @functools.cached_property
     def center(self) -> list:
         """`f`'s selected outputs at the items as they are (one call, kept)."""
-        if self._center is None:
-            self._center = self._outputs(None, None, None)
-        return self._center
-
-    @staticmethod
-    def _suggested_eps(value: float, dtype) -> float:
-        return 4 * _EPSILON.get(np.dtype(dtype).name, 2.0 ** -3) * max(1.0, abs(value))
+        return self._outputs(None, None, None)
 
     def _outputs(self, position, index, value) -> list:
         found = self.evaluator.outputs(position, index, value)
         if not self.output_dtypes:
             self.output_dtypes = [output.dtype.name for output in found]
-            if self.half_check is not None:
-                self._refuse_half_outputs(found)
+            for output, got in zip(self.evaluator.selection.outputs, found):  # made by the call that found them
+                if self.half_check is not None and _values.is_half(got.dtype):
+                    raise GradientCheckUsageError(
+                        f"{self.half_check}() would take central differences of {output.title} of f in "
+                        f"{got.dtype.name} (f computes it so, whatever the dtype of its inputs), whose rounding over "
+                        f"a step of 2 * eps = {2 * self.eps:g} swamps the gradient. Pass eps (2**-4, say) to take "
+                        f"the differences at that precision, with its looser tolerances, or return the output in "
+                        f"float32.")
         return found
-
-    def _refuse_half_outputs(self, found: list) -> None:
-        for output, value in zip(self.evaluator.selection.outputs, found):  # made by the call that found them
-            if _values.is_half(value.dtype):
-                raise GradientCheckUsageError(
-                    f"{self.half_check}() would take central differences of {output.title} of f in "
-                    f"{value.dtype.name} (f computes it so, whatever the dtype of its inputs), whose rounding over a "
-                    f"step of 2 * eps = {2 * self.eps:g} swamps the gradient. Pass eps (2**-4, say) to take the "
-                    f"differences at that precision, with its looser tolerances, or return the output in float32.")

@@ -71,7 +71,7 @@ class Selection:
         outputs = []
         for position, ((steps, leaf), read) in enumerate(zip(found, reads)):
             if read is not None and _values.is_floating(read) and not isinstance(leaf, _NUMBERS):
-                rng = np.random.default_rng(_seed(seed, position))
+                rng = np.random.default_rng((*seed, position) if isinstance(seed, tuple) else (seed, position))
                 gy = rng.uniform(-1.0, 1.0, size=read.shape).astype(read.dtype).astype(np.float64)
                 outputs.append(Output(steps, read.dtype, tuple(read.shape), gy))
         if not outputs:
@@ -108,10 +108,6 @@ class Selection:
         """The gradients as tensors like `tensors` (the picked outputs of a result): each of
         its output's framework, kind, dtype and device."""
         return [_like(tensor, output) for tensor, output in zip(tensors, [o for o in self.outputs if o.tensor])]
-
-
-def _seed(seed, position: int):
-    return (*seed, position) if isinstance(seed, tuple) else (seed, position)
 
 
 #: Python numbers `f` may return: constants to the autodiff, values to the numerical pass.

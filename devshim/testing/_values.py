@@ -58,9 +58,8 @@ def is_finite_number(value) -> bool:
         >>> is_finite_number(1e-3), is_finite_number(float("nan")), is_finite_number(True)
         (True, False, False)
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        return False
-    return bool(np.isfinite(value))
+    real = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    return real and bool(np.isfinite(value))
 
 
 def unit_roundoff(dtype) -> float:

@@ -105,13 +105,9 @@ def _tolerances(got: Value, want: Value, rtol, atol) -> tuple:
     """(rtol, atol, where they came from)."""
     dtypes = [v.dtype for v in (got, want) if v.dtype is not None]
     default_rtol, default_atol, dtype = _default_tolerances(dtypes)
-    if rtol is None and atol is None:
-        return default_rtol, default_atol, f" ({dtype}'s defaults)"
-    if rtol is None:
-        return default_rtol, atol, f" (rtol: {dtype}'s default)"
-    if atol is None:
-        return rtol, default_atol, f" (atol: {dtype}'s default)"
-    return rtol, atol, ""
+    source = {(True, True): f" ({dtype}'s defaults)", (True, False): f" (rtol: {dtype}'s default)",
+              (False, True): f" (atol: {dtype}'s default)"}.get((rtol is None, atol is None), "")
+    return default_rtol if rtol is None else rtol, default_atol if atol is None else atol, source
 
 
 def _compare(got: Value, want: Value, rtol, atol, equal_nan: bool):

@@ -86,11 +86,10 @@ def _check_callable(f, function: str) -> None:
 @contextlib.contextmanager
 def _running(items: list):
     """Where the checks run: the first input's device, full float32 precision (no TF32)."""
-    first = items[0]
     with contextlib.ExitStack() as stack:
         for found in {id(item.autodiff): item.autodiff for item in items if item.autodiff is not None}.values():
             stack.enter_context(found.full_precision())
-        stack.enter_context(first.adapter.on_device(first.native))
+        stack.enter_context(items[0].adapter.on_device(items[0].native))
         yield
 
 
@@ -149,8 +148,15 @@ def numerical_grad(f, inputs, grad_outputs, *, eps: float = DEFAULT_EPS, dtype=N
     return tuple(item.gradient(gradient) for item, (gradient, _) in zip(items, gradients))
 
 
-def _autodiff_of(items: list, function: str):
-    names = sorted({item.adapter.name for item in items})
+def _prepare(f, inputs, params, no_grads, function: str) -> tuple:
+    """The inputs and params as items, their autodiff, with `no_grads` applied (once `f` is
+    known to be callable)."""
+    _check_callable(f, function)
+    items = _inputs.read_inputs(inputs, function, integers=True)
+    held = _inputs.changed_in_place(_inputs.read_inputs(params, function, names="param"),
+                                    f"{function}()'s params are", f"pass that tensor among them, {function}(lambda "
+                                    f"*xs, w: ..., (*inputs, w))")
+    names = sorted({item.adapter.name for item in items + held})
     if len(names) > 1:
         raise MixedFrameworksError(
             f"{function}() got inputs of several frameworks ({', '.join(names)}); the autodiff it checks is "
@@ -163,16 +169,6 @@ def _autodiff_of(items: list, function: str):
             f"{title} arrays. Compare your own backward with the numbers instead: "
             f"gx, = ds.testing.numerical_grad(f, (x,), (gy,)); ds.testing.assert_allclose(my_backward(x, gy), gx); "
             f"or check the function written for a framework with autodiff (torch, jax, tensorflow, mxnet).")
-    return found
-
-
-def _prepare(inputs, params, no_grads, function: str) -> tuple:
-    """The inputs and params as items, their autodiff, with `no_grads` applied."""
-    items = _inputs.read_inputs(inputs, function, integers=True)
-    held = _inputs.changed_in_place(_inputs.read_inputs(params, function, names="param"),
-                                    f"{function}()'s params are", f"pass that tensor among them, {function}(lambda "
-                                    f"*xs, w: ..., (*inputs, w))")
-    found = _autodiff_of(items + held, function)
     if no_grads is not None:
         if not isinstance(no_grads, (tuple, list)) or len(no_grads) != len(items):
             raise GradientCheckUsageError(
@@ -280,8 +276,7 @@ def check_backward(f, inputs, grad_outputs=None, params=(), *, eps=None, atol=No
         >>> ds.testing.check_backward(Exp.apply, (x,))
     """
     options = _Options("check_backward", eps, rtol, atol, seed, dtype, detect_nondifferentiable)
-    _check_callable(f, "check_backward")
-    items, held, found = _prepare(inputs, params, no_grads, "check_backward")
+    items, held, found = _prepare(f, inputs, params, no_grads, "check_backward")
     with _running(items):
         _check(f, items, held, found, grad_outputs, options.seed, options, "The gradient of")
 
@@ -316,14 +311,13 @@ def check_double_backward(f, inputs, grad_outputs=None, grad_grad_inputs=None, p
         >>> ds.testing.check_double_backward(lambda x: torch.sin(x) * x, (x,))
     """
     options = _Options("check_double_backward", eps, rtol, atol, seed, dtype, detect_nondifferentiable)
-    _check_callable(f, "check_double_backward")
-    items, held, found = _prepare(inputs, params, no_grads, "check_double_backward")
+    items, held, found = _prepare(f, inputs, params, no_grads, "check_double_backward")
     if (grad_grad_inputs is None) != (params_grad_grad is None) and held:
         raise GradientCheckUsageError(
             "check_double_backward() got one of grad_grad_inputs and params_grad_grad: give both (one gradient per "
             "floating-point input, one per param), or neither (both drawn).")
-    grad_grads = None if grad_grad_inputs is None else _as_list(grad_grad_inputs) + (
-        [] if params_grad_grad is None else _as_list(params_grad_grad))
+    grad_grads = None if grad_grad_inputs is None else _inputs.as_list(grad_grad_inputs) + (
+        [] if params_grad_grad is None else _inputs.as_list(params_grad_grad))
     subject = "The gradient of f's backward with respect to"
     _inputs.takes_no_arguments(f, len(items), options.function, closure_allowed=False)
     with _running(items):
@@ -334,13 +328,8 @@ def check_double_backward(f, inputs, grad_outputs=None, grad_grad_inputs=None, p
         backward = found.gradient_function(lambda *xs: selection.pick(f(*xs)), len(items),
                                            [item.floating for item in items], [item.value for item in held])
         gys = selection.upload(selection.pick(result))
-        if not found.differentiates_grad_outputs:  # MXNet: by the inputs only, grad_outputs held
-            _check(lambda *xs: backward(*xs, *gys), items, held, found, grad_grads, (options.seed, 1), options,
-                   subject)
-            return
-        cotangents = _inputs.read_inputs(gys, options.function, names="grad_outputs")
-        _check(backward, items + cotangents, held, found, grad_grads, (options.seed, 1), options, subject)
-
-
-def _as_list(values) -> list:
-    return list(values) if isinstance(values, (tuple, list)) else [values]
+        if found.differentiates_grad_outputs:
+            g, checked = backward, items + _inputs.read_inputs(gys, options.function, names="grad_outputs")
+        else:  # MXNet: by the inputs only, grad_outputs held
+            g, checked = (lambda *xs: backward(*xs, *gys)), items
+        _check(g, checked, held, found, grad_grads, (options.seed, 1), options, subject)

@@ -121,34 +121,36 @@ def benchmark(
         >>> m.to_dict()["median"], m.noisy, m.settled
     """
     _check_arguments(fn, warmup, min_run_time, max_runs, max_warmup_time)
-    budget = max(_WARMUP_FLOOR, 2 * min_run_time) if max_warmup_time is None else max_warmup_time
-    meter = WaitMeter(clock)
-    side = Side(fn, args, Waiter(device, backend), clock or time.perf_counter, meter)
     name = label if label is not None else getattr(fn, "__name__", None) or repr(fn)
-
-    with _gc_paused():
-        side.start(_Plan(0.0, min_run_time, warmup, budget), device, backend)
+    with _started((fn,), args, warmup, min_run_time, max_warmup_time, device, backend, clock) as (side,):
         measured = 0.0
         at_least = min(_MIN_RUNS, max_runs)
-        meter.reset()
         while len(side.times) < max_runs and (measured < min_run_time or len(side.times) < at_least):
             measured += side.run()
     return side.measurement(name)
 
 
 @contextlib.contextmanager
-def _gc_paused():
-    """Garbage collection paused inside the block (as timeit does), and enabled again after it
-    if it was before.
+def _started(fns, args, warmup, min_run_time, max_warmup_time, device, backend, clock):
+    """One `Side` per function of `fns` (each called with `args`), sharing one WaitMeter, warmed up
+    in turn with garbage collection paused (as timeit does) until the block ends, and enabled
+    again after it if it was before; the meter is reset for the first measured run.
 
     Example:
-        >>> with _gc_paused():
+        >>> with _started((fn,), (), 2, 0.2, None, None, None, None) as (side,):
         ...     side.run()
     """
+    budget = max(_WARMUP_FLOOR, 2 * min_run_time) if max_warmup_time is None else max_warmup_time
+    meter = WaitMeter(clock)
+    sides = [Side(fn, args, Waiter(device, backend), clock or time.perf_counter, meter) for fn in fns]
+    plan = _Plan(0.0, min_run_time, warmup, budget)
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        yield
+        for side in sides:
+            side.start(plan, device, backend)
+        meter.reset()
+        yield sides
     finally:
         if was_enabled:
             gc.enable()

@@ -22,14 +22,12 @@ Example:
 from __future__ import annotations
 
 import statistics
-import time
 from typing import Any, Callable, Optional
 
 from devshim.errors import TimingError
-from devshim.timing.benchmark import _WARMUP_FLOOR, Side, WaitMeter, _check_arguments, _Plan, _gc_paused
+from devshim.timing.benchmark import _check_arguments, _started
 from devshim.timing.measurement import Measurement
 from devshim.timing.settle import _stall_flags, disagrees, quartiles, spread_share, stalls_matter
-from devshim.timing.sync import Waiter
 
 __all__ = ["compare", "Comparison", "MIN_PAIRS", "MAX_PAIRS"]
 
@@ -199,19 +197,12 @@ def compare(
         >>> c = compare(lambda: a.copy(), lambda: ds.to_device(a, "cpu"), min_run_time=0.05)
         >>> c.ratio, c.first.median, c.second.median
     """
-    _check_arguments(first, warmup, min_run_time, max_pairs, max_warmup_time)
-    _check_arguments(second, warmup, min_run_time, max_pairs, max_warmup_time)
+    for fn in (first, second):
+        _check_arguments(fn, warmup, min_run_time, max_pairs, max_warmup_time)
     _check_pairs(min_pairs, max_pairs)
-    budget = max(_WARMUP_FLOOR, 2 * min_run_time) if max_warmup_time is None else max_warmup_time
-    meter = WaitMeter(clock)
-    sides = [Side(fn, (), Waiter(device, backend), clock or time.perf_counter, meter) for fn in (first, second)]
-    plan = _Plan(0.0, min_run_time, warmup, budget)
-    with _gc_paused():
-        for side in sides:
-            side.start(plan, device, backend)
+    with _started((first, second), (), warmup, min_run_time, max_warmup_time, device, backend, clock) as sides:
         measured = [0.0, 0.0]
         pairs = 0
-        meter.reset()
         while pairs < max_pairs and (pairs < min_pairs or min(measured) < min_run_time):
             for i in ((0, 1) if pairs % 2 == 0 else (1, 0)):
                 measured[i] += sides[i].run()

@@ -77,13 +77,10 @@ def spread_share(times: Sequence[float]) -> float:
         >>> round(spread_share([1.0, 1.0, 1.2, 1.4]), 2)
         0.25
     """
-    if len(times) < 2:
-        return 0.0
-    median = statistics.median(times)
-    if median <= 0:
+    if len(times) < 2 or statistics.median(times) <= 0:
         return 0.0
     q1, q3 = quartiles(times)
-    return (q3 - q1) / median
+    return (q3 - q1) / statistics.median(times)
 
 
 def cold_prefix(times: Sequence[float]) -> int:

@@ -199,44 +199,28 @@ HOST_COPY = INTERNALS.add(
     fallback="every host read of an array on a device is reported, also of one JAX holds on the host.",
     find=_host_copy,
 )
-CONFIG_EXT = INTERNALS.add(
-    "jax._src.config.config_ext.Config",
-    feature=_H2D + " in jitted calls (devshim's jit-cache key)",
-    fallback=_H2D_FALLBACK,
-    find=_config_ext_key,
-    since=_CONFIG_EXT_SINCE,
-)
-JIT_CONTEXT = INTERNALS.add(
-    "jax._src.lib.jax_jit extra_jit_context",
-    feature=_H2D + " in jitted calls, on JAX before 0.4.36 (devshim's jit-cache key)",
-    fallback=_H2D_FALLBACK,
-    find=_context_field_key,
-    before=_CONFIG_EXT_SINCE,
-)
-FASTPATH_DATA = INTERNALS.add(
-    "jax._src.pjit._get_fastpath_data",
-    feature=_H2D + " in jitted calls",
-    fallback=_H2D_FALLBACK,
-    find=slot("jax._src.pjit._get_fastpath_data"),
-)
-BACKENDS_INITIALIZED = INTERNALS.add(
-    "jax._src.xla_bridge.backends_are_initialized",
-    feature=_H2D,
-    fallback=_H2D_FALLBACK,
-    find=dotted("jax._src.xla_bridge.backends_are_initialized"),
-)
-BATCHED_DEVICE_PUT = INTERNALS.add(
-    "jax._src.interpreters.pxla.batched_device_put",
-    feature=_H2D,
-    fallback=_H2D_FALLBACK,
-    find=slot("jax._src.interpreters.pxla.batched_device_put"),
-)
-GUARD_LIB = INTERNALS.add(
-    "jax._src.lib.guard_lib.thread_local_state",
-    feature=_H2D + ", telling jax.device_put and jax.device_get from implicit transfers",
-    fallback=_H2D_FALLBACK,
-    find=_guard_lib,
-)
+
+
+def _host_to_device(name: str, feature: str, find, **versions):
+    """One of the names the guard's own host-to-device checks need, `feature` telling what for."""
+    return INTERNALS.add(name, feature=_H2D + feature, fallback=_H2D_FALLBACK, find=find, **versions)
+
+
+CONFIG_EXT = _host_to_device("jax._src.config.config_ext.Config", " in jitted calls (devshim's jit-cache key)",
+                             _config_ext_key, since=_CONFIG_EXT_SINCE)
+JIT_CONTEXT = _host_to_device("jax._src.lib.jax_jit extra_jit_context",
+                              " in jitted calls, on JAX before 0.4.36 (devshim's jit-cache key)",
+                              _context_field_key, before=_CONFIG_EXT_SINCE)
+FASTPATH_DATA = _host_to_device("jax._src.pjit._get_fastpath_data", " in jitted calls",
+                                slot("jax._src.pjit._get_fastpath_data"))
+BACKENDS_INITIALIZED = _host_to_device("jax._src.xla_bridge.backends_are_initialized", "",
+                                       dotted("jax._src.xla_bridge.backends_are_initialized"))
+BATCHED_DEVICE_PUT = _host_to_device("jax._src.interpreters.pxla.batched_device_put", "",
+                                     slot("jax._src.interpreters.pxla.batched_device_put"))
+GUARD_LIB = _host_to_device("jax._src.lib.guard_lib.thread_local_state",
+                            ", telling jax.device_put and jax.device_get from implicit transfers", _guard_lib)
+
+
 RUNTIME_ERROR = INTERNALS.add(
     "jax.errors.JaxRuntimeError",
     feature="the transfer guard turning JAX's own guard's refusals into devshim's errors "

@@ -46,6 +46,8 @@ from __future__ import annotations
 
 import os
 from _thread import allocate_lock  # threading's own lock, without its import cost
+from contextlib import nullcontext
+from functools import cached_property
 
 from devshim import settings
 from devshim.backends import virtual
@@ -88,7 +90,6 @@ class JaxBackend(Backend):
         self._cpus = None  # this process's CPU devices; JAX fixes them when it initialises
         self._accelerators = None
         self._platform = _UNKNOWN
-        self._copy_put = None
         self._default_set = None  # the default device devshim gave JAX (virtual gpu:0), if any
 
     def device_table(self):
@@ -129,17 +130,11 @@ class JaxBackend(Backend):
     def _accelerator_devices(self) -> tuple:
         if self._accelerators is None:
             jax = self.fw
-            try:
+            try:  # (a RuntimeError: JAX_PLATFORMS names a platform that failed to start)
                 platform = jax.default_backend()
-            except RuntimeError:  # JAX_PLATFORMS names a platform that failed to start
-                platform = "cpu"
-            found = ()
-            if platform != "cpu":
-                try:
-                    found = tuple(jax.local_devices(backend=platform))
-                except RuntimeError:
-                    found = ()
-            self._accelerators = found
+                self._accelerators = () if platform == "cpu" else tuple(jax.local_devices(backend=platform))
+            except RuntimeError:
+                self._accelerators = ()
         return self._accelerators
 
     def accelerator_count(self) -> int:
@@ -301,8 +296,6 @@ class JaxBackend(Backend):
 
     def copy_to(self, x, native, non_blocking: bool):
         put = self._copy_put
-        if put is None:
-            put = self._copy_put = self._make_copy_put()
         if native is None and not _is_tracer(x):
             raise self._no_device_named()
         try:
@@ -330,8 +323,10 @@ class JaxBackend(Backend):
             f"array alive (donate a copy: ds.to_device(x, ds.device_of(x))), or use the function's result."
         )
 
-    def _make_copy_put(self):
-        """`(x, device) -> a copy of x on device in new storage`, recorded by JAX's tracing."""
+    @cached_property
+    def _copy_put(self):
+        """`(x, device) -> a copy of x on device in new storage`, recorded by JAX's tracing; made
+        at the first copy."""
         jax = self.fw
         device_put = jax.device_put
         if device_put_copies(jax):
@@ -347,8 +342,6 @@ class JaxBackend(Backend):
 
     def copier(self, native, non_blocking: bool):
         put = self._copy_put
-        if put is None:
-            put = self._copy_put = self._make_copy_put()
         copy_to = self.copy_to
         if marker.watchers or native is None:
             return lambda x: copy_to(x, native, non_blocking)
@@ -376,10 +369,8 @@ class JaxBackend(Backend):
             )
         # device_get is JAX's explicit transfer (allowed under jax.transfer_guard("disallow"));
         # on the CPU it returns a read-only view of x's buffer, so copy it for the caller.
-        if marker.watchers:
-            with self.fw.transfer_guard("allow"):
-                return np.array(self.fw.device_get(x), copy=True)
-        return np.array(self.fw.device_get(x), copy=True)
+        with self.fw.transfer_guard("allow") if marker.watchers else nullcontext():
+            return np.array(self.fw.device_get(x), copy=True)
 
     def _traced(self, x, what: str) -> UnplacedTensorError:
         return UnplacedTensorError(
@@ -455,8 +446,11 @@ class JaxBackend(Backend):
                 have = len(self._cpu_devices())  # JAX initialises here if it had not yet
             except DeviceUnavailableError:
                 have = 0
-            finally:
-                _restore_environment("XLA_FLAGS", flags)  # child processes get the user's flags
+            finally:  # child processes get the user's flags
+                if flags is None:
+                    os.environ.pop("XLA_FLAGS", None)
+                else:
+                    os.environ["XLA_FLAGS"] = flags
             if have < needed:
                 raise _too_late(count, needed, have)
             self._described.clear()
@@ -538,13 +532,6 @@ def _name(adapter, native) -> str:
         return str(adapter.describe(native))
     except InvalidDeviceError:  # another process's device, in a multi-process run
         return repr(native)
-
-
-def _restore_environment(name: str, value) -> None:
-    if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = value
 
 
 def _equivalent(sharding, target, ndim: int) -> bool:

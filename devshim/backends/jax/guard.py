@@ -46,6 +46,7 @@ import re
 import sys
 import threading
 import weakref
+from contextlib import ExitStack
 
 import jax
 import numpy as np
@@ -66,26 +67,21 @@ class _NoArrayImpl:
     """Stands in for JAX's array class on a release that moved it: no value is one."""
 
 
-def _host_to_device_parts():
-    """What devshim's own host-to-device checks need from JAX (`_internals`): the jit-cache key,
-    JAX's fast-path maker, its start-up flag, its one step sending host data to devices and its
-    marks of explicit transfers; None when a release lacks one (its probe has warned, naming the
-    fallback: JAX's own guard)."""
-    key = _internals.CONFIG_EXT.get() or _internals.JIT_CONTEXT.get()
-    parts = (key, _internals.FASTPATH_DATA.get(), _internals.BACKENDS_INITIALIZED.get(),
-             _internals.BATCHED_DEVICE_PUT.get(), _internals.GUARD_LIB.get())
-    return parts if all(part is not None for part in parts) else None
-
-
 # The private names, from the probes (`_internals`): found once, here, when the guard loads.
 _VALUE = _internals.ARRAY_IMPL.get()  # Slot(ArrayImpl, "_value"): every host read goes through it
 _ArrayImpl = _VALUE.owner if _VALUE is not None else _NoArrayImpl
 _HOST_COPY = _internals.HOST_COPY.get() or "_devshim_no_host_copy"  # (then no array has one)
 _JAX_REFUSAL = _internals.RUNTIME_ERROR.get()  # what JAX's own guard raises
-_PARTS = _host_to_device_parts()
-# A jit-cache key of devshim's own: set (thread-locally) where devshim checks host-to-device,
+_JAX_MARKS = _internals.GUARD_LIB.get()  # JAX's thread-local marks of its own explicit transfers
+# What devshim's own host-to-device checks need from JAX: the jit-cache key, JAX's fast-path maker,
+# its start-up flag and its one step sending host data to devices, and the marks above; all None
+# when a release lacks one (its probe has warned, naming the fallback: JAX's own guard).
+# The key is devshim's own: set (thread-locally) where devshim checks host-to-device,
 # so jitted calls there miss the C++ fast paths made elsewhere and take JAX's Python path.
-_CHECKING_KEY, _FASTPATH, _backends_are_initialized, _DEVICE_PUT, _guard_lib = _PARTS or (None,) * 5
+_PARTS = (_internals.CONFIG_EXT.get() or _internals.JIT_CONTEXT.get(), _internals.FASTPATH_DATA.get(),
+          _internals.BACKENDS_INITIALIZED.get(), _internals.BATCHED_DEVICE_PUT.get(), _JAX_MARKS)
+_CHECKING_KEY, _FASTPATH, _backends_are_initialized, _DEVICE_PUT = (
+    _PARTS[:4] if all(part is not None for part in _PARTS) else (None,) * 4)
 
 _READERS = {
     "__float__": "float(x)",
@@ -109,7 +105,6 @@ _NUMPY_READERS = ("asarray", "array", "asanyarray")
 _OPERATOR_CODES = {dis.opmap[name] for name in ("BINARY_OP", "COMPARE_OP") if name in dis.opmap}
 _local = threading.local()
 _fetched: dict = {}  # id(array) -> weakref, for arrays whose value devshim saw read (held on host)
-_JAX_MARKS = _internals.GUARD_LIB.get()  # JAX's thread-local marks of its own explicit transfers
 
 
 def _explicit_in_jax() -> bool:
@@ -126,17 +121,23 @@ def _what(depth: int = 8):
     making it."""
     if _explicit_in_jax():
         return None
-    frame = sys._getframe(2)
     found = None
-    for _ in range(depth):
-        if frame is None:
-            break
+    for frame in _callers(depth):
         name = frame.f_code.co_name
         if name in _EXPLICIT:
             return None
         found = _READERS.get(name, found)
-        frame = frame.f_back
     return found or "reading x on the host"
+
+
+def _callers(depth: int):
+    """Up to `depth` frames, outwards from two frames above the function iterating this."""
+    frame = sys._getframe(3)  # (1 up: the function iterating this generator)
+    for _ in range(depth):
+        if frame is None:
+            return
+        yield frame
+        frame = frame.f_back
 
 
 def _device_place(x):
@@ -244,20 +245,8 @@ def _guarded_value(original):
     return property(_value, doc=original.__doc__)
 
 
-def _guarded_item(original):
-    def item(self, *args):
-        state = current()
-        place = _needs_report(self, state)
-        if place is not None:
-            return _read_checked(self, place, "x.item()", state, original, self, *args)
-        return original(self, *args)
-
-    mark_wrapper(item, original)
-    return item
-
-
-def _guarded_numpy_reader(name, original):
-    what = f"np.{name}(x)"
+def _guarded_read(original, what: str):
+    """`original` (`x.item`, `np.asarray` and its kin) reading a JAX array `a`, checked as `what`."""
 
     def reader(a, *args, **kwargs):
         if type(a) is _ArrayImpl:
@@ -267,13 +256,9 @@ def _guarded_numpy_reader(name, original):
                 return _read_checked(a, place, what, state, original, a, *args, **kwargs)
         return original(a, *args, **kwargs)
 
-    reader.__name__ = reader.__qualname__ = name
+    reader.__name__ = reader.__qualname__ = original.__name__
     reader.__doc__ = original.__doc__
     return mark_wrapper(reader, original)
-
-
-def _host_value(getter, x):
-    return getter(x) if isinstance(x, _ArrayImpl) else x
 
 
 def _ndarray_operator(ufunc, method, inputs, kwargs, depth: int):
@@ -307,7 +292,7 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
                 pending = check("device_to_host", READ, what, place, Device("cpu"), state)
             reported.append((a, place))
     with marker.explicit(), jax.transfer_guard_device_to_host(ALLOW):
-        host = [_host_value(getter, a) for a in inputs]
+        host = [getter(a) if isinstance(a, _ArrayImpl) else a for a in inputs]
     logged(pending)  # the values were read (whatever NumPy then makes of them)
     for a, place in reported:
         _remember_fetched(a, place)
@@ -318,9 +303,7 @@ def _guarded_copy_to_host_async(original):
     def copy_to_host_async(self):
         state = current()
         place = _needs_report(self, state)
-        if place is not None and _explicit_in_jax():
-            place = None  # jax.device_get starts its explicit copy with this
-        if place is not None:
+        if place is not None and not _explicit_in_jax():  # jax.device_get starts its explicit copy with this
             result = _read_checked(self, place, "x.copy_to_host_async()", state, original, self)
         else:
             result = original(self)
@@ -348,30 +331,19 @@ def _remember_if_virtual(a) -> None:
 
 
 def _recording(read):
-    """`read` (an array's value read, or its copy to the host started), then the array remembered."""
+    """`read` (an array's value read, or its copy to the host started; NumPy's `np.asarray` and its
+    kin, which read a CPU device's array through its buffer, past JAX's own read functions), then
+    a JAX array read remembered."""
 
-    def recorded(self, *args):
-        value = read(self, *args)
-        _remember_if_virtual(self)
-        return value
-
-    recorded.__name__ = recorded.__qualname__ = getattr(read, "__name__", "read")
-    return mark_wrapper(recorded, read)
-
-
-def _recording_numpy_reader(original):
-    """NumPy's `np.asarray` and its kin (which read a CPU device's array through its buffer,
-    past JAX's own read functions), then a JAX array read remembered."""
-
-    def reader(a, *args, **kwargs):
-        value = original(a, *args, **kwargs)
+    def recorded(a, *args, **kwargs):
+        value = read(a, *args, **kwargs)
         if type(a) is _ArrayImpl:
             _remember_if_virtual(a)
         return value
 
-    reader.__name__ = reader.__qualname__ = original.__name__
-    reader.__doc__ = original.__doc__
-    return mark_wrapper(reader, original)
+    recorded.__name__ = recorded.__qualname__ = getattr(read, "__name__", "read")
+    recorded.__doc__ = read.__doc__
+    return mark_wrapper(recorded, read)
 
 
 def _recording_array_ufunc(self, ufunc, method, *inputs, **kwargs):
@@ -381,7 +353,7 @@ def _recording_array_ufunc(self, ufunc, method, *inputs, **kwargs):
     if done is not None:
         return done
     getter = _UNRECORDED[(_ArrayImpl, _VALUE.name)].fget
-    host = [_host_value(getter, a) for a in inputs]
+    host = [getter(a) if isinstance(a, _ArrayImpl) else a for a in inputs]
     for a in list(inputs) + list(kwargs.get("out", ()) or ()):
         _remember_if_virtual(a)
     return getattr(ufunc, method)(*host, **kwargs)
@@ -409,10 +381,8 @@ def watch_host_reads() -> None:
     guarding = JaxGuardHooks.patched()
     if guarding:
         JaxGuardHooks.restore()  # JAX's and NumPy's own functions back: the record goes under the guard
-    for owner, name, make in ((_ArrayImpl, _VALUE.name, None), (_ArrayImpl, "item", _recording),
-                              (_ArrayImpl, "copy_to_host_async", _recording),
-                              (_ArrayImpl, "__array_ufunc__", None),
-                              *((np, reader, _recording_numpy_reader) for reader in _NUMPY_READERS)):
+    for owner, name in ((_ArrayImpl, _VALUE.name), (_ArrayImpl, "item"), (_ArrayImpl, "copy_to_host_async"),
+                        (_ArrayImpl, "__array_ufunc__"), *((np, reader) for reader in _NUMPY_READERS)):
         own = vars(owner).get(name)
         _UNRECORDED[(owner, name)] = own
         if name == "__array_ufunc__":
@@ -420,7 +390,7 @@ def watch_host_reads() -> None:
         elif isinstance(own, property):
             setattr(owner, name, property(_recording(own.fget), doc=own.__doc__))
         elif own is not None:
-            setattr(owner, name, make(own))
+            setattr(owner, name, _recording(own))
     if guarding:
         JaxGuardHooks().install()
 
@@ -435,16 +405,12 @@ _PRIMITIVE_MARK = _internals.PRIMITIVE_MARK.get() or "_devshim_no_primitive_mark
 
 def _computation_name(depth: int = 16) -> str:
     """The jitted function (or primitive) JAX is sending host data to, from its Python frames."""
-    frame = sys._getframe(2)
-    for _ in range(depth):
-        if frame is None:
-            break
+    for frame in _callers(depth):
         if frame.f_code.co_name == _JIT_FRAME:
             fun = frame.f_locals.get("fun")
             name = getattr(fun, "__qualname__", None) or getattr(fun, "__name__", None)
             if name:
                 return name if getattr(fun, _PRIMITIVE_MARK, False) else f"jit({name})"
-        frame = frame.f_back
     return "a JAX computation"
 
 
@@ -509,7 +475,7 @@ def _guarded_device_put(original):
             with jax.transfer_guard_host_to_device(ALLOW):  # backstop guard must not refuse it
                 return original(aval, sharding, xs, devices, *args, **kwargs)
         if (state.host_to_device == ALLOW or not _CHECKING_KEY.value
-                or _guard_lib.thread_local_state().explicit_device_put
+                or _JAX_MARKS.thread_local_state().explicit_device_put
                 or any(isinstance(x, _ArrayImpl) for x in xs)):  # JAX arrays: a copy between devices
             return original(aval, sharding, xs, devices, *args, **kwargs)
         target = _accelerator_among(devices)
@@ -551,23 +517,6 @@ def _has_accelerators() -> bool:
     return len(devices) > 1 and load_backend("jax").describe(devices[1]).kind != "cpu"
 
 
-def _checks_host_to_device(state) -> bool:
-    return _CHECKING_KEY is not None and state.host_to_device != ALLOW and _has_accelerators()
-
-
-class _CheckingKey:
-    """Sets devshim's jit-cache key in this thread for one block."""
-
-    __slots__ = ("_previous",)
-
-    def __enter__(self):
-        self._previous = _CHECKING_KEY.swap_local(True)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        _CHECKING_KEY.set_local(self._previous)
-
-
 def _drop_global_key() -> None:
     """No decision pending, and devshim's jit-cache key unset for every thread (where it was set)."""
     _global_key["pending"] = False
@@ -604,13 +553,17 @@ def _device_by_id(index: int, fallback, platform=None):
     """devshim's Device for JAX's device id `index` on `platform` ("CPU", "gpu"; None: the
     default backend's, then the host's), or `fallback` (another process's device). Ids are per
     platform: virtual GPUs are CPU devices, and on a GPU machine a CPU and a GPU share id 0."""
-    platforms = [platform.lower()] if platform else [None, "cpu"]
-    for native in _devices_of(platforms):
-        if native.id == index:
-            try:
-                return load_backend("jax").describe(native)
-            except DevshimError:
-                return fallback
+    for name in [platform.lower()] if platform else [None, "cpu"]:
+        try:
+            natives = jax.devices(name)
+        except RuntimeError:  # no such platform here
+            continue
+        for native in natives:
+            if native.id == index:
+                try:
+                    return load_backend("jax").describe(native)
+                except DevshimError:
+                    return fallback
     return fallback
 
 
@@ -619,16 +572,6 @@ def _device_by_id(index: int, fallback, platform=None):
 _INCOMPATIBLE = "Received incompatible devices for jitted computation"
 _INCOMPATIBLE_PATTERN = re.compile(re.escape(_INCOMPATIBLE))
 _DEVICE_IDS = re.compile(r"device ids \[([\d, ]+)\](?: on platform (\w+))?")
-
-
-def _devices_of(platforms) -> list:
-    found = []
-    for platform in platforms:
-        try:
-            found.extend(jax.devices(platform))
-        except RuntimeError:  # no such platform here
-            continue
-    return found
 
 
 def _mixed_devices(error):
@@ -658,7 +601,7 @@ class JaxGuardHooks(GuardHooks):
             return
         if _VALUE is not None:
             self.patch(*_VALUE, _guarded_value(_VALUE.own()))
-            self.patch(_ArrayImpl, "item", _guarded_item(_ArrayImpl.item))
+            self.patch(_ArrayImpl, "item", _guarded_read(_ArrayImpl.item, "x.item()"))
             self.patch(_ArrayImpl, "__array_ufunc__", _array_ufunc)
             self.patch(_ArrayImpl, "copy_to_host_async",
                        _guarded_copy_to_host_async(_ArrayImpl.copy_to_host_async))
@@ -669,7 +612,7 @@ class JaxGuardHooks(GuardHooks):
             settings.on_change(_follow_default)
         if _VALUE is not None:
             for name in _NUMPY_READERS:
-                self.patch(np, name, _guarded_numpy_reader(name, getattr(np, name)))
+                self.patch(np, name, _guarded_read(getattr(np, name), f"np.{name}(x)"))
 
     def uninstall(self) -> None:
         """Put JAX's and NumPy's own functions back."""
@@ -682,24 +625,20 @@ class JaxGuardHooks(GuardHooks):
 
     def enter_block(self, state) -> None:
         """Set JAX's own guards to this block's levels, in this thread (until `exit_block`)."""
-        scopes = [jax.transfer_guard_device_to_device(state.device_to_device),
-                  jax.transfer_guard_device_to_host(state.device_to_host)]
+        scopes = ExitStack()
+        scopes.enter_context(jax.transfer_guard_device_to_device(state.device_to_device))
+        scopes.enter_context(jax.transfer_guard_device_to_host(state.device_to_host))
         if _default_is_a_device():  # a backstop for what devshim's hook does not see (pmap, AOT calls)
-            scopes.append(jax.transfer_guard_host_to_device(state.host_to_device))
-        if _checks_host_to_device(state):
-            scopes.append(_CheckingKey())
-        for scope in scopes:
-            scope.__enter__()
-        stack = getattr(_local, "scopes", None)
-        if stack is None:
-            stack = _local.scopes = []
-        stack.append(scopes)
+            scopes.enter_context(jax.transfer_guard_host_to_device(state.host_to_device))
+        if _CHECKING_KEY is not None and state.host_to_device != ALLOW and _has_accelerators():
+            # devshim's jit-cache key, in this thread for this block
+            scopes.callback(_CHECKING_KEY.set_local, _CHECKING_KEY.swap_local(True))
+        vars(_local).setdefault("scopes", []).append(scopes)
 
     def exit_block(self) -> None:
         stack = getattr(_local, "scopes", None)
         if stack:
-            for scope in reversed(stack.pop()):
-                scope.__exit__(None, None, None)
+            stack.pop().close()
 
     def translate(self, error):
         """devshim's error for JAX's own guard refusing a transfer, recorded like devshim's own;

@@ -26,7 +26,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from devshim.backends.memory_base import DeviceMemory, MemoryInfo, buffer_bytes, with_capacity
+from devshim.backends.memory_base import DeviceMemory, MemoryInfo, buffer_bytes
 from devshim.errors import MemoryEstimateError, MemoryEstimateUnsupportedError
 
 __all__ = ["JaxMemory"]
@@ -90,9 +90,6 @@ class JaxMemory(DeviceMemory):
                 continue
             found += [(start, size) for native, start, size in buffers if adapter.describe(native) == device]
         return buffer_bytes(found)
-
-    def virtual_figures(self, adapter, native, device) -> MemoryInfo:
-        return with_capacity(MemoryInfo(device, in_use=self.live_bytes(adapter, device), source=self.live_source))
 
     def in_use(self, adapter, native):
         stats = _stats(native) if native.platform != "cpu" else None

@@ -43,6 +43,19 @@ def _anchored(outputs: list, leaves: tuple) -> list:
     return [_as_np(y) if zero is None else _as_np(y) + zero.astype(y.dtype) for y in outputs]
 
 
+def _recorded(f, args, wrt: list, params: list):
+    """The inputs among `args` that `wrt` selects (given a gradient buffer), and `params`;
+    `f(*args)` recorded; and its outputs anchored to those (`_anchored`)."""
+    targets = [x for x, w in zip(args, wrt) if w] + list(params)
+    for leaf in targets[:len(targets) - len(params)]:  # the checks' own copies
+        leaf.attach_grad()
+    with mx.autograd.record():
+        outputs = f(*args)
+        with mx.util.np_shape(True):
+            heads = _anchored(list(outputs), targets)
+    return targets, outputs, heads
+
+
 def _second_order_refusal(err) -> NoAutodiffError:
     operator = str(err).split("Operator ", 1)[-1].split(" ", 1)[0]
     return NoAutodiffError(
@@ -84,13 +97,7 @@ class MXNetAutodiff(Autodiff):
     differentiates_grad_outputs = False
 
     def vjp(self, f, inputs: tuple, wrt: list, params: list = ()):
-        targets = [x for x, w in zip(inputs, wrt) if w] + list(params)
-        for leaf in targets[:len(targets) - len(params)]:  # the checks' own copies
-            leaf.attach_grad()
-        with mx.autograd.record():
-            outputs = f(*inputs)
-            with mx.util.np_shape(True):
-                heads = _anchored(list(outputs), targets)
+        targets, outputs, heads = _recorded(f, inputs, wrt, params)
 
         def pullback(grad_outputs: list) -> list:
             with mx.util.np_shape(True):
@@ -106,13 +113,7 @@ class MXNetAutodiff(Autodiff):
                 targets = [x for x, w in zip(xs, wrt) if w] + list(params)
                 return _gradients(list(f(*xs)), targets, gys, create_graph=True)
             leaves = tuple(x.copy() if w else x for x, w in zip(xs, wrt))
-            targets = [x for x, w in zip(leaves, wrt) if w] + list(params)
-            for leaf in targets[:len(targets) - len(params)]:
-                leaf.attach_grad()
-            with mx.autograd.record():
-                outputs = list(f(*leaves))
-                with mx.util.np_shape(True):
-                    heads = _anchored(outputs, targets)
+            targets, _, heads = _recorded(f, leaves, wrt, params)
             with mx.util.np_shape(True):
                 return _gradients(heads, targets, gys, create_graph=False)
 
@@ -127,8 +128,7 @@ class MXNetAutodiff(Autodiff):
     def copy_like(self, x, fresh):
         return fresh if isinstance(x, mx.np.ndarray) else fresh.as_nd_ndarray()
 
-    def gradient_like(self, x, fresh):
-        return fresh if isinstance(x, mx.np.ndarray) else fresh.as_nd_ndarray()
+    gradient_like = copy_like
 
     def assign(self, x, fresh) -> None:
         x[:] = fresh

@@ -73,8 +73,14 @@ def _guarded_asnumpy(original):
                 return value
         return original(self)
 
-    mark_wrapper(asnumpy, original)
-    return asnumpy
+    return mark_wrapper(asnumpy, original)
+
+
+def _run_logged(pending, original, *args):
+    """`original(*args)`, then the copies `pending` holds recorded (only once MXNet ran the op)."""
+    result = original(*args)
+    logged(pending)
+    return result
 
 
 def _guarded_invoke(original):
@@ -82,14 +88,10 @@ def _guarded_invoke(original):
         state = current()
         if state.checking and len(ndargs) > 1 and not marker.is_explicit():
             pending = _check(sys._getframe(1).f_code.co_name, ndargs, state)  # the generated op's name
-            if pending:
-                result = original(handle, ndargs, keys, vals, out, is_np_op, output_is_list)
-                logged(pending)
-                return result
+            return _run_logged(pending, original, handle, ndargs, keys, vals, out, is_np_op, output_is_list)
         return original(handle, ndargs, keys, vals, out, is_np_op, output_is_list)
 
-    mark_wrapper(_imperative_invoke, original)
-    return _imperative_invoke
+    return mark_wrapper(_imperative_invoke, original)
 
 
 def _guarded_packed(name: str, original):
@@ -98,11 +100,7 @@ def _guarded_packed(name: str, original):
         if state.checking and not marker.is_explicit():
             arrays = _arrays(args)
             if len(arrays) > 1:
-                pending = _check(name, arrays, state)
-                if pending:
-                    result = original(*args)
-                    logged(pending)
-                    return result
+                return _run_logged(_check(name, arrays, state), original, *args)
         return original(*args)
 
     mark_wrapper(packed, original)
@@ -129,13 +127,10 @@ def _guarded_index(original):
                 source, target = backend.describe(idx.ctx), backend.describe(ctx)
                 direction, kind = direction_of(source, target)
                 pending = check(direction, kind, "mxnet indexing A[I] (I an index array)", source, target, state)
-                result = original(idx, ax_len, ctx)
-                logged(pending)
-                return result
+                return _run_logged(pending, original, idx, ax_len, ctx)
         return original(idx, ax_len, ctx)
 
-    mark_wrapper(_advanced_index_to_array, original)
-    return staticmethod(_advanced_index_to_array)
+    return staticmethod(mark_wrapper(_advanced_index_to_array, original))
 
 
 def _check(op_name: str, ndargs, state) -> list:

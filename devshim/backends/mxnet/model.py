@@ -32,9 +32,7 @@ def _deferred(param) -> bool:
 def _initialised(param) -> bool:
     try:
         param.data(param.list_ctx()[0])
-    except DeferredInitializationError:
-        return False
-    except RuntimeError:  # "has not been initialized"
+    except (DeferredInitializationError, RuntimeError):  # deferred, or "has not been initialized"
         return False
     return True
 
@@ -61,11 +59,7 @@ class GluonPlacement(ModelPlacement):
                 f"This {type(block).__name__} is on no device yet: {what}. Initialise it on a device with "
                 f"ds.place_model(net, device) and run one forward pass, then ask again."
             )
-        found = []
-        for name, p in params:
-            for ctx in p.list_ctx():
-                found.append((name, adapter.describe(ctx)))
-        return found
+        return [(name, adapter.describe(ctx)) for name, p in params for ctx in p.list_ctx()]
 
     def place(self, block, native, adapter, input_shape=None):
         params = _params(block)

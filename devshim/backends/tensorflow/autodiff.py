@@ -28,6 +28,17 @@ def _gradients(tape, outputs: list, inputs: list, grad_outputs: list, unconnecte
     return [_dense(g) for g in found]
 
 
+def _taped(f, args, wrt: list, params: list):
+    """The inputs among `args` that `wrt` selects, and `params`; the tape watching them while
+    it records `f(*args)`; and `f`'s outputs."""
+    targets = [x for x, w in zip(args, wrt) if w] + list(params)
+    with tf.GradientTape(watch_accessed_variables=False) as tape:
+        for x in targets:
+            tape.watch(x)
+        outputs = f(*args)
+    return targets, tape, outputs
+
+
 class TensorFlowAutodiff(Autodiff):
     """`tape.gradient` of `f`'s outputs with respect to its inputs.
 
@@ -38,11 +49,7 @@ class TensorFlowAutodiff(Autodiff):
     """
 
     def vjp(self, f, inputs: tuple, wrt: list, params: list = ()):
-        targets = [x for x, w in zip(inputs, wrt) if w] + list(params)
-        with tf.GradientTape(watch_accessed_variables=False) as tape:
-            for x in targets:
-                tape.watch(x)
-            outputs = f(*inputs)
+        targets, tape, outputs = _taped(f, inputs, wrt, params)
 
         def pullback(grad_outputs: list) -> list:
             found = iter(_gradients(tape, list(outputs), targets, list(grad_outputs), tf.UnconnectedGradients.NONE))
@@ -53,11 +60,7 @@ class TensorFlowAutodiff(Autodiff):
     def gradient_function(self, f, count: int, wrt: list, params: list = ()):
         def first_order(*arguments) -> list:
             xs, gys = list(arguments[:count]), list(arguments[count:])
-            targets = [x for x, w in zip(xs, wrt) if w] + list(params)
-            with tf.GradientTape(watch_accessed_variables=False) as tape:
-                for x in targets:
-                    tape.watch(x)
-                ys = f(*xs)
+            targets, tape, ys = _taped(f, xs, wrt, params)
             return _gradients(tape, list(ys), targets, gys, tf.UnconnectedGradients.ZERO)
 
         return first_order

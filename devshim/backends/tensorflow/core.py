@@ -90,10 +90,7 @@ class TFDevice(str):
         return self
 
     def _scopes(self) -> list:
-        scopes = getattr(self._local, "scopes", None)
-        if scopes is None:
-            scopes = self._local.scopes = []
-        return scopes
+        return vars(self._local).setdefault("scopes", [])
 
     def __enter__(self) -> "TFDevice":
         from devshim.backends import load_backend
@@ -157,9 +154,7 @@ class TensorflowBackend(Backend):
 
     def is_tensor(self, x) -> bool:
         tf = self.fw
-        if isinstance(x, (tf.Tensor, tf.Variable, _composite_tensor(), tf.TensorArray)):
-            return True
-        return _is_keras_variable(x)
+        return isinstance(x, (tf.Tensor, tf.Variable, _composite_tensor(), tf.TensorArray)) or _is_keras_variable(x)
 
     def is_native_device(self, obj) -> bool:
         return isinstance(obj, TFDevice)

@@ -93,8 +93,7 @@ def _guarded_numpy(original):
             return value
         return original(self)
 
-    mark_wrapper(_numpy, original)
-    return _numpy
+    return mark_wrapper(_numpy, original)
 
 
 def _tensors(values) -> list:
@@ -103,9 +102,7 @@ def _tensors(values) -> list:
         if isinstance(value, _EagerTensor):
             found.append(value)
         elif isinstance(value, (list, tuple)):
-            for item in value:
-                if isinstance(item, _EagerTensor):
-                    found.append(item)
+            found.extend(item for item in value if isinstance(item, _EagerTensor))
     return found
 
 
@@ -161,38 +158,35 @@ def _check(op_name: str, device_name, inputs: list, state) -> list:
     return pending
 
 
+def _run_checked(original, args: tuple, op_name: str, device_name, values, state):
+    """`original(*args)`, the op's tensor inputs among `values` checked first (`_check`)."""
+    inputs = _tensors(values)
+    pending = _check(op_name, device_name, inputs, state) if inputs else None
+    result = original(*args)
+    logged(pending)
+    return result
+
+
 def _guarded_fast_path(original):
     def TFE_Py_FastPathExecute(ctx, op_name, name, *args):
         state = current()
         if state.checking and args and not marker.is_explicit():
-            inputs = _tensors(args)
-            if inputs:  # one input is enough: tf.exp(x) under another device's scope copies x
-                pending = _check(op_name, ctx.device_name, inputs, state)
-                if pending:
-                    result = original(ctx, op_name, name, *args)
-                    logged(pending)
-                    return result
+            # one input is enough: tf.exp(x) under another device's scope copies x
+            return _run_checked(original, (ctx, op_name, name, *args), op_name, ctx.device_name, args, state)
         return original(ctx, op_name, name, *args)
 
-    mark_wrapper(TFE_Py_FastPathExecute, original)
-    return TFE_Py_FastPathExecute
+    return mark_wrapper(TFE_Py_FastPathExecute, original)
 
 
 def _guarded_execute(original):
     def TFE_Py_Execute(ctx_handle, device_name, op_name, inputs, attrs, num_outputs):
         state = current()
         if state.checking and not marker.is_explicit():
-            tensors = _tensors(inputs)
-            if tensors:
-                pending = _check(op_name, device_name, tensors, state)
-                if pending:
-                    result = original(ctx_handle, device_name, op_name, inputs, attrs, num_outputs)
-                    logged(pending)
-                    return result
+            args = (ctx_handle, device_name, op_name, inputs, attrs, num_outputs)
+            return _run_checked(original, args, op_name, device_name, inputs, state)
         return original(ctx_handle, device_name, op_name, inputs, attrs, num_outputs)
 
-    mark_wrapper(TFE_Py_Execute, original)
-    return TFE_Py_Execute
+    return mark_wrapper(TFE_Py_Execute, original)
 
 
 # TensorFlow's refusals of inputs on other devices: an op's under the "explicit" device policy

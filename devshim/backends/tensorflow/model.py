@@ -56,15 +56,6 @@ def _keras2_layer(obj):
     return None
 
 
-def _keras2_refused(model, package: str) -> FrameworkReleaseError:
-    return FrameworkReleaseError(
-        f"This {type(model).__name__} is a Keras 2 model ({package}); devshim places Keras 3 models "
-        f"(keras 3.0 or later, TensorFlow 2.16 or later). Build it under the device instead "
-        f"(`with ds.try_gpu(): model = ...; model(sample_batch)`), or move to Keras 3: unset "
-        f"TF_USE_LEGACY_KERAS and import keras rather than tf_keras."
-    )
-
-
 class _KerasOnTensorFlow(keras_base.KerasModels):
     """Keras 3 models on TensorFlow: cloned onto another device (TensorFlow cannot move a variable).
     An unbuilt model's first-call build step runs under the device too (`builders`): Keras builds
@@ -89,6 +80,19 @@ class _KerasOnTensorFlow(keras_base.KerasModels):
 _KERAS = _KerasOnTensorFlow(_internals)
 
 
+def _keras3(model) -> _KerasOnTensorFlow:
+    """The placement of Keras 3 models, for `model`; a Keras 2 model is refused."""
+    package = _keras2_layer(model)
+    if package is not None:
+        raise FrameworkReleaseError(
+            f"This {type(model).__name__} is a Keras 2 model ({package}); devshim places Keras 3 models "
+            f"(keras 3.0 or later, TensorFlow 2.16 or later). Build it under the device instead "
+            f"(`with ds.try_gpu(): model = ...; model(sample_batch)`), or move to Keras 3: unset "
+            f"TF_USE_LEGACY_KERAS and import keras rather than tf_keras."
+        )
+    return _KERAS
+
+
 class KerasPlacement(ModelPlacement):
     """Placement of Keras models (the contract: `devshim.backends.model_base.ModelPlacement`).
 
@@ -100,31 +104,21 @@ class KerasPlacement(ModelPlacement):
     def is_model(self, obj) -> bool:
         return (keras_base.is_model(obj) and keras_base.backend() == "tensorflow") or _keras2_layer(obj) is not None
 
-    def _refuse_keras2(self, model) -> None:
-        package = _keras2_layer(model)
-        if package is not None:
-            raise _keras2_refused(model, package)
-
     def named_places(self, model, adapter) -> list:
-        self._refuse_keras2(model)
-        return _KERAS.named_places(model, adapter)
+        return _keras3(model).named_places(model, adapter)
 
     def place(self, model, native, adapter, input_shape=None):
-        self._refuse_keras2(model)
-        return _KERAS.place(model, native, adapter, input_shape)
+        return _keras3(model).place(model, native, adapter, input_shape)
 
     def child_sizes(self, model) -> list:
-        self._refuse_keras2(model)
-        return _KERAS.child_sizes(model)
+        return _keras3(model).child_sizes(model)
 
     def place_map(self, model, natives: dict, adapter):
         return _KERAS.place_map(model, natives, adapter)
 
     def unplace(self, model) -> None:
         """Take devshim's device off a placed model's calls."""
-        self._refuse_keras2(model)
-        _KERAS.unplace(model)
+        _keras3(model).unplace(model)
 
     def replicate(self, model, natives: list, adapter) -> list:
-        self._refuse_keras2(model)
-        return _KERAS.replicate(model, natives, adapter)
+        return _keras3(model).replicate(model, natives, adapter)

@@ -72,13 +72,9 @@ def init(adapter, process_group_backend=None, timeout=None) -> None:
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, **options)
         return
     _check_rank_and_size(launch)
-    if launch.name == "torchrun":
-        # torchrun's agent serves the store at MASTER_ADDR:MASTER_PORT: join it, do not start one.
-        dist.init_process_group(backend, init_method="env://", rank=launch.rank,
-                                world_size=launch.world_size, **options)
-        return
-    dist.init_process_group(backend, init_method=_rendezvous_address(launch),
-                            rank=launch.rank, world_size=launch.world_size, **options)
+    # torchrun's agent serves the store at MASTER_ADDR:MASTER_PORT: join it, do not start one.
+    method = "env://" if launch.name == "torchrun" else _rendezvous_address(launch)
+    dist.init_process_group(backend, init_method=method, rank=launch.rank, world_size=launch.world_size, **options)
 
 
 def _check_rank_and_size(launch) -> None:

@@ -27,6 +27,11 @@ TESTED = "2.4 to 2.15"
 INTERNALS = Internals("torch", title="torch", tested=TESTED)
 
 
+def _add(name: str, find=None, **described):
+    """An internal probed at its dotted `name`, unless `find` says where else to look."""
+    return INTERNALS.add(name, find=find or dotted(name), **described)
+
+
 def _current_tx():
     from torch._dynamo.symbolic_convert import InstructionTranslator
 
@@ -71,35 +76,31 @@ DYNAMO_INLINE = INTERNALS.add(
     find=_dynamo_inline,
     before=(2, 13),
 )
-SKIP_CODE = INTERNALS.add(
+SKIP_CODE = _add(
     "torch._dynamo.eval_frame.skip_code",
     feature="devshim's own functions running uncompiled, on torch before 2.13, where torch.compile meets "
             "them outside a trace (a compiled function that traced no op, a graph break, "
             "torch.compile(ds.to_device) itself)",
     fallback="Dynamo compiles such a devshim function on its own and fails inside devshim's dispatch with "
              "its own error: call devshim outside the compiled function there.",
-    find=dotted("torch._dynamo.eval_frame.skip_code"),
     before=(2, 13),
 )
-FUNCTION_MODE_STACK = INTERNALS.add(
+FUNCTION_MODE_STACK = _add(
     "torch.overrides._get_current_function_mode_stack",
     feature="the transfer guard taking its op-input check (a TorchFunctionMode) off a thread's mode "
             "stack when the thread's last guard block ends",
     fallback="the guard's mode stays on that thread's torch function mode stack after the block; it lets "
              "every op through there, at the cost of one Python call per op.",
-    find=dotted("torch.overrides._get_current_function_mode_stack"),
 )
-PRIVATEUSE1_NAME = INTERNALS.add(
+PRIVATEUSE1_NAME = _add(
     "torch._C._get_privateuse1_backend_name",
     feature="telling a real out-of-tree accelerator from devshim's virtual GPUs (ds.try_gpu)",
     fallback="torch.accelerator's answer is taken as the accelerator unless it is devshim's vgpu.",
-    find=dotted("torch._C._get_privateuse1_backend_name"),
 )
-RESTART_ANALYSIS = INTERNALS.add(
+RESTART_ANALYSIS = _add(
     "torch._dynamo.exc.RestartAnalysis",
     feature="torch.compile when the compiled function holds the process's first devshim call",
     fallback="such a compile raises FirstCallInTraceError; call any devshim function once before compiling.",
-    find=dotted("torch._dynamo.exc.RestartAnalysis"),
 )
 CURRENT_TX = INTERNALS.add(
     "torch._dynamo.symbolic_convert.InstructionTranslator.current_tx",
@@ -107,14 +108,13 @@ CURRENT_TX = INTERNALS.add(
     fallback="such a compile raises FirstCallInTraceError; call any devshim function once before compiling.",
     find=_current_tx,
 )
-TENSOR_USE_COUNT = INTERNALS.add(
+TENSOR_USE_COUNT = _add(
     "torch.Tensor._use_count",
     feature="ds.allreduce across processes returning only once gloo's worker thread has let go of the "
             "tensors it summed (on torch before 2.8, a process group torn down while that thread still "
             "holds a tensor Python has dropped deadlocks destroy_process_group)",
     fallback="ds.allreduce keeps the tensors of its latest cross-process sum alive until its next call, "
              "so they outlive that thread's hold in all but a very late teardown.",
-    find=dotted("torch.Tensor._use_count"),
 )
 MODULE_SLOTS = INTERNALS.add(
     "torch.nn.Module._parameters / _buffers",
@@ -253,60 +253,49 @@ def _device_test_modules():
     return names
 
 
-def _virtual(name: str, find, use: str):
-    return INTERNALS.add(name, feature=f"{_VIRTUAL}: {use}", fallback=_VIRTUAL_REFUSED, find=find,
-                         since=_VIRTUAL_FLOOR)
+def _virtual(name: str, use: str, find=None):
+    return _add(name, find, feature=f"{_VIRTUAL}: {use}", fallback=_VIRTUAL_REFUSED, since=_VIRTUAL_FLOOR)
 
 
 ACCELERATION_HOOKS = _virtual("torch._C._acc (PrivateUse1Hooks, DeviceGuard, their registration)",
-                              _acceleration_hooks, "the vgpu device's Python hooks and device guard")
-REGISTER_DEVICE_MODULE = _virtual("torch._register_device_module", dotted("torch._register_device_module"),
-                                  "torch.vgpu, the device module")
-BAD_FORK = _virtual("device module _is_in_bad_fork", _bad_fork_name, "torch.vgpu, the device module")
+                              "the vgpu device's Python hooks and device guard", _acceleration_hooks)
+REGISTER_DEVICE_MODULE = _virtual("torch._register_device_module", "torch.vgpu, the device module")
+BAD_FORK = _virtual("device module _is_in_bad_fork", "torch.vgpu, the device module", _bad_fork_name)
 OPERATOR_LISTING = _virtual("torch._C._dispatch_get_all_op_names / _dispatch_has_kernel_for_dispatch_key",
+                            "kernels for the operators torch runs on every device",
                             dotted("torch._C._dispatch_get_all_op_names",
-                                   "torch._C._dispatch_has_kernel_for_dispatch_key"),
-                            "kernels for the operators torch runs on every device")
+                                   "torch._C._dispatch_has_kernel_for_dispatch_key"))
 TENSOR_METADATA = _virtual("torch._C._get_tensor_metadata / _set_tensor_metadata",
-                           dotted("torch._C._get_tensor_metadata", "torch._C._set_tensor_metadata"),
-                           "the conjugate and negative bits a tensor carries")
+                           "the conjugate and negative bits a tensor carries",
+                           dotted("torch._C._get_tensor_metadata", "torch._C._set_tensor_metadata"))
 STORAGE_FROM_POINTER = _virtual("torch._C._construct_storage_from_data_pointer",
-                                dotted("torch._C._construct_storage_from_data_pointer"),
                                 "storages on a virtual GPU (views, torch.save, DLPack)")
-WRAPPER_SUBCLASS = _virtual("torch.Tensor._make_wrapper_subclass", dotted("torch.Tensor._make_wrapper_subclass"),
-                            "the tensor class on a virtual GPU")
-DISABLE_TORCH_FUNCTION = _virtual("torch._C.DisableTorchFunction", dotted("torch._C.DisableTorchFunction"),
-                                  "Tensor.data set below torch's function layer")
-DISABLE_TORCH_FUNCTION_SUBCLASS = _virtual("torch._C.DisableTorchFunctionSubclass",
-                                           dotted("torch._C.DisableTorchFunctionSubclass"),
-                                           "reading a tensor's device")
+WRAPPER_SUBCLASS = _virtual("torch.Tensor._make_wrapper_subclass", "the tensor class on a virtual GPU")
+DISABLE_TORCH_FUNCTION = _virtual("torch._C.DisableTorchFunction", "Tensor.data set below torch's function layer")
+DISABLE_TORCH_FUNCTION_SUBCLASS = _virtual("torch._C.DisableTorchFunctionSubclass", "reading a tensor's device")
 DISABLED_TORCH_FUNCTION_IMPL = _virtual("torch._C._disabled_torch_function_impl",
-                                        dotted("torch._C._disabled_torch_function_impl"),
                                         "no Python at torch's function layer")
-TENSOR_DATA = _virtual("torch._C.TensorBase.data", _tensor_data, "Tensor.data")
+TENSOR_DATA = _virtual("torch._C.TensorBase.data", "Tensor.data", _tensor_data)
 AUTOGRAD_THREADS = _virtual("torch._C._is_multithreading_enabled / _set_multithreading_enabled",
-                            dotted("torch._C._is_multithreading_enabled", "torch._C._set_multithreading_enabled"),
-                            "backward passes on the calling thread")
-OP_PARTS = _virtual("torch._ops.OpOverload (._op, ._schema)", _op_parts,
-                    "each operator's device rules and host kernel")
-CPU_KEYS = _virtual("torch._C.DispatchKeySet(DispatchKey.CPU)", _cpu_keys, "DLPack export's host storage")
-C_GENERATOR = _virtual("torch._C.Generator", dotted("torch._C.Generator"), "a random generator per virtual GPU")
-PARSE_TO = _virtual("torch._C._nn._parse_to", dotted("torch._C._nn._parse_to"),
-                    "moving torch.nn.Lazy* modules' tensors")
-LAZY_ALLOWED = _virtual("torch.nn.parameter.UninitializedTensorMixin._allowed_methods", _lazy_allowed,
-                        "torch.nn.Lazy* modules' uninitialised tensors")
-EXCEPTION_WRAPPER = _virtual("torch._utils.ExceptionWrapper", dotted("torch._utils.ExceptionWrapper"),
-                             "nn.DataParallel passing a replica's error on")
+                            "backward passes on the calling thread",
+                            dotted("torch._C._is_multithreading_enabled", "torch._C._set_multithreading_enabled"))
+OP_PARTS = _virtual("torch._ops.OpOverload (._op, ._schema)", "each operator's device rules and host kernel",
+                    _op_parts)
+CPU_KEYS = _virtual("torch._C.DispatchKeySet(DispatchKey.CPU)", "DLPack export's host storage", _cpu_keys)
+C_GENERATOR = _virtual("torch._C.Generator", "a random generator per virtual GPU")
+PARSE_TO = _virtual("torch._C._nn._parse_to", "moving torch.nn.Lazy* modules' tensors")
+LAZY_ALLOWED = _virtual("torch.nn.parameter.UninitializedTensorMixin._allowed_methods",
+                        "torch.nn.Lazy* modules' uninitialised tensors", _lazy_allowed)
+EXCEPTION_WRAPPER = _virtual("torch._utils.ExceptionWrapper", "nn.DataParallel passing a replica's error on")
 DEVICE_TYPE_LOOKUPS = _virtual("torch.nn.parallel.data_parallel._get_available_device_type / "
-                               "_get_all_device_indices", _device_type_lookups,
-                               "nn.DataParallel finding the virtual GPUs")
-TENSOR_TEXT = _virtual("torch._tensor_str._str", dotted("torch._tensor_str._str"),
-                       "printing a tensor as CUDA's print")
-PARAMETER_MARK = _virtual("torch.nn.Parameter's _is_param mark", _parameter_mark,
-                          "parameters on a virtual GPU passing isinstance(p, nn.Parameter)")
-UNTYPED_DTYPES = _virtual("torch.storage._new_dtypes", _untyped_dtypes, "torch.save of a virtual tensor")
+                               "_get_all_device_indices", "nn.DataParallel finding the virtual GPUs",
+                               _device_type_lookups)
+TENSOR_TEXT = _virtual("torch._tensor_str._str", "printing a tensor as CUDA's print")
+PARAMETER_MARK = _virtual("torch.nn.Parameter's _is_param mark",
+                          "parameters on a virtual GPU passing isinstance(p, nn.Parameter)", _parameter_mark)
+UNTYPED_DTYPES = _virtual("torch.storage._new_dtypes", "torch.save of a virtual tensor", _untyped_dtypes)
 REBUILD_FUNCTIONS = _virtual("torch._utils._rebuild_tensor_v2 / _v3 / _rebuild_parameter",
-                             _rebuild_functions, "torch.save of a virtual tensor (weights_only loads)")
+                             "torch.save of a virtual tensor (weights_only loads)", _rebuild_functions)
 DEVICE_TEST_MODULES = INTERNALS.add(
     "torch.testing._internal.common_device_type / common_utils",
     feature="ds.testing.torch_device_tests: torch's device-generic tests on virtual GPUs",
@@ -325,7 +314,7 @@ VIRTUAL_GPU_INTERNALS = (
 )
 
 
-QUEUE_CALLBACK = INTERNALS.add(
+QUEUE_CALLBACK = _add(
     "torch.autograd.Variable._execution_engine.queue_callback",
     feature="a virtual GPU's size (DEVSHIM_VIRTUAL_MEMORY) refusing an allocation inside a backward pass: "
             "torch.OutOfMemoryError is raised when the pass ends (an error raised inside one of torch's own "
@@ -337,9 +326,9 @@ QUEUE_CALLBACK = INTERNALS.add(
 )
 
 
-def _keras(name: str, **described):
+def _keras(name: str, find=None, **described):
     """An internal of Keras 3 (its torch backend), probed as the torch ones are."""
-    return INTERNALS.add(name, framework="keras", since=(3, 0), **described)
+    return _add(name, find, framework="keras", since=(3, 0), **described)
 
 
 def _keras_torch_core():
@@ -357,10 +346,6 @@ def _keras_device_input():
             "_parse_device_input" not in names_in_code(inspect.unwrap(core.device_scope).__code__):
         raise AttributeError("keras's torch device_scope no longer reads _parse_device_input")
     return Slot(core, "_parse_device_input")
-
-
-def _keras_current_device():
-    return _keras_torch_core().get_device
 
 
 def _keras_copy_frames():
@@ -381,7 +366,6 @@ KERAS_CURRENT_DEVICE = _keras(
     feature="ds.model_device of a Keras model devshim did not place saying where Keras computes (its current "
             "device: KERAS_TORCH_DEVICE, a keras.device block) when that is not where the weights are",
     fallback="ds.model_device answers where the weights are.",
-    find=_keras_current_device,
 )
 KERAS_COPY_FRAMES = _keras(
     "keras.src.backend.torch.core.convert_to_tensor",
@@ -397,14 +381,12 @@ KERAS_MAYBE_BUILD = _keras(
     fallback="only the model's build() and call() run under the device (a subclassed model's weights, made "
              "after Keras traces its call(), land on Keras's default device): pass input_shape= to "
              "ds.place_model to build it there at once.",
-    find=dotted("keras.layers.Layer._maybe_build"),
 )
 KERAS_FUNCTIONAL = _keras(
     "keras.src.models.functional.Functional",
     feature="ds.replicate cloning functional Keras models (keras.Model(inputs, outputs)) when Keras runs on torch",
     fallback="functional models are refused like subclassed ones (UnsupportedPlacementError); "
              "keras.Sequential models are still cloned.",
-    find=dotted("keras.src.models.functional.Functional"),
 )
 
 

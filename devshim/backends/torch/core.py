@@ -18,6 +18,7 @@ them and is imported only when they are asked for.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import warnings
 
@@ -31,14 +32,10 @@ from devshim.errors import (
     UnsupportedDtypeError, UnsupportedValueError, VirtualBesideRealGpuWarning,
 )
 
-# torch dtypes NumPy lacks, and the ml_dtypes type (same bits) that stands in for each.
-_ML_DTYPES = {
-    "bfloat16": ("int16", "bfloat16"),
-    "float8_e4m3fn": ("uint8", "float8_e4m3fn"),
-    "float8_e5m2": ("uint8", "float8_e5m2"),
-    "float8_e4m3fnuz": ("uint8", "float8_e4m3fnuz"),
-    "float8_e5m2fnuz": ("uint8", "float8_e5m2fnuz"),
-}
+# torch dtypes NumPy lacks (the ml_dtypes type of the same name stands in for each), and the
+# integer type of the same bits torch views each as.
+_ML_DTYPES = {"bfloat16": "int16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8", "float8_e4m3fnuz": "uint8",
+              "float8_e5m2fnuz": "uint8"}
 # Accelerator device types torch may report, tried in this order on torch without
 # torch.accelerator.
 _FALLBACK_PLATFORMS = ("cuda", "xpu", "mps", "mtia")
@@ -104,12 +101,9 @@ class TorchBackend(Backend):
             natives = self.devices()
         except DevshimError:  # settings the first real call will complain about
             natives = [torch.device("cpu")]
-        table = self._described
         for native in natives:
-            described = self.describe(native)
-            table.natives[native] = native
-            self._targets[native] = native
-            table.targets[native] = described
+            self._described.targets[native] = self.describe(native)
+            self._described.natives[native] = self._targets[native] = native
 
     def device_table(self):
         return self._described
@@ -217,11 +211,8 @@ class TorchBackend(Backend):
         NCCL, DDP and code that writes a bare "cuda" use it. Host and virtual devices: nothing."""
         if native.type in ("cpu", "meta", VIRTUAL_TYPE):
             return
-        accelerator = self._accelerator_api("set_device_index")
-        if accelerator is not None:
-            accelerator.set_device_index(native)
-        else:
-            self.fw.get_device_module(native.type).set_device(native)
+        set_device = self._accelerator_api("set_device_index") or self.fw.get_device_module(native.type).set_device
+        set_device(native)
 
     def sum_across_processes(self, total):
         """`total` summed over the ranks of torch.distributed's default process group, when
@@ -246,10 +237,8 @@ class TorchBackend(Backend):
 
     def make_native_device(self, kind: str, index: int):
         torch = self.fw
-        if kind == "cpu":
-            return torch.device("cpu")
-        if kind == "meta":
-            return torch.device("meta")
+        if kind in ("cpu", "meta"):
+            return torch.device(kind)
         virtual = settings.virtual_device_count()
         if virtual and not settings.accelerators_hidden():
             self.enable_virtual_devices(virtual)
@@ -286,8 +275,7 @@ class TorchBackend(Backend):
     def describe(self, native) -> Device:
         described = self._described.get(native)
         if described is None:
-            described = self._describe(native)
-            self._described[native] = described
+            described = self._described[native] = self._describe(native)
         return described
 
     def _describe(self, native) -> Device:
@@ -311,16 +299,16 @@ class TorchBackend(Backend):
         )
 
     def _current_index(self, platform: str) -> int:
-        accelerator = self._accelerator_api("current_device_index")
-        if accelerator is not None:
-            return accelerator.current_device_index()
+        current = self._accelerator_api("current_device_index")
+        if current is not None:
+            return current()
         if platform == "mps":
             return 0
         return self.fw.get_device_module(platform).current_device()
 
     def _accelerator_api(self, function: str):
-        """`torch.accelerator` when it speaks for this machine's accelerator and has `function`;
-        else None, and the caller asks the device module (`torch.cuda`, ...) itself.
+        """`torch.accelerator`'s `function` when it speaks for this machine's accelerator and has
+        one; else None, and the caller asks the device module (`torch.cuda`, ...) itself.
 
         With devshim's virtual GPUs registered beside a real one (`vgpu` fills torch's
         out-of-tree slot, which `torch.accelerator` asks first), `torch.accelerator` speaks
@@ -329,7 +317,7 @@ class TorchBackend(Backend):
         self.accelerator_platform()  # finds the platform, and whether torch.accelerator named it
         accelerator = getattr(self.fw, "accelerator", None)
         if self._by_accelerator and accelerator is not None and hasattr(accelerator, function):
-            return accelerator
+            return getattr(accelerator, function)
         return None
 
     def tensor_device(self, x) -> Device:
@@ -403,7 +391,7 @@ class TorchBackend(Backend):
             raise self._no_numpy_dtype(t, name) from None
 
     def _through_ml_dtypes(self, t, name: str):
-        bits, stand_in = _ML_DTYPES[name]
+        bits = _ML_DTYPES[name]
         try:
             import ml_dtypes
         except ImportError:
@@ -412,7 +400,7 @@ class TorchBackend(Backend):
                 f"\"devshim[torch]\" where devshim is installed) "
                 f"to get an exact copy, or convert first, e.g. ds.to_numpy(x.float())."
             ) from None
-        return t.view(getattr(self.fw, bits)).numpy().view(getattr(ml_dtypes, stand_in))
+        return t.view(getattr(self.fw, bits)).numpy().view(getattr(ml_dtypes, name))
 
     def _no_numpy_dtype(self, t, name: str) -> UnsupportedDtypeError:
         if t.is_quantized:
@@ -458,12 +446,10 @@ class TorchBackend(Backend):
         torch = self.fw
         if platform == "cuda" and not torch.cuda.is_initialized():
             return  # no CUDA context yet: nothing was ever queued on a CUDA device
-        accelerator = self._accelerator_api("synchronize")
-        if accelerator is not None:
-            sync = accelerator.synchronize
-        elif platform == "mps":  # torch.mps.synchronize takes no device: MPS has one
+        sync = self._accelerator_api("synchronize")
+        if sync is None and platform == "mps":  # torch.mps.synchronize takes no device: MPS has one
             sync = lambda device: torch.mps.synchronize()  # noqa: E731
-        else:
+        elif sync is None:
             sync = torch.get_device_module(platform).synchronize
         if native is None:
             for i in range(self.accelerator_count()):
@@ -479,21 +465,18 @@ class TorchBackend(Backend):
         torch = self.fw
         platform = self.accelerator_platform()
         for native in self.devices()[1:]:
-            if native.type == VIRTUAL_TYPE:
-                details.append({"device": str(self.describe(native)), "name": f"{native} (host memory)",
-                                "platform": "host", "virtual": True})
-                continue
             entry: dict = {"device": str(self.describe(native)), "name": str(native), "platform": platform}
-            if platform == "mps":
+            if native.type == VIRTUAL_TYPE:
+                entry.update(name=f"{native} (host memory)", platform="host", virtual=True)
+            elif platform == "mps":
                 entry.update(name="Apple MPS")
             else:
-                try:
+                # (where the runtime raises, the count is known but the runtime would not say more)
+                with contextlib.suppress(AttributeError, RuntimeError, AssertionError):
                     props = torch.get_device_module(platform).get_device_properties(native.index)
                     entry["name"] = getattr(props, "name", str(native))
                     if getattr(props, "total_memory", None):
                         entry["memory_bytes"] = props.total_memory
-                except (AttributeError, RuntimeError, AssertionError):
-                    pass  # the count is known but the runtime would not say more
             details.append(entry)
         return details
 

@@ -109,8 +109,7 @@ class _Mode(torch.overrides.TorchFunctionMode):
     """Checks each op's tensor inputs against the guard of the running thread or task."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if kwargs is None:
-            kwargs = {}
+        kwargs = kwargs or {}
         if func in _EXEMPT:
             if func is _TO and _keras_frames and sys._getframe(1).f_code in _keras_frames:
                 return _keras_copy(func, args, kwargs)

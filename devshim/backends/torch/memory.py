@@ -19,6 +19,7 @@ counted at once. Tensors passed in are counted from the start, as arguments are.
 from __future__ import annotations
 
 import copy
+import functools
 import weakref
 
 import torch
@@ -179,15 +180,10 @@ def _op_of(error) -> str:
     return str(error.args[0]) if error.args else type(error).__name__
 
 
-_counters: dict = {}
-
-
+@functools.cache
 def _counter(base) -> type:
     """The dispatch mode (a subclass of torch's `TorchDispatchMode`, `base`) that counts storages."""
-    found = _counters.get(base)
-    if found is None:
-        found = _counters[base] = type("StorageCount", (_StorageCount, base), {})
-    return found
+    return type("StorageCount", (_StorageCount, base), {})
 
 
 class _StorageCount:
@@ -258,11 +254,8 @@ def _as_fake(mode, count, nest):
 
 def _figures_of(count, kept: dict, arguments: dict) -> dict:
     """The estimate of the device that held the most: an accelerator's before the CPU's."""
-    if not count.peak:
-        device, peak = torch.device("cpu"), 0
-    else:
-        device = max(count.peak, key=lambda d: (d.type != "cpu", count.peak[d]))
-        peak = count.peak[device]
+    device = max(count.peak, key=lambda d: (d.type != "cpu", count.peak[d]), default=torch.device("cpu"))
+    peak = count.peak.get(device, 0)
     return {
         "peak": peak, "kept": kept.get(device, 0), "device": str(device),
         "method": "torch FakeTensorMode: the bytes of every storage the step makes, on its device, while it lives",

@@ -23,6 +23,7 @@ naming a virtual GPU (`vgpu:1`) finds devshim's virtual GPUs registered.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import weakref
@@ -59,7 +60,7 @@ def _tied(module) -> list:
     return [names for names in groups.values() if len(names) > 1]
 
 
-def _retie(module, groups: list) -> None:
+def _retie(module, groups: list):
     # module.to() keeps ties when it can convert parameters in place; across device types
     # whose tensors differ in kind (to meta, say) it makes a new Parameter per occurrence.
     for names in groups:
@@ -67,16 +68,13 @@ def _retie(module, groups: list) -> None:
         for name in names[1:]:
             owner, _, attr = name.rpartition(".")
             setattr(module.get_submodule(owner) if owner else module, attr, first)
+    return module
 
 
 def _refuse_split_ties(groups: list, natives: dict, adapter) -> None:
     def placed(name: str):
-        best = None
-        for prefix, native in natives.items():
-            if name == prefix or name.startswith(prefix + ".") or not prefix:
-                if best is None or len(prefix) > len(best[0]):
-                    best = (prefix, native)
-        return adapter.describe(best[1]) if best else None
+        prefixes = [prefix for prefix in natives if name == prefix or name.startswith(prefix + ".") or not prefix]
+        return adapter.describe(natives[max(prefixes, key=len)]) if prefixes else None
 
     for names in groups:
         where = {str(placed(name)) for name in names}
@@ -104,20 +102,16 @@ def _submodule(module, name: str):
 
 
 def _snapshot(module) -> list:
-    """(owner, kind, name, tensor) for every parameter, gradient and buffer: what a rollback restores
-    (nothing, on a torch whose modules keep them elsewhere: _internals.MODULE_SLOTS)."""
-    saved = []
+    """(slot, name, tensor, data, grad) for every parameter and buffer (a buffer's data and grad None):
+    what a rollback restores (nothing, on a torch whose modules keep them elsewhere: _internals.MODULE_SLOTS)."""
     slots = _internals.MODULE_SLOTS.get()
     if slots is None:
-        return saved
-    parameters, buffers = slots
+        return []
+    saved: list = []
     for owner in module.modules():
-        for name, p in getattr(owner, parameters).items():
-            if p is not None:
-                saved.append((owner, "param", name, p, p.data, p.grad))
-        for name, b in getattr(owner, buffers).items():
-            if b is not None:
-                saved.append((owner, "buffer", name, b, None, None))
+        parameters, buffers = getattr(owner, slots[0]), getattr(owner, slots[1])
+        saved += [(parameters, name, p, p.data, p.grad) for name, p in parameters.items() if p is not None]
+        saved += [(buffers, name, b, None, None) for name, b in buffers.items() if b is not None]
     return saved
 
 
@@ -130,23 +124,18 @@ def _restore(saved: list, moved: list) -> None:
     # module.to does, virtual GPUs included); then every tensor object is put back in its slot.
     for block, places in reversed(moved):
         if len(places) == 1:
-            try:
+            with contextlib.suppress(Exception):  # (the per-tensor restore below still runs)
                 block.to(next(iter(places)))
-            except Exception:  # noqa: BLE001 - the per-tensor restore below still runs
-                pass
-    slots = _internals.MODULE_SLOTS.get()  # (saved is empty without them)
     with torch.no_grad():
-        for owner, kind, name, tensor, data, grad in saved:
-            if kind == "param":
+        for slot, name, tensor, data, grad in saved:
+            if data is not None:  # a parameter
                 # module.to above brought a block back with a copy (new memory, when it had
                 # reached another device): the parameter takes its own memory back, as it was.
                 if (tensor.device != data.device or not _same_memory(tensor, data)) and not _take_back(tensor, data):
                     continue  # module.to above made a new Parameter on the old device: keep that
                 if tensor.grad is not grad and (grad is None or grad.device == tensor.device):
                     tensor.grad = grad
-                getattr(owner, slots[0])[name] = tensor
-            else:
-                getattr(owner, slots[1])[name] = tensor
+            slot[name] = tensor
 
 
 def _take_back(tensor, data) -> bool:
@@ -155,13 +144,11 @@ def _take_back(tensor, data) -> bool:
     cannot take a host tensor's `.data`: it is swapped back."""
     try:
         tensor.data = data
-        return True
     except Exception:  # noqa: BLE001 - a pair torch cannot change in place: swap the object back
-        pass
-    try:
-        torch.utils.swap_tensors(tensor, torch.nn.Parameter(data, requires_grad=tensor.requires_grad))
-    except Exception:  # noqa: BLE001 - (a tensor something holds a weak reference to)
-        return False
+        try:
+            torch.utils.swap_tensors(tensor, torch.nn.Parameter(data, requires_grad=tensor.requires_grad))
+        except Exception:  # noqa: BLE001 - (a tensor something holds a weak reference to)
+            return False
     return True
 
 
@@ -354,10 +341,6 @@ class TorchPlacement(ModelPlacement):
                 f"the model before splitting it."
             )
         groups = _tied(module)
-        replicas = []
-        for native in natives:
-            replica = copy.deepcopy(module).to(native)  # deepcopy keeps ties; .to may not (meta)
-            _retie(replica, groups)
-            replicas.append(replica)
-        return replicas
+        # deepcopy keeps ties; .to may not (meta)
+        return [_retie(copy.deepcopy(module).to(native), groups) for native in natives]
 

@@ -150,14 +150,6 @@ _HOST_ARGUMENT_NAMES = {
 }
 
 
-def _host_argument_positions(func):
-    """Positions and names of `func`'s arguments that may stay on the CPU, or `(None, None)`
-    (worked out once per operator: `_Plan` keeps the answer)."""
-    names = _HOST_ARGUMENT_NAMES.get(func.__name__.split(".")[0])
-    positions = {i for i, arg in enumerate(_schema_of(func).arguments) if arg.name in names} if names else None
-    return (frozenset(positions), names) if positions else (None, None)
-
-
 def _unwrap(cls, value, seen: list, host_ok: bool = False):
     """`value` with virtual tensors replaced by their host tensors; the device of every
     tensor that must agree with the others goes into `seen`. CPU tensors agree with
@@ -177,11 +169,13 @@ def _unwrap(cls, value, seen: list, host_ok: bool = False):
     return value
 
 
-def _has_virtual(cls, values) -> bool:
+def _has(cls, values, foreign: bool = False) -> bool:
+    """Whether `values` (lists and tuples searched too) hold a virtual tensor, or with `foreign`
+    a tensor of a virtual GPU that is not one (see `_adopt_foreign`)."""
     for value in values:
-        if isinstance(value, cls):
+        if _is_foreign(cls, value) if foreign else isinstance(value, cls):
             return True
-        if (type(value) is list or type(value) is tuple) and _has_virtual(cls, value):
+        if (type(value) is list or type(value) is tuple) and _has(cls, value, foreign):
             return True
     return False
 
@@ -206,35 +200,36 @@ class _Plan:
                  "generator", "quantizes", "storages")
 
     def __init__(self, func) -> None:
+        schema = _schema_of(func)
+        arguments = list(enumerate(schema.arguments))
         self.func = func
-        self.name = func.__name__.split(".")[0]
+        self.name = name = func.__name__.split(".")[0]
         self.foreach = func.__name__.startswith(_internals.FOREACH_PREFIX)
-        self.host_positions, self.host_names = _host_argument_positions(func)
+        # The positions and names of the arguments that may stay on the CPU, or None.
+        names = _HOST_ARGUMENT_NAMES.get(name)
+        positions = frozenset(position for position, arg in arguments if names and arg.name in names)
+        self.host_positions, self.host_names = (positions, names) if positions else (None, None)
         self.any_device = func in _ANY_DEVICE
         kernel = _HOST_KERNELS.get(func)
         if kernel is None:
             # OpOverload.__call__ only forwards to _op: call the C++ entry point itself.
             kernel = _kernel_of(func) if type(func) is _OpOverload else func
         self.kernel = kernel
-        self.aliases = _write_aliases(func)
-        self.reshapes = _reshaped_arguments(func)
-        self.views = any(ret.alias_info is not None and not ret.alias_info.is_write
-                         for ret in _schema_of(func).returns)
+        self.aliases = _write_aliases(schema, arguments)
+        self.reshapes = _reshaped_arguments(func, name, arguments)
+        self.views = any(ret.alias_info is not None and not ret.alias_info.is_write for ret in schema.returns)
         # In-place operations (add_, zero_, ...) return their first argument itself.
         self.returns_first = self.aliases is not None and len(self.aliases) == 1 \
             and self.aliases[0] is not None and self.aliases[0][0] == 0
         # Operations that draw random numbers use the virtual GPU's generator (generators.py).
         self.seeded = _SEEDED is not None and _SEEDED in func.tags
-        self.generator = next(((position, arg.name) for position, arg in enumerate(_schema_of(func).arguments)
-                               if arg.name == "generator"), None)
+        self.generator = next(((position, arg.name) for position, arg in arguments if arg.name == "generator"), None)
         # Operations that may make a quantized tensor (quantize_per_tensor, ...), which a
         # virtual GPU refuses: their results are checked (refuse_quantized).
-        self.quantizes = "quantize" in self.name and "dequantize" not in self.name \
-            and "fake_quant" not in self.name
+        self.quantizes = "quantize" in name and "dequantize" not in name and "fake_quant" not in name
         # Storage arguments (set_, as torch.load rebuilds a tensor) may be a virtual GPU's.
-        self.storages = tuple((position, arg.name) for position, arg in enumerate(_schema_of(func).arguments)
-                              if str(arg.type) == "Storage") or None
-        self.tensor_positions = _single_tensor_positions(func) if (
+        self.storages = tuple((position, arg.name) for position, arg in arguments if str(arg.type) == "Storage") or None
+        self.tensor_positions = _single_tensor_positions(arguments) if (
             not self.foreach and self.host_positions is None and not self.any_device
             and not self.seeded and not self.quantizes and self.storages is None) else None
 
@@ -242,12 +237,13 @@ class _Plan:
 _SEEDED = getattr(torch.Tag, "nondeterministic_seeded", None)
 
 
-def _single_tensor_positions(func):
-    """Positions of `func`'s `Tensor` and `Tensor?` arguments, when those are the only
-    arguments that can hold a tensor (no tensor lists) and none is keyword-only: then a call
-    with positional arguments only can take `torch_dispatch`'s short path. Else None."""
+def _single_tensor_positions(arguments):
+    """Positions of the operator's `Tensor` and `Tensor?` arguments (`arguments`, enumerated),
+    when those are the only arguments that can hold a tensor (no tensor lists) and none is
+    keyword-only: then a call with positional arguments only can take `torch_dispatch`'s short
+    path. Else None."""
     positions = []
-    for position, arg in enumerate(_schema_of(func).arguments):
+    for position, arg in arguments:
         kind = str(arg.type)
         if "Tensor" not in kind:
             continue
@@ -259,12 +255,6 @@ def _single_tensor_positions(func):
 
 _alias = _kernel_of(_aten.alias.default)
 _plans: dict = {}   # id(func) -> _Plan
-
-
-def _plan_for(func) -> _Plan:
-    plan = _Plan(func)
-    _plans[id(func)] = plan
-    return plan
 
 
 def run(cls, func, args, kwargs):
@@ -280,7 +270,7 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
         _set_multithreading_enabled(False)
     plan = _plans.get(id(func))
     if plan is None or plan.func is not func:
-        plan = _plan_for(func)
+        plan = _plans[id(func)] = _Plan(func)
     if plan.tensor_positions is not None and not kwargs:
         result = _short_path(cls, plan, args)
         if result is not _NOT_SHORT:
@@ -330,9 +320,8 @@ def _short_path(cls, plan, args):
 def _general_path(cls, plan, args, kwargs):
     """Any call: unwrap every argument, check CUDA's device rule, run the host kernel (with
     the virtual GPU's random generator where it draws), and wrap the results."""
-    func = plan.func
     if plan.foreach:
-        return _dispatch_foreach(cls, func, args, kwargs)
+        return _dispatch_foreach(cls, plan, args, kwargs)
     host_args, host_kwargs, seen = _unwrap_call(cls, plan, args, kwargs)
     if plan.storages is not None:
         _host_storages(plan.storages, host_args, host_kwargs)
@@ -450,32 +439,28 @@ def _finish(cls, plan, result, host_args, out, args, kwargs):
     return returned[0] if len(aliases) == 1 else tuple(returned)
 
 
-def _dispatch_foreach(cls, func, args, kwargs):
+def _dispatch_foreach(cls, plan, args, kwargs):
     """`torch._foreach_*`: CUDA's rule holds per position (the i-th tensors of every list,
     and any single tensor argument, share a device), and each result lands on its position's device."""
     values = (*args, *kwargs.values())
-    lists = [v for v in values if (type(v) is list or type(v) is tuple) and _has_tensor(v)]
+    lists = [v for v in values if (type(v) is list or type(v) is tuple)
+             and any(isinstance(item, _Tensor) for item in v)]
     singles = [v for v in values if isinstance(v, torch.Tensor)]
     places = []
     for position in range(len(lists[0]) if lists else 0):
         seen: list = []
         for value in (*(items[position] for items in lists), *singles):
             _unwrap(cls, value, seen)
-        for device in seen:
-            if device != seen[0]:
-                raise _mismatch(func, seen[0], device)
+        if seen:
+            _check_one_device(plan, seen, args, kwargs)
         places.append(next((device for device in seen if _is_virtual_type(device)), None))
     ignored: list = []
-    result = func(*[_unwrap(cls, arg, ignored) for arg in args],
-                  **{name: _unwrap(cls, value, ignored) for name, value in kwargs.items()})
+    result = plan.func(*[_unwrap(cls, arg, ignored) for arg in args],
+                       **{name: _unwrap(cls, value, ignored) for name, value in kwargs.items()})
     if type(result) is list or type(result) is tuple:  # in-place forms return nothing
         return type(result)([new(cls, item, place) if place is not None else item
                              for item, place in zip(result, places)])
     return result
-
-
-def _has_tensor(values) -> bool:
-    return any(isinstance(value, torch.Tensor) for value in values)
 
 
 def _argument(args, kwargs, where):
@@ -491,12 +476,10 @@ def _wrap(cls, value, device, make=new):
     return value
 
 
-def _reshaped_arguments(func):
+def _reshaped_arguments(func, name, arguments):
     """`(position, name)` of each argument whose metadata `func` may change in place (see
     `_RESHAPING`), or None for the (many) operations that change none."""
-    schema = _schema_of(func)
-    name = func.__name__.split(".")[0]
-    written = [(position, arg.name) for position, arg in enumerate(schema.arguments)
+    written = [(position, arg.name) for position, arg in arguments
                if arg.alias_info is not None and arg.alias_info.is_write]
     if name in _RESHAPING:
         found = _RESHAPING[name]
@@ -504,7 +487,7 @@ def _reshaped_arguments(func):
     if _INPLACE_VIEW is not None and _INPLACE_VIEW in func.tags:
         return tuple(written) or None
     outs = tuple((position, arg_name) for position, arg_name in written
-                 if schema.arguments[position].kwarg_only)  # out= (resized when its size differs)
+                 if arguments[position][1].kwarg_only)  # out= (resized when its size differs)
     return outs or None
 
 
@@ -522,17 +505,16 @@ def _follow_hosts(cls, where, args, kwargs) -> None:
                     follow_host(item)
 
 
-def _write_aliases(func):
-    """For each return of `func`: `(position, name)` of the argument it is (`a!`), or
-    None; None for the whole when no return is a mutated argument (worked out once per
-    operator: `_Plan` keeps the answer)."""
-    schema = _schema_of(func)
+def _write_aliases(schema, arguments):
+    """For each return of the operator of `schema`: `(position, name)` of the argument it is
+    (`a!`), or None; None for the whole when no return is a mutated argument (worked out once
+    per operator: `_Plan` keeps the answer)."""
     found = []
     for ret in schema.returns:
         info = ret.alias_info
         where = None
         if info is not None and info.is_write:
-            for position, arg in enumerate(schema.arguments):
+            for position, arg in arguments:
                 ainfo = arg.alias_info
                 if ainfo is not None and ainfo.is_write and set(ainfo.before_set) & set(info.before_set):
                     where = (position, arg.name)
@@ -549,17 +531,16 @@ def backend_kernel(cls, op, *args, **kwargs):
     adopted = _adopt_foreign(cls, op, args, kwargs)
     if adopted is not None:
         return adopted
-    if _has_virtual(cls, args) or _has_virtual(cls, kwargs.values()):
+    if _has(cls, args) or _has(cls, kwargs.values()):
         return run(cls, op, args, kwargs)
     target = _target(kwargs.get("device") or VIRTUAL_TYPE)
     kwargs = dict(kwargs)
     kwargs["device"] = _CPU
     plan = _plans.get(id(op))
     if plan is None or plan.func is not op:
-        plan = _plan_for(op)
-    if plan.seeded:
-        return _wrap(cls, _random.run_seeded(plan, list(args), kwargs, target), target)
-    return _wrap(cls, op(*args, **kwargs), target)
+        plan = _plans[id(op)] = _Plan(op)
+    result = _random.run_seeded(plan, list(args), kwargs, target) if plan.seeded else op(*args, **kwargs)
+    return _wrap(cls, result, target)
 
 
 def quantized_kernel(op, *args, **kwargs):
@@ -575,7 +556,7 @@ def _adopt_foreign(cls, op, args, kwargs):
     a storage a legacy-format `torch.load` fills), and they run as virtual tensors over that
     host memory; an in-place operation gives back the tensor itself. Any other such tensor has
     no memory devshim knows and is refused rather than computed with. None when there is none."""
-    if not (_has_foreign(cls, args) or _has_foreign(cls, kwargs.values())):
+    if not (_has(cls, args, True) or _has(cls, kwargs.values(), True)):
         return None
     originals: dict = {}
     adopted = tuple(_adopt(cls, value, originals) for value in args)
@@ -587,15 +568,6 @@ def _adopt_foreign(cls, op, args, kwargs):
 
 def _is_foreign(cls, value) -> bool:
     return isinstance(value, _Tensor) and not isinstance(value, cls) and value.device.type == VIRTUAL_TYPE
-
-
-def _has_foreign(cls, values) -> bool:
-    for value in values:
-        if _is_foreign(cls, value):
-            return True
-        if (type(value) is list or type(value) is tuple) and _has_foreign(cls, value):
-            return True
-    return False
 
 
 def _adopt(cls, value, originals: dict):

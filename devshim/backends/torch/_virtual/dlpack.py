@@ -60,31 +60,29 @@ def exportable(tensor):
     return export
 
 
-def _asked_by_torch() -> bool:
-    """Whether the DLPack call comes from torch's own `torch.from_dlpack`."""
+def _refuse_unless_torch(tensor) -> None:
+    """`ds.VirtualDLPackError` unless the DLPack call comes from torch's own `torch.from_dlpack`."""
     frame = sys._getframe(2)
     for _ in range(6):
         if frame is None:
-            return False
+            break
         if frame.f_globals.get("__name__") == "torch.utils.dlpack":
-            return True
+            return
         frame = frame.f_back
-    return False
+    _refuse(tensor)
 
 
 def dlpack(tensor, *args, **kwargs):
     """`tensor.__dlpack__(...)`: torch's capsule of `exportable(tensor)` when torch's
     `from_dlpack` asks, else `ds.VirtualDLPackError`."""
-    if not _asked_by_torch():
-        _refuse(tensor)
+    _refuse_unless_torch(tensor)
     return torch.Tensor.__dlpack__(exportable(tensor), *args, **kwargs)
 
 
 def dlpack_device(tensor):
     """`tensor.__dlpack_device__()`: an external device (`kDLExtDev`) of the virtual GPU's
     index, for torch's `from_dlpack`; else `ds.VirtualDLPackError`."""
-    if not _asked_by_torch():
-        _refuse(tensor)
+    _refuse_unless_torch(tensor)
     return (_EXTERNAL_DEVICE, tensor._device.index)
 
 

@@ -76,6 +76,16 @@ def _converted(func, args, kwargs):
     return None, _DTYPE_METHODS[func]
 
 
+def _same_kind(func, args, kwargs):
+    """`detach` (what nn.Parameter(p) asks of a tensor subclass) or `requires_grad_` of an
+    uninitialised tensor: a new uninitialised object of its kind, or torch's own."""
+    if func is _T.detach:
+        here, dtype, _ = _place_of(args[0])
+        return type(args[0])(False, here, dtype)
+    with _DisableTorchFunctionSubclass():
+        return func(*args, **kwargs)
+
+
 def _move(lazy, func, args, kwargs):
     """`func` (a conversion) of uninitialised `lazy`: the uninitialised object it gives."""
     device, dtype = _converted(func, args, kwargs)
@@ -87,10 +97,9 @@ def _move(lazy, func, args, kwargs):
     if device == here and dtype == here_dtype:
         return lazy
     buffer = isinstance(lazy, UninitializedBuffer)
+    kind = UninitializedBuffer if buffer else UninitializedParameter
     if device.type == VIRTUAL_TYPE:
-        kind = VirtualUninitializedBuffer if buffer else VirtualUninitializedParameter
-    else:
-        kind = UninitializedBuffer if buffer else UninitializedParameter
+        kind = _VIRTUAL[kind]
     moved = kind(requires_grad, device, dtype)
     if buffer:
         moved.persistent = getattr(lazy, "persistent", True)
@@ -105,12 +114,8 @@ class _VirtualLazy:
         kwargs = kwargs or {}
         if func in _CONVERSIONS:
             return _move(args[0], func, args, kwargs)
-        if func is _T.detach:  # what nn.Parameter(p) asks of a tensor subclass
-            here, dtype, _ = _place_of(args[0])
-            return type(args[0])(False, here, dtype)
-        if func is _T.requires_grad_:
-            with _DisableTorchFunctionSubclass():
-                return func(*args, **kwargs)
+        if func is _T.detach or func is _T.requires_grad_:
+            return _same_kind(func, args, kwargs)
         if func in _ALLOWED or func.__class__.__name__ == "method-wrapper":
             return route_torch_function(cls, func, types, args, kwargs)
         return UninitializedTensorMixin.__torch_function__.__func__(cls, func, types, args, kwargs)
@@ -175,7 +180,8 @@ class VirtualUninitializedBuffer(_VirtualLazy, UninitializedBuffer, VirtualTenso
 
 
 _torch_function = UninitializedTensorMixin.__dict__["__torch_function__"].__func__
-_new = {UninitializedParameter: UninitializedParameter.__new__, UninitializedBuffer: UninitializedBuffer.__new__}
+_VIRTUAL = {UninitializedParameter: VirtualUninitializedParameter, UninitializedBuffer: VirtualUninitializedBuffer}
+_new = {kind: kind.__new__ for kind in _VIRTUAL}
 _installed = False
 
 
@@ -185,15 +191,11 @@ def _lazy_torch_function(cls, func, types, args=(), kwargs=None):
         device, _ = _converted(func, args, kwargs or {})
         if device is not None and torch.device(device).type == VIRTUAL_TYPE:
             return _move(args[0], func, args, kwargs or {})
-    elif func is _T.detach and type(args[0]) in _new:
+    elif (func is _T.detach or func is _T.requires_grad_) and type(args[0]) in _new:
         # Moving one back from a virtual GPU: Module._apply wraps the CPU object that _move
         # gives in nn.Parameter(...), which detaches it (the set_data route CUDA takes needs
         # two tensors of one kind). Its detached self is a new uninitialised object.
-        here, dtype, _ = _place_of(args[0])
-        return type(args[0])(False, here, dtype)
-    elif func is _T.requires_grad_ and type(args[0]) in _new:
-        with _DisableTorchFunctionSubclass():
-            return func(*args, **(kwargs or {}))
+        return _same_kind(func, args, kwargs or {})
     return _torch_function(cls, func, types, args, kwargs)
 
 
@@ -219,6 +221,6 @@ def install() -> None:
     if _installed:
         return
     UninitializedTensorMixin.__torch_function__ = classmethod(_lazy_torch_function)
-    UninitializedParameter.__new__ = staticmethod(_lazy_new(UninitializedParameter, VirtualUninitializedParameter))
-    UninitializedBuffer.__new__ = staticmethod(_lazy_new(UninitializedBuffer, VirtualUninitializedBuffer))
+    for torch_class, virtual_class in _VIRTUAL.items():
+        torch_class.__new__ = staticmethod(_lazy_new(torch_class, virtual_class))
     _installed = True

@@ -162,11 +162,9 @@ def _resize(host, device, nbytes: int) -> None:
     with _lock:
         ref = _held.get(id(host))
         if ref is None:
-            ref = _Held(host, _release)
-            ref.key, ref.index, ref.size = id(host), index, 0
-            _held[ref.key] = ref
-            _count(index, host.nbytes())
-            ref.size = host.nbytes()
+            ref = _held[id(host)] = _Held(host, _release)
+            ref.key, ref.index, ref.size = id(host), index, host.nbytes()
+            _count(index, ref.size)
         grown = nbytes - ref.size
         if grown > 0 and limit is not None and _in_use[index] + grown > limit:
             raise _out_of_memory(index, grown, limit)
@@ -201,11 +199,7 @@ class VirtualStorage(torch.UntypedStorage):
     def nbytes(self) -> int:
         return self._devshim_host.nbytes()
 
-    def size(self) -> int:
-        return self._devshim_host.nbytes()
-
-    def __len__(self) -> int:
-        return self._devshim_host.nbytes()
+    size = __len__ = nbytes
 
     def data_ptr(self) -> int:
         return self._devshim_host.data_ptr()
@@ -219,8 +213,7 @@ class VirtualStorage(torch.UntypedStorage):
     def new(self):
         return torch.UntypedStorage(0)
 
-    def cpu(self):
-        return self._devshim_host.clone()
+    cpu = clone
 
     def to(self, *, device, non_blocking: bool = False):
         device = torch.device(device)
@@ -248,12 +241,8 @@ def storage_of(tensor) -> VirtualStorage:
         >>> storage_of(torch.ones(4, device="vgpu:1")).device
         device(type='vgpu', index=1)
     """
-    return _over(tensor._host.untyped_storage(), tensor._device)
-
-
-def _over(host, device) -> VirtualStorage:
-    """A `VirtualStorage` on virtual GPU `device` over host storage `host`."""
-    storage = _storage_at(host.data_ptr(), device, host.nbytes())
+    host = tensor._host.untyped_storage()
+    storage = _storage_at(host.data_ptr(), tensor._device, host.nbytes())
     storage.__class__ = VirtualStorage
     storage._devshim_host = host
     return storage

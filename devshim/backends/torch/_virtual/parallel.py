@@ -84,14 +84,11 @@ def _ours(tensors, devices) -> bool:
 
 def _device(d):
     """A comm device argument as a torch.device: an int is a virtual GPU (-1: the CPU)."""
-    if d is None:
-        return torch.device(VIRTUAL_TYPE, 0)  # the "current device"; a Python guard has only vgpu:0
     if isinstance(d, int):
         return _CPU if d < 0 else torch.device(VIRTUAL_TYPE, d)
-    d = torch.device(d)
-    if d.type == VIRTUAL_TYPE and d.index is None:
-        return torch.device(VIRTUAL_TYPE, 0)
-    return d
+    d = torch.device(d if d is not None else VIRTUAL_TYPE)
+    # No index (or None): the "current device"; a Python guard has only vgpu:0.
+    return torch.device(VIRTUAL_TYPE, 0) if d.type == VIRTUAL_TYPE and d.index is None else d
 
 
 # ------------------------------------------------------------ comm, on virtual GPUs
@@ -222,16 +219,12 @@ def _where(devices, i, args):
     return t.device if t is not None else "?"
 
 
-def _available_device_type():
-    if _presented():
-        return VIRTUAL_TYPE
-    return _original[_AVAILABLE_DEVICE_TYPE]()
+def _while_presented(name, answer):
+    """torch's lookup `name` of `data_parallel`, answered by `answer()` while virtual GPUs are presented."""
+    def lookup():
+        return answer() if _presented() else _original[name]()
 
-
-def _all_device_indices():
-    if _presented():
-        return list(range(_counter.device_count()))
-    return _original[_ALL_DEVICE_INDICES]()
+    return lookup
 
 
 def _checked_init(init):
@@ -268,11 +261,11 @@ def install() -> None:
     for module in (_parallel_apply, _data_parallel, torch.nn.parallel):
         if getattr(module, "parallel_apply", None) is _original["parallel_apply"]:
             module.parallel_apply = parallel_apply
-    for name, replacement in ((_AVAILABLE_DEVICE_TYPE, _available_device_type),
-                              (_ALL_DEVICE_INDICES, _all_device_indices)):
+    for name, answer in ((_AVAILABLE_DEVICE_TYPE, lambda: VIRTUAL_TYPE),
+                         (_ALL_DEVICE_INDICES, lambda: list(range(_counter.device_count())))):
         if hasattr(_data_parallel, name):
             _original[name] = getattr(_data_parallel, name)
-            setattr(_data_parallel, name, replacement)
+            setattr(_data_parallel, name, _while_presented(name, answer))
     DataParallel = torch.nn.DataParallel
     DataParallel.__init__ = _checked_init(DataParallel.__init__)
     _installed = True

@@ -84,10 +84,6 @@ def _repr(self, *args, **kwargs):
     return text
 
 
-def _storage(self):
-    return _memory.storage_of(self)  # on the virtual GPU; its resize_ is counted
-
-
 def _data_ptr(self):
     return self._host.data_ptr()
 
@@ -128,7 +124,7 @@ SPECIAL = {
     torch.Tensor.__array__: _array,
     torch.Tensor.__format__: _format,
     torch.Tensor.__repr__: _repr,
-    torch.Tensor.untyped_storage: _storage,
+    torch.Tensor.untyped_storage: _memory.storage_of,  # on the virtual GPU; its resize_ is counted
     torch.Tensor.data_ptr: _data_ptr,
     torch.Tensor.data.__set__: _set_data,
     torch.Tensor.new_tensor: _new_tensor,

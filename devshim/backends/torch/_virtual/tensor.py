@@ -29,11 +29,6 @@ _disabled_torch_function = _call_below = _internals.DISABLED_TORCH_FUNCTION_IMPL
 _multithreading_enabled, _set_multithreading_enabled = _internals.AUTOGRAD_THREADS.get()
 _new = dispatch.new
 
-# The framework's own method behind a transfer-guard wrapper: the guard replaces some of
-# torch.Tensor's reading methods while it checks, and torch then hands `__torch_function__`
-# the guard's wrapper (`devshim.guard.hooks.mark_wrapper`).
-_unguarded = original_of
-
 
 class _DeviceOnce:
     """`VirtualTensor._device` for an object made some way that did not set it (`dispatch.new`
@@ -137,8 +132,7 @@ class VirtualTensor(torch.Tensor):
     data = property(_internals.TENSOR_DATA.get().__get__, _set_data_checked, doc=torch.Tensor.data.__doc__)
     del _set_data_checked
 
-    def __reduce_ex__(self, proto):
-        return _reduce(self, proto)
+    __reduce_ex__ = _SPECIAL[torch.Tensor.__reduce_ex__]
 
 
 def route_torch_function(cls, func, types, args=(), kwargs=None):
@@ -147,7 +141,10 @@ def route_torch_function(cls, func, types, args=(), kwargs=None):
     answered by devshim's (reads.SPECIAL); anything else runs as torch's."""
     if _multithreading_enabled():  # dispatch.single_threaded_autograd(), inlined
         _set_multithreading_enabled(False)
-    special = _SPECIAL.get(_unguarded(func))
+    # original_of: the framework's own method behind a transfer-guard wrapper: the guard replaces
+    # some of torch.Tensor's reading methods while it checks, and torch then hands
+    # `__torch_function__` the guard's wrapper (`devshim.guard.hooks.mark_wrapper`).
+    special = _SPECIAL.get(original_of(func))
     if special is not None:
         return special(*args, **(kwargs or {}))
     if kwargs:
@@ -184,7 +181,6 @@ _handle = torch.overrides.handle_torch_function
 _numpy = _SPECIAL[torch.Tensor.numpy]
 _array = _SPECIAL[torch.Tensor.__array__]
 _repr = _SPECIAL[torch.Tensor.__repr__]
-_reduce = _SPECIAL[torch.Tensor.__reduce_ex__]
 _set_data = _SPECIAL[torch.Tensor.data.__set__]
 _SPECIAL[torch.Tensor.__dlpack__] = _dlpack.dlpack  # answered under a TorchFunctionMode too
 _SPECIAL[torch.Tensor.__dlpack_device__] = _dlpack.dlpack_device
