@@ -111,8 +111,8 @@ _EXPORTS.update({
         "devshim.placement",
     ),
     **dict.fromkeys(("process_info", "init_distributed", "ProcessInfo"), "devshim.distributed"),
-    **dict.fromkeys(("memory", "memory_peak", "MemoryInfo", "MemoryPeak"), "devshim.device_memory"),
-    **dict.fromkeys(("estimate_memory", "largest_batch", "MemoryEstimate", "BatchSearch"), "devshim.device_memory"),
+    **dict.fromkeys(("memory", "memory_peak", "MemoryInfo", "MemoryPeak", "estimate_memory", "largest_batch",
+                     "MemoryEstimate", "BatchSearch"), "devshim.device_memory"),
 })
 
 

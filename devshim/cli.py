@@ -11,6 +11,7 @@ prints a report for bug reports (`devshim.selftest`).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -129,11 +130,7 @@ def print_info(info: dict, out: Optional[TextIO] = None) -> None:
         devshim 0.1.0 on Python 3.11.7
         backend: torch  (auto: torch is the first installed of torch, tensorflow, jax, mxnet, cupy, numpy)
     """
-    target = out or sys.stdout
-
-    def write(line: str = "") -> None:
-        print(line, file=target)
-
+    write = functools.partial(print, file=out or sys.stdout)
     write(f"devshim {info['devshim']} on Python {info['python']}")
     write(f"backend: {info['backend']}  ({info['reason']})")
     for var, value in info["environment"].items():
@@ -164,11 +161,9 @@ def _print_capabilities(frameworks: list, write: Callable[..., None]) -> None:
     write("  " + " " * 11 + " ".join(f"{c:<8}" if len(c) <= 8 else c for c in capabilities))
     for fw in frameworks:
         status = fw.get("status", "ok")
-        if status.startswith("not installed"):
-            write(f"  {fw['name']:<11}not installed")
-            continue
         if status != "ok":
-            write(f"  {fw['name']:<11}unusable here (its line under frameworks says why)")
+            unusable = "unusable here (its line under frameworks says why)"
+            write(f"  {fw['name']:<11}{'not installed' if status.startswith('not installed') else unusable}")
             continue
         marks = ["yes" if fw["capabilities"][c] else "-" for c in capabilities]
         write(f"  {fw['name']:<11}" + " ".join(f"{m:<{max(8, len(c))}}" for m, c in zip(marks, capabilities)).rstrip())

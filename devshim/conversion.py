@@ -39,6 +39,7 @@ from typing import Any, Optional
 
 from devshim import _tree, transfer
 from devshim.types import DeviceSpec, Nest
+from devshim.guard import marker
 from devshim.backends import backend_for_tensor, canonical_name, interop, load_backend, specs
 from devshim.backends.out_of_memory import raise_if_out_of_memory
 from devshim.errors import (
@@ -225,7 +226,10 @@ def _share(x, source, target, native):
 def _copy(x, source, target, native):
     """New storage on `native`: `x` copied by its own framework, or another's `x`'s exact
     values through the host."""
-    return transfer.explicitly(_copied, x, source, target, native)
+    if marker.watchers:
+        with transfer.explicit():
+            return _copied(x, source, target, native)
+    return _copied(x, source, target, native)
 
 
 def _copied(x, source, target, native):

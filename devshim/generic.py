@@ -42,11 +42,9 @@ def array_module(*xs):
     for x in xs:
         if isinstance(x, _PLAIN):
             continue
-        module = _module_for_type.get(type(x))
+        module = _module_for_type.get(type(x)) or _module_of(x)
         if module is None:
-            module = _module_of(x)
-            if module is None:
-                continue
+            continue
         if found is None or module is found:
             found = module
         else:
@@ -66,8 +64,7 @@ def _module_of(x):
     adapter = backend_for_tensor(x)
     if adapter is None:
         return None
-    module = adapter.array_namespace(x)
-    _module_for_type[type(x)] = module
+    module = _module_for_type[type(x)] = adapter.array_namespace(x)
     return module
 
 

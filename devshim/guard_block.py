@@ -62,8 +62,7 @@ class transfer_guard:
     def __init__(self, level=None, *, device_to_host=None, device_to_device=None,
                  host_to_device=None) -> None:
         check_level(level, "the guard")
-        given = {"device_to_host": device_to_host, "device_to_device": device_to_device,
-                 "host_to_device": host_to_device}
+        given = dict(zip(DIRECTIONS, (device_to_host, device_to_device, host_to_device)))
         for direction, value in given.items():
             check_level(value, direction)
         self._given = {direction: level if value is None else value for direction, value in given.items()}

@@ -44,7 +44,7 @@ def _model_module(net):
         if spec.is_loaded():
             placement = model_placement(name)
             if placement is not None and placement.is_model(net):
-                return get_backend(name), placement
+                return get_backend(name), placement.for_model(net)
     can = [f"{spec.title} ({name})" for name, spec in specs().items() if spec.has_module("model")]
     raise NotAModelError(
         f"{type(net).__module__}.{type(net).__qualname__} is not a model devshim can place. It places "

@@ -118,10 +118,8 @@ class _Plan:
 
     def virtual_text(self) -> str:
         count = self.virtual_count()
-        if self.virtual is not None:
-            source = self.virtual_source
-        else:
-            source = f"{settings.VIRTUAL_DEVICES_VAR}={os.environ.get(settings.VIRTUAL_DEVICES_VAR, '').strip()}"
+        from_env = f"{settings.VIRTUAL_DEVICES_VAR}={os.environ.get(settings.VIRTUAL_DEVICES_VAR, '').strip()}"
+        source = from_env if self.virtual is None else self.virtual_source
         return f"{count} virtual GPU{'s' if count != 1 else ''} ({source})" if count else "no virtual devices"
 
 

@@ -37,7 +37,7 @@ from typing import Any, Optional
 from contextvars import ContextVar
 
 from devshim.errors import (
-    InvalidDeviceError, InvalidGuardLevelError, LauncherEnvironmentError, VirtualDeviceCountError,
+    DevshimError, InvalidDeviceError, InvalidGuardLevelError, LauncherEnvironmentError, VirtualDeviceCountError,
     VirtualMemorySizeError,
 )
 from devshim.guard.levels import LEVELS as GUARD_LEVELS
@@ -59,7 +59,7 @@ TRANSFER_GUARD_VAR = "DEVSHIM_TRANSFER_GUARD"
 #: The backend of the innermost `use_backend` block of this thread or task.
 scoped_backend: ContextVar = ContextVar("devshim_backend", default=None)
 
-# Parsed environment: name -> value, or the exception to raise when it is used.
+# Parsed environment: name -> value, or the exception (its parser raised it) to raise when it is used.
 # A bad value only fails the functions that need it.
 _parsed: dict = {}
 _virtual_override = None  # set by ds.testing.virtual_devices(); wins over the environment
@@ -76,7 +76,7 @@ def _parse_device() -> object:
         return False
     if value == "cpu":
         return True
-    return InvalidDeviceError(
+    raise InvalidDeviceError(
         f"{DEVICE_VAR}={os.environ[DEVICE_VAR]!r} is not understood. "
         f"Use {DEVICE_VAR}=cpu to hide accelerators, or unset it."
     )
@@ -96,7 +96,7 @@ def _parse_virtual() -> object:
     if count == 0 and os.environ.get(VIRTUAL_MEMORY_VAR, "").strip():
         _warn_size_without_devices()
     if count < 0:
-        return VirtualDeviceCountError(
+        raise VirtualDeviceCountError(
             f"{VIRTUAL_DEVICES_VAR}={raw!r} must be a non-negative whole number, e.g. "
             f"{VIRTUAL_DEVICES_VAR}=2 (0 up to the backend's maximum: torch takes at most 128)."
         )
@@ -107,7 +107,7 @@ def _parse_guard() -> object:
     raw = os.environ.get(TRANSFER_GUARD_VAR, "").strip()
     value = raw.lower() or "allow"
     if value not in GUARD_LEVELS:
-        return InvalidGuardLevelError(
+        raise InvalidGuardLevelError(
             f"{TRANSFER_GUARD_VAR}={raw!r} is not a transfer-guard level. Valid levels: "
             f"{', '.join(GUARD_LEVELS)}; e.g. {TRANSFER_GUARD_VAR}=disallow, or unset it."
         )
@@ -283,10 +283,10 @@ def _parse_tf_config() -> object:
         me = (str(task["type"]), int(task.get("index", 0)))
         tasks = _tf_tasks(cluster)
     except (ValueError, TypeError, AttributeError, KeyError):
-        return _tf_config_error("is not the JSON TensorFlow expects, or its task has no type")
+        raise _tf_config_error("is not the JSON TensorFlow expects, or its task has no type") from None
     hosts = {(kind, index): host for kind, index, host in tasks}
     if me not in hosts:
-        return _tf_config_error(f"names task {me[0]} {me[1]}, which is not in its cluster")
+        raise _tf_config_error(f"names task {me[0]} {me[1]}, which is not in its cluster")
     training = [(kind, index) for kind, index, _ in tasks if kind in _TF_TRAINING]
     local = [(kind, index) for kind, index, host in tasks if host == hosts[me]]
     rank = training.index(me) if me in training else None
@@ -302,15 +302,12 @@ def _parse_launcher() -> object:
                 return described
         if not os.environ.get(local_var, "").strip():
             continue
-        try:
-            local_rank, rank, world_size = (_whole_number(var, name) for var in (local_var, rank_var, size_var))
-            if name == "slurm":
-                world_size = 1 if world_size is None else world_size  # no step: a batch script
-                local_world_size = _slurm_tasks_on_this_node(os.environ.get(local_size_var, ""))
-            else:
-                local_world_size = _whole_number(local_size_var, name)
-        except LauncherEnvironmentError as err:
-            return err
+        local_rank, rank, world_size = (_whole_number(var, name) for var in (local_var, rank_var, size_var))
+        if name == "slurm":
+            world_size = 1 if world_size is None else world_size  # no step: a batch script
+            local_world_size = _slurm_tasks_on_this_node(os.environ.get(local_size_var, ""))
+        else:
+            local_world_size = _whole_number(local_size_var, name)
         return Launch(name, local_rank, rank, world_size, local_world_size, local_var, _given_one_device())
     return None
 
@@ -319,7 +316,11 @@ def _get(name: str) -> Any:
     try:
         value = _parsed[name]
     except KeyError:
-        value = _parsed[name] = _PARSERS[name]()
+        try:
+            value = _PARSERS[name]()
+        except DevshimError as err:  # a bad value fails only the functions that need it
+            value = type(err)(*err.args)
+        _parsed[name] = value
     if isinstance(value, Exception):
         raise type(value)(*value.args)
     return value
@@ -520,10 +521,7 @@ def _parse_virtual_memory() -> object:
     raw = os.environ.get(VIRTUAL_MEMORY_VAR, "").strip()
     if not raw:
         return None
-    try:
-        return parse_size(raw)
-    except VirtualMemorySizeError as err:
-        return err
+    return parse_size(raw)
 
 
 _PARSERS = {"backend": _parse_backend, "device": _parse_device, "virtual": _parse_virtual,

@@ -43,20 +43,6 @@ if TYPE_CHECKING:  # what type checkers see; at run time each name loads on firs
     from devshim.backends.selection import get_backend, reset_backend, selection_reason, set_backend, use_backend
     from devshim.backends.spec import BackendSpec
 
-_EXPORTS = {
-    "Backend": "devshim.backends.base",
-    "BackendSpec": "devshim.backends.spec",
-    **dict.fromkeys(
-        ("specs", "backend_names", "canonical_name", "register_backend", "unregister_backend", "load_backend",
-         "available_backends", "describe_native_device", "native_for", "virtual_capable_backends",
-         "accelerator_partner", "guard_hooks", "model_placement", "interop", "autodiff", "memory"),
-        "devshim.backends.registry",
-    ),
-    **dict.fromkeys(
-        ("get_backend", "set_backend", "use_backend", "reset_backend", "selection_reason"), "devshim.backends.selection"
-    ),
-    **dict.fromkeys(("backend_for_tensor", "learn_type", "forget_types"), "devshim.backends.dispatch"),
-}
 _SUBMODULES = ("spec", "virtual", "base", "model_base", "interop_base", "autodiff_base", "registry", "dispatch",
                "selection", "nests", "memory_base", "out_of_memory")
 
@@ -67,4 +53,14 @@ __all__ = [
     "autodiff", "get_backend", "set_backend", "use_backend", "reset_backend", "selection_reason",
     "backend_for_tensor", "learn_type", "forget_types", "memory",
 ]
+# public name -> the module that defines it: the registry, but for the names below.
+_EXPORTS = dict.fromkeys(__all__, "devshim.backends.registry")
+_EXPORTS.update({
+    "Backend": "devshim.backends.base",
+    "BackendSpec": "devshim.backends.spec",
+    **dict.fromkeys(
+        ("get_backend", "set_backend", "use_backend", "reset_backend", "selection_reason"), "devshim.backends.selection"
+    ),
+    **dict.fromkeys(("backend_for_tensor", "learn_type", "forget_types"), "devshim.backends.dispatch"),
+})
 __getattr__, __dir__ = lazy_names(globals(), _EXPORTS, _SUBMODULES)

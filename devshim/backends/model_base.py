@@ -61,6 +61,18 @@ class ModelPlacement(ABC):
     def replicate(self, model, natives: list, adapter) -> list:
         """One copy of the model per device, each with its own parameters."""
 
+    def for_model(self, model):
+        """The placement that handles `model`, which `is_model` accepted: this one, or the part it
+        hands a kind of model to (a backend that carries Keras 3 models returns its `KerasModels`
+        for them, whose methods are this contract's).
+
+        Example:
+            >>> placement = ds.backends.model_placement("torch")
+            >>> placement.for_model(torch.nn.Linear(2, 1)) is placement
+            True
+        """
+        return self
+
     def keras_imported(self, adapter) -> None:
         """Keras 3 runs on this framework and devshim has just met it (`selection` calls this
         when Keras is imported and its backend is this one): teach Keras devshim's devices where

@@ -501,8 +501,13 @@ def backend_of_device(obj):
         >>> ds.backends.registry.backend_of_device(torch.device("meta")).name
         'torch'
     """
-    described = describe_native_device(obj)  # (a ds.Device describes itself)
-    return load_backend(described.backend) if described is not None and described.backend else None
+    if isinstance(obj, _device.Device):
+        return load_backend(obj.backend) if obj.backend else None
+    specs()  # the table, which the loaded adapters come from
+    for adapter in loaded_adapters():
+        if adapter.is_native_device(obj):
+            return load_backend(adapter.describe(obj).backend)
+    return None
 
 
 def autodiff(name: str):

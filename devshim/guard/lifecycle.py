@@ -94,12 +94,9 @@ def framework_files() -> tuple:
         >>> framework_files()
         ('/usr/lib/python3/site-packages/torch',)
     """
-    roots = []
-    for import_name in [name for name, _ in list(_declared.values())] + list(_LIBRARIES_ABOVE):
-        path = getattr(sys.modules.get(import_name), "__file__", None)
-        if path:
-            roots.append(os.path.dirname(os.path.abspath(path)))
-    return tuple(roots)
+    import_names = [name for name, _ in list(_declared.values())] + list(_LIBRARIES_ABOVE)
+    paths = [getattr(sys.modules.get(import_name), "__file__", None) for import_name in import_names]
+    return tuple(os.path.dirname(os.path.abspath(path)) for path in paths if path)
 
 
 def _install(name: str, hooks) -> None:
@@ -171,11 +168,9 @@ def enter_block(block_state) -> list:
     Example:
         >>> entered = enter_block(state.current()); exit_block(entered)
     """
-    entered = []
-    for hooks in list(_installed.values()):
-        if hooks.follows_blocks():
-            hooks.enter_block(block_state)
-            entered.append(hooks)
+    entered = [hooks for hooks in list(_installed.values()) if hooks.follows_blocks()]
+    for hooks in entered:
+        hooks.enter_block(block_state)
     return entered
 
 

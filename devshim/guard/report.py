@@ -187,9 +187,8 @@ def check(direction: str, kind: str, what: str, source, target, state: Optional[
         return Pending(event, state.reports)
     for report in state.reports:
         report.events.append(event)
-    if error is None:
-        raise _error(event)
-    raise error(event) if callable(error) else error
+    refusal = _error if error is None else error
+    raise refusal(event) if callable(refusal) else refusal
 
 
 def logged(pending) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 
 from devshim import settings
-from devshim.guard.levels import ALLOW
+from devshim.guard.levels import ALLOW, DIRECTIONS
 
 __all__ = ["GuardState", "Scope", "scoped", "current", "default", "forget_default"]
 
@@ -54,8 +54,8 @@ class GuardState:
         return getattr(self, direction)
 
     def __repr__(self) -> str:
-        return (f"GuardState(device_to_host={self.device_to_host!r}, device_to_device="
-                f"{self.device_to_device!r}, host_to_device={self.host_to_device!r})")
+        levels = ", ".join(f"{direction}={getattr(self, direction)!r}" for direction in DIRECTIONS)
+        return f"GuardState({levels})"
 
 
 class Scope:

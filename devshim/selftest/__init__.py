@@ -208,11 +208,8 @@ def _stopped_result(backend: str, problem: Optional[str], running: Optional[dict
 
 
 def _count(sections: list) -> dict:
-    counts = {"passed": 0, "failed": 0, "skipped": 0}
-    for section in sections:
-        for result in section["results"]:
-            counts[result["status"]] += 1
-    return counts
+    statuses = [result["status"] for section in sections for result in section["results"]]
+    return {status: statuses.count(status) for status in ("passed", "failed", "skipped")}
 
 
 def run(backends=None, *, measure: bool = True, timeout: float = DEFAULT_TIMEOUT, progress=None) -> dict:

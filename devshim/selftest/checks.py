@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 import devshim as ds
+from devshim.bench.experiment import device_name
 
 __all__ = ["Check", "CheckFailed", "Skip", "Context", "CHECKS", "check", "expect", "targets"]
 
@@ -114,8 +115,6 @@ class Context:
         # The backend's test operations; checks that use them declare needs=("ops",), so only
         # run where it exists (typed Any: each backend's module has its own functions).
         self.ops: Any = spec.module("ops") if spec.has_module("ops") else None
-        self.has_guard = spec.has_module("guard")
-        self.has_model = spec.has_module("model")
         # Asking for devices first makes virtual devices exist before any tensor (TensorFlow
         # and Keras need them before their first op or variable).
         self.devices = self.adapter.devices()
@@ -126,8 +125,7 @@ class Context:
 
     def where(self, native) -> str:
         """"gpu:1", or "gpu:1 (virtual)"."""
-        described = self.adapter.describe(native)
-        return f"{described} (virtual)" if described.virtual else str(described)
+        return device_name(native, self.name)
 
     def describe(self, native):
         return self.adapter.describe(native)
@@ -240,9 +238,8 @@ def copies(ctx: Context, native):
 
 
 def _bits_cases():
-    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, np.finfo(np.float32).max], np.float32)
     return [
-        ("float32", specials),
+        ("float32", np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, np.finfo(np.float32).max], np.float32)),
         ("float16", np.array([0.0, -0.0, np.inf, np.nan, 6e-8, 65504.0], np.float16)),
         ("int32", np.array([np.iinfo(np.int32).min, -1, 0, np.iinfo(np.int32).max], np.int32)),
         ("uint8", np.array([0, 1, 255], np.uint8)),

@@ -13,19 +13,6 @@ def _memory(num_bytes) -> str:
     return f", {num_bytes / 2**30:.1f} GiB" if num_bytes else ""
 
 
-def _measurement_tables(document: dict) -> list:
-    from devshim.bench.experiments import experiments
-    from devshim.bench.table import format_table
-
-    lines = []
-    for name, heading in (("matmul", "matmul (float32, n x n): GFLOP/s on the CPU and each GPU"),
-                          ("transfer", "bandwidth between the host and each GPU")):
-        rows = [row for section in document["backends"] for row in section["measurements"].get(name, [])]
-        if rows:
-            lines += ["", f"{heading}:", format_table(experiments()[name], rows)]
-    return lines
-
-
 def _highlights(section: dict) -> list:
     """One line per GPU: how it compares with the CPU at the largest matmul, and its bandwidth."""
     rows = section["measurements"].get("matmul", [])
@@ -99,6 +86,9 @@ def format_report(document: dict) -> str:
         devshim selftest: devshim 0.1.0, Python 3.11.7, Linux 6.8.0 x86_64, 2 CPUs
         ...
     """
+    from devshim.bench.experiments import experiments
+    from devshim.bench.table import format_table
+
     lines = [
         f"devshim selftest: devshim {document['devshim']}, Python {document['python']}, "
         f"{document['platform']}, {document['cpu_count']} CPUs",
@@ -117,7 +107,11 @@ def format_report(document: dict) -> str:
         lines += [f"  measured  {line}" for line in _highlights(section)]
     if document["not_checked"]:
         lines += ["", "not checked: " + "; ".join(f"{k}: {v}" for k, v in document["not_checked"].items())]
-    lines += _measurement_tables(document)
+    for name, heading in (("matmul", "matmul (float32, n x n): GFLOP/s on the CPU and each GPU"),
+                          ("transfer", "bandwidth between the host and each GPU")):
+        rows = [row for section in document["backends"] for row in section["measurements"].get(name, [])]
+        if rows:
+            lines += ["", f"{heading}:", format_table(experiments()[name], rows)]
     summary = document["summary"]
     lines += ["", f"{summary['passed']} passed, {summary['failed']} failed, {summary['skipped']} skipped "
                   f"in {summary['seconds']:g} s", f"verdict: {document['verdict']}"]

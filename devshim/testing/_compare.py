@@ -148,17 +148,14 @@ def _unwanted_text(item, a, settings: Settings) -> str:
 
 
 def _mismatch_text(finding: SimpleNamespace, rtol_source: str, settings: Settings) -> str:
-    found, names = finding.found, ("autodiff", "numerical")
+    found = finding.found
     lines = [
         f"{settings.subject} {finding.item.title} differs from the numerical gradient (central differences, "
         f"eps={settings.eps:g}) beyond |autodiff - numerical| <= atol + rtol * |numerical| + noise, with "
         f"rtol={finding.rtol:g} ({rtol_source}), atol={finding.atol:.3g} ({finding.atol_source}) and noise up to "
         f"{finding.noise:.2g} (the rounding f's outputs can carry, over the step):",
         f"  mismatched elements: {found.count} / {found.total}",
-        f"  greatest absolute difference: {found.abs_diff:g} at index {found.abs_index} "
-        f"({found.value_at(found.abs_index, names)})",
-        f"  greatest relative difference: {found.rel_diff:g} at index {found.rel_index} "
-        f"({found.value_at(found.rel_index, names)})",
+        *found.greatest("  greatest", ("autodiff", "numerical")),
     ]
     if finding.kinks:
         lines.append(f"  ({len(finding.kinks)} of the elements that differ lie where f is not differentiable.)")

@@ -62,8 +62,7 @@ class Input:
     def copy(self, host_array=None):
         """A private copy of the input, of its kind, holding `host_array` (default: its own
         values); `host_array`'s dtype is the copy's."""
-        values = self.host if host_array is None else host_array
-        fresh = self.fresh(np.array(values, dtype=values.dtype))
+        fresh = self.fresh(np.array(self.host if host_array is None else host_array))  # a copy keeps the dtype
         return fresh if self.autodiff is None else self.autodiff.copy_like(self.value, fresh)
 
     def gradient(self, host_array):

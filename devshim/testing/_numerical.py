@@ -220,16 +220,14 @@ class Differences:
     def gradients(self) -> list:
         """`(gradient, noise)` per checked item (float64 host arrays of its shape), None for
         the others."""
-        found = []
-        for position, (item, base) in enumerate(zip(self.evaluator.items, self.evaluator.bases)):
-            if not item.checked:
-                found.append(None)
-                continue
-            gradient, noise = np.zeros(base.shape), np.zeros(base.shape)
-            for index in np.ndindex(*base.shape):
-                gradient[index], noise[index] = self.derivative(position, index)
-            found.append((gradient, noise))
-        return found
+        return [self._gradient(position, base.shape) if item.checked else None
+                for position, (item, base) in enumerate(zip(self.evaluator.items, self.evaluator.bases))]
+
+    def _gradient(self, position: int, shape: tuple) -> tuple:
+        gradient, noise = np.zeros(shape), np.zeros(shape)
+        for index in np.ndindex(*shape):
+            gradient[index], noise[index] = self.derivative(position, index)
+        return gradient, noise
 
     def derivative(self, position: int, index: tuple) -> tuple:
         """`(numerical derivative, its noise)` for one element (NaN where it is not finite)."""

@@ -206,7 +206,7 @@ def number_array(value):
     shape = _number_shape(value)
     if shape is None or not shape:
         return None
-    return Value(np.asarray(_flatten(value)).reshape(shape), "Python list", None, "the host", False)
+    return Value(np.asarray(value), "Python list", None, "the host", False)  # rectangular: of that shape
 
 
 def _number_shape(value: Any):
@@ -221,8 +221,3 @@ def _number_shape(value: Any):
         return None
     return (len(items), *shapes.pop())
 
-
-def _flatten(value) -> list:
-    if isinstance(value, (list, tuple)):
-        return [number for item in value for number in _flatten(item)]
-    return [value]

@@ -121,10 +121,7 @@ def _compare(got: Value, want: Value, rtol, atol, equal_nan: bool):
     return "\n".join([
         f"Not equal to tolerance rtol={rtol:g}, atol={atol:g}{source}",
         f"Mismatched elements: {found.count} / {found.total} ({100 * found.count / found.total:.3g}%)",
-        f"Greatest absolute difference: {found.abs_diff:g} at index {found.abs_index} "
-        f"({found.value_at(found.abs_index)})",
-        f"Greatest relative difference: {found.rel_diff:g} at index {found.rel_index} "
-        f"({found.value_at(found.rel_index)})",
+        *found.greatest("Greatest"),
         _sides(got, want),
     ])
 
@@ -175,6 +172,12 @@ class Mismatch:
         """`actual x, desired y` at `index` (`names` for the two sides)."""
         # str(): a NumPy scalar's shortest repr in its own dtype (format() would widen it to float)
         return f"{names[0]} {str(self.actual[index])}, {names[1]} {str(self.desired[index])}"
+
+    def greatest(self, lead: str, names: tuple = ("actual", "desired")) -> list:
+        """The lines naming the greatest absolute and relative differences, each starting with `lead`."""
+        return [f"{lead} {kind} difference: {diff:g} at index {index} ({self.value_at(index, names)})"
+                for kind, diff, index in (("absolute", self.abs_diff, self.abs_index),
+                                          ("relative", self.rel_diff, self.rel_index))]
 
 
 def _wide(actual, desired) -> tuple:

@@ -148,10 +148,8 @@ def numerical_grad(f, inputs, grad_outputs, *, eps: float = DEFAULT_EPS, dtype=N
     return tuple(item.gradient(gradient) for item, (gradient, _) in zip(items, gradients))
 
 
-def _prepare(f, inputs, params, no_grads, function: str) -> tuple:
-    """The inputs and params as items, their autodiff, with `no_grads` applied (once `f` is
-    known to be callable)."""
-    _check_callable(f, function)
+def _prepare(inputs, params, no_grads, function: str) -> tuple:
+    """The inputs and params as items, their autodiff, with `no_grads` applied."""
     items = _inputs.read_inputs(inputs, function, integers=True)
     held = _inputs.changed_in_place(_inputs.read_inputs(params, function, names="param"),
                                     f"{function}()'s params are", f"pass that tensor among them, {function}(lambda "
@@ -276,7 +274,8 @@ def check_backward(f, inputs, grad_outputs=None, params=(), *, eps=None, atol=No
         >>> ds.testing.check_backward(Exp.apply, (x,))
     """
     options = _Options("check_backward", eps, rtol, atol, seed, dtype, detect_nondifferentiable)
-    items, held, found = _prepare(f, inputs, params, no_grads, "check_backward")
+    _check_callable(f, "check_backward")
+    items, held, found = _prepare(inputs, params, no_grads, "check_backward")
     with _running(items):
         _check(f, items, held, found, grad_outputs, options.seed, options, "The gradient of")
 
@@ -311,7 +310,8 @@ def check_double_backward(f, inputs, grad_outputs=None, grad_grad_inputs=None, p
         >>> ds.testing.check_double_backward(lambda x: torch.sin(x) * x, (x,))
     """
     options = _Options("check_double_backward", eps, rtol, atol, seed, dtype, detect_nondifferentiable)
-    items, held, found = _prepare(f, inputs, params, no_grads, "check_double_backward")
+    _check_callable(f, "check_double_backward")
+    items, held, found = _prepare(inputs, params, no_grads, "check_double_backward")
     if (grad_grad_inputs is None) != (params_grad_grad is None) and held:
         raise GradientCheckUsageError(
             "check_double_backward() got one of grad_grad_inputs and params_grad_grad: give both (one gradient per "

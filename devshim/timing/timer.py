@@ -53,8 +53,10 @@ class Timer:
         self._open: list = []  # start times of the open `with` blocks, innermost last
         self.start()
 
-    def _sync(self) -> None:
+    def _now(self) -> float:
+        """The clock, read once the device has finished its queued work."""
         synchronize(self.device, backend=self.backend)
+        return self.clock()
 
     def start(self) -> None:
         """Wait for the device, then start the clock.
@@ -62,8 +64,7 @@ class Timer:
         Example:
             >>> timer.start()
         """
-        self._sync()
-        self.tik = self.clock()
+        self.tik = self._now()
 
     def stop(self) -> float:
         """Wait for the device, record the time since `start` and return it.
@@ -71,8 +72,7 @@ class Timer:
         Example:
             >>> seconds = timer.stop()
         """
-        self._sync()
-        elapsed = self.clock() - self.tik
+        elapsed = self._now() - self.tik
         self.times.append(elapsed)
         return elapsed
 
@@ -167,16 +167,14 @@ class Timer:
         return f"Timer: {self.summary()}"
 
     def __enter__(self) -> "Timer":
-        self._sync()
-        self._open.append(self.clock())
+        self._open.append(self._now())
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
         began = self._open.pop()
         # A block that raised did not finish its work: record nothing for it.
         if exc_type is None:
-            self._sync()
-            self.times.append(self.clock() - began)
+            self.times.append(self._now() - began)
         return False
 
     def __repr__(self) -> str:

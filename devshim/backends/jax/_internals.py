@@ -185,20 +185,25 @@ def _device_get_frames():
     return frozenset(("device_get", "_device_get"))
 
 
-ARRAY_IMPL = INTERNALS.add(
-    "jax._src.array.ArrayImpl._value",
-    feature="the transfer guard's checks of device-to-host reads (float(x), np.asarray(x))",
-    fallback="reads from a device are left to JAX's own transfer guard (not counted in the report; "
-             "JAX's guard does not see reads from CPU devices, where virtual GPUs live).",
-    find=_array_value,
-)
-HOST_COPY = INTERNALS.add(
-    "jax._src.array.ArrayImpl._npy_value",
-    feature="the transfer guard telling a value JAX already holds on the host (after jax.device_get) "
-            "from a new device-to-host read",
-    fallback="every host read of an array on a device is reported, also of one JAX holds on the host.",
-    find=_host_copy,
-)
+def _guard_probe(name: str, feature: str, fallback: str, find, **versions):
+    """One of the names the transfer guard needs, `feature` telling what for."""
+    return INTERNALS.add(name, feature=f"the transfer guard{feature}", fallback=fallback, find=find, **versions)
+
+
+def _keras(name: str, feature: str, fallback: str):
+    """A Keras 3 name the model placement needs when Keras runs on JAX, `feature` telling what for."""
+    return INTERNALS.add(name, feature=feature, fallback=fallback, find=dotted(name), framework="keras", since=(3, 0))
+
+
+ARRAY_IMPL = _guard_probe("jax._src.array.ArrayImpl._value",
+                          "'s checks of device-to-host reads (float(x), np.asarray(x))",
+                          "reads from a device are left to JAX's own transfer guard (not counted in the report; "
+                          "JAX's guard does not see reads from CPU devices, where virtual GPUs live).", _array_value)
+HOST_COPY = _guard_probe("jax._src.array.ArrayImpl._npy_value",
+                         " telling a value JAX already holds on the host (after jax.device_get) "
+                         "from a new device-to-host read",
+                         "every host read of an array on a device is reported, also of one JAX holds on the host.",
+                         _host_copy)
 
 
 def _host_to_device(name: str, feature: str, find, **versions):
@@ -221,26 +226,17 @@ GUARD_LIB = _host_to_device("jax._src.lib.guard_lib.thread_local_state",
                             ", telling jax.device_put and jax.device_get from implicit transfers", _guard_lib)
 
 
-RUNTIME_ERROR = INTERNALS.add(
-    "jax.errors.JaxRuntimeError",
-    feature="the transfer guard turning JAX's own guard's refusals into devshim's errors "
-            "(ImplicitTransferError, DeviceMismatchError)",
-    fallback="JAX's refusals leave a guard block as JAX raised them.",
-    find=_runtime_error,
-)
-JIT_FRAME = INTERNALS.add(
-    "jax._src.pjit._run_python_pjit",
-    feature="the transfer guard naming the jitted function host data goes to (\"into jit(f)\")",
-    fallback="the report says \"into a JAX computation\".",
-    find=_jit_frame,
-)
-PRIMITIVE_MARK = INTERNALS.add(
-    "jax._src.dispatch prim_fun._apply_primitive",
-    feature="the transfer guard naming the primitive host data goes to (\"into broadcast_in_dim\")",
-    fallback="the report names it like a jitted function (\"into jit(broadcast_in_dim)\").",
-    find=_primitive_mark,
-    since=(0, 7),
-)
+RUNTIME_ERROR = _guard_probe("jax.errors.JaxRuntimeError",
+                             " turning JAX's own guard's refusals into devshim's errors "
+                             "(ImplicitTransferError, DeviceMismatchError)",
+                             "JAX's refusals leave a guard block as JAX raised them.", _runtime_error)
+JIT_FRAME = _guard_probe("jax._src.pjit._run_python_pjit",
+                         " naming the jitted function host data goes to (\"into jit(f)\")",
+                         "the report says \"into a JAX computation\".", _jit_frame)
+PRIMITIVE_MARK = _guard_probe("jax._src.dispatch prim_fun._apply_primitive",
+                              " naming the primitive host data goes to (\"into broadcast_in_dim\")",
+                              "the report names it like a jitted function (\"into jit(broadcast_in_dim)\").",
+                              _primitive_mark, since=(0, 7))
 DISTRIBUTED_STATE = INTERNALS.add(
     "jax._src.distributed.global_state.client",
     feature="ds.process_info seeing processes started by jax.distributed.initialize alone (no launcher "
@@ -249,33 +245,22 @@ DISTRIBUTED_STATE = INTERNALS.add(
     find=_distributed_state,
     before=(0, 7),  # JAX 0.7.2 has jax.distributed.is_initialized (measured)
 )
-DEVICE_GET_FRAMES = INTERNALS.add(
-    "jax._src.api._device_get",
-    feature="the transfer guard telling jax.device_get (an explicit read) from an implicit one",
-    fallback="the guard finds jax.device_get by its public name only, a few frames up.",
-    find=_device_get_frames,
-)
+DEVICE_GET_FRAMES = _guard_probe("jax._src.api._device_get",
+                                 " telling jax.device_get (an explicit read) from an implicit one",
+                                 "the guard finds jax.device_get by its public name only, a few frames up.",
+                                 _device_get_frames)
 
-KERAS_MAYBE_BUILD = INTERNALS.add(
-    "keras.layers.Layer._maybe_build",
-    feature="ds.place_model of an unbuilt Keras model, built on its first call under the device, when Keras runs "
-            "on JAX",
-    fallback="only the model's build() and call() run under the device (a subclassed model's weights, made "
-             "after Keras traces its call(), land on Keras's default device): pass input_shape= to "
-             "ds.place_model to build it there at once.",
-    find=dotted("keras.layers.Layer._maybe_build"),
-    framework="keras",
-    since=(3, 0),
-)
-KERAS_FUNCTIONAL = INTERNALS.add(
-    "keras.src.models.functional.Functional",
-    feature="ds.replicate cloning functional Keras models (keras.Model(inputs, outputs)) when Keras runs on JAX",
-    fallback="functional models are refused like subclassed ones (UnsupportedPlacementError); "
-             "keras.Sequential models are still cloned.",
-    find=dotted("keras.src.models.functional.Functional"),
-    framework="keras",
-    since=(3, 0),
-)
+KERAS_MAYBE_BUILD = _keras("keras.layers.Layer._maybe_build",
+                           "ds.place_model of an unbuilt Keras model, built on its first call under the device, "
+                           "when Keras runs on JAX",
+                           "only the model's build() and call() run under the device (a subclassed model's weights, "
+                           "made after Keras traces its call(), land on Keras's default device): pass input_shape= "
+                           "to ds.place_model to build it there at once.")
+KERAS_FUNCTIONAL = _keras("keras.src.models.functional.Functional",
+                          "ds.replicate cloning functional Keras models (keras.Model(inputs, outputs)) when Keras "
+                          "runs on JAX",
+                          "functional models are refused like subclassed ones (UnsupportedPlacementError); "
+                          "keras.Sequential models are still cloned.")
 
 __all__ = ["INTERNALS", "TESTED", "ARRAY_IMPL", "HOST_COPY", "CONFIG_EXT", "JIT_CONTEXT", "FASTPATH_DATA",
            "BACKENDS_INITIALIZED", "BATCHED_DEVICE_PUT", "GUARD_LIB", "RUNTIME_ERROR", "JIT_FRAME",

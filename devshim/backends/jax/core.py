@@ -409,6 +409,8 @@ class JaxBackend(Backend):
             x.block_until_ready()
 
     def device_details(self) -> list:
+        from devshim.backends.jax.memory import device_stats
+
         self._runtime()
         details: list = [{"device": "cpu:0", "name": f"host CPU ({self._cpu_devices()[0]!r})"}]
         count = self.num_gpus()
@@ -421,10 +423,7 @@ class JaxBackend(Backend):
         for i, native in enumerate(self._accelerator_devices()[:count]):
             entry: dict = {"device": f"gpu:{i}", "name": f"{native.device_kind} ({native!r})",
                            "platform": self.accelerator_platform()}
-            try:
-                stats = native.memory_stats() or {}
-            except (RuntimeError, NotImplementedError, AttributeError):
-                stats = {}
+            stats = device_stats(native) or {}
             if stats.get("bytes_limit"):
                 entry["memory_bytes"] = stats["bytes_limit"]
             details.append(entry)

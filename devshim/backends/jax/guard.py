@@ -203,22 +203,16 @@ def _held_on_host(place, fn, *args, **kwargs):
 def _read_checked(x, place, what, state, fn, *args, **kwargs):
     """Read `x` with `fn(*args)`, `place` being where its value is, as devshim's guard has it: no
     transfer when the value is held on the host already, else checked (refused or logged) as one,
-    then remembered as held there."""
+    then remembered as held there. A checked read runs so that no hook (devshim's or JAX's)
+    reports it again; under "log" it is recorded once the read was made (not when JAX refuses it:
+    an array deleted, a read that fails)."""
     held, value = _held_on_host(place, fn, *args, **kwargs)
     if not held:
         pending = check("device_to_host", READ, what, place, Device("cpu"), state)
-        value = _read_after_report(pending, fn, *args, **kwargs)
+        with marker.explicit(), jax.transfer_guard_device_to_host(ALLOW):
+            value = fn(*args, **kwargs)
+        logged(pending)
     _remember_fetched(x, place)
-    return value
-
-
-def _read_after_report(pending, fn, *args, **kwargs):
-    """Run the read devshim has checked (`pending`, from `check`), so no hook (devshim's or
-    JAX's) reports it again; under "log" it is recorded once the read was made (not when JAX
-    refuses it: an array deleted, a read that fails)."""
-    with marker.explicit(), jax.transfer_guard_device_to_host(ALLOW):
-        value = fn(*args, **kwargs)
-    logged(pending)
     return value
 
 
@@ -311,8 +305,7 @@ def _guarded_copy_to_host_async(original):
             _remember_fetched(self, _device_place(self))
         return result
 
-    mark_wrapper(copy_to_host_async, original)
-    return copy_to_host_async
+    return mark_wrapper(copy_to_host_async, original)
 
 
 # ------------------------------------------------------------------ virtual GPUs: reads outside the guard
@@ -513,8 +506,7 @@ def _has_accelerators() -> bool:
     (host device 1, when devshim presents virtual GPUs). Without one host data cannot move."""
     if jax.default_backend() != "cpu":
         return True
-    devices = jax.devices()
-    return len(devices) > 1 and load_backend("jax").describe(devices[1]).kind != "cpu"
+    return _accelerator_among(jax.devices()[1:2]) is not None
 
 
 def _drop_global_key() -> None:
@@ -534,7 +526,7 @@ def _default_is_a_device() -> bool:
     if isinstance(chosen, str):
         return chosen.lower() != "cpu"
     try:
-        return load_backend("jax").describe(chosen).kind != "cpu"
+        return _accelerator_among((chosen,)) is not None
     except DevshimError:  # a device devshim does not describe: JAX's own word
         return getattr(chosen, "platform", "cpu") != "cpu"
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import jax
 
 from devshim.backends.interop_base import Interop
+from devshim.backends.jax.memory import buffer_start
 from devshim.errors import CopyRequiredError
 
 __all__ = ["JaxInterop"]
@@ -71,7 +72,4 @@ class JaxInterop(Interop):
             >>> pointer(adapter, jax.numpy.ones(2)) > 0
             True
         """
-        try:
-            return x.unsafe_buffer_pointer()
-        except (AttributeError, RuntimeError, ValueError, NotImplementedError):
-            return None
+        return buffer_start(x)

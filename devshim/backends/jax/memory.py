@@ -32,7 +32,8 @@ from devshim.errors import MemoryEstimateError, MemoryEstimateUnsupportedError
 __all__ = ["JaxMemory"]
 
 
-def _stats(native):
+def device_stats(native):
+    """`native.memory_stats()`, or None where the device keeps none (or cannot say)."""
     try:
         return native.memory_stats() or None
     except (RuntimeError, NotImplementedError, AttributeError):
@@ -44,13 +45,14 @@ def _buffers(array):
     devices = array.sharding.device_set
     if len(devices) == 1:
         (native,) = devices
-        yield native, _start(array), array.nbytes
+        yield native, buffer_start(array), array.nbytes
         return
     for shard in array.addressable_shards:
-        yield shard.device, _start(shard.data), shard.data.nbytes
+        yield shard.device, buffer_start(shard.data), shard.data.nbytes
 
 
-def _start(array):
+def buffer_start(array):
+    """The address of `array`'s buffer, or None where JAX cannot say (then it is counted on its own)."""
     try:
         return array.unsafe_buffer_pointer()
     except (RuntimeError, ValueError, AttributeError, NotImplementedError):
@@ -70,7 +72,7 @@ class JaxMemory(DeviceMemory):
     live_source = "the live arrays on it (jax.live_arrays)"
 
     def accelerator_figures(self, adapter, native, device) -> MemoryInfo:
-        stats = _stats(native)
+        stats = device_stats(native)
         if stats is None:
             return MemoryInfo(device, in_use=self.live_bytes(adapter, device), source=self.live_source)
         in_use, limit = stats.get("bytes_in_use"), stats.get("bytes_limit")
@@ -92,7 +94,7 @@ class JaxMemory(DeviceMemory):
         return buffer_bytes(found)
 
     def in_use(self, adapter, native):
-        stats = _stats(native) if native.platform != "cpu" else None
+        stats = device_stats(native) if native.platform != "cpu" else None
         if stats is not None:
             return stats.get("bytes_in_use")
         return super().in_use(adapter, native)

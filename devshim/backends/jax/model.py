@@ -63,22 +63,19 @@ class PytreePlacement(ModelPlacement):
     def is_model(self, obj) -> bool:
         return _keras(obj) or (_tree.is_container(obj) and bool(_arrays(obj)))
 
+    def for_model(self, params):
+        return _KERAS if _keras(params) else self
+
     def named_places(self, params, adapter) -> list:
-        if _keras(params):
-            return _KERAS.named_places(params, adapter)
         found = [(path or "<root>", adapter.tensor_device(leaf)) for path, leaf in _arrays(params)]
         if not found:
             raise UnbuiltModelError("This pytree holds no JAX array, so it has no device: nothing to place.")
         return found
 
     def place(self, params, native, adapter, input_shape=None):
-        if _keras(params):
-            return _KERAS.place(params, native, adapter, input_shape)
         return copy_nest_if_needed(params, native)
 
     def child_sizes(self, params) -> list:
-        if _keras(params):
-            return _KERAS.child_sizes(params)
         if isinstance(params, dict):
             items = params.items()
         elif isinstance(params, (list, tuple)):
@@ -88,8 +85,6 @@ class PytreePlacement(ModelPlacement):
         return [(str(key), sum(leaf.nbytes for _, leaf in _arrays(value))) for key, value in items]
 
     def place_map(self, params, natives: dict, adapter):
-        if _keras(params):
-            return _KERAS.place_map(params, natives, adapter)
         raise UnsupportedPlacementError(
             "A pytree of JAX parameters has no forward pass devshim could hook, so it cannot be split over "
             "devices by a device map. Place each part yourself (params['layer1'] = ds.place_model("
@@ -97,12 +92,8 @@ class PytreePlacement(ModelPlacement):
         )
 
     def unplace(self, params) -> None:
-        """Pytrees never get devshim hooks: nothing to remove (a Keras model's calls leave its device)."""
-        if _keras(params):
-            _KERAS.unplace(params)
+        """Pytrees never get devshim hooks: nothing to remove."""
 
     def replicate(self, params, natives: list, adapter) -> list:
-        if _keras(params):
-            return _KERAS.replicate(params, natives, adapter)
         return [copy_nest(params, native, False) for native in natives]
 

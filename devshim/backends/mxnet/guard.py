@@ -55,15 +55,11 @@ _NUMPY_PACKED = _internals.NUMPY_PACKED_FUNCTIONS.get()  # the module of mx.np's
 _INDEX = _internals.INDEX_TO_ARRAY.get()  # Slot(NDArray, "_advanced_index_to_array")
 
 
-def _backend():
-    return load_backend("mxnet")
-
-
 def _guarded_asnumpy(original):
     def asnumpy(self):
         state = current()
         if state.checking and not marker.is_explicit():
-            place = _backend().describe(self.ctx)
+            place = load_backend("mxnet").describe(self.ctx)
             if place.kind != "cpu":
                 what = read_name(_READERS, "a.asnumpy()")
                 pending = check("device_to_host", READ, what, place, Device("cpu"), state)
@@ -123,7 +119,7 @@ def _guarded_index(original):
         if isinstance(idx, _NDArray) and idx.ctx != ctx:
             state = current()
             if state.checking and not marker.is_explicit():
-                backend = _backend()
+                backend = load_backend("mxnet")
                 source, target = backend.describe(idx.ctx), backend.describe(ctx)
                 direction, kind = direction_of(source, target)
                 pending = check(direction, kind, "mxnet indexing A[I] (I an index array)", source, target, state)
@@ -140,13 +136,9 @@ def _check(op_name: str, ndargs, state) -> list:
     first = contexts[0]
     if all(context == first for context in contexts):
         return pending  # the common case: every input where the op runs
-    backend = _backend()
-    places = []
-    for array, context in zip(ndargs, contexts):
-        place = backend.describe(context)
-        if place.kind == "cpu" and array.shape == ():
-            continue  # a 0-d host array is a number
-        places.append(place)
+    backend = load_backend("mxnet")
+    described = [(array, backend.describe(context)) for array, context in zip(ndargs, contexts)]
+    places = [place for array, place in described if place.kind != "cpu" or array.shape != ()]  # 0-d host: a number
     if len(places) < 2:
         return pending
     target = places[0]  # MXNet runs the op on its first input's context

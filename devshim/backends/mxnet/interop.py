@@ -58,8 +58,7 @@ class MXNetInterop(Interop):
             array([1., 1.], dtype=float64)
         """
         try:
-            capsule = obj.__dlpack__()
-            return mx.nd.from_dlpack(capsule).as_np_ndarray()
+            return mx.nd.from_dlpack(obj.__dlpack__()).as_np_ndarray()
         except (BufferError, RuntimeError, TypeError, ValueError, mx.base.MXNetError) as error:
             raise CopyRequiredError(f"MXNet's from_dlpack refused it ({str(error).splitlines()[0]})") from None
 

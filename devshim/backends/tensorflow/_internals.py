@@ -13,12 +13,15 @@ class, and the two functions every eager op goes through.
 
 from __future__ import annotations
 
+from functools import partial
+
 from devshim.backends.probes import Internals, Slot, dotted
 
 #: The TensorFlow releases devshim's CI tests (tox envs tensorflow-floor and tensorflow).
 TESTED = "2.16 to 2.21 (Keras 3)"
 
 INTERNALS = Internals("tensorflow", title="TensorFlow", tested=TESTED)
+_add_keras = partial(INTERNALS.add, framework="keras", since=(3, 0))  # Keras 3's internals
 
 
 def _variable_initialize():
@@ -125,34 +128,28 @@ AUTOGRAPH_RULES = INTERNALS.add(
              "call them outside it, or as tf.autograph.experimental.do_not_convert(ds.to_device)(x, device).",
     find=_autograph_rules,
 )
-KERAS_FUNCTIONAL = INTERNALS.add(
+KERAS_FUNCTIONAL = _add_keras(
     "keras.src.models.functional.Functional",
     feature="ds.place_model / ds.replicate cloning functional Keras models (keras.Model(inputs, outputs))",
     fallback="functional models are refused like subclassed ones (UnsupportedPlacementError); "
              "keras.Sequential models are still cloned.",
     find=dotted("keras.src.models.functional.Functional"),
-    framework="keras",
-    since=(3, 0),
 )
-KERAS_MAYBE_BUILD = INTERNALS.add(
+KERAS_MAYBE_BUILD = _add_keras(
     "keras.layers.Layer._maybe_build",
     feature="ds.place_model of an unbuilt Keras model, built on its first call under the device",
     fallback="only the model's build() and call() run under the device (a model that builds its weights "
              "in call() under tf.init_scope builds them on the default device): pass input_shape= to "
              "ds.place_model to build it there at once.",
     find=dotted("keras.layers.Layer._maybe_build"),
-    framework="keras",
-    since=(3, 0),
 )
-KERAS_VARIABLE_INITIALIZE = INTERNALS.add(
+KERAS_VARIABLE_INITIALIZE = _add_keras(
     "keras.src.backend.tensorflow.core.Variable._initialize",
     feature="moving an optimiser made before ds.place_model to the placed Keras model's device (its "
             "variables are made anew there, with their values, when the model is compiled or trained)",
     fallback="such an optimiser's variables stay where they were made: compile the placed model with an "
              "optimiser's name (optimizer=\"adam\"), or make the optimiser under keras.device(device).",
     find=_variable_initialize,
-    framework="keras",
-    since=(3, 0),
 )
 
 __all__ = ["INTERNALS", "TESTED", "EAGER_NUMPY", "EAGER_TENSOR", "OP_ENTRY_POINTS", "PRINT_FRAMES", "COMPOSITE_TENSOR",

@@ -83,11 +83,10 @@ class TFDevice(str):
     def __reduce__(self):
         return (TFDevice, (self.name,))
 
-    def __copy__(self) -> "TFDevice":
+    def __deepcopy__(self, memo=None) -> "TFDevice":
         return self
 
-    def __deepcopy__(self, memo) -> "TFDevice":
-        return self
+    __copy__ = __deepcopy__
 
     def _scopes(self) -> list:
         return vars(self._local).setdefault("scopes", [])
@@ -269,11 +268,8 @@ class TensorflowBackend(Backend):
 
     def copy_to(self, x, native, non_blocking: bool):
         tf = self.runtime()
-        if not isinstance(x, tf.Tensor):
-            return self._copy_other(tf, x, native)
-        return self._copy_tensor(tf, x, native)
-
-    def _copy_other(self, tf, x, native):
+        if isinstance(x, tf.Tensor):
+            return self._copy_tensor(tf, x, native)
         if isinstance(x, tf.Variable):
             # Reads the value on the variable's device; the tape records the read.
             return self._copy_tensor(tf, tf.convert_to_tensor(x), native)
@@ -413,13 +409,11 @@ class TensorflowBackend(Backend):
         details: list = [{"device": "cpu:0", "name": "host CPU (/CPU:0)"}]
         count = self.num_gpus()
         if count and settings.virtual_device_count():
-            for i in range(count):
-                details.append({
-                    "device": f"gpu:{i}",
-                    "name": f"virtual GPU in host memory (logical /CPU:{virtual.host_index(i)})",
-                    "virtual": True,
-                })
-            return details
+            return details + [
+                {"device": f"gpu:{i}", "name": f"virtual GPU in host memory (logical /CPU:{virtual.host_index(i)})",
+                 "virtual": True}
+                for i in range(count)
+            ]
         for i, physical in enumerate(tf.config.get_visible_devices("GPU")[:count]):
             entry: dict = {"device": f"gpu:{i}", "name": f"/GPU:{i}", "platform": "cuda"}
             try:
@@ -502,8 +496,7 @@ def _composite_tensor() -> type:
 
 
 def _is_keras_variable(x) -> bool:
-    keras = sys.modules.get("keras")
-    variable = getattr(keras, "Variable", None) if keras is not None else None
+    variable = getattr(sys.modules.get("keras"), "Variable", None)
     return variable is not None and isinstance(x, variable)
 
 

@@ -50,8 +50,7 @@ _READERS = {
     # and TensorFlow's functions that print a tensor (`_internals`): "print(t) / repr(t)"
 }
 # Ops that are copies the user asked for, and function calls whose ops TensorFlow places itself.
-_EXPLICIT_OPS = {"Identity", "IdentityN", "DeepCopy", "CopyToDevice"}
-_FUNCTION_CALLS = {"PartitionedCall", "StatefulPartitionedCall"}
+_UNCHECKED_OPS = {"Identity", "IdentityN", "DeepCopy", "CopyToDevice", "PartitionedCall", "StatefulPartitionedCall"}
 
 
 class _NoEagerTensor:
@@ -106,27 +105,24 @@ def _tensors(values) -> list:
     return found
 
 
-def _is_host_number(t, place) -> bool:
-    # 0-d host tensors are numbers; int32 tensors are shapes and indices, which TensorFlow keeps
-    # in host memory wherever they are placed (its gradient code passes a shape made on one
-    # GPU to an op on another), so handing one over copies no device memory.
-    return t.dtype == _INT32 or (place.kind == "cpu" and t.shape.rank == 0)
+def _variable_place(inputs: list):
+    """Where the first variable among `inputs` lives (None without one): an op with a variable
+    input runs on the variable's device, scope or not."""
+    return next((_place(t.device) for t in inputs if t.dtype == _RESOURCE), None)
 
 
 def _default_target(inputs: list):
-    for t in inputs:
-        if t.dtype == _RESOURCE:
-            return _place(t.device)  # an op with a variable input runs on the variable's device
-    if all(_place(t.device).kind == "cpu" and t.dtype in (_INT32, _INT64) for t in inputs):
+    variable = _variable_place(inputs)
+    if variable is None and all(_place(t.device).kind == "cpu" and t.dtype in (_INT32, _INT64) for t in inputs):
         return _place("/CPU:0")
-    return _place(_default_name)
+    return variable or _place(_default_name)
 
 
 def _check(op_name: str, device_name, inputs: list, state) -> list:
     """Refuse the op under "disallow"; under "log", the copies to record once TensorFlow ran it
     (an op it refuses, or one that fails, is not counted)."""
     pending: list = []
-    if op_name in _EXPLICIT_OPS or op_name in _FUNCTION_CALLS:
+    if op_name in _UNCHECKED_OPS:
         return pending
     names = [t.device for t in inputs]
     first = names[0]
@@ -136,10 +132,7 @@ def _check(op_name: str, device_name, inputs: list, state) -> list:
         target = _place(device_name)
         if alike and _place(first) is target:
             return pending  # the common case: inputs already where the op runs
-        for t in inputs:
-            if t.dtype == _RESOURCE:
-                target = _place(t.device)  # a variable's ops run where it lives, scope or not
-                break
+        target = _variable_place(inputs) or target
     else:
         if alike and _place(first) is _place(_default_name):
             return pending
@@ -148,7 +141,10 @@ def _check(op_name: str, device_name, inputs: list, state) -> list:
         if not name:
             continue
         source = _place(name)
-        if source is target or _is_host_number(t, source):
+        # 0-d host tensors are numbers; int32 tensors are shapes and indices, which TensorFlow keeps
+        # in host memory wherever they are placed (its gradient code passes a shape made on one
+        # GPU to an op on another), so handing one over copies no device memory.
+        if source is target or t.dtype == _INT32 or (source.kind == "cpu" and t.shape.rank == 0):
             continue
         direction, kind = direction_of(source, target)
         scope = "" if device_name else " (no device scope: TensorFlow's default device)"

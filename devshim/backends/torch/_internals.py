@@ -32,6 +32,13 @@ def _add(name: str, find=None, **described):
     return INTERNALS.add(name, find=find or dotted(name), **described)
 
 
+def _read_by(code, name: str, moved: str) -> str:
+    """`name`, once `code` is seen to use it (else AttributeError: `moved` and the name)."""
+    if name not in names_in_code(code):
+        raise AttributeError(f"{moved} {name}")
+    return name
+
+
 def _current_tx():
     from torch._dynamo.symbolic_convert import InstructionTranslator
 
@@ -62,9 +69,8 @@ def _dynamo_inline():
 
     from torch._dynamo.variables import builder
 
-    if DYNAMO_INLINE_ATTRIBUTE not in names_in_code(inspect.unwrap(builder.VariableBuilder._wrap).__code__):
-        raise AttributeError(f"torch._dynamo's VariableBuilder no longer reads {DYNAMO_INLINE_ATTRIBUTE}")
-    return DYNAMO_INLINE_ATTRIBUTE
+    return _read_by(inspect.unwrap(builder.VariableBuilder._wrap).__code__, DYNAMO_INLINE_ATTRIBUTE,
+                    "torch._dynamo's VariableBuilder no longer reads")
 
 
 DYNAMO_INLINE = INTERNALS.add(
@@ -207,10 +213,8 @@ def _device_type_lookups():
 def _parameter_mark():
     import torch
 
-    name = "_is_param"
-    if name not in names_in_code(type(torch.nn.Parameter).__instancecheck__.__code__):
-        raise AttributeError("torch.nn.Parameter's isinstance check no longer reads _is_param")
-    return name
+    return _read_by(type(torch.nn.Parameter).__instancecheck__.__code__, "_is_param",
+                    "torch.nn.Parameter's isinstance check no longer reads")
 
 
 def _acceleration_hooks():
@@ -349,8 +353,7 @@ def _keras_device_input():
 
 
 def _keras_copy_frames():
-    core = _keras_torch_core()
-    return frozenset({core.convert_to_tensor.__code__})
+    return frozenset({_keras_torch_core().convert_to_tensor.__code__})
 
 
 KERAS_DEVICE_INPUT = _keras(
@@ -452,9 +455,8 @@ def _fake_memo():
     from torch._subclasses.fake_tensor import FakeTensorConverter
 
     FakeTensorConverter.set_tensor_memo  # noqa: B018 - what from_meta_and_device calls for each result
-    if "set_tensor_memo" not in names_in_code(FakeTensorConverter.from_meta_and_device.__code__):
-        raise AttributeError("FakeTensorConverter.from_meta_and_device no longer calls set_tensor_memo")
-    return "set_tensor_memo"
+    return _read_by(FakeTensorConverter.from_meta_and_device.__code__, "set_tensor_memo",
+                    "FakeTensorConverter.from_meta_and_device no longer calls")
 
 
 #: torch's FakeTensorMode keeps a weak reference to every tensor an operation makes (its

@@ -54,10 +54,7 @@ def device_of(x):
         >>> device_of(torch.ones(1))
         device(type='cpu')
     """
-    _devshim_follow_release()
-    if _devshim_kind(type(x)) != TENSOR:
-        _devshim_refuse(type(x), "device_of")
-    return x.device
+    return _tensor(x, "device_of").device
 
 
 def neutral_device(x):
@@ -67,10 +64,15 @@ def neutral_device(x):
         >>> neutral_device(torch.ones(1))
         Device('cpu:0', backend='torch')
     """
+    return _devshim_describe(_tensor(x, "neutral_device").device)
+
+
+def _tensor(x, function: str):
+    """`x`, a torch tensor (else the eager call's error for `function`)."""
     _devshim_follow_release()
     if _devshim_kind(type(x)) != TENSOR:
-        _devshim_refuse(type(x), "neutral_device")
-    return _devshim_describe(x.device)
+        _devshim_refuse(type(x), function)
+    return x
 
 
 def to_device(x, device, *, non_blocking=False, skip_keys=None):
@@ -105,8 +107,7 @@ def same_device(*xs):
     """
     _devshim_follow_release()
     found = []
-    for x in xs:
-        _devices(x, found)
+    _devices(xs, found)  # (a tuple of nests)
     for place in found[1:]:
         if place != found[0]:
             return False
@@ -206,40 +207,27 @@ def _copy(x, kind, how, targets):
             targets[1] = _devshim_selected_target(how[0])
         moved = x.to(targets[1], non_blocking=True) if how[1] and kind == MOVABLE else x.to(targets[1])
         return moved, moved is not x
-    if kind == _tree.DICT:
-        return _copy_dict(x, how, targets)
     if kind in _WALKED:
-        return _copy_sequence(x, kind, how, targets)
+        return _copy_items(x, kind, how, targets)
     if kind == FOREIGN or kind > _tree.LEAF:  # a container of another kind
         _devshim_refuse(type(x), how[4])
     return x, False
 
 
-def _copy_dict(x, how, targets):
-    out = {}
-    changed = False
-    skip = how[2]
-    for key, item in x.items():
-        if skip is not None and key in skip:
-            out[key] = item
-            continue
-        new, new_is_other = _copy(item, _devshim_kind(type(item)), how, targets)
-        out[key] = new
-        changed = changed or new_is_other
-    if how[3] and not changed:
-        return x, False
-    return out, True
-
-
-def _copy_sequence(x, kind, how, targets):
+def _copy_items(x, kind, how, targets):
+    """`_copy` of a dict, list, tuple or namedtuple, item by item (a dict's items under `skip_keys` kept)."""
+    skip = how[2] if kind == _tree.DICT else None
     items = []
     changed = False
-    for item in x:
-        new, new_is_other = _copy(item, _devshim_kind(type(item)), how, targets)
-        items.append(new)
-        changed = changed or new_is_other
+    for key, item in x.items() if kind == _tree.DICT else enumerate(x):
+        if skip is None or key not in skip:
+            item, new_is_other = _copy(item, _devshim_kind(type(item)), how, targets)
+            changed = changed or new_is_other
+        items.append(item)
     if how[3] and not changed:
         return x, False
+    if kind == _tree.DICT:
+        return dict(zip(x, items)), True
     if kind == _tree.LIST:
         return items, True
     if kind == _tree.TUPLE:

@@ -242,8 +242,7 @@ def _as_fake(mode, count, nest):
         return fake
     if isinstance(nest, torch.nn.Module):
         fake = copy.deepcopy(nest)
-        for tensor in (*fake.parameters(), *fake.buffers()):
-            count.count(tensor)
+        count.count([*fake.parameters(), *fake.buffers()])
         return fake
     if isinstance(nest, (tuple, list)):
         return type(nest)(_as_fake(mode, count, item) for item in nest)

@@ -226,6 +226,10 @@ class _KerasOnTorch(keras_base.KerasModels):
         torch.nn.ParameterList([variable.value]).to(native)  # in place, as module.to moves parameters
         return variable.value.device == native
 
+    def place(self, model, native, adapter, input_shape=None):
+        meet_keras(adapter)
+        return super().place(model, native, adapter, input_shape)
+
     def computing_device(self, model, adapter):
         current = _internals.KERAS_CURRENT_DEVICE.get()
         if current is None:
@@ -239,11 +243,6 @@ class _KerasOnTorch(keras_base.KerasModels):
 _KERAS = _KerasOnTorch(_internals)
 
 
-def _keras(model):
-    """The Keras part when `model` is a Keras 3 model (an nn.Module too), else None."""
-    return _KERAS if keras_base.is_model(model) else None
-
-
 class TorchPlacement(ModelPlacement):
     """Placement of PyTorch modules (the contract: `devshim.backends.model_base.ModelPlacement`).
 
@@ -255,13 +254,14 @@ class TorchPlacement(ModelPlacement):
     def is_model(self, obj) -> bool:
         return isinstance(obj, torch.nn.Module)
 
+    def for_model(self, module):
+        return _KERAS if keras_base.is_model(module) else self  # a Keras 3 model is an nn.Module too
+
     def keras_imported(self, adapter) -> None:
         meet_keras(adapter)
 
     def named_places(self, module, adapter) -> list:
         """(name, Device) for each parameter (tied ones once) and each buffer."""
-        if _keras(module):
-            return _KERAS.named_places(module, adapter)
         _check_built(module)
         found = [(name, adapter.tensor_device(p)) for name, p in module.named_parameters()]
         found += [(name, adapter.tensor_device(b)) for name, b in module.named_buffers()]
@@ -273,9 +273,6 @@ class TorchPlacement(ModelPlacement):
         return found
 
     def place(self, module, native, adapter, input_shape=None):
-        if _keras(module):
-            meet_keras(adapter)
-            return _KERAS.place(module, native, adapter, input_shape)
         _check_built(module)
         groups = _tied(module)
         saved, places = _snapshot(module), _places_of(module)
@@ -294,14 +291,10 @@ class TorchPlacement(ModelPlacement):
 
     def child_sizes(self, module) -> list:
         """(name, parameter bytes) of each top-level child, in order: what "balanced" spreads."""
-        if _keras(module):
-            return _KERAS.child_sizes(module)
         return [(name, sum(p.numel() * p.element_size() for p in child.parameters()))
                 for name, child in module.named_children()]
 
     def place_map(self, module, natives: dict, adapter):
-        if _keras(module):
-            return _KERAS.place_map(module, natives, adapter)
         _check_built(module)
         blocks = {name: _submodule(module, name) for name in natives}  # every name, before moving
         groups = _tied(module)
@@ -325,14 +318,10 @@ class TorchPlacement(ModelPlacement):
         return module
 
     def unplace(self, module) -> None:
-        if _keras(module):
-            _KERAS.unplace(module)
         for handle in _handles.pop(module, ()):
             handle.remove()
 
     def replicate(self, module, natives: list, adapter) -> list:
-        if _keras(module):
-            return _KERAS.replicate(module, natives, adapter)
         _check_built(module)
         if _handles.get(module):
             raise UnsupportedPlacementError(

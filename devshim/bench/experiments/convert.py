@@ -79,10 +79,8 @@ def run(to=None, *, backend=None, min_run_time: float = 0.2, progress=None, size
 
 
 def _default_target(source):
-    for name in available_backends():
-        if name != source.name and name != "cupy" and specs()[name].has_module("interop"):
-            return get_backend(name)
-    return None
+    return next((get_backend(name) for name in available_backends()
+                 if name not in (source.name, "cupy") and specs()[name].has_module("interop")), None)
 
 
 EXPERIMENT = Experiment(

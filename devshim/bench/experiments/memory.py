@@ -71,10 +71,9 @@ def _row(adapter, native, case: str, expected, before, peak, estimated=None) -> 
         value = row[f"{key}_bytes"]
         row[f"{key}_mib"] = None if value is None else round(value / MiB, 3)
     row["label"] = f"{row['device']} {case}"
-    row["note"] = ("the process's resident memory: a freed buffer reused need not grow it" if
-                   ds.memory(native).device.kind == "cpu" else "ds.memory: " + ds.memory(native).source)
-    if peak.reason:
-        row["note"] = peak.reason
+    on_host = "the process's resident memory: a freed buffer reused need not grow it"
+    row["note"] = peak.reason or (on_host if ds.memory(native).device.kind == "cpu"
+                                  else "ds.memory: " + ds.memory(native).source)
     return row
 
 

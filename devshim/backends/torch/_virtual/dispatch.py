@@ -424,14 +424,8 @@ def _finish(cls, plan, result, host_args, out, args, kwargs):
     GPU `out`, mutated arguments (in-place and out= operations) as themselves."""
     aliases = plan.aliases
     if aliases is None:
-        if isinstance(result, _Tensor):
-            if plan.views:
-                for host in host_args:
-                    if result is host:  # lift_fresh gives its argument itself: a wrapper
-                        result = _alias(host)  # gets its own host, whose shape is its own
-                        break
-                return new_view(cls, result, out)
-            return new(cls, result, out)
+        if plan.views and isinstance(result, _Tensor) and any(result is host for host in host_args):
+            result = _alias(result)  # lift_fresh gives its argument itself: a wrapper gets its own host
         return _wrap(cls, result, out, new_view if plan.views else new)
     # In-place and out= operations return their (already updated) argument itself.
     returned = [_argument(args, kwargs, where) if where is not None else _wrap(cls, value, out)

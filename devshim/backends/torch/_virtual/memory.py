@@ -156,15 +156,12 @@ def recount(host, device) -> None:
 
 def _resize(host, device, nbytes: int) -> None:
     """Resize host storage `host` of virtual GPU `device` to `nbytes`, counted; past the size,
-    `torch.OutOfMemoryError` before any memory is taken."""
+    `torch.OutOfMemoryError` before any memory is taken. `host` was counted when its tensor was
+    made (`dispatch.new`), and the `VirtualStorage` over it keeps it alive."""
     index = device.index or 0
     limit = capacity()
     with _lock:
-        ref = _held.get(id(host))
-        if ref is None:
-            ref = _held[id(host)] = _Held(host, _release)
-            ref.key, ref.index, ref.size = id(host), index, host.nbytes()
-            _count(index, ref.size)
+        ref = _held[id(host)]
         grown = nbytes - ref.size
         if grown > 0 and limit is not None and _in_use[index] + grown > limit:
             raise _out_of_memory(index, grown, limit)

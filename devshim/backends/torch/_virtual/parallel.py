@@ -68,9 +68,8 @@ def _ours(tensors, devices) -> bool:
     """Whether a comm call concerns virtual GPUs: a virtual tensor or device among its
     arguments, or only CPU tensors and integer devices while virtual GPUs are presented
     (torch turns `vgpu:i` into `i` before it calls comm)."""
-    for t in tensors:
-        if isinstance(t, VirtualTensor):
-            return True
+    if any(isinstance(t, VirtualTensor) for t in tensors):
+        return True
     named = False
     for d in devices:
         if isinstance(d, (torch.device, str)):
@@ -190,13 +189,10 @@ def parallel_apply(modules, inputs, kwargs_tup=None, devices=None):
             thread.join()
     else:
         work(0, *jobs[0])
-    outputs = []
     for i in range(len(jobs)):
-        output = results[i]
-        if isinstance(output, ExceptionWrapper):
-            output.reraise()
-        outputs.append(output)
-    return outputs
+        if isinstance(results[i], ExceptionWrapper):
+            results[i].reraise()
+    return [results[i] for i in range(len(jobs))]
 
 
 def _a_tensor(value):

@@ -149,18 +149,15 @@ def _register_kernels() -> tuple:
     # would take a wrapper for one of their own tensors).
     fallback.fallback(quantized_kernel, "QuantizedPrivateUse1")
     kernels = torch.library.Library("aten", "IMPL")
-    for name in ("copy_", "_copy_from", "_copy_from_and_resize", "_to_copy", "lift_fresh",
-                 "detach", "alias", "view", "_local_scalar_dense", "fill_.Scalar", "zero_",
-                 "empty.memory_format", "empty_strided"):
-        op = _overload(name)
-        kernels.impl(name, _kernel_for(op), "PrivateUse1")
     # Operators with a kernel for every device (structured ones: neg, mul, ...) would run it
     # on a plain tensor of a virtual GPU (one torch imported from a virtual tensor's DLPack
     # capsule) instead of the fallback: the virtual GPU takes them too.
-    for name in _all_operator_names():
-        if name.startswith("aten::") and _has_kernel_for(name, "CompositeExplicitAutogradNonFunctional"):
-            name = name[len("aten::"):]
-            kernels.impl(name, _kernel_for(_overload(name)), "PrivateUse1")
+    structured = [name[len("aten::"):] for name in _all_operator_names()
+                  if name.startswith("aten::") and _has_kernel_for(name, "CompositeExplicitAutogradNonFunctional")]
+    for name in ("copy_", "_copy_from", "_copy_from_and_resize", "_to_copy", "lift_fresh",
+                 "detach", "alias", "view", "_local_scalar_dense", "fill_.Scalar", "zero_",
+                 "empty.memory_format", "empty_strided", *structured):
+        kernels.impl(name, _kernel_for(_overload(name)), "PrivateUse1")
     return fallback, kernels
 
 
