@@ -16,6 +16,7 @@ import pytest
 import devshim as ds
 from devshim import settings
 from devshim.backends.memory_base import MemoryInfo, covered_bytes, format_bytes
+from devshim.device_memory import RESOLUTION
 from helpers import run_python
 
 pytest_plugins = ["pytester"]
@@ -224,13 +225,20 @@ def test_a_sampled_peak_that_could_have_missed_a_tensor_is_none_with_the_reason(
 
 
 def test_without_a_counter_a_thread_samples_what_is_in_use(counted):
+    """The figure the sampler read; on a machine so busy that its thread waited past the
+    resolution between two readings (seen once while four test runs shared two cores), the
+    block says so instead (the next test's case), and it is measured again."""
     counts = _Counts(resets=False, top=None)
-    with counted(counts)(interval=0.001) as peak:
-        counts.use(1000)
-        _until_read(peak, 1000)
-        counts.use(-1000)
+    for _ in range(5):
+        with counted(counts)(interval=0.001) as peak:
+            counts.use(1000)
+            _until_read(peak, 1000)
+            counts.use(-1000)
+        if peak.resolution <= RESOLUTION:
+            break
+        assert peak.peak is None and "could have been missed" in peak.reason, peak
     assert (peak.method, peak.peak, peak.start, peak.end) == ("sampled", 1000, 0, 0)
-    assert 0 < peak.resolution <= 0.1 and peak.missed == 0 and not peak.reason
+    assert 0 < peak.resolution <= RESOLUTION and peak.missed == 0 and not peak.reason
 
 
 # ------------------------------------------------------------ torch's virtual GPUs
