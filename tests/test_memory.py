@@ -226,8 +226,8 @@ def test_a_sampled_peak_that_could_have_missed_a_tensor_is_none_with_the_reason(
 
 def test_without_a_counter_a_thread_samples_what_is_in_use(counted):
     """The figure the sampler read; on a machine so busy that its thread waited past the
-    resolution between two readings (seen once while four test runs shared two cores), the
-    block says so instead (the next test's case), and it is measured again."""
+    resolution between two readings (seen once while five test runs shared two cores), the
+    block says so instead (the case of the test above), and it is measured again."""
     counts = _Counts(resets=False, top=None)
     for _ in range(5):
         with counted(counts)(interval=0.001) as peak:
