@@ -88,32 +88,26 @@ __all__ = [
 ]
 
 # public name -> the module that defines it; loaded on first attribute access (PEP 562). In
-# __all__'s order; every error and warning class is defined in devshim.errors.
+# __all__'s order; every error and warning class is defined in devshim.errors, the others where
+# _DEFINED_IN says.
+_DEFINED_IN = {
+    "devshim.api": ("cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "devices", "device", "device_of",
+                    "neutral_device", "to_device", "copy_if_needed", "same_device", "ensure_same_device", "to_numpy"),
+    "devshim.backends": ("available_backends", "get_backend", "set_backend", "use_backend"),
+    "devshim._device": ("Device",),
+    "devshim.conversion": ("convert",),
+    "devshim.generic": ("array_module", "get_array_module"),
+    "devshim.timing": ("synchronize", "Timer", "benchmark", "Measurement"),
+    "devshim.guard_block": ("transfer_guard",),
+    "devshim.guard.report": ("TransferReport",),
+    "devshim.placement": ("place_model", "model_device", "model_devices", "unplace", "split_batch", "replicate",
+                          "allreduce"),
+    "devshim.distributed": ("process_info", "init_distributed", "ProcessInfo"),
+    "devshim.device_memory": ("memory", "memory_peak", "MemoryInfo", "MemoryPeak", "estimate_memory", "largest_batch",
+                              "MemoryEstimate", "BatchSearch"),
+}
 _EXPORTS = dict.fromkeys([name for name in __all__ if name not in _SUBMODULES], "devshim.errors")
-_EXPORTS.update({
-    **dict.fromkeys(
-        ("cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "devices", "device", "device_of", "neutral_device",
-         "to_device", "copy_if_needed", "same_device", "ensure_same_device", "to_numpy"),
-        "devshim.api",
-    ),
-    **dict.fromkeys(
-        ("available_backends", "get_backend", "set_backend", "use_backend"), "devshim.backends"
-    ),
-    "Device": "devshim._device",
-    "convert": "devshim.conversion",
-    **dict.fromkeys(("array_module", "get_array_module"), "devshim.generic"),
-    **dict.fromkeys(("synchronize", "Timer", "benchmark", "Measurement"), "devshim.timing"),
-    "transfer_guard": "devshim.guard_block",
-    "TransferReport": "devshim.guard.report",
-    **dict.fromkeys(
-        ("place_model", "model_device", "model_devices", "unplace", "split_batch", "replicate",
-         "allreduce"),
-        "devshim.placement",
-    ),
-    **dict.fromkeys(("process_info", "init_distributed", "ProcessInfo"), "devshim.distributed"),
-    **dict.fromkeys(("memory", "memory_peak", "MemoryInfo", "MemoryPeak", "estimate_memory", "largest_batch",
-                     "MemoryEstimate", "BatchSearch"), "devshim.device_memory"),
-})
+_EXPORTS.update({name: module for module, names in _DEFINED_IN.items() for name in names})
 
 
 def __getattr__(name: str) -> Any:

@@ -204,17 +204,11 @@ def _map_dict(value, walk, ops, keep_unchanged, skip_keys):
     # dict, a batch) are the common nest.
     ops_get = ops.get
     out = {}
-    if not keep_unchanged:
-        for key, item in value.items():
-            op = ops_get(type(item))
-            out[key] = op(item) if op is not None else walk(item)
-        return out
-    changed = False
     for key, item in value.items():
         op = ops_get(type(item))
-        new = out[key] = op(item) if op is not None else walk(item)
-        changed = changed or new is not item
-    return out if changed else value
+        out[key] = op(item) if op is not None else walk(item)
+    # `out` has value's keys in value's order: its values pair up with value's
+    return value if keep_unchanged and _same(out.values(), value.values()) else out
 
 
 def _map_list(value, walk, ops, keep_unchanged, skip_keys):

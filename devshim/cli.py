@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional, TextIO
 
 from devshim.backends import canonical_name, get_backend, load_backend, selection_reason, specs
 from devshim.errors import BackendError, DevshimError
+from devshim.selftest.runner import memory_records
 
 __all__ = ["main", "collect_info", "print_info", "build_parser", "setting_problems"]
 
@@ -80,10 +81,15 @@ def _framework_entry(name: str, spec: Any) -> dict:
         adapter = load_backend(name)
         entry["devices"] = adapter.device_details()
         entry["status"] = "ok"
-        entry["memory"] = _memory_of(name, [dev["device"] for dev in entry["devices"]])
+        entry["memory"] = memory_records(name, [dev["device"] for dev in entry["devices"]], _error_text)
     except Exception as err:  # report any framework failure, keep listing the rest
-        entry["status"] = f"error: {type(err).__name__}: {err}"
+        entry["status"] = f"error: {_error_text(err)}"
     return entry
+
+
+def _error_text(err: Exception) -> str:
+    """`Type: message`: how `devshim info` shows a failure it reports and lists past."""
+    return f"{type(err).__name__}: {err}"
 
 
 def collect_info() -> dict:
@@ -119,7 +125,7 @@ def _process() -> Optional[dict]:
 
         return process_info().as_dict()
     except Exception as err:  # report it, keep printing the rest (as for the frameworks)
-        return {"error": f"{type(err).__name__}: {err}"}
+        return {"error": _error_text(err)}
 
 
 def print_info(info: dict, out: Optional[TextIO] = None) -> None:
@@ -248,20 +254,6 @@ if __name__ == "__main__":  # pragma: no cover
 
 
 # ------------------------------------------------------------------ memory
-
-
-def _memory_of(name: str, devices: list) -> list:
-    """`ds.memory` of each of the backend's devices (as `devshim info` lists them), as plain
-    data; an entry with the error for a device whose figures could not be read."""
-    from devshim.device_memory import memory
-
-    found = []
-    for device in devices:
-        try:
-            found.append(memory(device, backend=name).as_dict())
-        except Exception as err:  # report it, keep printing the rest (as for the frameworks)
-            found.append({"device": device, "error": f"{type(err).__name__}: {err}"})
-    return found
 
 
 def _print_memory(frameworks: list, write: Callable[..., None]) -> None:

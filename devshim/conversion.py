@@ -40,6 +40,7 @@ from typing import Any, Optional
 from devshim import _tree, transfer
 from devshim.types import DeviceSpec, Nest
 from devshim.guard import marker
+from devshim.guard.report import direction_of
 from devshim.backends import backend_for_tensor, canonical_name, interop, load_backend, specs
 from devshim.backends.out_of_memory import raise_if_out_of_memory
 from devshim.errors import (
@@ -170,9 +171,9 @@ def _convert_leaf(x, source, target, want, copy, name: str):
                 f"ds.convert(x, {name!r}) would copy x from {here} to {there}: {target.spec.title} "
                 f"has no array on {here}. Make the copy explicit with "
                 f"ds.convert(x, {name!r}, device={str(there)!r}), or allow it with "
-                f"ds.transfer_guard({_direction(here, there)}='allow')."
+                f"ds.transfer_guard({direction_of(here, there)[0]}='allow')."
             )
-            transfer.crossing(_direction(here, there), f"ds.convert(x, {name!r})", here, there,
+            transfer.crossing(direction_of(here, there)[0], f"ds.convert(x, {name!r})", here, there,
                               explicit=False, error=error)
             return _copy(x, source, target, native)
         return _on_device(x, source, target, native, here, copy, name)
@@ -181,7 +182,7 @@ def _convert_leaf(x, source, target, want, copy, name: str):
         return _on_device(x, source, target, native, here, copy, name)
     if copy is False:
         raise _no_share(name, f"x is on {here} and device={str(there)!r} is another device")
-    transfer.crossing(_direction(here, there), f"ds.convert(x, {name!r}, device={str(there)!r})",
+    transfer.crossing(direction_of(here, there)[0], f"ds.convert(x, {name!r}, device={str(there)!r})",
                       here, there, explicit=True)
     return _copy(x, source, target, native)
 
@@ -217,7 +218,7 @@ def _share(x, source, target, native):
     if not target.same_place(y, native):
         raise CopyRequiredError(f"{target.spec.title} placed the import on {target.tensor_device(y)}")
     after = dst.pointer(target, y)
-    if before is not None and after is not None and before != after and _nbytes(src, source, x):
+    if before is not None and after is not None and before != after and _nbytes(x):
         raise CopyRequiredError(f"{target.spec.title}'s DLPack import copied this tensor (its "
                                 f"layout or alignment is not one it can use in place)")
     return y
@@ -248,7 +249,7 @@ def _host_copy(source, x):
     return array
 
 
-def _nbytes(src, source, x) -> int:
+def _nbytes(x) -> int:
     size = getattr(x, "size", None)
     if callable(size):  # torch: size() is the shape
         return x.numel()
@@ -265,14 +266,6 @@ def _same_place(target, here):
     except DevshimError:
         return None
     return native if target.describe(native) == here else None
-
-
-def _direction(here, there) -> str:
-    if here.kind == "cpu" and there.kind != "cpu":
-        return "host_to_device"
-    if there.kind == "cpu" and here.kind != "cpu":
-        return "device_to_host"
-    return "device_to_device"
 
 
 def _no_share(name: str, why: str) -> CopyRequiredError:

@@ -379,11 +379,8 @@ def _check_alike(tensors: list) -> None:
     described = [(tuple(t.shape), str(t.dtype)) for t in tensors]
     if all(d == described[0] for d in described[1:]):
         return
-    differs = []
-    if len({shape for shape, _ in described}) > 1:
-        differs.append("shapes")
-    if len({dtype for _, dtype in described}) > 1:
-        differs.append("dtypes")
+    kinds = {"shapes": {shape for shape, _ in described}, "dtypes": {dtype for _, dtype in described}}
+    differs = [what for what, found in kinds.items() if len(found) > 1]
     listing = "; ".join(f"tensor {i}: shape {shape}, dtype {dtype}" for i, (shape, dtype) in enumerate(described))
     raise ReduceMismatchError(
         f"allreduce sums tensors of one shape and dtype, element by element (it never broadcasts), "

@@ -43,6 +43,7 @@ import os
 import pytest
 
 from devshim import settings
+from devshim.errors import BackendError, DevshimError, VirtualMemorySizeError
 
 __all__ = ["ds_backend", "ds_device", "ds_devices", "DEVSHIM_MARKERS"]
 
@@ -93,7 +94,6 @@ class _Plan:
         """The backends `ds_backend` runs on; a collection failure when there is none."""
         if self.backends is None and self.default_error is None:
             from devshim.backends import get_backend, selection_reason
-            from devshim.errors import DevshimError
 
             try:
                 self.backends = [get_backend().name]
@@ -109,8 +109,6 @@ class _Plan:
         """The virtual GPUs asked for: this run's, or `DEVSHIM_VIRTUAL_DEVICES`'s (0: none)."""
         if self.virtual is not None:
             return self.virtual
-        from devshim.errors import DevshimError
-
         try:
             return settings.virtual_device_count()
         except DevshimError:  # a bad DEVSHIM_VIRTUAL_DEVICES: the backends say so when used
@@ -151,7 +149,6 @@ def _option(config, flag: str) -> tuple:
 
 def _parse_backends(value: str, source: str) -> list:
     from devshim.backends import available_backends, canonical_name, specs
-    from devshim.errors import BackendError
 
     installed = available_backends()
     listing = f"Installed backends: {', '.join(installed)} (or 'all')."
@@ -170,9 +167,8 @@ def _parse_backends(value: str, source: str) -> list:
             raise pytest.UsageError(
                 f"{source}: the {key} backend is not installed here ({specs()[key].install_hint()}). "
                 f"{listing}")
-        if key not in chosen:
-            chosen.append(key)
-    return chosen
+        chosen.append(key)
+    return list(dict.fromkeys(chosen))  # each once, in the order first named
 
 
 def pytest_configure(config) -> None:
@@ -194,8 +190,6 @@ def pytest_configure(config) -> None:
         _set_variable(plan, settings.VIRTUAL_DEVICES_VAR, plan.virtual, settings.set_virtual_devices)
     value, source = _option(config, _MEMORY_OPTION)
     if value is not None:
-        from devshim.errors import VirtualMemorySizeError
-
         try:
             size = settings.parse_size(value, source=source)
         except VirtualMemorySizeError as err:
@@ -229,7 +223,6 @@ def _set_variable(plan: _Plan, variable: str, value, setter) -> None:
 
 def _describe_devices(name: str, cpu_only: bool = False) -> str:
     from devshim.backends import get_backend
-    from devshim.errors import DevshimError
 
     try:
         adapter = get_backend(name)
@@ -279,7 +272,6 @@ def _marked_backends(definition) -> object:
     if marker is None:
         return None
     from devshim.backends import canonical_name
-    from devshim.errors import BackendError
 
     if not marker.args or not all(isinstance(a, str) for a in marker.args):
         pytest.fail(f"{definition.nodeid}: @pytest.mark.backends takes backend names, e.g. "
@@ -315,7 +307,6 @@ def _cannot(name: str, plan: _Plan, err) -> None:
 def _gpu_count(name: str, plan: _Plan) -> int:
     """The GPUs `name` sees here; a failure, not a wrong answer, where it cannot say."""
     from devshim.api import num_gpus
-    from devshim.errors import DevshimError
 
     try:
         return num_gpus(backend=name)

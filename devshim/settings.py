@@ -59,7 +59,7 @@ TRANSFER_GUARD_VAR = "DEVSHIM_TRANSFER_GUARD"
 #: The backend of the innermost `use_backend` block of this thread or task.
 scoped_backend: ContextVar = ContextVar("devshim_backend", default=None)
 
-# Parsed environment: name -> value, or the exception (its parser raised it) to raise when it is used.
+# Parsed environment: parser -> value, or the exception (its parser raised it) to raise when it is used.
 # A bad value only fails the functions that need it.
 _parsed: dict = {}
 _virtual_override = None  # set by ds.testing.virtual_devices(); wins over the environment
@@ -312,15 +312,16 @@ def _parse_launcher() -> object:
     return None
 
 
-def _get(name: str) -> Any:
+def _get(parser) -> Any:
+    """What `parser` made of the environment, parsed once (until `reload`); the error it raised, raised again."""
     try:
-        value = _parsed[name]
+        value = _parsed[parser]
     except KeyError:
         try:
-            value = _PARSERS[name]()
+            value = parser()
         except DevshimError as err:  # a bad value fails only the functions that need it
             value = type(err)(*err.args)
-        _parsed[name] = value
+        _parsed[parser] = value
     if isinstance(value, Exception):
         raise type(value)(*value.args)
     return value
@@ -333,7 +334,7 @@ def requested_backend():
         >>> ds.settings.requested_backend()
         'torch'
     """
-    return _get("backend")
+    return _get(_parse_backend)
 
 
 def accelerators_hidden() -> bool:
@@ -343,7 +344,7 @@ def accelerators_hidden() -> bool:
         >>> ds.settings.accelerators_hidden()
         False
     """
-    return _get("device")
+    return _get(_parse_device)
 
 
 def virtual_device_count() -> int:
@@ -357,7 +358,7 @@ def virtual_device_count() -> int:
     """
     if _virtual_override is not None:
         return _virtual_override
-    return _get("virtual")
+    return _get(_parse_virtual)
 
 
 def virtual_devices_from_environment() -> bool:
@@ -378,7 +379,7 @@ def default_guard_level() -> str:
         >>> ds.settings.default_guard_level()
         'allow'
     """
-    return _get("guard")
+    return _get(_parse_guard)
 
 
 def launcher() -> Optional["Launch"]:
@@ -399,7 +400,7 @@ def launcher() -> Optional["Launch"]:
         >>> ds.settings.launcher()     # under torchrun --nproc_per_node 2
         Launch(name='torchrun', local_rank=1, rank=1, world_size=2, local_world_size=2, ...)
     """
-    return _get("launcher")
+    return _get(_parse_launcher)
 
 
 def set_virtual_devices(count) -> None:
@@ -524,10 +525,6 @@ def _parse_virtual_memory() -> object:
     return parse_size(raw)
 
 
-_PARSERS = {"backend": _parse_backend, "device": _parse_device, "virtual": _parse_virtual,
-            "guard": _parse_guard, "launcher": _parse_launcher, "virtual_memory": _parse_virtual_memory}
-
-
 def virtual_memory():
     """The size of each virtual GPU in bytes (`DEVSHIM_VIRTUAL_MEMORY`, or
     `set_virtual_memory`), or None when they have none (then they take what the host has).
@@ -538,7 +535,7 @@ def virtual_memory():
     """
     if _virtual_memory_override is not None:
         return _virtual_memory_override or None  # 0: no size, whatever the environment says
-    return _get("virtual_memory")
+    return _get(_parse_virtual_memory)
 
 
 def set_virtual_memory(size) -> None:

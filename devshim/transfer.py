@@ -9,6 +9,9 @@ copy was asked for" is known in exactly one place: while one of these runs, the
 guard's marker (`devshim.guard.marker`) says so in that thread, and a transfer
 guard that sees a copy at such a moment lets it through.
 
+`ds.convert`'s copies between devices, which no framework hook sees, are told to
+the guard with `crossing` (`devshim.guard.report.crossing`, offered here).
+
 Marking costs nothing while no guard is watching: the functions then call the
 adapter straight away.
 
@@ -20,8 +23,9 @@ Example:
 
 from __future__ import annotations
 
-from devshim.guard import marker, report
+from devshim.guard import marker
 from devshim.guard.marker import enter, explicit, is_explicit, leave
+from devshim.guard.report import crossing
 
 __all__ = ["to_host", "explicitly", "explicit", "enter", "leave", "is_explicit", "crossing"]
 
@@ -50,18 +54,3 @@ def explicitly(fn, *args):
         with explicit():
             return fn(*args)
     return fn(*args)
-
-
-def crossing(direction: str, what: str, source, target, *, explicit: bool, error=None) -> None:
-    """Tell the transfer guard that `ds.convert` is about to copy data between two devices.
-
-    Frameworks' own hooks never see these copies (they go through DLPack or the
-    host), so this is where they are counted: an `explicit` one (the caller
-    named `device=`) in every enclosing block's `report.explicit`; any other
-    is checked like an implicit transfer, logged under "log" and refused under
-    "disallow" by raising `error`. Call it outside `explicit()`.
-
-    Example:
-        >>> transfer.crossing("device_to_host", "ds.convert(x, 'numpy')", gpu0, cpu0, explicit=True)
-    """
-    report.crossing(direction, what, source, target, explicit=explicit, error=error)

@@ -23,7 +23,7 @@ from typing import Any
 from devshim import settings, transfer
 from devshim.guard import marker
 from devshim._trace import trace_constant
-from devshim._device import ACCEPTED_SPECS, Device, describe_native, parse_spec
+from devshim._device import ACCEPTED_SPECS, Device, describe_native, parse_spec, register_platform
 from devshim.backends.out_of_memory import raise_if_out_of_memory
 from devshim.errors import (
     BackendError, DeviceUnavailableError, InvalidDeviceError, SharedDeviceWarning, UnsupportedValueError,
@@ -33,6 +33,7 @@ from devshim.errors import (
 __all__ = ["Backend", "DeviceTable", "trace_constant"]
 
 _TARGET_CACHE_LIMIT = 256
+_UNKNOWN = object()  # an accelerator platform not looked for yet
 _shared_warned = False  # SharedDeviceWarning was issued (once per process, until settings change)
 
 
@@ -90,6 +91,8 @@ class Backend(ABC):
     """
 
     spec: Any = None  # the BackendSpec from the backend package's __init__.py
+    _described: Any = None  # the backend's DeviceTable (native device -> Device), if it keeps one
+    _virtual = 0  # virtual accelerators presented now (backends that have them set it)
     name = ""
     #: The registry that made this adapter (None for one made by hand): how the contract asks
     #: about the other backends without this module importing the registry above it.
@@ -109,6 +112,7 @@ class Backend(ABC):
         # spec -> native device, for specs already resolved and checked. Cleared (never
         # replaced: the fast paths hold it) whenever settings change.
         self._targets: dict = {}
+        self._platform = _UNKNOWN
 
     # ------------------------------------------------------------ detection
 
@@ -169,9 +173,18 @@ class Backend(ABC):
     def make_native_device(self, kind: str, index: int):
         """The framework's device object for `kind`/`index`; no range checks."""
 
-    @abstractmethod
     def describe(self, native) -> Device:
-        """The neutral Device for one of this framework's device objects."""
+        """The neutral Device for one of this framework's device objects. Default, for a backend
+        that keeps a `_described` table keyed by its device objects: `_describe(native)`, worked
+        out once per device object."""
+        described = self._described.get(native)
+        if described is None:
+            described = self._described[native] = self._describe(native)
+        return described
+
+    def _describe(self, native) -> Device:
+        raise BackendError(f"{type(self).__name__} defines neither describe(native) nor _describe(native) with a "
+                           f"_described table; a backend must define one of them (docs/adapters.md).")
 
     @abstractmethod
     def tensor_device(self, x) -> Device:
@@ -195,8 +208,21 @@ class Backend(ABC):
         return self.tensor_device(x) == self.describe(native)
 
     def accelerator_platform(self):
-        """The accelerator's platform name ("cuda", "mps", ...) or None without one."""
-        return None
+        """The accelerator's platform name ("cuda", "mps", ...) or None without one: what
+        `find_platform` finds, looked for once (until `reset`) and registered, so that a spec
+        such as "rocm:1" reads as one."""
+        platform = self._platform
+        if platform is _UNKNOWN:
+            platform = self._platform = self.find_platform()
+            if platform is not None:
+                register_platform(platform)
+        return platform
+
+    def find_platform(self):
+        """The accelerator's platform name, looked for (`accelerator_platform` keeps it), or
+        None without one. Default: "cuda" when `accelerator_count()` finds any (TensorFlow's and
+        MXNet's GPUs are CUDA's)."""
+        return "cuda" if self.accelerator_count() else None
 
     def synchronize(self, native) -> None:
         """Wait for work queued on `native` (all devices when None). Host-only: no-op."""
@@ -223,6 +249,15 @@ class Backend(ABC):
 
     def enable_virtual_devices(self, count: int) -> None:
         """Make `count` virtual accelerators exist. Backends whose spec says they can override this."""
+
+    def runtime(self):
+        """The framework's module, with the virtual devices settings ask for configured first
+        (`enable_virtual_devices`): what a backend whose framework fixes its devices when it
+        initialises (JAX, TensorFlow) calls before anything that may make it do so."""
+        requested = settings.virtual_device_count()
+        if requested and requested != self._virtual and not settings.accelerators_hidden():
+            self.enable_virtual_devices(requested)
+        return self.fw
 
     def check_virtual_count(self, count: int) -> int:
         """`count` when this backend can present that many virtual accelerators; else
@@ -299,6 +334,9 @@ class Backend(ABC):
         global _shared_warned
         _shared_warned = False
         self._targets.clear()
+        self._platform = _UNKNOWN
+        if self._described is not None:
+            self._described.clear()
         table = self.device_table()
         if table is not None:
             table.targets.clear()
@@ -552,8 +590,9 @@ class Backend(ABC):
     # -------------------------------------------------- fast paths (dispatch.FastPaths holds them)
 
     def device_table(self):
-        """The backend's `DeviceTable`, or None when its tensors have no such attribute."""
-        return None
+        """The backend's `DeviceTable`, or None when its tensors have no such attribute.
+        Default: `_described`, the table a backend makes in its `__init__` (`reset` clears it)."""
+        return self._described
 
     def neutral_device_fn(self):
         """`x -> Device` for this backend's tensors: what `ds.neutral_device` calls when its

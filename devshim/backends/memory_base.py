@@ -398,13 +398,11 @@ def covered_bytes(ranges) -> int:
         >>> covered_bytes([(0, 100), (50, 150), (200, 210)])
         160
     """
-    total, reach = 0, None
+    total, reach = 0, float("-inf")  # reach: the end of the bytes counted so far
     for start, stop in sorted(ranges):
-        if reach is None or start >= reach:
+        start = max(start, reach)
+        if stop > start:
             total += stop - start
-            reach = stop
-        elif stop > reach:
-            total += stop - reach
             reach = stop
     return total
 

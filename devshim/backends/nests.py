@@ -103,21 +103,16 @@ def _mover(targets, non_blocking: bool, value):
     return move
 
 
-def _owner(value):
-    """The adapter owning `value`, or None for a leaf that is no tensor. `fast_paths` asks
-    the class first (`learn_class`, which torch.compile runs outside its trace), so in a
-    compiled function a leaf that is no tensor reads no registry state: Dynamo would guard on
-    that, down to `len(sys.modules)`, and compile again on the next call."""
-    paths = fast_paths(value)
-    return None if paths is None else paths.adapter
-
-
 def _copier(targets: _Targets, non_blocking: bool, if_needed: bool):
     """`leaf_for` of the nest walk: each tensor's copy (`if_needed`: only when not there already)."""
     def leaf_for(value):
-        adapter = _owner(value)
-        if adapter is None:
+        # `fast_paths` asks the class first (`learn_class`, which torch.compile runs outside its
+        # trace), so in a compiled function a leaf that is no tensor reads no registry state: Dynamo
+        # would guard on that, down to `len(sys.modules)`, and compile again on the next call.
+        paths = fast_paths(value)
+        if paths is None:
             return _mover(targets, non_blocking, value)
+        adapter = paths.adapter
         if not if_needed:
             return adapter.copier(targets.native(adapter), non_blocking)
         native, same_place, copy_to = targets.native(adapter), adapter.same_place, adapter.copy_to

@@ -190,9 +190,7 @@ class Internal:
             True
         """
         value = self._value
-        if value is _NOT_PROBED:
-            value = self._probe()
-        return value
+        return value if value is not _NOT_PROBED else self._probe()
 
     def available(self) -> bool:
         """Whether this release has the internal (probing it, and warning, on first use).

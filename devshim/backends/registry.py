@@ -24,6 +24,8 @@ import importlib
 import os
 import sys
 import warnings
+from functools import partial
+
 from devshim import _device, _lazy, settings
 from devshim.backends.base import Backend
 from devshim.backends.interop_base import Interop
@@ -68,10 +70,8 @@ def specs() -> dict:
         >>> list(ds.backends.specs())
         ['torch', 'tensorflow', 'jax', 'mxnet', 'cupy', 'numpy']
     """
-    table = _specs
-    if table is None:
-        table = _build()
-    return table
+    table = _specs  # (read once: another thread may empty it)
+    return table if table is not None else _build()
 
 
 def _build() -> dict:
@@ -93,7 +93,7 @@ def _build() -> dict:
         found.update((name, spec) for name, (spec, _) in _extra_specs.items())
         ordered = dict(sorted(found.items(), key=lambda item: _rank(item[1])))
         _aliases = {alias.lower(): spec.name for spec in ordered.values() for alias in (spec.name,) + spec.aliases}
-        lifecycle.declare({spec.name: (spec.import_name, _hooks_loader(spec)) for spec in ordered.values()})
+        lifecycle.declare({name: (spec.import_name, partial(guard_hooks, name)) for name, spec in ordered.items()})
         _device.install_resolver(_Resolver())
         _specs = ordered
         return ordered
@@ -427,19 +427,13 @@ def interop(name: str):
 
 def _contract_instance(name: str, module: str, base: type, what: str):
     key = (canonical_name(name), module)
-    try:
+    if key in _contracts:  # (devshim never removes an entry)
         return _contracts[key]
-    except KeyError:
-        pass
     spec = specs()[key[0]]
     found = None
     if spec.has_module(module):
         found = _one_subclass(spec.module(module), base, spec, what)()
     return _contracts.setdefault(key, found)  # two threads asking at once: both get the first
-
-
-def _hooks_loader(spec: BackendSpec):
-    return lambda: guard_hooks(spec.name)
 
 
 def rebuild_device(kind, index, backend, virtual, platform):

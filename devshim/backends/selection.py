@@ -204,7 +204,6 @@ def selection_reason() -> str:
 
 
 def _settings_changed() -> None:
-    global _global, _global_reason, _global_from_env, _keras_unseen
-    with _lock:
+    with _lock:  # (an RLock: reset_backend takes it again)
         if _global_from_env:
-            _global, _global_reason, _global_from_env, _keras_unseen = None, "", False, False
+            reset_backend()

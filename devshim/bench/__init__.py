@@ -27,6 +27,8 @@ import platform
 import sys
 
 from devshim import settings
+from devshim.backends import get_backend, specs
+from devshim.bench.experiments import experiments
 from devshim.errors import BenchUsageError
 
 __all__ = ["register", "run", "all_backends", "setup_info", "check_output_path"]
@@ -34,8 +36,6 @@ __all__ = ["register", "run", "all_backends", "setup_info", "check_output_path"]
 
 def register(commands) -> None:
     """Add the `bench` command, with one subcommand per experiment, to the `devshim` parser."""
-    from devshim.bench.experiments import experiments
-
     found = experiments()
     parser = commands.add_parser(
         "bench", help=f"time the D2L GPU experiments ({', '.join(found)})",
@@ -86,8 +86,6 @@ def all_backends() -> tuple:
         >>> all_backends()
         (['torch', 'numpy'], [])
     """
-    from devshim.backends import specs
-
     names = [n for n, s in specs().items() if s.is_installed() and s.has_module("ops")]
     if not settings.virtual_device_count():
         return names, []
@@ -103,7 +101,6 @@ def setup_info(backends: list) -> dict:
         {'numpy': '2.4.6'}
     """
     import devshim
-    from devshim.backends import get_backend
 
     info = {
         "devshim": devshim.__version__,
@@ -123,8 +120,6 @@ def setup_info(backends: list) -> dict:
 
 
 def _backends_for(args, experiment) -> list:
-    from devshim.backends import get_backend
-
     if not experiment.per_backend:
         return [None]
     if args.backend and args.backend.strip().lower() == "all":
@@ -158,7 +153,6 @@ def _for_backend(keywords: dict, backend) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     """Run `devshim bench` for parsed arguments; returns the exit status."""
-    from devshim.bench.experiments import experiments
     from devshim.bench.plot import check_plot_path, plot
     from devshim.bench.progress import make_progress
     from devshim.bench.table import format_table, table_rows

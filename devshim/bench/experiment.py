@@ -19,7 +19,7 @@ from devshim.backends import get_backend, specs
 from devshim.errors import ExperimentError
 
 __all__ = [
-    "Experiment", "Option", "Column", "LinePlot", "BarPlot",
+    "Experiment", "Option", "int_option", "Column", "LinePlot", "BarPlot", "run_steps",
     "Steps", "HostReads", "ops_for", "backend_ops", "device_name", "native_device", "check_sizes", "check_count",
 ]
 
@@ -40,6 +40,16 @@ class Option:
         given = {"type": self.type, "nargs": self.nargs, "metavar": self.metavar}
         extra = {name: value for name, value in given.items() if value is not None}
         parser.add_argument(self.flag, dest=self.dest, action=self.action or "store", help=self.help, **extra)
+
+
+def int_option(flag: str, help: str) -> Option:
+    """An option taking one whole number, N; its `dest` is the flag's name (`--batch-size`: batch_size).
+
+    Example:
+        >>> int_option("--steps", "steps to log (default 1000)").dest
+        'steps'
+    """
+    return Option(flag, dest=flag[2:].replace("-", "_"), type=int, metavar="N", help=help)
 
 
 class Column:
@@ -166,6 +176,19 @@ def check_count(value, what: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ExperimentError(f"{what} must be a whole number >= 1, not {value!r}.")
     return value
+
+
+def run_steps(count: int, fn, *args):
+    """Call `fn(*args)` `count` times in a row; the last output (None for none), so that a wait
+    on it covers them all.
+
+    Example:
+        >>> run_steps(10, ops.matmul, a, b)   # ten matmuls, the last one's product
+    """
+    out = None
+    for _ in range(count):
+        out = fn(*args)
+    return out
 
 
 class HostReads:

@@ -74,7 +74,9 @@ def measure_pair(first: Callable[[], Any], second: Callable[[], Any], *, min_run
 
 
 def spread_fields(m: Measurement, key: str = "seconds") -> dict:
-    """The row fields describing measurement `m`: `<key>`, `<key>_iqr`, quartiles, and flags.
+    """The row fields describing measurement `m`: `<key>`, its IQR (`<key>_iqr`, or for a key
+    ending in `_seconds` the same key ending in `_iqr`: `native_seconds`, `native_iqr`, as the
+    table reads it), quartiles, and flags.
 
     Example:
         >>> spread_fields(m)
@@ -82,7 +84,7 @@ def spread_fields(m: Measurement, key: str = "seconds") -> dict:
     """
     q1, q3 = m.quartiles()
     return {
-        key: m.median, f"{key}_iqr": m.iqr, f"{key}_q1": q1, f"{key}_q3": q3,
+        key: m.median, f"{key.removesuffix('_seconds')}_iqr": m.iqr, f"{key}_q1": q1, f"{key}_q3": q3,
         "noisy": m.noisy, "settled": m.settled, "stalled": m.stalled, "stalls": m.stalls,
         "busy": m.busy, "tries": m.tries, "runs": m.runs,
     }

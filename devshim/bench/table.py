@@ -46,7 +46,7 @@ def format_value(column: Any, row: dict) -> str:
         return "-"
     if column.form == "seconds":
         text = format_seconds(value)
-        iqr = row.get(_iqr_key(column.key))
+        iqr = row.get(f"{column.key.removesuffix('_seconds')}_iqr")  # seconds_iqr; native_seconds: native_iqr
         if row.get("runs") == 1:
             text += " (1 run)"  # one run has no spread to show: ±0% would claim one
         elif iqr is not None and value > 0:
@@ -57,11 +57,6 @@ def format_value(column: Any, row: dict) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
     return str(value)
-
-
-def _iqr_key(key: str) -> str:
-    # "seconds" -> "seconds_iqr"; "native_seconds" -> "native_iqr"
-    return f"{key[:-len('_seconds')]}_iqr" if key.endswith("_seconds") else f"{key}_iqr"
 
 
 def row_marks(row: dict) -> str:

@@ -24,7 +24,7 @@ import functools
 from typing import Optional
 
 from devshim.backends import get_backend
-from devshim.bench.experiment import Option, ops_for, check_count
+from devshim.bench.experiment import check_count, int_option, ops_for
 from devshim.errors import ExperimentError
 
 __all__ = ["DEFAULT_THREADS", "THREADS_OPTION", "framework_threads", "on_threads", "on_host"]
@@ -32,12 +32,10 @@ __all__ = ["DEFAULT_THREADS", "THREADS_OPTION", "framework_threads", "on_threads
 #: Threads the experiments use where the framework can be set while running.
 DEFAULT_THREADS = 1
 
-THREADS_OPTION = Option(
-    "--threads", dest="threads", type=int, metavar="N",
-    help="the framework's CPU threads while measuring (default 1, as torch.utils.benchmark: several "
-         "threads on a shared machine also time how long they wait for each other); PyTorch only, "
-         "other frameworks keep their own setting",
-)
+THREADS_OPTION = int_option(
+    "--threads", "the framework's CPU threads while measuring (default 1, as torch.utils.benchmark: several "
+    "threads on a shared machine also time how long they wait for each other); PyTorch only, "
+    "other frameworks keep their own setting")
 
 
 @contextlib.contextmanager

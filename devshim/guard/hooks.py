@@ -35,7 +35,7 @@ from abc import ABC, abstractmethod
 
 from devshim.errors import DeviceMismatchError, DevshimError
 
-__all__ = ["GuardHooks", "mark_wrapper", "original_of", "is_wrapper", "mixed_devices_refused"]
+__all__ = ["GuardHooks", "mark_wrapper", "original_of", "is_wrapper", "tensors_in", "mixed_devices_refused"]
 
 _ORIGINAL = "__devshim_guard_original__"
 _ABSENT = object()  # what an owner had where a patch went: nothing of its own
@@ -187,6 +187,23 @@ def is_wrapper(fn) -> bool:
         False
     """
     return hasattr(fn, _ORIGINAL)
+
+
+def tensors_in(values, cls) -> list:
+    """The instances of `cls` (a framework's tensor class) among `values`, an op's arguments,
+    and in the lists and tuples among them, in order.
+
+    Example:
+        >>> tensors_in((x, [y, 2], "a"), torch.Tensor)
+        [x, y]
+    """
+    found = []
+    for value in values:
+        if isinstance(value, cls):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(item for item in value if isinstance(item, cls))
+    return found
 
 
 def mixed_devices_refused(framework: str, error: BaseException, kinds, pattern, devices: str = ""):

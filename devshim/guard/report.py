@@ -7,7 +7,9 @@ every report of the enclosing blocks records the event with the user's
 instead: `check(...)` before the call (under "disallow" it raises, before anything
 moves) and `logged(pending)` once the call returned, so that under "log" a transfer the
 framework then refused (an op on tensors it will not combine) is neither warned about nor
-counted: the log says only what happened.
+counted: the log says only what happened. `check_move` checks an op input's copy between
+two devices, `run_logged` runs the framework between the halves, and `read_checked` does
+all of it for a host read.
 
 Example:
     >>> from devshim.guard.report import implicit, READ
@@ -25,14 +27,15 @@ from collections import Counter
 from _thread import allocate_lock
 from typing import Optional
 
+from devshim._device import Device
 from devshim.errors import DeviceMismatchError, ImplicitTransferError, ImplicitTransferWarning
 from devshim.guard import lifecycle, marker
 from devshim.guard.levels import ALLOW, DIRECTIONS, DISALLOW, KINDS, LOG, OP_INPUT, READ, TO_DEVICE
 from devshim.guard.state import GuardState, current
 
 __all__ = [
-    "TransferEvent", "TransferReport", "implicit", "check", "logged", "crossing", "read_name",
-    "direction_of", "READ", "OP_INPUT", "TO_DEVICE", "KINDS",
+    "TransferEvent", "TransferReport", "implicit", "check", "logged", "check_move", "run_logged",
+    "read_checked", "crossing", "read_name", "direction_of", "READ", "OP_INPUT", "TO_DEVICE", "KINDS",
 ]
 
 _DEVSHIM_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -193,17 +196,57 @@ def check(direction: str, kind: str, what: str, source, target, state: Optional[
 
 def logged(pending) -> None:
     """The second half: record in the reports, and warn once per call site, the transfers
-    `check` let through (a `Pending`, a list of them, or None), now that they happened.
+    `check` let through (a `Pending`, None, or a list of them, its Nones skipped), now that
+    they happened.
 
     Example:
         >>> logged(check("device_to_host", READ, "float(t)", gpu0, cpu0))
     """
-    if pending is None:
-        return
     for one in (pending if isinstance(pending, list) else (pending,)):
+        if one is None:
+            continue
         for report in one.reports:
             report.events.append(one.event)
         _warn_once(one.event)
+
+
+def check_move(source, target, what: str, state: Optional[GuardState] = None) -> Optional[Pending]:
+    """`check` an op's input about to be copied from `source` to `target` (two `ds.Device`s),
+    in the direction and of the kind `direction_of` gives.
+
+    Example:
+        >>> pending = check_move(gpu1, gpu0, "tf op AddV2")
+    """
+    direction, kind = direction_of(source, target)
+    return check(direction, kind, what, source, target, state)
+
+
+def run_logged(pending, fn, /, *args, **kwargs):
+    """`fn(*args, **kwargs)`, the framework making the transfers `check` let through, then
+    `pending` recorded: only once the framework ran it (one it refuses, or that fails, moved nothing).
+    (`fn`'s keyword arguments may have any name: the first two are positional only.)
+
+    Example:
+        >>> result = run_logged(check_move(gpu1, gpu0, "add"), torch_add, x, y)
+    """
+    result = fn(*args, **kwargs)
+    logged(pending)
+    return result
+
+
+def read_checked(what: str, place, state: GuardState, read, /, *args, **kwargs):
+    """`read(*args, **kwargs)`, a host read of a tensor on `place` (a device, not the host),
+    checked first (refused under "disallow"), made as explicit (the reads the framework makes
+    inside are this one), then logged: only a read the framework made.
+
+    Example:
+        >>> value = read_checked("float(t)", gpu0, current(), torch_float, t)
+    """
+    pending = check("device_to_host", READ, what, place, Device("cpu"), state)
+    with marker.explicit():
+        value = read(*args, **kwargs)
+    logged(pending)
+    return value
 
 
 def crossing(direction: str, what: str, source, target, *, explicit: bool, error=None) -> None:
@@ -213,6 +256,10 @@ def crossing(direction: str, what: str, source, target, *, explicit: bool, error
     `explicit` list of every enclosing block's report. Any other is checked
     like an implicit transfer: logged under "log", refused under "disallow" by
     raising `error`.
+
+    Frameworks' own hooks never see these copies (they go through DLPack or the host), so
+    this is where they are counted; `devshim.transfer` offers it to `ds.convert`, which calls
+    it outside `explicit()`.
 
     Example:
         >>> crossing("device_to_host", "ds.convert(x, 'numpy')", gpu0, cpu0, explicit=True)

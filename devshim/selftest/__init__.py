@@ -31,6 +31,8 @@ import time
 from typing import Optional
 
 import devshim
+from devshim import settings
+from devshim.backends import canonical_name, specs
 
 __all__ = ["register", "run", "main_status", "DEFAULT_TIMEOUT", "ENV_VARS"]
 
@@ -84,8 +86,6 @@ def main_status(document: dict) -> int:
 
 def _chosen(names) -> tuple:
     """(backends to check, {backend: why not} for the others)."""
-    from devshim.backends import canonical_name, specs
-
     found = specs()
     parts = [part.strip() for name in names or () for part in str(name).split(",") if part.strip()]
     if parts and not any(part.lower() == "all" for part in parts):
@@ -100,9 +100,6 @@ def _chosen(names) -> tuple:
 
 def _environment_for(backend: str) -> tuple:
     """(environment of the backend's process, notes on what was changed and why)."""
-    from devshim import settings
-    from devshim.backends import specs
-
     env = dict(os.environ)
     notes = []
     env[settings.BACKEND_VAR] = backend
@@ -251,8 +248,6 @@ def _verdict(document: dict) -> str:
     names = [s["name"] for s in document["backends"]]
     total = summary["passed"] + summary["failed"] + summary["skipped"]
     if not names:
-        from devshim.backends import specs
-
         return ("NOTHING CHECKED: no backend was installed or asked for; install one "
                 f"({specs()['torch'].install_hint()}) or name one with --backend.")
     if summary["failed"]:

@@ -107,9 +107,7 @@ class Context:
     """
 
     def __init__(self, backend: str) -> None:
-        from devshim.backends import get_backend
-
-        self.adapter = get_backend(backend)
+        self.adapter = ds.get_backend(backend)
         self.name = self.adapter.name
         spec = self.adapter.spec
         # The backend's test operations; checks that use them declare needs=("ops",), so only
@@ -156,12 +154,10 @@ def targets(check_: Check, ctx: Context) -> list:
 
 
 def _no_gpu(ctx: Context) -> str:
-    from devshim import settings
-
-    if settings.accelerators_hidden():
-        return f"{settings.DEVICE_VAR}=cpu hides the GPUs"
+    if ds.settings.accelerators_hidden():
+        return f"{ds.settings.DEVICE_VAR}=cpu hides the GPUs"
     if ctx.adapter.spec.virtual_devices:
-        return (f"{ctx.name} sees no GPU here; {settings.VIRTUAL_DEVICES_VAR}=2 runs this on two virtual "
+        return (f"{ctx.name} sees no GPU here; {ds.settings.VIRTUAL_DEVICES_VAR}=2 runs this on two virtual "
                 f"GPUs on the CPU")
     return f"{ctx.name} sees no GPU here"
 
@@ -237,15 +233,15 @@ def copies(ctx: Context, native):
     expect(_same_values(ds.to_numpy(x), VALUES), "to_numpy returned memory shared with the tensor")
 
 
-def _bits_cases():
-    return [
-        ("float32", np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, np.finfo(np.float32).max], np.float32)),
-        ("float16", np.array([0.0, -0.0, np.inf, np.nan, 6e-8, 65504.0], np.float16)),
-        ("int32", np.array([np.iinfo(np.int32).min, -1, 0, np.iinfo(np.int32).max], np.int32)),
-        ("uint8", np.array([0, 1, 255], np.uint8)),
-        ("bool", np.array([True, False, True])),
-        ("float32 2-D", np.arange(12, dtype=np.float32).reshape(3, 4) / 7),
-    ]
+#: (label, values) of the exact-copies check: each dtype's edge values, kept bit for bit.
+BITS_CASES = (
+    ("float32", np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, np.finfo(np.float32).max], np.float32)),
+    ("float16", np.array([0.0, -0.0, np.inf, np.nan, 6e-8, 65504.0], np.float16)),
+    ("int32", np.array([np.iinfo(np.int32).min, -1, 0, np.iinfo(np.int32).max], np.int32)),
+    ("uint8", np.array([0, 1, 255], np.uint8)),
+    ("bool", np.array([True, False, True])),
+    ("float32 2-D", np.arange(12, dtype=np.float32).reshape(3, 4) / 7),
+)
 
 
 @check("exact copies", "conformance",
@@ -253,7 +249,7 @@ def _bits_cases():
        "subnormals, integer extremes)", per="device", needs=("ops",))
 def exact_copies(ctx: Context, native):
     checked, unsupported = [], []
-    for label, values in _bits_cases():
+    for label, values in BITS_CASES:
         try:
             source = ctx.tensor(values, ctx.cpu)
         except Exception as err:  # the framework cannot make this dtype: not devshim's to check
@@ -353,8 +349,6 @@ def generic_code(ctx: Context, native):
        "ds.synchronize waits for a tensor, a device and all devices; Timer and benchmark measure a "
        "matmul there", per="device", needs=("ops",))
 def timing(ctx: Context, native):
-    from devshim.timing import format_seconds
-
     a = ctx.ops.rand((256, 256), native)
     y = ctx.ops.matmul(a, a)
     for what in (y, native, ctx.describe(native), None):
@@ -364,7 +358,7 @@ def timing(ctx: Context, native):
         ctx.ops.matmul(a, a)
     expect(len(timer.times) == 1 and timer.times[0] > 0, f"Timer recorded {timer.times}")
     m = ds.benchmark(ctx.ops.matmul, a, a, device=native, warmup=1, min_run_time=0.02)
-    expect(m.median > 0 and m.runs >= 1, f"benchmark measured {format_seconds(m.median)} in {m.runs} runs")
+    expect(m.median > 0 and m.runs >= 1, f"benchmark measured {ds.timing.format_seconds(m.median)} in {m.runs} runs")
 
 
 # ------------------------------------------------------------------ the transfer guard

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import itertools
 
+from devshim.bench.experiments import experiments
+from devshim.bench.table import _MARKS, format_table
+
 __all__ = ["format_report"]
 
 _MARK = {"passed": "PASS", "failed": "FAIL", "skipped": "skip"}
@@ -39,8 +42,6 @@ def _highlights(section: dict) -> list:
 
 def _doubt(*rows: dict) -> str:
     """Plain words after a highlight whose figures are not to be trusted (see the table's marks)."""
-    from devshim.bench.table import _MARKS
-
     said = [words for _, carried, words in _MARKS if any(carried(row) for row in rows)]
     return f" ({' and '.join(said)}: measure again before trusting it)" if said else ""
 
@@ -86,9 +87,6 @@ def format_report(document: dict) -> str:
         devshim selftest: devshim 0.1.0, Python 3.11.7, Linux 6.8.0 x86_64, 2 CPUs
         ...
     """
-    from devshim.bench.experiments import experiments
-    from devshim.bench.table import format_table
-
     lines = [
         f"devshim selftest: devshim {document['devshim']}, Python {document['python']}, "
         f"{document['platform']}, {document['cpu_count']} CPUs",

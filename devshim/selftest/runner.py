@@ -23,7 +23,7 @@ import time
 import traceback
 import warnings
 
-__all__ = ["run_backend", "MATMUL_SIZES", "TRANSFER_MIB", "MIN_RUN_TIME", "main"]
+__all__ = ["run_backend", "memory_records", "MATMUL_SIZES", "TRANSFER_MIB", "MIN_RUN_TIME", "main"]
 
 #: Square matmul sizes measured on the CPU and on each GPU.
 MATMUL_SIZES = (64, 1024)
@@ -77,20 +77,27 @@ def _backend_event(name: str) -> dict:
     except Exception as err:  # reported as the load check's failure too
         event["devices"] = []
         event["devices_error"] = _failure(err)
-    event["memory"] = _memory(name, event["devices"])
+    event["memory"] = memory_records(name, [device["device"] for device in event["devices"]])
     return event
 
 
-def _memory(name: str, devices: list) -> list:
-    """`ds.memory` of each device, as plain data (an error instead where it fails)."""
+def memory_records(name: str, devices: list, describe=_failure) -> list:
+    """`ds.memory` of each of backend `name`'s `devices` (specs such as "gpu:0"), as plain data; for a
+    device whose figures could not be read, an entry with the error in `describe(err)`'s words
+    (`devshim info` lists them too).
+
+    Example:
+        >>> memory_records("torch", ["cpu:0"])[0]["device"]
+        'cpu:0'
+    """
     from devshim.device_memory import memory
 
     found = []
     for device in devices:
         try:
-            found.append(memory(device["device"], backend=name).as_dict())
-        except Exception as err:  # the memory checks report it as their failure
-            found.append({"device": device["device"], "error": _failure(err)})
+            found.append(memory(device, backend=name).as_dict())
+        except Exception as err:  # reported, and the rest listed (the memory checks fail with it too)
+            found.append({"device": device, "error": describe(err)})
     return found
 
 
@@ -127,6 +134,14 @@ def run_backend(name: str, emit, *, measure: bool = True) -> None:
         emit(holder["event"])
     result("load", f"load {name}", "", status, detail, seconds)
     ctx = holder.get("ctx")
+
+    def attempt(group: str, check: str, where: str, fn, *args, summary: str = "") -> None:
+        """Report that `check` starts on `where`, run `fn(*args)` on the backend (`_outcome`), report its result."""
+        emit({"event": "start", "backend": name, "group": group, "check": check, "where": where})
+        with ds.use_backend(name):
+            status, detail, seconds = _outcome(fn, *args)
+        result(group, check, where, status, detail, seconds, summary)
+
     for declared in CHECKS:
         try:
             if ctx is None:
@@ -139,12 +154,9 @@ def run_backend(name: str, emit, *, measure: bool = True) -> None:
             result(declared.group, declared.name, "", "skipped", str(err), summary=declared.summary)
             continue
         for where, args in where_args:
-            emit({"event": "start", "backend": name, "group": declared.group, "check": declared.name, "where": where})
-            with ds.use_backend(name):
-                status, detail, seconds = _outcome(declared.fn, ctx, *args)
-            result(declared.group, declared.name, where, status, detail, seconds, declared.summary)
+            attempt(declared.group, declared.name, where, declared.fn, ctx, *args, summary=declared.summary)
     if measure and ctx is not None and ctx.ops is not None:
-        _measure(name, ctx, emit, result)
+        _measure(name, ctx, emit, attempt)
     emit({"event": "done", "backend": name})
 
 
@@ -152,12 +164,11 @@ _WHAT = {"ops": "ops module (devshim/backends/<name>/ops.py)", "guard": "transfe
          "model": "model placement"}
 
 
-def _measure(name: str, ctx, emit, result) -> None:
+def _measure(name: str, ctx, emit, attempt) -> None:
     """The matmul experiment on the CPU and each GPU, and the transfer experiment on each GPU
     (without one it leaves its rows out, with a line saying so): the same code `devshim
     bench` runs, shorter, on the same CPU threads (one: `devshim.bench.threads`), so the
     figures of the two agree."""
-    import devshim as ds
     from devshim.bench.experiments import matmul, transfer
 
     plans = [("matmul", "", lambda: matmul.run(MATMUL_SIZES, backend=name, min_run_time=MIN_RUN_TIME))]
@@ -166,18 +177,13 @@ def _measure(name: str, ctx, emit, result) -> None:
                       lambda device=device: transfer.run((TRANSFER_MIB,), backend=name, device=device,
                                                          min_run_time=MIN_RUN_TIME)))
     for experiment, where, run in plans:
-        emit({"event": "start", "backend": name, "group": "experiments", "check": experiment, "where": where})
-        rows: list = []
-
-        def measured(run=run, rows=rows):
-            with ds.use_backend(name):
-                rows.extend(run())
+        def measured(run=run, experiment=experiment):
+            rows = run()
+            if rows:
+                emit({"event": "measurement", "backend": name, "experiment": experiment, "rows": rows})
             return f"{len(rows)} rows"
 
-        status, detail, seconds = _outcome(measured)
-        if rows:
-            emit({"event": "measurement", "backend": name, "experiment": experiment, "rows": rows})
-        result("experiments", experiment, where, status, detail, seconds)
+        attempt("experiments", experiment, where, measured)
 
 
 def main(argv=None) -> int:

@@ -25,11 +25,10 @@ from __future__ import annotations
 
 from devshim.backends.base import Backend
 from devshim.backends.cupy import SPEC
-from devshim._device import Device, register_platform
+from devshim._device import Device
 from devshim.errors import UnsupportedValueError
 
 HOST = "cpu"  # NumPy's device: CuPy's host arrays are NumPy arrays
-_UNKNOWN = object()
 
 
 class CupyBackend(Backend):
@@ -49,7 +48,6 @@ class CupyBackend(Backend):
         self._host = Device("cpu", 0, native=HOST, backend=self.name)
         self._count = None
         self._missing = ""  # why CuPy sees no GPU, for devshim info
-        self._platform = _UNKNOWN
 
     # ------------------------------------------------------------ the GPUs
 
@@ -62,13 +60,10 @@ class CupyBackend(Backend):
                 self._count, self._missing = 0, str(err)
         return self._count
 
-    def accelerator_platform(self):
-        if self._platform is _UNKNOWN:
-            self._platform = None
-            if self.accelerator_count():
-                self._platform = "rocm" if getattr(self.fw.cuda.runtime, "is_hip", False) else "cuda"
-                register_platform(self._platform)
-        return self._platform
+    def find_platform(self):
+        if not self.accelerator_count():
+            return None
+        return "rocm" if getattr(self.fw.cuda.runtime, "is_hip", False) else "cuda"
 
     # ------------------------------------------------------------ primitives
 
@@ -114,10 +109,12 @@ class CupyBackend(Backend):
     # ------------------------------------------------------------ copies
 
     def copy_to(self, x, native, non_blocking: bool):
+        import numpy
+
         cupy = self.fw
         if type(native) is str:
             return self.tensor_to_numpy(x)  # the host partner's array
-        if not isinstance(x, (cupy.ndarray, self._numpy().ndarray, self._numpy().generic)):
+        if not isinstance(x, (cupy.ndarray, numpy.ndarray, numpy.generic)):
             with cupy.cuda.Device(self._pointer_device(x)):
                 x = cupy.asarray(x)  # a CuPy view of the Numba array's memory, on its own GPU
         with native:
@@ -129,15 +126,11 @@ class CupyBackend(Backend):
     def tensor_to_numpy(self, x):
         if isinstance(x, self.fw.ndarray):
             return x.get()  # a new NumPy array; waits for x on its stream
-        numpy = self._numpy()
+        import numpy
+
         if isinstance(x, (numpy.ndarray, numpy.generic)):  # CuPy's host arrays are NumPy's (ds.cpu() makes them)
             return numpy.array(x, copy=True)
         return x.copy_to_host()  # Numba's
-
-    def _numpy(self):
-        import numpy
-
-        return numpy
 
     def array_namespace(self, x):
         if isinstance(x, self.fw.ndarray):

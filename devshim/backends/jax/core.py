@@ -54,14 +54,13 @@ from devshim.backends import virtual
 from devshim.backends.base import Backend, DeviceTable
 from devshim.backends.jax import SPEC, _internals
 from devshim.guard import marker
-from devshim._device import Device, register_platform
+from devshim._device import Device
 from devshim.errors import (
     BackendError, DatalessTensorError, DeviceUnavailableError, InvalidDeviceError, MultiDeviceValueError,
     UnplacedTensorError, UnsupportedDtypeError,
 )
 
 _HOST_COUNT_FLAG = "--xla_force_host_platform_device_count"
-_UNKNOWN = object()
 
 
 class JaxBackend(Backend):
@@ -87,59 +86,42 @@ class JaxBackend(Backend):
         self._described = DeviceTable("sharding")  # a single-device sharding -> Device
         self._by_device: dict = {}  # jax.Device -> Device
         self._single: dict = {}  # jax.Device -> its SingleDeviceSharding (a Sharding -> itself), for same_place
-        self._cpus = None  # this process's CPU devices; JAX fixes them when it initialises
-        self._accelerators = None
-        self._platform = _UNKNOWN
         self._default_set = None  # the default device devshim gave JAX (virtual gpu:0), if any
-
-    def device_table(self):
-        return self._described
 
     def reset(self) -> None:
         super().reset()
-        self._described.clear()
         self._by_device.clear()
-        self._virtual = 0  # re-read from settings at the next use (_runtime)
+        self._virtual = 0  # re-read from settings at the next use (runtime)
         if self._default_set is not None:
             self._follow_default_device()  # JAX's default device is the CPU again until then
 
-    def _runtime(self):
-        """The jax module, with requested virtual devices configured first.
-
-        Everything that may make JAX initialise its backends calls this first.
-        """
-        requested = settings.virtual_device_count()
-        if requested and requested != self._virtual and not settings.accelerators_hidden():
-            self.enable_virtual_devices(requested)
-        return self.fw
-
     # ------------------------------------------------------------ device lists
 
+    @cached_property
     def _cpu_devices(self) -> tuple:
-        if self._cpus is None:
-            try:
-                self._cpus = tuple(self.fw.local_devices(backend="cpu"))
-            except RuntimeError as err:
-                raise DeviceUnavailableError(
-                    f"JAX has no CPU backend in this process ({err}). JAX_PLATFORMS="
-                    f"{os.environ.get('JAX_PLATFORMS', '(unset)')!r} probably leaves it out; add "
-                    f"'cpu' to it, e.g. JAX_PLATFORMS=cuda,cpu."
-                ) from None
-        return self._cpus
+        """This process's CPU devices, read once: JAX fixes them when it initialises."""
+        try:
+            return tuple(self.fw.local_devices(backend="cpu"))
+        except RuntimeError as err:
+            raise DeviceUnavailableError(
+                f"JAX has no CPU backend in this process ({err}). JAX_PLATFORMS="
+                f"{os.environ.get('JAX_PLATFORMS', '(unset)')!r} probably leaves it out; add "
+                f"'cpu' to it, e.g. JAX_PLATFORMS=cuda,cpu."
+            ) from None
 
+    @cached_property
     def _accelerator_devices(self) -> tuple:
-        if self._accelerators is None:
-            jax = self.fw
-            try:  # (a RuntimeError: JAX_PLATFORMS names a platform that failed to start)
-                platform = jax.default_backend()
-                self._accelerators = () if platform == "cpu" else tuple(jax.local_devices(backend=platform))
-            except RuntimeError:
-                self._accelerators = ()
-        return self._accelerators
+        """The devices of JAX's default backend when that is not the CPU, read once."""
+        jax = self.fw
+        try:  # (a RuntimeError: JAX_PLATFORMS names a platform that failed to start)
+            platform = jax.default_backend()
+            return () if platform == "cpu" else tuple(jax.local_devices(backend=platform))
+        except RuntimeError:
+            return ()
 
     def accelerator_count(self) -> int:
-        self._runtime()
-        return len(self._accelerator_devices())
+        self.runtime()
+        return len(self._accelerator_devices)
 
     def launch(self):
         """The launcher's variables, or else `jax.distributed` started with several processes:
@@ -153,7 +135,7 @@ class JaxBackend(Backend):
         is_initialized = getattr(jax.distributed, "is_initialized", None) or _internals.DISTRIBUTED_STATE.get()
         if is_initialized is None or not is_initialized():
             return None
-        self._runtime()  # virtual GPUs asked for are set up before process_count starts JAX's backends
+        self.runtime()  # virtual GPUs asked for are set up before process_count starts JAX's backends
         count = jax.process_count()
         if count < 2:
             return None
@@ -165,15 +147,11 @@ class JaxBackend(Backend):
         # local_device_ids: one per process under Slurm and Open MPI), so sharing is JAX's choice.
         return self.fw.process_count() > 1
 
-    def accelerator_platform(self):
+    def find_platform(self):
         """"cuda", "rocm" or "tpu" (a plug-in's own name otherwise), or None without one."""
-        if self._platform is _UNKNOWN:
-            self._runtime()
-            found = self._accelerator_devices()
-            self._platform = _platform_name(found[0]) if found else None
-            if self._platform is not None:
-                register_platform(self._platform)  # so "rocm:1" reads as a spec, say
-        return self._platform
+        self.runtime()
+        found = self._accelerator_devices
+        return _platform_name(found[0]) if found else None
 
     # ------------------------------------------------------------ primitives
 
@@ -189,31 +167,31 @@ class JaxBackend(Backend):
         return isinstance(obj, self.fw.Device)
 
     def make_native_device(self, kind: str, index: int):
-        self._runtime()
+        self.runtime()
         if kind == "meta":
             raise self._no_meta()
         if kind == "cpu":
-            return self._cpu_devices()[index]
+            return self._cpu_devices[index]
         if self._virtual:
-            return self._cpu_devices()[virtual.host_index(index)]
-        return self._accelerator_devices()[index]
+            return self._cpu_devices[virtual.host_index(index)]
+        return self._accelerator_devices[index]
 
     def has_cpu(self, index: int) -> bool:
-        self._runtime()
+        self.runtime()
         if virtual.virtual_gpu_index(index, self._virtual) is not None:
             return False  # that host device backs a virtual GPU
-        return index < len(self._cpu_devices())
+        return index < len(self._cpu_devices)
 
     def describe(self, native) -> Device:
         described = self._by_device.get(native)
         if described is None:
-            self._runtime()
+            self.runtime()
             described = self._by_device[native] = self._describe(native)
         return described
 
     def _describe(self, native) -> Device:
         if native.platform == "cpu":
-            cpus = self._cpu_devices()
+            cpus = self._cpu_devices
             if native in cpus:
                 index = cpus.index(native)
                 gpu = virtual.virtual_gpu_index(index, self._virtual)
@@ -221,7 +199,7 @@ class JaxBackend(Backend):
                     return Device("gpu", gpu, native=native, backend=self.name, virtual=True)
                 return Device("cpu", index, native=native, backend=self.name)
         else:
-            accelerators = self._accelerator_devices()
+            accelerators = self._accelerator_devices
             if native in accelerators:
                 return Device("gpu", accelerators.index(native), native=native, backend=self.name,
                               platform=self.accelerator_platform())
@@ -325,32 +303,19 @@ class JaxBackend(Backend):
 
     @cached_property
     def _copy_put(self):
-        """`(x, device) -> a copy of x on device in new storage`, recorded by JAX's tracing; made
-        at the first copy."""
-        jax = self.fw
-        device_put = jax.device_put
-        if device_put_copies(jax):
-            return lambda x, native: device_put(x, native, may_alias=False)
-        # device_put hands the same buffer back on the array's own device: JAX before may_alias
-        # (0.4.33 and older), and JAX 0.4.34 to 0.5, whose may_alias=False still aliases there.
-        array = jax.numpy.array
-
-        def put(x, native):
-            return array(device_put(x, native), copy=True)  # copied on x's new device
-
-        return put
+        """`copying_put(jax)`, made at the first copy."""
+        return copying_put(self.fw)
 
     def copier(self, native, non_blocking: bool):
-        put = self._copy_put
-        copy_to = self.copy_to
         if marker.watchers or native is None:
-            return lambda x: copy_to(x, native, non_blocking)
+            return super().copier(native, non_blocking)
+        put = self._copy_put
 
         def copy(x):
             try:
                 return put(x, native)
             except Exception:
-                return copy_to(x, native, non_blocking)  # the same copy, with the named errors
+                return self.copy_to(x, native, non_blocking)  # the same copy, with the named errors
 
         return copy
 
@@ -411,16 +376,16 @@ class JaxBackend(Backend):
     def device_details(self) -> list:
         from devshim.backends.jax.memory import device_stats
 
-        self._runtime()
-        details: list = [{"device": "cpu:0", "name": f"host CPU ({self._cpu_devices()[0]!r})"}]
+        self.runtime()
+        details: list = [{"device": "cpu:0", "name": f"host CPU ({self._cpu_devices[0]!r})"}]
         count = self.num_gpus()
         if count and self._virtual:
             for i in range(count):
-                host = self._cpu_devices()[virtual.host_index(i)]
+                host = self._cpu_devices[virtual.host_index(i)]
                 details.append({"device": f"gpu:{i}", "name": f"virtual GPU in host memory ({host!r})",
                                 "virtual": True})
             return details
-        for i, native in enumerate(self._accelerator_devices()[:count]):
+        for i, native in enumerate(self._accelerator_devices[:count]):
             entry: dict = {"device": f"gpu:{i}", "name": f"{native.device_kind} ({native!r})",
                            "platform": self.accelerator_platform()}
             stats = device_stats(native) or {}
@@ -442,7 +407,7 @@ class JaxBackend(Backend):
             flags = os.environ.get("XLA_FLAGS")
             self._ask_for_host_devices(needed)
             try:
-                have = len(self._cpu_devices())  # JAX initialises here if it had not yet
+                have = len(self._cpu_devices)  # JAX initialises here if it had not yet
             except DeviceUnavailableError:
                 have = 0
             finally:  # child processes get the user's flags
@@ -473,7 +438,7 @@ class JaxBackend(Backend):
         ours = self._default_set
         if self._virtual:
             if current is None or (ours is not None and current is ours):
-                self._default_set = self._cpu_devices()[virtual.host_index(0)]
+                self._default_set = self._cpu_devices[virtual.host_index(0)]
                 config.update("jax_default_device", self._default_set)
         elif ours is not None:
             self._default_set = None
@@ -498,27 +463,36 @@ class JaxBackend(Backend):
 
 
 
-def device_put_copies(jax) -> bool:
-    """Whether `jax.device_put(x, its own device, may_alias=False)` gives `x` new storage,
-    tried once on a two-element array: JAX 0.6 and later copy; JAX 0.4.34 to 0.5.3 take
+def copying_put(jax):
+    """`(x, device) -> a copy of x on device in new storage`, recorded by JAX's tracing:
+    `jax.device_put(x, device, may_alias=False)` where that gives `x` new storage on its own
+    device, tried once on a two-element array: JAX 0.6 and later copy; JAX 0.4.34 to 0.5.3 take
     `may_alias` and hand the same buffer back, so deleting or donating the "copy" deleted the
-    original; JAX without `may_alias` has nothing to try. Tried by deleting the copy (which
-    every platform can, where not every one exposes buffer pointers), under JAX's own transfer
-    guard allowing it and as devshim's explicit transfer, and evaluated at once inside a trace.
+    original; JAX without `may_alias` (0.4.33 and older) has nothing to try. Tried by deleting the
+    copy (which every platform can, where not every one exposes buffer pointers), under JAX's own
+    transfer guard allowing it and as devshim's explicit transfer, and evaluated at once inside a
+    trace. Where it aliases, the array put on the device is copied there.
 
     Example:
-        >>> device_put_copies(jax)  # JAX 0.12
-        True
+        >>> copying_put(jax)(x, jax.devices()[0]) is x
+        False
     """
     import inspect
 
-    if "may_alias" not in inspect.signature(jax.device_put).parameters:
-        return False
-    with marker.explicit(), jax.transfer_guard("allow"), jax.ensure_compile_time_eval():
-        source = jax.numpy.zeros(2)
-        copy = jax.device_put(source, next(iter(source.devices())), may_alias=False)
-        copy.delete()
-        return not source.is_deleted()
+    device_put = jax.device_put
+    if "may_alias" in inspect.signature(device_put).parameters:
+        with marker.explicit(), jax.transfer_guard("allow"), jax.ensure_compile_time_eval():
+            source = jax.numpy.zeros(2)
+            copy = device_put(source, next(iter(source.devices())), may_alias=False)
+            copy.delete()
+            if not source.is_deleted():
+                return lambda x, native: device_put(x, native, may_alias=False)
+    array = jax.numpy.array
+
+    def put(x, native):
+        return array(device_put(x, native), copy=True)  # copied on x's new device
+
+    return put
 
 
 def _is_tracer(x) -> bool:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from devshim.backends.jax.core import device_put_copies
+from devshim.backends.jax.core import copying_put
 
 _draws = itertools.count()
 
@@ -98,29 +99,23 @@ def native_calls(x, device) -> dict:
     return {
         "device_of": (lambda: x.device) if hasattr(x, "device") else (lambda: x.devices()),
         "copy_if_needed": lambda: jax.device_put(x, device),
-        "to_device": lambda: _copy_put(x, device),
+        "to_device": lambda: _copy_put()(x, device),
     }
 
 
-def _copy_put(x, device):
-    """`jax.device_put(x, device, may_alias=False)`; where that still hands the same buffer back
-    (JAX 0.4.34 to 0.5.3) or JAX has no may_alias (0.4.31), a copy put there."""
-    copies = _may_alias_copies.get("jax")
-    if copies is None:  # tried on first use, not at import: making an array starts JAX (see rand)
-        copies = _may_alias_copies["jax"] = device_put_copies(jax)
-    if copies:
-        return jax.device_put(x, device, may_alias=False)
-    return jax.device_put(jnp.array(x, copy=True), device)
-
-
-_may_alias_copies: dict = {}
+@functools.cache
+def _copy_put():
+    """`jax.device_put(x, device, may_alias=False)`, or where that still hands the same buffer back
+    (JAX 0.4.34 to 0.5.3) or JAX has no may_alias (0.4.31), a copy put there (`copying_put`).
+    Made on first use, not at import: trying it makes an array, which starts JAX (see rand)."""
+    return copying_put(jax)
 
 
 def native_copy_dict(leaves: dict, device) -> dict:
     """`{key: copy of value on device}` as a user writes it: a dict comprehension."""
-    return {key: _copy_put(value, device) for key, value in leaves.items()}
+    return {key: _copy_put()(value, device) for key, value in leaves.items()}
 
 
 def native_copy_lists(nest: dict, device) -> dict:
     """`{key: [copies on device]}` for a dict of lists of tensors, written out by hand."""
-    return {key: [_copy_put(value, device) for value in values] for key, values in nest.items()}
+    return {key: [_copy_put()(value, device) for value in values] for key, values in nest.items()}

@@ -39,13 +39,6 @@ class MxnetBackend(Backend):
         super().__init__()
         self._described = DeviceTable("ctx")  # Context -> Device
 
-    def device_table(self):
-        return self._described
-
-    def reset(self) -> None:
-        super().reset()
-        self._described.clear()
-
     # ------------------------------------------------ framework primitives
 
     def is_tensor(self, x) -> bool:
@@ -62,9 +55,6 @@ class MxnetBackend(Backend):
             # A CUDA build of MXNet on a machine without a usable driver.
             return 0
 
-    def accelerator_platform(self):
-        return "cuda" if self.accelerator_count() else None
-
     def make_native_device(self, kind: str, index: int):
         context = self.fw.context
         if kind == "meta":
@@ -74,12 +64,6 @@ class MxnetBackend(Backend):
         if settings.virtual_device_count():
             return context.cpu(virtual.host_index(index))
         return context.gpu(index)
-
-    def describe(self, native) -> Device:
-        described = self._described.get(native)
-        if described is None:
-            described = self._described[native] = self._describe(native)
-        return described
 
     def _describe(self, native) -> Device:
         kind, index = native.device_type, native.device_id

@@ -28,13 +28,11 @@ import sys
 
 import mxnet as mx
 
-from devshim._device import Device
 from devshim.backends.mxnet import _internals
 from devshim.backends.registry import load_backend
 from devshim.guard import marker
-from devshim.guard.hooks import GuardHooks, mark_wrapper, mixed_devices_refused
-from devshim.guard.levels import READ
-from devshim.guard.report import check, direction_of, logged, read_name
+from devshim.guard.hooks import GuardHooks, mark_wrapper, mixed_devices_refused, tensors_in
+from devshim.guard.report import check_move, read_checked, read_name, run_logged
 from devshim.guard.state import current
 
 _READERS = {
@@ -61,22 +59,10 @@ def _guarded_asnumpy(original):
         if state.checking and not marker.is_explicit():
             place = load_backend("mxnet").describe(self.ctx)
             if place.kind != "cpu":
-                what = read_name(_READERS, "a.asnumpy()")
-                pending = check("device_to_host", READ, what, place, Device("cpu"), state)
-                with marker.explicit():
-                    value = original(self)
-                logged(pending)  # only a read MXNet made
-                return value
+                return read_checked(read_name(_READERS, "a.asnumpy()"), place, state, original, self)
         return original(self)
 
     return mark_wrapper(asnumpy, original)
-
-
-def _run_logged(pending, original, *args):
-    """`original(*args)`, then the copies `pending` holds recorded (only once MXNet ran the op)."""
-    result = original(*args)
-    logged(pending)
-    return result
 
 
 def _guarded_invoke(original):
@@ -84,7 +70,7 @@ def _guarded_invoke(original):
         state = current()
         if state.checking and len(ndargs) > 1 and not marker.is_explicit():
             pending = _check(sys._getframe(1).f_code.co_name, ndargs, state)  # the generated op's name
-            return _run_logged(pending, original, handle, ndargs, keys, vals, out, is_np_op, output_is_list)
+            return run_logged(pending, original, handle, ndargs, keys, vals, out, is_np_op, output_is_list)
         return original(handle, ndargs, keys, vals, out, is_np_op, output_is_list)
 
     return mark_wrapper(_imperative_invoke, original)
@@ -94,24 +80,14 @@ def _guarded_packed(name: str, original):
     def packed(*args):
         state = current()
         if state.checking and not marker.is_explicit():
-            arrays = _arrays(args)
+            arrays = tensors_in(args, _NDArray)
             if len(arrays) > 1:
-                return _run_logged(_check(name, arrays, state), original, *args)
+                return run_logged(_check(name, arrays, state), original, *args)
         return original(*args)
 
     mark_wrapper(packed, original)
     packed.__name__ = getattr(original, "__name__", name)
     return packed
-
-
-def _arrays(args) -> list:
-    found = []
-    for value in args:
-        if isinstance(value, _NDArray):
-            found.append(value)
-        elif isinstance(value, (list, tuple)):
-            found.extend(item for item in value if isinstance(item, _NDArray))
-    return found
 
 
 def _guarded_index(original):
@@ -121,9 +97,8 @@ def _guarded_index(original):
             if state.checking and not marker.is_explicit():
                 backend = load_backend("mxnet")
                 source, target = backend.describe(idx.ctx), backend.describe(ctx)
-                direction, kind = direction_of(source, target)
-                pending = check(direction, kind, "mxnet indexing A[I] (I an index array)", source, target, state)
-                return _run_logged(pending, original, idx, ax_len, ctx)
+                pending = check_move(source, target, "mxnet indexing A[I] (I an index array)", state)
+                return run_logged(pending, original, idx, ax_len, ctx)
         return original(idx, ax_len, ctx)
 
     return staticmethod(mark_wrapper(_advanced_index_to_array, original))
@@ -131,25 +106,17 @@ def _guarded_index(original):
 
 def _check(op_name: str, ndargs, state) -> list:
     """Refuse the op under "disallow"; under "log", the copies to record once MXNet ran it."""
-    pending: list = []
     contexts = [array.ctx for array in ndargs]  # one C call each: read once
     first = contexts[0]
     if all(context == first for context in contexts):
-        return pending  # the common case: every input where the op runs
+        return []  # the common case: every input where the op runs
     backend = load_backend("mxnet")
     described = [(array, backend.describe(context)) for array, context in zip(ndargs, contexts)]
     places = [place for array, place in described if place.kind != "cpu" or array.shape != ()]  # 0-d host: a number
     if len(places) < 2:
-        return pending
+        return []
     target = places[0]  # MXNet runs the op on its first input's context
-    for source in places[1:]:
-        if source == target:
-            continue
-        direction, kind = direction_of(source, target)
-        found = check(direction, kind, f"mxnet op {op_name}", source, target, state)
-        if found is not None:
-            pending.append(found)
-    return pending
+    return [check_move(source, target, f"mxnet op {op_name}", state) for source in places[1:] if source != target]
 
 
 # MXNet's refusal of inputs in different contexts (a hybridized block's CachedOp: "CachedOp

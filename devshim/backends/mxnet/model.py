@@ -37,6 +37,12 @@ def _initialised(param) -> bool:
     return True
 
 
+def _nbytes(param) -> int:
+    """The bytes of an initialised `param`'s array (on its first context)."""
+    data = param.data(param.list_ctx()[0])
+    return data.size * numpy.dtype(data.dtype).itemsize
+
+
 class GluonPlacement(ModelPlacement):
     """Placement of Gluon blocks (the contract: `devshim.backends.model_base.ModelPlacement`).
 
@@ -72,16 +78,9 @@ class GluonPlacement(ModelPlacement):
         return block
 
     def child_sizes(self, block) -> list:
-        sizes = []
         children = _internals.CHILDREN.get()
-        for name, child in (getattr(block, children).items() if children else ()):
-            total = 0
-            for _, p in child.collect_params().items():
-                if _initialised(p):
-                    data = p.data(p.list_ctx()[0])
-                    total += data.size * numpy.dtype(data.dtype).itemsize
-            sizes.append((name, total))
-        return sizes
+        return [(name, sum(_nbytes(p) for p in child.collect_params().values() if _initialised(p)))
+                for name, child in (getattr(block, children).items() if children else ())]
 
     def place_map(self, block, natives: dict, adapter):
         raise UnsupportedPlacementError(

@@ -6,6 +6,8 @@ was called in the thread running the experiment.
 
 from __future__ import annotations
 
+import itertools
+
 import mxnet as mx
 
 
@@ -33,11 +35,8 @@ def concat(xs):
 
 def split(x, sections):
     """`x` split along axis 0 into pieces of the given sizes."""
-    pieces, start = [], 0
-    for size in sections:
-        pieces.append(x[start:start + size])
-        start += size
-    return pieces
+    bounds = [0, *itertools.accumulate(sections)]
+    return [x[start:stop] for start, stop in zip(bounds, bounds[1:])]
 
 
 def item(x):

@@ -23,7 +23,7 @@ from operator import methodcaller
 from devshim import settings
 from devshim.backends.base import Backend, DeviceTable
 from devshim.backends.numpy import SPEC
-from devshim._device import Device
+from devshim._device import Device, describe_native, parse_spec
 from devshim.errors import BackendError, DeviceUnavailableError, DevshimError
 
 HOST = "cpu"
@@ -157,7 +157,6 @@ class NumpyBackend(Backend):
         that framework is not NumPy; None for NumPy's own and for spec strings."""
         if type(spec) is str:
             return None
-        from devshim._device import describe_native
         from devshim.backends.registry import load_backend
 
         described = spec if isinstance(spec, Device) else describe_native(spec)
@@ -202,8 +201,6 @@ class NumpyBackend(Backend):
         )
 
     def _names_a_gpu(self, spec) -> bool:
-        from devshim._device import parse_spec
-
         if isinstance(spec, Device):
             return spec.kind == "gpu"
         if isinstance(spec, str):  # spec strings, and str subclasses that are no framework's device
@@ -221,9 +218,7 @@ class NumpyBackend(Backend):
         owner = landing.adapter
         if owner.spec.host_partner == self.name:  # its host arrays are NumPy's: its copy takes them (CuPy)
             return owner.copy_to(x, landing.native, False)
-        array = self.fw.array(x, copy=True)
-        if not array.dtype.isnative:
-            array = array.astype(array.dtype.newbyteorder("="))
+        array = self.fw.array(x, dtype=x.dtype.newbyteorder("="), copy=True)  # in native byte order
         maker = interop(owner.name)
         if maker is None:
             raise BackendError(

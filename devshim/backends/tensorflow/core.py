@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from functools import cached_property
 
 from devshim import settings
 from devshim.backends import virtual
@@ -121,10 +122,6 @@ class TensorflowBackend(Backend):
         self._virtual = 0  # logical CPUs this process configured as virtual GPUs
         self._natives: dict = {}
         self._described = DeviceTable("device")  # device name -> Device
-        self._deep_copy = None
-
-    def device_table(self):
-        return self._described
 
     def framework_imported(self, module) -> None:
         # AutoGraph rewrites the Python of every function a tf.function calls, unless its module
@@ -134,20 +131,6 @@ class TensorflowBackend(Backend):
         leave_alone = _internals.AUTOGRAPH_RULES.get()
         if leave_alone is not None:
             leave_alone("devshim")
-
-    def reset(self) -> None:
-        super().reset()
-        self._described.clear()
-
-    def runtime(self):
-        """The tensorflow module, with requested virtual devices configured first.
-
-        Call this before anything that may make TensorFlow initialise its devices.
-        """
-        requested = settings.virtual_device_count()
-        if requested and requested != self._virtual and not settings.accelerators_hidden():
-            self.enable_virtual_devices(requested)
-        return self.fw
 
     # ------------------------------------------------------------ primitives
 
@@ -167,9 +150,6 @@ class TensorflowBackend(Backend):
     def visibility_narrowed(self) -> bool:
         tf = self.fw
         return len(tf.config.get_visible_devices("GPU")) < len(tf.config.list_physical_devices("GPU"))
-
-    def accelerator_platform(self):
-        return "cuda" if self.accelerator_count() else None
 
     def make_native_device(self, kind: str, index: int):
         # Import tensorflow now: a TFDevice made while it is unimported could not be
@@ -298,7 +278,7 @@ class TensorflowBackend(Backend):
                 x = tf.identity(x)
             # Same memory: TensorFlow would hand over the same buffer, so copy explicitly.
             try:
-                y = self._copy_fn()(x)
+                y = self._deep_copy(x)
             except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError):
                 if target.kind != "gpu" or target.virtual:
                     raise UnsupportedDtypeError(
@@ -310,7 +290,8 @@ class TensorflowBackend(Backend):
             y = self._copy_through_host(tf, x, native)
         return y
 
-    def _copy_fn(self):
+    @cached_property
+    def _deep_copy(self):
         """TensorFlow's DeepCopy op, with a gradient.
 
         DeepCopy has no gradient of its own. Wrapping it in tf.custom_gradient costs
@@ -318,16 +299,14 @@ class TensorflowBackend(Backend):
         op type instead (with TensorFlow's public tf.RegisterGradient, only where no
         gradient is registered yet); the raw op then costs what the copy costs.
         """
-        if self._deep_copy is None:
-            tf = self.fw
-            with self._lock:
-                try:
-                    tf.RegisterGradient("DeepCopy")(_identity_gradient)
-                except KeyError:
-                    pass  # registered already (by devshim in another thread, or by someone else)
-            deep_copy = tf.raw_ops.DeepCopy
-            self._deep_copy = lambda x: deep_copy(x=x)
-        return self._deep_copy
+        tf = self.fw
+        with self._lock:
+            try:
+                tf.RegisterGradient("DeepCopy")(_identity_gradient)
+            except KeyError:
+                pass  # registered already (by devshim in another thread, or by someone else)
+        deep_copy = tf.raw_ops.DeepCopy
+        return lambda x: deep_copy(x=x)
 
     def _copy_through_host(self, tf, x, native):
         # A GPU without a DeepCopy kernel for this dtype (bool, int16, complex...):
@@ -392,14 +371,10 @@ class TensorflowBackend(Backend):
     def on_device(self, native):
         return self.runtime().device(native.name)
 
-    # ------------------------------------------------------------ fast paths
-
+    # ------------------------------------------------------------ waiting
 
     def synchronize(self, native) -> None:
-        tf = self.fw
-        sync = getattr(getattr(tf.test, "experimental", None), "sync_devices", None)
-        if sync is not None:
-            sync()  # TensorFlow waits on every device; it has no per-device call
+        self.fw.test.experimental.sync_devices()  # TensorFlow waits on every device; it has no per-device call
 
     def wait(self, x) -> None:
         self.synchronize(None)

@@ -27,13 +27,11 @@ import re
 
 import tensorflow as tf
 
-from devshim._device import Device
 from devshim.backends.registry import load_backend
 from devshim.backends.tensorflow import _internals
 from devshim.guard import marker
-from devshim.guard.hooks import GuardHooks, mark_wrapper, mixed_devices_refused
-from devshim.guard.levels import READ
-from devshim.guard.report import check, direction_of, logged, read_name
+from devshim.guard.hooks import GuardHooks, mark_wrapper, mixed_devices_refused, tensors_in
+from devshim.guard.report import check_move, read_checked, read_name, run_logged
 from devshim.guard.state import current
 
 # Callers of the one reading method, as the read looks in the code that makes it.
@@ -85,24 +83,10 @@ def _guarded_numpy(original):
         state = current()
         if state.checking and not marker.is_explicit() and _on_accelerator(self):
             what = read_name(_READERS, "reading t on the host")
-            pending = check("device_to_host", READ, what, _place(self.device), Device("cpu"), state)
-            with marker.explicit():
-                value = original(self)
-            logged(pending)  # only a read TensorFlow made
-            return value
+            return read_checked(what, _place(self.device), state, original, self)
         return original(self)
 
     return mark_wrapper(_numpy, original)
-
-
-def _tensors(values) -> list:
-    found = []
-    for value in values:
-        if isinstance(value, _EagerTensor):
-            found.append(value)
-        elif isinstance(value, (list, tuple)):
-            found.extend(item for item in value if isinstance(item, _EagerTensor))
-    return found
 
 
 def _variable_place(inputs: list):
@@ -121,9 +105,8 @@ def _default_target(inputs: list):
 def _check(op_name: str, device_name, inputs: list, state) -> list:
     """Refuse the op under "disallow"; under "log", the copies to record once TensorFlow ran it
     (an op it refuses, or one that fails, is not counted)."""
-    pending: list = []
     if op_name in _UNCHECKED_OPS:
-        return pending
+        return []
     names = [t.device for t in inputs]
     first = names[0]
     alike = names.count(first) == len(names)
@@ -131,12 +114,13 @@ def _check(op_name: str, device_name, inputs: list, state) -> list:
     if device_name:
         target = _place(device_name)
         if alike and _place(first) is target:
-            return pending  # the common case: inputs already where the op runs
+            return []  # the common case: inputs already where the op runs
         target = _variable_place(inputs) or target
     else:
         if alike and _place(first) is _place(_default_name):
-            return pending
+            return []
         target = _default_target(inputs)
+    pending = []
     for t, name in zip(inputs, names):
         if not name:
             continue
@@ -146,21 +130,15 @@ def _check(op_name: str, device_name, inputs: list, state) -> list:
         # GPU to an op on another), so handing one over copies no device memory.
         if source is target or t.dtype == _INT32 or (source.kind == "cpu" and t.shape.rank == 0):
             continue
-        direction, kind = direction_of(source, target)
         scope = "" if device_name else " (no device scope: TensorFlow's default device)"
-        found = check(direction, kind, f"tf op {op_name}{scope}", source, target, state)
-        if found is not None:
-            pending.append(found)
+        pending.append(check_move(source, target, f"tf op {op_name}{scope}", state))
     return pending
 
 
 def _run_checked(original, args: tuple, op_name: str, device_name, values, state):
     """`original(*args)`, the op's tensor inputs among `values` checked first (`_check`)."""
-    inputs = _tensors(values)
-    pending = _check(op_name, device_name, inputs, state) if inputs else None
-    result = original(*args)
-    logged(pending)
-    return result
+    inputs = tensors_in(values, _EagerTensor)
+    return run_logged(_check(op_name, device_name, inputs, state) if inputs else None, original, *args)
 
 
 def _guarded_fast_path(original):

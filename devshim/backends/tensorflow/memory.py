@@ -22,8 +22,6 @@ from devshim.backends.memory_base import DeviceMemory, MemoryInfo, live_objects
 __all__ = ["TensorflowMemory"]
 
 _NO_MEMORY = (tf.resource, tf.variant, tf.string)
-# Graph tensors (inside tf.function) hold no memory; every TensorFlow devshim supports has this.
-_symbolic = getattr(tf, "is_symbolic_tensor", None) or (lambda t: type(t).__name__ != "EagerTensor")
 
 
 def _size(x):
@@ -51,7 +49,7 @@ def _holders(found: list):
             if handle not in handles:
                 handles.add(handle)
                 yield obj
-        elif not _symbolic(obj):
+        elif not tf.is_symbolic_tensor(obj):  # graph tensors (inside tf.function) hold no memory
             yield obj
 
 

@@ -103,17 +103,14 @@ PRIVATEUSE1_NAME = _add(
     feature="telling a real out-of-tree accelerator from devshim's virtual GPUs (ds.try_gpu)",
     fallback="torch.accelerator's answer is taken as the accelerator unless it is devshim's vgpu.",
 )
-RESTART_ANALYSIS = _add(
-    "torch._dynamo.exc.RestartAnalysis",
+# The two internals restart_trace reads: one feature, one fallback.
+_FIRST_CALL_IN_TRACE = dict(
     feature="torch.compile when the compiled function holds the process's first devshim call",
     fallback="such a compile raises FirstCallInTraceError; call any devshim function once before compiling.",
 )
-CURRENT_TX = INTERNALS.add(
-    "torch._dynamo.symbolic_convert.InstructionTranslator.current_tx",
-    feature="torch.compile when the compiled function holds the process's first devshim call",
-    fallback="such a compile raises FirstCallInTraceError; call any devshim function once before compiling.",
-    find=_current_tx,
-)
+RESTART_ANALYSIS = _add("torch._dynamo.exc.RestartAnalysis", **_FIRST_CALL_IN_TRACE)
+CURRENT_TX = _add("torch._dynamo.symbolic_convert.InstructionTranslator.current_tx", _current_tx,
+                  **_FIRST_CALL_IN_TRACE)
 TENSOR_USE_COUNT = _add(
     "torch.Tensor._use_count",
     feature="ds.allreduce across processes returning only once gloo's worker thread has let go of the "
@@ -141,34 +138,6 @@ _VIRTUAL_REFUSED = ("virtual GPUs are refused with a BackendError naming this in
 _VIRTUAL_FLOOR = (2, 10)
 
 
-class OpParts(NamedTuple):
-    """What the virtual GPUs read of torch's `OpOverload`: the class, its C++ entry point and
-    its schema (`kernel_of(op)`, `schema_of(op)`)."""
-
-    cls: type
-    kernel_of: Any
-    schema_of: Any
-
-
-class RebuildFunctions(NamedTuple):
-    """torch's own functions that rebuild a pickled tensor (so `weights_only` loads take them)."""
-
-    tensor_v2: Any
-    tensor_v3: Any
-    parameter: Any
-
-
-class AccelerationHooks(NamedTuple):
-    """torch's Python device registration: the hooks and device-guard base classes and their
-    registration functions (`torch._C._acc`), and the autograd device type they report."""
-
-    hooks_base: type
-    guard_base: type
-    register_hooks: Any
-    register_guard: Any
-    device_type: Any
-
-
 def _tensor_data():
     import torch
 
@@ -178,11 +147,13 @@ def _tensor_data():
 
 
 def _op_parts():
+    """What the virtual GPUs read of torch's `OpOverload`: the class, and readers of its C++
+    entry point and its schema (`kernel_of(op)`, `schema_of(op)`)."""
     import torch
 
     op = torch.ops.aten.add.Tensor
     op._op, op._schema.arguments  # noqa: B018 - the entry point and schema the plans read
-    return OpParts(torch._ops.OpOverload, attrgetter("_op"), attrgetter("_schema"))
+    return torch._ops.OpOverload, attrgetter("_op"), attrgetter("_schema")
 
 
 def _cpu_keys():
@@ -217,34 +188,12 @@ def _parameter_mark():
                     "torch.nn.Parameter's isinstance check no longer reads")
 
 
-def _acceleration_hooks():
-    import torch
-
-    acc = torch._C._acc
-    return AccelerationHooks(acc.PrivateUse1Hooks, acc.DeviceGuard, acc.register_python_privateuseone_hook,
-                             acc.register_python_privateuseone_device_guard,
-                             torch._C._autograd.DeviceType.PrivateUse1)
-
-
 def _bad_fork_name():
     import torch
 
     name = "_is_in_bad_fork"
     getattr(torch.cuda, name)  # what torch asks every device module (CUDA's answers it)
     return name
-
-
-def _untyped_dtypes():
-    import torch
-
-    return torch.storage._new_dtypes()
-
-
-def _rebuild_functions():
-    import torch
-
-    return RebuildFunctions(torch._utils._rebuild_tensor_v2, torch._utils._rebuild_tensor_v3,
-                            torch._utils._rebuild_parameter)
 
 
 def _device_test_modules():
@@ -257,12 +206,24 @@ def _device_test_modules():
     return names
 
 
+_virtual_gpu_internals: list = []  # every probe _virtual declares, in order
+
+
 def _virtual(name: str, use: str, find=None):
-    return _add(name, find, feature=f"{_VIRTUAL}: {use}", fallback=_VIRTUAL_REFUSED, since=_VIRTUAL_FLOOR)
+    """A probe the virtual GPUs need (listed in `VIRTUAL_GPU_INTERNALS`)."""
+    internal = _add(name, find, feature=f"{_VIRTUAL}: {use}", fallback=_VIRTUAL_REFUSED, since=_VIRTUAL_FLOOR)
+    _virtual_gpu_internals.append(internal)
+    return internal
 
 
+# torch's Python device registration: the hooks and device-guard base classes, their registration
+# functions, and the autograd device type they report.
 ACCELERATION_HOOKS = _virtual("torch._C._acc (PrivateUse1Hooks, DeviceGuard, their registration)",
-                              "the vgpu device's Python hooks and device guard", _acceleration_hooks)
+                              "the vgpu device's Python hooks and device guard",
+                              dotted("torch._C._acc.PrivateUse1Hooks", "torch._C._acc.DeviceGuard",
+                                     "torch._C._acc.register_python_privateuseone_hook",
+                                     "torch._C._acc.register_python_privateuseone_device_guard",
+                                     "torch._C._autograd.DeviceType.PrivateUse1"))
 REGISTER_DEVICE_MODULE = _virtual("torch._register_device_module", "torch.vgpu, the device module")
 BAD_FORK = _virtual("device module _is_in_bad_fork", "torch.vgpu, the device module", _bad_fork_name)
 OPERATOR_LISTING = _virtual("torch._C._dispatch_get_all_op_names / _dispatch_has_kernel_for_dispatch_key",
@@ -297,9 +258,12 @@ DEVICE_TYPE_LOOKUPS = _virtual("torch.nn.parallel.data_parallel._get_available_d
 TENSOR_TEXT = _virtual("torch._tensor_str._str", "printing a tensor as CUDA's print")
 PARAMETER_MARK = _virtual("torch.nn.Parameter's _is_param mark",
                           "parameters on a virtual GPU passing isinstance(p, nn.Parameter)", _parameter_mark)
-UNTYPED_DTYPES = _virtual("torch.storage._new_dtypes", "torch.save of a virtual tensor", _untyped_dtypes)
+UNTYPED_DTYPES = _virtual("torch.storage._new_dtypes", "torch.save of a virtual tensor")  # (a function)
+# torch's own functions that rebuild a pickled tensor (so `weights_only` loads take them).
 REBUILD_FUNCTIONS = _virtual("torch._utils._rebuild_tensor_v2 / _v3 / _rebuild_parameter",
-                             "torch.save of a virtual tensor (weights_only loads)", _rebuild_functions)
+                             "torch.save of a virtual tensor (weights_only loads)",
+                             dotted("torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_tensor_v3",
+                                    "torch._utils._rebuild_parameter"))
 DEVICE_TEST_MODULES = INTERNALS.add(
     "torch.testing._internal.common_device_type / common_utils",
     feature="ds.testing.torch_device_tests: torch's device-generic tests on virtual GPUs",
@@ -308,14 +272,8 @@ DEVICE_TEST_MODULES = INTERNALS.add(
     since=_VIRTUAL_FLOOR,
 )
 
-#: What the virtual GPUs need, all of it (`missing_for_virtual_gpus`).
-VIRTUAL_GPU_INTERNALS = (
-    ACCELERATION_HOOKS, REGISTER_DEVICE_MODULE, BAD_FORK, OPERATOR_LISTING, TENSOR_METADATA,
-    STORAGE_FROM_POINTER, WRAPPER_SUBCLASS, DISABLE_TORCH_FUNCTION, DISABLE_TORCH_FUNCTION_SUBCLASS,
-    DISABLED_TORCH_FUNCTION_IMPL, TENSOR_DATA, AUTOGRAD_THREADS, OP_PARTS, CPU_KEYS, C_GENERATOR,
-    PARSE_TO, LAZY_ALLOWED, EXCEPTION_WRAPPER, DEVICE_TYPE_LOOKUPS, TENSOR_TEXT, PARAMETER_MARK,
-    UNTYPED_DTYPES, REBUILD_FUNCTIONS,
-)
+#: What the virtual GPUs need, all of it (`missing_for_virtual_gpus`): the probes declared above.
+VIRTUAL_GPU_INTERNALS = tuple(_virtual_gpu_internals)
 
 
 QUEUE_CALLBACK = _add(
@@ -415,14 +373,13 @@ FOREACH_PREFIX = "_foreach_"
 
 __all__ = ["INTERNALS", "TESTED", "DYNAMO_INLINE_ATTRIBUTE", "DYNAMO_INLINE", "SKIP_CODE", "FUNCTION_MODE_STACK",
            "PRIVATEUSE1_NAME", "RESTART_ANALYSIS", "CURRENT_TX", "MODULE_SLOTS", "VIRTUAL_GPU_INTERNALS",
-           "missing_for_virtual_gpus", "ATEN_OPERATORS", "FOREACH_PREFIX", "OpParts", "RebuildFunctions",
-           "AccelerationHooks", "ACCELERATION_HOOKS", "REGISTER_DEVICE_MODULE", "BAD_FORK", "OPERATOR_LISTING",
-           "TENSOR_METADATA", "STORAGE_FROM_POINTER", "WRAPPER_SUBCLASS", "DISABLE_TORCH_FUNCTION",
-           "DISABLE_TORCH_FUNCTION_SUBCLASS", "DISABLED_TORCH_FUNCTION_IMPL", "TENSOR_DATA", "AUTOGRAD_THREADS",
-           "OP_PARTS", "CPU_KEYS", "C_GENERATOR", "PARSE_TO", "LAZY_ALLOWED", "EXCEPTION_WRAPPER",
-           "DEVICE_TYPE_LOOKUPS", "TENSOR_TEXT", "PARAMETER_MARK", "UNTYPED_DTYPES", "REBUILD_FUNCTIONS",
-           "DEVICE_TEST_MODULES", "QUEUE_CALLBACK",
-           "KERAS_DEVICE_INPUT", "KERAS_CURRENT_DEVICE", "KERAS_COPY_FRAMES", "KERAS_FUNCTIONAL", "KERAS_MAYBE_BUILD"]
+           "missing_for_virtual_gpus", "ATEN_OPERATORS", "FOREACH_PREFIX", "ACCELERATION_HOOKS",
+           "REGISTER_DEVICE_MODULE", "BAD_FORK", "OPERATOR_LISTING", "TENSOR_METADATA", "STORAGE_FROM_POINTER",
+           "WRAPPER_SUBCLASS", "DISABLE_TORCH_FUNCTION", "DISABLE_TORCH_FUNCTION_SUBCLASS",
+           "DISABLED_TORCH_FUNCTION_IMPL", "TENSOR_DATA", "AUTOGRAD_THREADS", "OP_PARTS", "CPU_KEYS", "C_GENERATOR",
+           "PARSE_TO", "LAZY_ALLOWED", "EXCEPTION_WRAPPER", "DEVICE_TYPE_LOOKUPS", "TENSOR_TEXT", "PARAMETER_MARK",
+           "UNTYPED_DTYPES", "REBUILD_FUNCTIONS", "DEVICE_TEST_MODULES", "QUEUE_CALLBACK", "KERAS_DEVICE_INPUT",
+           "KERAS_CURRENT_DEVICE", "KERAS_COPY_FRAMES", "KERAS_FUNCTIONAL", "KERAS_MAYBE_BUILD"]
 
 
 class FakeTensors(NamedTuple):

@@ -18,10 +18,6 @@ from devshim.errors import PrecisionWarning
 __all__ = ["TorchAutodiff"]
 
 
-def _dense(gradient):
-    return gradient if gradient is None or gradient.layout == torch.strided else gradient.to_dense()
-
-
 class TorchAutodiff(Autodiff):
     """`torch.autograd.grad` of `f`'s outputs with respect to its inputs.
 
@@ -107,7 +103,7 @@ def _gradients(outputs: list, targets: list, grad_outputs: list, create_graph: b
         return [None] * len(targets)
     ys, gys = zip(*pairs)
     found = torch.autograd.grad(ys, targets, gys, allow_unused=True, create_graph=create_graph)
-    return [_dense(g) for g in found]
+    return [g if g is None or g.layout == torch.strided else g.to_dense() for g in found]  # sparse ones dense
 
 
 def _cudnn_without_tf32(stack: contextlib.ExitStack) -> None:

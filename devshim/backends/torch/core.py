@@ -26,7 +26,7 @@ from devshim import settings
 from devshim.backends.base import Backend, DeviceTable, _caller_level
 from devshim.backends.torch import SPEC, _internals
 from devshim.backends.torch._names import VIRTUAL_TYPE
-from devshim._device import Device, register_platform
+from devshim._device import Device
 from devshim.errors import (
     BackendError, DatalessTensorError, DeviceUnavailableError, DevshimError, InvalidDeviceError,
     UnsupportedDtypeError, UnsupportedValueError, VirtualBesideRealGpuWarning,
@@ -39,7 +39,6 @@ _ML_DTYPES = {"bfloat16": "int16", "float8_e4m3fn": "uint8", "float8_e5m2": "uin
 # Accelerator device types torch may report, tried in this order on torch without
 # torch.accelerator.
 _FALLBACK_PLATFORMS = ("cuda", "xpu", "mps", "mtia")
-_UNKNOWN = object()
 
 
 _warned_beside: list = []  # VirtualBesideRealGpuWarning was issued (once per process)
@@ -79,7 +78,6 @@ class TorchBackend(Backend):
     def __init__(self) -> None:
         super().__init__()
         self._described = DeviceTable("device", exact=True, attribute_is_native=True)  # torch.device -> Device
-        self._platform = _UNKNOWN
         self._count = None
         self._by_accelerator = False  # whether torch.accelerator named the platform (and speaks for it)
         self._virtual = 0  # virtual GPUs this adapter last presented
@@ -105,9 +103,6 @@ class TorchBackend(Backend):
             self._described.targets[native] = self.describe(native)
             self._described.natives[native] = self._targets[native] = native
 
-    def device_table(self):
-        return self._described
-
     def restart_trace(self) -> None:
         """Inside torch.compile, start Dynamo's analysis of the frame over (its RestartAnalysis):
         devshim filled its tables during the trace, which read them empty. Dynamo's speculation
@@ -129,28 +124,22 @@ class TorchBackend(Backend):
 
     def reset(self) -> None:
         super().reset()
-        self._described.clear()
-        self._platform = _UNKNOWN
         self._count = None
         if self._virtual:  # settings changed: torch sees the virtual GPUs they ask for now
             from devshim.backends.torch import _virtual
 
-            requested = _virtual_requested()
+            try:  # what the settings ask for now (0 when hidden)
+                requested = 0 if settings.accelerators_hidden() else settings.virtual_device_count()
+            except DevshimError:  # a bad variable: the functions that need it raise then
+                requested = 0
             # A count torch cannot index presents none here; the next use raises, saying the range.
             self._virtual = requested if requested <= self.max_virtual_devices else 0
             _virtual.set_count(self._virtual)
 
     # ------------------------------------------------------------ the accelerator
 
-    def accelerator_platform(self):
+    def find_platform(self):
         """The accelerator's device type ("cuda", "xpu", "mps", ...), or None without one."""
-        if self._platform is _UNKNOWN:
-            self._platform = self._find_platform()
-            if self._platform is not None:
-                register_platform(self._platform)  # so "npu:1" reads as a spec, say
-        return self._platform
-
-    def _find_platform(self):
         # Fork safety: nothing here initialises CUDA, so a process that asks devshim for its
         # devices can still fork workers that use CUDA (torch's "poison fork" note), and a CUDA
         # build on a machine without a driver finds no GPU rather than failing.
@@ -169,7 +158,8 @@ class TorchBackend(Backend):
             if found is not None and found.type != VIRTUAL_TYPE:
                 self._by_accelerator = True
                 return found.type if self._device_count(found.type) else None
-            if _privateuse1_name() != VIRTUAL_TYPE:
+            name_of = _internals.PRIVATEUSE1_NAME.get()  # torch's name for its out-of-tree device slot
+            if name_of is None or name_of() != VIRTUAL_TYPE:
                 return None
             # devshim's virtual GPUs fill torch.accelerator's out-of-tree slot, which torch
             # asks before any other: look for a real accelerator the old way.
@@ -271,12 +261,6 @@ class TorchBackend(Backend):
             # torch.device("cuda") means the current GPU: name it, so comparisons are exact.
             native = self.fw.device(native.type, self.describe(native).index)
         return native
-
-    def describe(self, native) -> Device:
-        described = self._described.get(native)
-        if described is None:
-            described = self._described[native] = self._describe(native)
-        return described
 
     def _describe(self, native) -> Device:
         kind = native.type
@@ -496,17 +480,3 @@ def _names_the_build_accelerator(accelerator) -> bool:
     except (TypeError, ValueError):  # a builtin without a signature: not torch's Python function
         return False
 
-
-def _privateuse1_name():
-    """torch's name for its out-of-tree device slot ("privateuseone" until renamed), or None."""
-    name_of = _internals.PRIVATEUSE1_NAME.get()
-    return None if name_of is None else name_of()
-
-
-def _virtual_requested() -> int:
-    """How many virtual GPUs the settings ask for now (0 when hidden, or when a variable is bad:
-    the functions that need it raise then)."""
-    try:
-        return 0 if settings.accelerators_hidden() else settings.virtual_device_count()
-    except DevshimError:
-        return 0

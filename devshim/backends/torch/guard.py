@@ -35,14 +35,13 @@ import threading
 
 import torch
 
-from devshim._device import Device
 from devshim.backends import keras_base
 from devshim.backends.registry import load_backend
 from devshim.backends.torch import _internals
 from devshim.guard import marker
-from devshim.guard.hooks import GuardHooks, mark_wrapper, mixed_devices_refused, original_of
-from devshim.guard.levels import ALLOW, READ
-from devshim.guard.report import check, direction_of, logged, read_name
+from devshim.guard.hooks import GuardHooks, mark_wrapper, mixed_devices_refused, original_of, tensors_in
+from devshim.guard.levels import ALLOW
+from devshim.guard.report import check_move, read_checked, read_name, run_logged
 from devshim.guard.state import current
 
 #: torch.Tensor method -> how the read looks in the code that makes it.
@@ -64,13 +63,10 @@ def _reader(name: str, original, what: str):
         state = current()
         if state.checking and not marker.is_explicit() and not self.is_cpu:
             # The outermost reading method on the stack names the read (print(t) reaches
-            # __bool__ through torch's formatting code).
-            pending = check("device_to_host", READ, read_name(READS, what),
-                            load_backend("torch").tensor_device(self), Device("cpu"), state)
-            with marker.explicit():  # the reads the framework makes inside are this one
-                value = original(self, *args, **kwargs)
-            logged(pending)  # only a read PyTorch made (it refuses float() of many elements)
-            return value
+            # __bool__ through torch's formatting code). Logged only once PyTorch made the
+            # read (it refuses float() of many elements).
+            return read_checked(read_name(READS, what), load_backend("torch").tensor_device(self), state,
+                                original, self, *args, **kwargs)
         return original(self, *args, **kwargs)
 
     read.__name__ = name
@@ -121,10 +117,8 @@ class _Mode(torch.overrides.TorchFunctionMode):
             state = current()
             if (state.device_to_device != ALLOW or state.host_to_device != ALLOW) \
                     and not marker.is_explicit():
-                pending = _check(func, _places(args, kwargs), state)
-                result = func(*args, **kwargs)
-                logged(pending)  # PyTorch ran it: the copies happened (a refusal raised above)
-                return result
+                # logged once PyTorch ran it: the copies happened (a refusal raised in _check)
+                return run_logged(_check(func, _places(args, kwargs), state), func, *args, **kwargs)
         return func(*args, **kwargs)
 
 
@@ -152,24 +146,8 @@ def _keras_copy(func, args, kwargs):
         except Exception:  # noqa: BLE001 - a device devshim does not know: torch's own .to decides
             source = target = None
         if source != target and "meta" not in (source.kind, target.kind):
-            direction, kind = direction_of(source, target)
-            pending = check(direction, kind, _KERAS_COPY, source, target, current())
-            result = func(*args, **kwargs)
-            logged(pending)
-            return result
+            return run_logged(check_move(source, target, _KERAS_COPY, current()), func, *args, **kwargs)
     return func(*args, **kwargs)
-
-
-def _tensors(args, kwargs):
-    for value in args:
-        if isinstance(value, _Tensor):
-            yield value
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                if isinstance(item, _Tensor):
-                    yield item
-    if kwargs:
-        yield from _tensors(kwargs.values(), None)
 
 
 def _mixed(args, kwargs) -> bool:
@@ -201,7 +179,7 @@ def _mixed(args, kwargs) -> bool:
 
 def _places(args, kwargs) -> list:
     places = []
-    for t in _tensors(args, kwargs):
+    for t in tensors_in((*args, *kwargs.values()), _Tensor):
         if t.is_cpu and t.dim() == 0:
             continue  # a 0-d host tensor is a number to PyTorch, as a Python scalar is
         device = t.device
@@ -212,20 +190,12 @@ def _places(args, kwargs) -> list:
 
 def _check(func, places: list, state) -> list:
     """Refuse the op under "disallow"; under "log", the copies to record once PyTorch ran it."""
-    pending: list = []
     if len(places) < 2:
-        return pending
+        return []
     # PyTorch runs an op on its first non-CPU input's device: the others would move there.
     target = next((d for d in places if d.type != "cpu"), places[0])
-    for source in places:
-        if source == target:
-            continue
-        source, target_place = _describe(source), _describe(target)
-        direction, kind = direction_of(source, target_place)
-        found = check(direction, kind, _name(func), source, target_place, state)
-        if found is not None:
-            pending.append(found)
-    return pending
+    return [check_move(_describe(source), _describe(target), _name(func), state)
+            for source in places if source != target]
 
 
 def _describe(native):

@@ -151,7 +151,8 @@ class TorchMemory(DeviceMemory):
                 kept = dict(count.used)
                 del result, args, kwargs
         except fake.value_read as error:
-            raise MemoryEstimateError(_VALUE_READ.format(op=_op_of(error))) from error
+            op = str(error.args[0]) if error.args else type(error).__name__
+            raise MemoryEstimateError(_VALUE_READ.format(op=op)) from error
         except AssertionError as error:
             if "FakeTensor" not in str(error):
                 raise
@@ -174,10 +175,6 @@ _REAL_TENSOR = (
     "the model and the tensors as arguments (ds.estimate_memory(step, model, x, y): fake copies of them, counted "
     "from the start), or build them inside the step; an optimiser is made inside the step, from the model it gets."
 )
-
-
-def _op_of(error) -> str:
-    return str(error.args[0]) if error.args else type(error).__name__
 
 
 @functools.cache

@@ -5,7 +5,8 @@ from __future__ import annotations
 import devshim as ds
 from devshim.backends import get_backend, specs
 from devshim.bench.experiment import (
-    BarPlot, Column, Experiment, Option, Steps, check_sizes, device_name, native_device, ops_for,
+    BarPlot, Column, Experiment, Option, Steps, check_sizes, device_name, int_option, native_device, ops_for,
+    run_steps,
 )
 from devshim.bench.measure import measure_pair, pair_fields, spread_fields
 from devshim.bench.threads import THREADS_OPTION, on_threads
@@ -23,10 +24,7 @@ def _batch(fn, args, level):
     """A callable running `BATCH` calls of `fn(*args)`, in one `transfer_guard(level)` block (none
     for `level` None); it returns the last output, so a wait on it covers the batch."""
     def unguarded():
-        out = None
-        for _ in range(BATCH):
-            out = fn(*args)
-        return out
+        return run_steps(BATCH, fn, *args)
 
     if level is None:
         return unguarded
@@ -114,7 +112,7 @@ EXPERIMENT = Experiment(
     summary="what ds.transfer_guard costs per op: unguarded, in an allow block, under disallow",
     run=run,
     options=[
-        Option("--size", dest="size", type=int, metavar="N", help="elements of the added tensors (default 8)"),
+        int_option("--size", "elements of the added tensors (default 8)"),
         Option("--device", dest="device", metavar="D", help="where the op runs (default: try_gpu())"),
         THREADS_OPTION,
     ],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from devshim.bench.experiment import (
     BarPlot, Column, Experiment, HostReads, Option, Steps, backend_ops, check_count, check_sizes, device_name,
-    native_device,
+    int_option, native_device,
 )
 from devshim.bench.measure import measure_pair, side_fields
 from devshim.bench.threads import THREADS_OPTION, on_threads
@@ -55,8 +55,7 @@ def run(steps: int = 1000, size: int = 100, *, backend=None, device=None, min_ru
             counted = HostReads()
             logs[label] = variant(counted)
             counts[label] = counted.count
-        slow, fast = variants[VARIANTS[0]], variants[VARIANTS[1]]
-        c = measure_pair(lambda: fast(HostReads()), lambda: slow(HostReads()), warmup=1,
+        c = measure_pair(lambda: on_device_move_once(HostReads()), lambda: to_host_each_step(HostReads()), warmup=1,
                          min_run_time=min_run_time, device=target, labels=VARIANTS[::-1])
         return [{"backend": name, "device": device_name(target, name), "variant": label, "steps": steps,
                  "size": size, "host_reads": counts[label], **side_fields(c, m, "slowdown", compared)}
@@ -82,8 +81,8 @@ EXPERIMENT = Experiment(
     summary="D2L exercise 3: log a norm to the host each step vs keep the log on the device",
     run=run,
     options=[
-        Option("--steps", dest="steps", type=int, metavar="N", help="steps to log (default 1000)"),
-        Option("--size", dest="size", type=int, metavar="N", help="matrix size n of each step's matmul (default 100)"),
+        int_option("--steps", "steps to log (default 1000)"),
+        int_option("--size", "matrix size n of each step's matmul (default 100)"),
         Option("--device", dest="device", metavar="D", help="where to compute (default: try_gpu())"),
         THREADS_OPTION,
     ],

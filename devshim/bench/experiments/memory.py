@@ -7,7 +7,9 @@ from __future__ import annotations
 import time
 
 import devshim as ds
-from devshim.bench.experiment import BarPlot, Column, Experiment, Option, Steps, backend_ops, check_count, device_name
+from devshim.bench.experiment import (
+    BarPlot, Column, Experiment, Option, Steps, backend_ops, check_count, device_name, int_option,
+)
 from devshim.errors import MemoryEstimateError, MemoryEstimateUnsupportedError
 
 MiB = 2**20
@@ -182,16 +184,13 @@ EXPERIMENT = Experiment(
             "their estimate (ds.estimate_memory), and the largest batch for a GPU of 80 GB (ds.largest_batch)",
     run=run,
     options=[
-        Option("--megabytes", dest="megabytes", type=int, metavar="N", help="the tensor's size in MiB (default 16)"),
-        Option("--width", dest="width", type=int, metavar="N",
-               help="the model's inputs: an MLP N -> 8 -> 10 (default 65536: 2 MiB of parameters)"),
-        Option("--batch", dest="batch", type=int, metavar="N",
-               help="examples in the training step's batch (default 64)"),
+        int_option("--megabytes", "the tensor's size in MiB (default 16)"),
+        int_option("--width", "the model's inputs: an MLP N -> 8 -> 10 (default 65536: 2 MiB of parameters)"),
+        int_option("--batch", "examples in the training step's batch (default 64)"),
         Option("--device", dest="device", metavar="D", help="one device only (default: the CPU and each GPU)"),
         Option("--plan-size", dest="plan_size", metavar="SIZE",
                help="the GPU size the largest batch is planned for (default 80GB)"),
-        Option("--plan-width", dest="plan_width", type=int, metavar="N",
-               help="the planned model's inputs (default 1048576: 4 MiB of batch an example)"),
+        int_option("--plan-width", "the planned model's inputs (default 1048576: 4 MiB of batch an example)"),
     ],
     columns=[
         Column("backend", "backend"), Column("device", "device"), Column("case", "case"),

@@ -60,9 +60,7 @@ def run(*, backend=None, device=None, min_run_time: float = 0.05, progress=None)
         where = {"backend": name, "device": device_name(target, name), "operation": operation}
         if native_fn is None:
             m = measure(devshim_fn, warmup=1, min_run_time=min_run_time, device=target)
-            fields = spread_fields(m, "devshim_seconds")
-            fields["devshim_iqr"] = fields.pop("devshim_seconds_iqr")
-            return {**where, "native_seconds": None, "native_iqr": None, **fields,
+            return {**where, "native_seconds": None, "native_iqr": None, **spread_fields(m, "devshim_seconds"),
                     "ratio": None, "ratio_low": None, "ratio_high": None}
         c = measure_pair(native_fn, devshim_fn, warmup=1, min_run_time=min_run_time, device=target,
                          labels=("native", "devshim"))

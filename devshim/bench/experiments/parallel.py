@@ -6,7 +6,8 @@ import concurrent.futures
 
 import devshim as ds
 from devshim.bench.experiment import (
-    BarPlot, Column, Experiment, Option, Steps, backend_ops, check_count, check_sizes, device_name, native_device,
+    BarPlot, Column, Experiment, Option, Steps, backend_ops, check_count, check_sizes, device_name, int_option,
+    native_device, run_steps,
 )
 from devshim.bench.measure import measure_pair, side_fields
 from devshim.bench.threads import THREADS_OPTION, on_threads
@@ -41,19 +42,13 @@ def run(size: int = 512, repeats: int = 10, *, backend=None, devices=None, min_r
     inputs = [(ops.rand((size, size), d), ops.rand((size, size), d)) for d in (first, second)]
     on_first = [inputs[0], tuple(ds.to_device(x, first) for x in inputs[1])]
 
-    def stream(a, b):
-        out = None
-        for _ in range(repeats):
-            out = ops.matmul(a, b)
-        return out
-
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
 
     def sequential():
-        return [stream(*pair) for pair in on_first]
+        return [run_steps(repeats, ops.matmul, *pair) for pair in on_first]
 
     def at_once():
-        futures = [pool.submit(stream, *pair) for pair in inputs]
+        futures = [pool.submit(run_steps, repeats, ops.matmul, *pair) for pair in inputs]
         return [f.result() for f in futures]
 
     if first_name == second_name:
@@ -97,8 +92,8 @@ EXPERIMENT = Experiment(
     summary="D2L exercise 4: two matmul streams on two devices at once vs in sequence",
     run=run,
     options=[
-        Option("--size", dest="size", type=int, metavar="N", help="matrix size n (default 512)"),
-        Option("--repeats", dest="repeats", type=int, metavar="N", help="matmuls per stream (default 10)"),
+        int_option("--size", "matrix size n (default 512)"),
+        int_option("--repeats", "matmuls per stream (default 10)"),
         Option("--device", dest="devices", action="append", metavar="D",
                help="a device for the streams (give two; default: the first two GPUs)"),
         THREADS_OPTION,

@@ -12,7 +12,7 @@ import time
 from devshim import settings
 from devshim.backends import get_backend, specs
 from devshim.bench.experiment import (
-    BarPlot, Column, Experiment, Option, Steps, check_count, device_name, ops_for,
+    BarPlot, Column, Experiment, Option, Steps, check_count, device_name, int_option, ops_for,
 )
 from devshim.bench.measure import measure_pair, side_fields
 from devshim.bench.threads import framework_threads
@@ -151,14 +151,11 @@ EXPERIMENT = Experiment(
     summary="a virtual torch GPU against the plain CPU: one from-scratch LeNet epoch on each, as a ratio",
     run=run,
     options=[
-        Option("--examples", dest="examples", type=int, metavar="N",
-               help="synthetic examples per epoch (default 1024)"),
-        Option("--batch-size", dest="batch_size", type=int, metavar="N", help="examples per batch (default 16)"),
-        Option("--rounds", dest="rounds", type=int, metavar="N",
-               help="rounds (a CPU epoch and a virtual GPU epoch, taking turns) to measure at least; "
-                    f"the ratio is the median over them (default and fewest: {MIN_PAIRS})"),
-        Option("--threads", dest="threads", type=int, metavar="N",
-               help="torch's kernel threads while measuring (default 1, as torch.utils.benchmark)"),
+        int_option("--examples", "synthetic examples per epoch (default 1024)"),
+        int_option("--batch-size", "examples per batch (default 16)"),
+        int_option("--rounds", "rounds (a CPU epoch and a virtual GPU epoch, taking turns) to measure at least; "
+                   f"the ratio is the median over them (default and fewest: {MIN_PAIRS})"),
+        int_option("--threads", "torch's kernel threads while measuring (default 1, as torch.utils.benchmark)"),
         Option("--clock", dest="clock", metavar="wall|cpu",
                help="wall time (default), or this process's CPU time (steadier on a shared machine)"),
     ],

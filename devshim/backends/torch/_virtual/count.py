@@ -10,8 +10,6 @@ Example:
 
 from __future__ import annotations
 
-import threading
-
 import torch
 
 from devshim import settings
@@ -20,7 +18,6 @@ from devshim.errors import DeviceUnavailableError
 
 __all__ = ["device_count", "set_count", "target", "is_virtual_type"]
 
-_lock = threading.Lock()
 _count = 0          # virtual GPUs presented now (0 once turned off; tensors made before still work)
 
 
@@ -41,8 +38,7 @@ def set_count(count: int) -> None:
         >>> set_count(3)
     """
     global _count
-    with _lock:
-        _count = count
+    _count = count  # (one store: readers see the old count or the new one)
 
 
 def is_virtual_type(device) -> bool:

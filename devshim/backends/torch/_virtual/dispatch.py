@@ -424,9 +424,12 @@ def _finish(cls, plan, result, host_args, out, args, kwargs):
     GPU `out`, mutated arguments (in-place and out= operations) as themselves."""
     aliases = plan.aliases
     if aliases is None:
-        if plan.views and isinstance(result, _Tensor) and any(result is host for host in host_args):
-            result = _alias(result)  # lift_fresh gives its argument itself: a wrapper gets its own host
-        return _wrap(cls, result, out, new_view if plan.views else new)
+        make = new_view if plan.views else new
+        if isinstance(result, _Tensor):  # the commonest result: made here, not through _wrap
+            if plan.views and any(result is host for host in host_args):
+                result = _alias(result)  # lift_fresh gives its argument itself: a wrapper gets its own host
+            return make(cls, result, out)
+        return _wrap(cls, result, out, make)
     # In-place and out= operations return their (already updated) argument itself.
     returned = [_argument(args, kwargs, where) if where is not None else _wrap(cls, value, out)
                 for where, value in zip(aliases, result if len(aliases) > 1 else (result,))]
@@ -443,14 +446,12 @@ def _dispatch_foreach(cls, plan, args, kwargs):
     places = []
     for position in range(len(lists[0]) if lists else 0):
         seen: list = []
-        for value in (*(items[position] for items in lists), *singles):
-            _unwrap(cls, value, seen)
+        _unwrap(cls, [*(items[position] for items in lists), *singles], seen)
         if seen:
             _check_one_device(plan, seen, args, kwargs)
         places.append(next((device for device in seen if _is_virtual_type(device)), None))
-    ignored: list = []
-    result = plan.func(*[_unwrap(cls, arg, ignored) for arg in args],
-                       **{name: _unwrap(cls, value, ignored) for name, value in kwargs.items()})
+    host_args, host_kwargs, _ = _unwrap_call(cls, plan, args, kwargs)  # (devices checked above, per position)
+    result = plan.kernel(*host_args, **host_kwargs)
     if type(result) is list or type(result) is tuple:  # in-place forms return nothing
         return type(result)([new(cls, item, place) if place is not None else item
                              for item, place in zip(result, places)])

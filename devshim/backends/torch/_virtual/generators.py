@@ -87,11 +87,6 @@ class VirtualGenerator(_CGenerator):
         return f"<torch.Generator device='{self._virtual_device}' (devshim virtual GPU)>"
 
 
-def virtual_device_of(generator):
-    """The virtual GPU whose generator `generator` is, or None (a CPU generator)."""
-    return _virtual_by_address.get(generator._cdata)
-
-
 def default_generator(device) -> VirtualGenerator:
     """The default generator of virtual GPU `device` (a torch.device or an index)."""
     index = device if isinstance(device, int) else (device.index or 0)
@@ -118,7 +113,7 @@ def run_seeded(plan, host_args: list, host_kwargs: dict, device):
             host_args[position] = default_generator(device)
         else:
             host_kwargs[name] = default_generator(device)
-    elif virtual_device_of(given) is None:
+    elif given._cdata not in _virtual_by_address:  # a CPU generator, not a virtual GPU's
         raise RuntimeError(
             f"Expected a '{VIRTUAL_TYPE}' device type for generator but found '{given.device.type}' "
             f"({plan.func} draws on {device}, a devshim virtual GPU, which wants a generator of a "
@@ -199,23 +194,16 @@ def initial_seed() -> int:
     return default_generator(0).initial_seed()
 
 
-def _default_generators() -> tuple:
-    return tuple(default_generator(index) for index in range(device_count()))
-
-
 #: What `torch.vgpu` offers, as `torch.cuda` does.
-DEVICE_MODULE_FUNCTIONS = {
-    "get_rng_state": get_rng_state, "get_rng_state_all": get_rng_state_all,
-    "set_rng_state": set_rng_state, "set_rng_state_all": set_rng_state_all,
-    "manual_seed": manual_seed, "manual_seed_all": manual_seed_all, "seed": seed,
-    "seed_all": seed_all, "initial_seed": initial_seed,
-}
+DEVICE_MODULE_FUNCTIONS = {function.__name__: function for function in (
+    get_rng_state, get_rng_state_all, set_rng_state, set_rng_state_all, manual_seed, manual_seed_all, seed,
+    seed_all, initial_seed)}
 
 
 def module_getattr(name: str):
     """`torch.vgpu.default_generators`: one per virtual GPU presented now."""
     if name == "default_generators":
-        return _default_generators()
+        return tuple(default_generator(index) for index in range(device_count()))
     raise AttributeError(f"module 'torch.{VIRTUAL_TYPE}' has no attribute {name!r}")
 
 

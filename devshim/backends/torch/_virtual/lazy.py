@@ -48,10 +48,9 @@ _CPU = torch.device("cpu")
 def _make(cls, requires_grad, device, dtype):
     host = torch.empty(0, dtype=dtype)
     device = target(device if device is not None else VIRTUAL_TYPE)
-    self = _make_wrapper_subclass(
-        cls, host.size(), strides=host.stride(), storage_offset=0, dtype=host.dtype,
-        layout=host.layout, device=device, requires_grad=requires_grad,
-    )
+    # layout (strided) is the default, as in dispatch.new.
+    self = _make_wrapper_subclass(cls, host.size(), strides=host.stride(), storage_offset=0, dtype=host.dtype,
+                                  device=device, requires_grad=requires_grad)
     self._host = host
     self._device = device
     return self

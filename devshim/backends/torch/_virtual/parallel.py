@@ -93,10 +93,6 @@ def _device(d):
 # ------------------------------------------------------------ comm, on virtual GPUs
 
 
-def _copy_to(t, device):
-    return t if t.device == device else t.to(device)
-
-
 def broadcast(tensor, devices=None, *, out=None):
     if not _ours([tensor], devices or [o.device for o in out or ()]):
         return _original["broadcast"](tensor, devices, out=out)
@@ -104,7 +100,7 @@ def broadcast(tensor, devices=None, *, out=None):
         for o in out:
             o.copy_(tensor)
         return tuple(out)
-    return tuple(_copy_to(tensor, _device(d)) for d in devices)
+    return tuple(tensor.to(_device(d)) for d in devices)  # (to gives the tensor itself already there)
 
 
 def broadcast_coalesced(tensors, devices, buffer_size=10485760):
@@ -142,7 +138,7 @@ def scatter(tensor, devices=None, chunk_sizes=None, dim=0, streams=None, *, out=
         return tuple(out)
     chunks = (tensor.split(list(chunk_sizes), dim) if chunk_sizes is not None
               else tensor.chunk(len(devices), dim))
-    return tuple(_copy_to(chunk, _device(d)) for chunk, d in zip(chunks, devices))
+    return tuple(chunk.to(_device(d)) for chunk, d in zip(chunks, devices))
 
 
 def gather(tensors, dim=0, destination=None, *, out=None):
@@ -248,9 +244,8 @@ def install() -> None:
     global _installed
     if _installed:
         return
-    for name, replacement in (("broadcast", broadcast), ("broadcast_coalesced", broadcast_coalesced),
-                              ("reduce_add", reduce_add), ("reduce_add_coalesced", reduce_add_coalesced),
-                              ("scatter", scatter), ("gather", gather)):
+    for replacement in (broadcast, broadcast_coalesced, reduce_add, reduce_add_coalesced, scatter, gather):
+        name = replacement.__name__  # each stands for torch's function of its name
         _original[name] = getattr(_comm, name)
         setattr(_comm, name, replacement)
     _original["parallel_apply"] = _parallel_apply.parallel_apply

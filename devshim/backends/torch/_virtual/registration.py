@@ -81,7 +81,7 @@ def _register() -> None:
     # The package refused an older torch, or one without the private names below, when it was
     # imported (support.check).
     support.warn_if_newer()
-    acc = _internals.ACCELERATION_HOOKS.get()
+    hooks_base, guard_base, register_hooks, register_guard, private_use_1 = _internals.ACCELERATION_HOOKS.get()
     if not hasattr(torch.library.Library, "fallback"):
         raise _refuse("torch.library.Library has no fallback()")
     taken = _internals.PRIVATEUSE1_NAME.get()()
@@ -92,7 +92,7 @@ def _register() -> None:
             f"{settings.VIRTUAL_DEVICES_VAR} here, or run the tests without the {taken!r} plug-in."
         )
 
-    class Hooks(acc.hooks_base):
+    class Hooks(hooks_base):
         def is_available(self) -> bool:
             # torch's availability probes (this, and torch.vgpu.is_available(), which
             # torch.accelerator.is_available() asks) answer False, as on the CPU machine this
@@ -107,10 +107,9 @@ def _register() -> None:
         def is_built(self) -> bool:
             return True
 
-    private_use_1 = acc.device_type
     multithreading_enabled, set_multithreading_enabled = _internals.AUTOGRAD_THREADS.get()
 
-    class Guard(acc.guard_base):
+    class Guard(guard_base):
         def type_(self):
             # torch's autograd engine asks this in the thread that starts a backward pass,
             # before it picks a worker queue: torch.autograd.backward/grad may be the first
@@ -123,9 +122,9 @@ def _register() -> None:
     torch.utils.rename_privateuse1_backend(VIRTUAL_TYPE)
     _internals.REGISTER_DEVICE_MODULE.get()(VIRTUAL_TYPE, _device_module())
     torch.utils.generate_methods_for_privateuse1_backend()   # Tensor.vgpu(), Module.vgpu(), is_vgpu
-    if not acc.register_hooks(hooks):
+    if not register_hooks(hooks):
         raise _refuse("another privateuse1 hook is registered already")
-    if not acc.register_guard(guard):
+    if not register_guard(guard):
         raise _refuse("another privateuse1 device guard is registered already")
 
     fallback, kernels = _register_kernels()
@@ -157,16 +156,15 @@ def _register_kernels() -> tuple:
     for name in ("copy_", "_copy_from", "_copy_from_and_resize", "_to_copy", "lift_fresh",
                  "detach", "alias", "view", "_local_scalar_dense", "fill_.Scalar", "zero_",
                  "empty.memory_format", "empty_strided", *structured):
-        kernels.impl(name, _kernel_for(_overload(name)), "PrivateUse1")
+        kernels.impl(name, _kernel_for(name), "PrivateUse1")
     return fallback, kernels
 
 
-def _overload(name: str):
+def _kernel_for(name: str):
+    """The PrivateUse1 kernel of ATen operator `name` ("fill_.Scalar"; no overload: "default")."""
     packet, _, overload = name.partition(".")
-    return getattr(getattr(_aten, packet), overload or "default")
+    op = getattr(getattr(_aten, packet), overload or "default")
 
-
-def _kernel_for(op):
     def kernel(*args, **kwargs):
         return _backend_kernel(op, *args, **kwargs)
 

@@ -39,7 +39,7 @@ __all__ = ["reduce", "install", "host_storage", "remember", "rebuild_flagged_ten
 # torch's internals, from the probes in torch/_internals.py
 _storage_at = _internals.STORAGE_FROM_POINTER.get()         # a storage on a device over given memory
 _TypedStorage = torch.storage.TypedStorage                   # what torch.save pickles a storage as
-_NEW_DTYPES = _internals.UNTYPED_DTYPES.get()               # dtypes torch saves untyped (v3)
+_NEW_DTYPES = _internals.UNTYPED_DTYPES.get()()             # dtypes torch saves untyped (v3)
 _rebuild_v2, _rebuild_v3, _rebuild_parameter = _internals.REBUILD_FUNCTIONS.get()  # torch's own (weights_only)
 _get_flags, _set_flags = _internals.TENSOR_METADATA.get()    # the conj and neg bits
 _PARAMETER_MARK = _internals.PARAMETER_MARK.get()

@@ -27,7 +27,6 @@ _DisableTorchFunctionSubclass = _internals.DISABLE_TORCH_FUNCTION_SUBCLASS.get()
 # as `with DisableTorchFunctionSubclass(): func(...)` does, in one C call.
 _disabled_torch_function = _call_below = _internals.DISABLED_TORCH_FUNCTION_IMPL.get()
 _multithreading_enabled, _set_multithreading_enabled = _internals.AUTOGRAD_THREADS.get()
-_new = dispatch.new
 
 
 class _DeviceOnce:
@@ -72,7 +71,7 @@ class VirtualTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, host, device):
-        return _new(cls, host, torch.device(device))
+        return dispatch.new(cls, host, torch.device(device))
 
     def __init__(self, host, device) -> None:
         pass  # __new__ (dispatch.new) set _host and _device
@@ -110,27 +109,22 @@ class VirtualTensor(torch.Tensor):
     def numpy(self, *, force: bool = False):
         if _has_torch_function(self):
             return _present(torch.Tensor.numpy, self, force=force)
-        return _numpy(self, force=force)
+        return _SPECIAL[torch.Tensor.numpy](self, force=force)
 
     def __array__(self, dtype=None, copy=None):
         if _has_torch_function(self):
             return _present(torch.Tensor.__array__, self, dtype)
-        return _array(self, dtype)
+        return _SPECIAL[torch.Tensor.__array__](self, dtype)
 
     def __repr__(self, *, tensor_contents=None):
         if _has_torch_function(self):
             return _present(torch.Tensor.__repr__, self)
-        return _repr(self)
+        return _SPECIAL[torch.Tensor.__repr__](self)
 
-    def _set_data_checked(self, value):
-        if _has_torch_function(self):
-            # A new method-wrapper at each access, equal to the one reads.SPECIAL holds.
-            return _present(torch.Tensor.data.__set__, self, value)
-        return _set_data(self, value)
-
-    # `t.data` as torch reads it; `t.data = v` through reads.py (its own host view).
-    data = property(_internals.TENSOR_DATA.get().__get__, _set_data_checked, doc=torch.Tensor.data.__doc__)
-    del _set_data_checked
+    # `t.data` as torch reads it; `t.data = v` through reads.py (its own host view). (torch's setter
+    # is a new method-wrapper at each access, equal to the one reads.SPECIAL holds.)
+    data = property(_internals.TENSOR_DATA.get().__get__, _special(torch.Tensor.data.__set__),
+                    doc=torch.Tensor.data.__doc__)
 
     __reduce_ex__ = _SPECIAL[torch.Tensor.__reduce_ex__]
 
@@ -178,9 +172,5 @@ def _present(method, self, *args, **kwargs):
 
 _has_torch_function = torch.overrides.has_torch_function_unary
 _handle = torch.overrides.handle_torch_function
-_numpy = _SPECIAL[torch.Tensor.numpy]
-_array = _SPECIAL[torch.Tensor.__array__]
-_repr = _SPECIAL[torch.Tensor.__repr__]
-_set_data = _SPECIAL[torch.Tensor.data.__set__]
 _SPECIAL[torch.Tensor.__dlpack__] = _dlpack.dlpack  # answered under a TorchFunctionMode too
 _SPECIAL[torch.Tensor.__dlpack_device__] = _dlpack.dlpack_device
