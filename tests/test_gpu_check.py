@@ -621,25 +621,33 @@ def test_the_estimates_results_file_is_made_from_the_comparisons_records():
     document = dict(memory.estimates_document([{"framework": "jax", "records": [record]}]))
     assert document["rows"] == rows and document["devshim_tree"] and "| JAX | small CNN with Adam | 512 |" in (
         memory.estimates_table(document))
+    changed = dict(record, step="estimate: cnn with Adam, batch 4096, cuDNN off", ratio=1.02)
+    (row,) = memory.estimate_rows([{"framework": "torch", "records": [changed]}])
+    assert (row["model"], row["batch"], row["variant"]) == ("cnn", 4096, "cuDNN off")
+    assert "| PyTorch | small CNN with Adam, cuDNN off | 4096 | 100.0 | 134.0 | 1.020 |" in memory.estimates_table(
+        dict(document, rows=[row]))
 
 
 def test_the_estimates_run_at_once_each_in_its_own_process_jax_without_autotuning(monkeypatch):
     memory = _load("gpu_memory_check")
     monkeypatch.setattr(memory, "ESTIMATED", {"torch": (("mlp", 8), ("cnn", 4)), "jax": (("mlp", 16),)})
+    monkeypatch.setattr(memory, "VARIANTS", {"torch": {"cuDNN off": (("mlp", 2),)}})
     calls = []
 
-    def child(name, env, seconds, model, batch):
-        calls.append((name, env.get("XLA_FLAGS"), model, batch))
+    def child(name, env, seconds, model, batch, *variant):
+        calls.append((name, env.get("XLA_FLAGS"), model, batch, *variant))
         if model == "cnn":
             return {"framework": name, "error": "exit status 1: CUDA error"}
-        return {"step": f"estimate: {model} with Adam, batch {batch}", "devshim": {"estimate": 1},
+        return {"step": memory._estimate_step(model, batch, *variant), "devshim": {"estimate": 1},
                 "framework": {"measured peak": 1}, "source": "", "how": "the allocator's peak", "ratio": 1.0}
 
     monkeypatch.setattr(memory, "_measure_in_child", child)
     found = memory._estimates(["torch", "jax"], {"XLA_FLAGS": "--xla_dump_to=x"}, 60)
     assert sorted(calls) == [("jax", "--xla_dump_to=x " + memory.NO_AUTOTUNE, "mlp", "16"),
-                             ("torch", "--xla_dump_to=x", "cnn", "4"), ("torch", "--xla_dump_to=x", "mlp", "8")]
+                             ("torch", "--xla_dump_to=x", "cnn", "4"), ("torch", "--xla_dump_to=x", "mlp", "2", "cuDNN off"),
+                             ("torch", "--xla_dump_to=x", "mlp", "8")]
     assert [record["step"] for record in found["torch"]] == ["estimate: mlp with Adam, batch 8",
-                                                              "estimate: cnn with Adam, batch 4"]
+                                                              "estimate: cnn with Adam, batch 4",
+                                                              "estimate: mlp with Adam, batch 2, cuDNN off"]
     assert found["torch"][1]["failed"] and "CUDA error" in found["torch"][1]["how"]
     assert found["jax"][0]["how"] == f"the allocator's peak (XLA_FLAGS={memory.NO_AUTOTUNE})"

@@ -826,24 +826,38 @@ for name, batch in (("mlp", 4096), ("cnn", 512)):
     estimate = ds.estimate_memory(step, state, x, y)
     compiled = jax.jit(step)
     jax.block_until_ready(compiled(state, x, y))  # compiled, and run once
-    gc.collect()
-    with ds.memory_peak("cpu") as peak:            # the arguments are resident already
-        out = compiled(state, x, y)
-        jax.block_until_ready(out)
-    found[name] = [peak.method, peak.added, estimate.peak - estimate.details["arguments"], estimate.device]
+    runs = []
+    for _ in range(3):
+        gc.collect()
+        with ds.memory_peak("cpu") as peak:        # the arguments are resident already
+            out = compiled(state, x, y)
+            jax.block_until_ready(out)
+        del out
+        runs.append((peak.method, peak.added))
+    found[name] = [runs, estimate.peak - estimate.details["arguments"], estimate.device]
 print(json.dumps(found))
 '''
+
+
+def jax_convolution_scratch(batch, kernel=(3, 3), out_channels=16, out_size=(26, 26), in_channels=1):
+    """What XLA's CPU runtime may take beside XLA's own count for the small CNN's step, counted by
+    hand: the convolution's weight gradient is a matrix product over every output position, whose
+    two operands it may pack whole, the input's patches (an im2col copy, one row per weight of a
+    filter) and the output's gradient (a copy), float32. A GPU takes none of it (cuDNN's workspace
+    is inside XLA's count there)."""
+    positions = batch * out_size[0] * out_size[1] * in_channels
+    return (kernel[0] * kernel[1] + out_channels) * positions * 4
 
 
 @pytest.mark.same_in_every_pass  # a fresh interpreter with DEVSHIM_BACKEND=jax
 def test_a_jax_estimate_agrees_with_the_peak_measured_on_a_virtual_gpu():
     """JAX's virtual GPUs are host devices: what a compiled step takes is the process's resident
     peak while it runs (glibc told to map every block of 4 KiB or more, so freed memory leaves and
-    a reuse shows). The MLP with Adam agrees within 5%. The CNN's figure is XLA's buffer
-    assignment; XLA's CPU runtime takes scratch for a convolution's gradient (an im2col copy of
-    its input, a copy of its output) beside it, which no GPU does: measured 1.07 to 1.19 x the estimate
-    on this CNN with JAX 0.10.2, and 0.89 x with JAX 0.4.38 (whose XLA counts more for the step than
-    its CPU runtime then takes), so the CNN is held to 0.85 to 1.25 x."""
+    a reuse shows; the largest of three runs, since XLA may free the run before's buffers only
+    after the next run began). The MLP with Adam agrees within 5%. The CNN's estimate is XLA's
+    buffer assignment, at most 5% above the measured peak; XLA's CPU runtime may take the
+    convolution's scratch beside it (`jax_convolution_scratch`), as much as the release packs: from
+    about none (JAX 0.4.38 to 0.8.3 measured 1.03 x the estimate) to all of it (0.10.2, 1.19 x)."""
     pytest.importorskip("jax")
     import json
     import sys
@@ -855,10 +869,11 @@ def test_a_jax_estimate_agrees_with_the_peak_measured_on_a_virtual_gpu():
                       MALLOC_MMAP_THRESHOLD_="4096")
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.splitlines()[-1])
-    for name, (method, measured, estimated, device) in found.items():
-        assert method == "reset" and device == "gpu:0", found
-        low, high = (0.95, 1.05) if name == "mlp" else (0.85, 1.25)
-        assert low <= measured / estimated <= high, (name, measured, estimated)
+    for name, (runs, estimated, device) in found.items():
+        assert {method for method, _ in runs} == {"reset"} and device == "gpu:0", found
+        measured = max(added for _, added in runs)
+        scratch = jax_convolution_scratch(512) if name == "cnn" else 0
+        assert 0.95 * estimated <= measured <= 1.05 * (estimated + scratch), (name, runs, estimated, scratch)
 
 
 def test_a_torch_estimate_takes_a_model_as_an_argument_and_leaves_it_as_it_was():

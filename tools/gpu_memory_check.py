@@ -211,6 +211,11 @@ ESTIMATED = {"torch": (("mlp", 512), ("cnn", 256), ("mlp", 8192), ("cnn", 4096))
 #: The XLA flag JAX's steps are measured with: autotuning's buffers would raise the allocator's
 #: lifetime peak above what the step itself takes (JAX's peak cannot be reset).
 NO_AUTOTUNE = "--xla_gpu_autotune_level=0"
+#: Steps measured a second time, changed as named: PyTorch's CNN with cuDNN off (torch's own
+#: convolution kernels). Its peak on CUDA was 2.1 times its estimate at batch 4096 (H200,
+#: 2026-11-28) where the MLP's was 1.2 times; an estimate sees the step's tensors, not a kernel's
+#: workspace, and the two peaks side by side say how much of the difference is cuDNN's.
+VARIANTS = {"torch": {"cuDNN off": (("cnn", 256), ("cnn", 4096))}}
 
 
 def _steps():
@@ -220,14 +225,16 @@ def _steps():
     return memory_steps
 
 
-def _torch_estimate(ds, model: str, batch: int) -> dict:
+def _torch_estimate(ds, model: str, batch: int, variant: str = "") -> dict:
     """The estimate under FakeTensorMode on "cuda", and the step's peak above what was allocated
     before it, by torch's own counter (reset first). The step runs once before it is measured:
-    cuBLAS's and cuDNN's workspaces, made at their first use and kept, are not the step's."""
+    cuBLAS's and cuDNN's workspaces, made at their first use and kept, are not the step's.
+    `variant` "cuDNN off" runs the step on torch's own convolutions (`VARIANTS`)."""
     import gc
 
     import torch
 
+    torch.backends.cudnn.enabled = variant != "cuDNN off"
     step = getattr(_steps(), f"torch_{model}")
     found = ds.estimate_memory(step, batch, "cuda", backend="torch")
     step(batch, "cuda")
@@ -239,7 +246,8 @@ def _torch_estimate(ds, model: str, batch: int) -> dict:
     step(batch, "cuda")
     torch.cuda.synchronize()
     return {"estimate": found.peak, "measured": torch.cuda.max_memory_allocated() - before,
-            "how": "torch.cuda.max_memory_allocated after reset_peak_memory_stats, less what was allocated before"}
+            "how": "torch.cuda.max_memory_allocated after reset_peak_memory_stats, less what was allocated before"
+                   + ("" if torch.backends.cudnn.enabled else " (torch.backends.cudnn.enabled = False)")}
 
 
 def _jax_estimate(ds, model: str, batch: int) -> dict:
@@ -264,20 +272,26 @@ def _jax_estimate(ds, model: str, batch: int) -> dict:
                                         f"{before['peak_bytes_in_use'] / MiB:.1f} MiB, is above it)")}
 
 
-def estimate_one(name: str, model: str, batch: int) -> dict:
-    """One step's estimate and measured peak on GPU 0, in this (fresh) process."""
+def estimate_one(name: str, model: str, batch: int, variant: str = "") -> dict:
+    """One step's estimate and measured peak on GPU 0, in this (fresh) process (`variant`: one of
+    `VARIANTS`' names, or "" for the step as it is)."""
     sys.path.insert(0, ROOT)
     import devshim as ds
 
     ds.set_backend(name)
     try:
-        found = (_torch_estimate if name == "torch" else _jax_estimate)(ds, model, batch)
+        found = (_torch_estimate(ds, model, batch, variant) if name == "torch" else _jax_estimate(ds, model, batch))
     except (ds.MemoryEstimateUnsupportedError, ds.MemoryEstimateError) as error:
         found = {"estimate": None, "measured": None, "how": str(error)[:160]}
-    return {"step": f"estimate: {model} with Adam, batch {batch}", "devshim": {"estimate": found["estimate"]},
+    return {"step": _estimate_step(model, batch, variant), "devshim": {"estimate": found["estimate"]},
             "framework": {"measured peak": found["measured"]}, "source": "", "how": found["how"],
             "ratio": None if not found["estimate"] or found["measured"] is None
             else found["measured"] / found["estimate"]}
+
+
+def _estimate_step(model: str, batch: int, variant: str = "") -> str:
+    """An estimate record's step: "estimate: cnn with Adam, batch 4096, cuDNN off"."""
+    return f"estimate: {model} with Adam, batch {batch}" + (f", {variant}" if variant else "")
 
 
 def run_one(name: str) -> dict:
@@ -316,10 +330,11 @@ def estimate_rows(results: list) -> list:
     rows = []
     for result in results:
         for record in result.get("records", ()):
-            found = re.match(r"estimate: (\w+) with Adam, batch (\d+)", record["step"])
+            found = re.fullmatch(r"estimate: (\w+) with Adam, batch (\d+)(?:, (.+))?", record["step"])
             if not found or record.get("ratio") is None:
                 continue
             rows.append({"framework": result["framework"], "model": found.group(1), "batch": int(found.group(2)),
+                         **({"variant": found.group(3)} if found.group(3) else {}),
                          "estimate_mib": round(record["devshim"]["estimate"] / MiB, 1),
                          "measured_mib": round(record["framework"]["measured peak"] / MiB, 1),
                          "ratio": round(record["ratio"], 3), "measured_as": record["how"]})
@@ -337,7 +352,8 @@ def estimates_table(document: dict) -> str:
     names = {"torch": "PyTorch", "jax": "JAX", "mlp": "MLP with Adam", "cnn": "small CNN with Adam"}
     lines = ["| framework | step | batch | estimate MiB | measured MiB | measured / estimate |",
              "| --- | --- | ---: | ---: | ---: | ---: |"]
-    lines += [f"| {names[row['framework']]} | {names[row['model']]} | {row['batch']} | {row['estimate_mib']:.1f} | "
+    lines += [f"| {names[row['framework']]} | {names[row['model']]}{', ' + row['variant'] if 'variant' in row else ''} | "
+              f"{row['batch']} | {row['estimate_mib']:.1f} | "
               f"{row['measured_mib']:.1f} | {row['ratio']:.3f} |" for row in document["rows"]]
     lines += ["", f"Measured on {document['machine']}, {document['date']}, commit {document['commit']} "
                   f"(`devshim/` tree {document['devshim_tree'][:10]}), by {document['command']}."]
@@ -430,14 +446,17 @@ def _estimates(names: list, env: dict, seconds: int) -> dict:
     each in a fresh interpreter (nothing allocated before it: JAX's peak cannot be reset), all at
     once: each reads its own process's allocator. JAX compiles without autotuning, whose buffers
     raise that lifetime peak before the step runs (on the H200, above every step measured here)."""
-    jobs = [(name, model, batch) for name in names for model, batch in ESTIMATED.get(name, ())]
+    jobs = [(name, model, batch, "") for name in names for model, batch in ESTIMATED.get(name, ())]
+    jobs += [(name, model, batch, variant) for name in names for variant, steps in VARIANTS.get(name, {}).items()
+             for model, batch in steps]
     no_autotune = {**env, "XLA_FLAGS": " ".join(filter(None, (env.get("XLA_FLAGS"), NO_AUTOTUNE)))}
 
     def one(job):
-        name, model, batch = job
-        record = _measure_in_child(name, no_autotune if name == "jax" else env, seconds, model, str(batch))
+        name, model, batch, variant = job
+        record = _measure_in_child(name, no_autotune if name == "jax" else env, seconds, model, str(batch),
+                                   *filter(None, [variant]))
         if "error" in record:
-            return {"step": f"estimate: {model} with Adam, batch {batch}", "devshim": {}, "framework": {},
+            return {"step": _estimate_step(model, batch, variant), "devshim": {}, "framework": {},
                     "source": "", "how": f"FAILED: {record['error']}", "failed": True}
         if name == "jax":
             record["how"] += f" (XLA_FLAGS={NO_AUTOTUNE})"
@@ -445,7 +464,7 @@ def _estimates(names: list, env: dict, seconds: int) -> dict:
 
     found: dict = {name: [] for name in names}
     with concurrent.futures.ThreadPoolExecutor(max(1, len(jobs))) as pool:
-        for (name, _, _), record in zip(jobs, pool.map(one, jobs)):
+        for (name, *_), record in zip(jobs, pool.map(one, jobs)):
             found[name].append(record)
     return found
 
@@ -461,14 +480,14 @@ def main(argv=None) -> int:
                         help="leave JAX's and TensorFlow's preallocation as they are")
     parser.add_argument("--seconds", type=int, default=600, help="seconds each framework's process may take")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the child process's side
-    parser.add_argument("--estimate", help=argparse.SUPPRESS)  # framework:model:batch, likewise
+    parser.add_argument("--estimate", help=argparse.SUPPRESS)  # framework:model:batch[:variant], likewise
     args = parser.parse_args(argv)
     if args.one:
         print(json.dumps(run_one(args.one), default=str))
         return 0
     if args.estimate:
-        name, model, batch = args.estimate.split(":")
-        print(json.dumps(estimate_one(name, model, int(batch)), default=str))
+        name, model, batch, *variant = args.estimate.split(":")
+        print(json.dumps(estimate_one(name, model, int(batch), *variant), default=str))
         return 0
     env = dict(os.environ)
     if not args.preallocate:
