@@ -789,6 +789,70 @@ def test_a_torch_estimate_counts_the_tensors_it_is_given_and_refuses_what_it_can
         ds.estimate_memory(lambda: weights * 2, backend="torch")
 
 
+def adam_step_alone(device, foreach=None, layers=4, width=512):
+    """Adam's step on `layers` square layers without bias, their gradients set by hand: the
+    optimiser's step alone, with no backward pass (which only a CUDA device runs for CUDA tensors)."""
+    import torch
+
+    net = torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False) for _ in range(layers)]).to(device)
+    optimizer = torch.optim.Adam(net.parameters(), foreach=foreach)
+    for parameter in net.parameters():
+        parameter.grad = torch.ones_like(parameter)
+    optimizer.step()
+    return net, optimizer
+
+
+def test_a_torch_estimate_takes_the_optimisers_path_real_tensors_take_on_its_device():
+    """torch picks its `foreach` kernels by a tensor's type, and a FakeTensor's is none it lists:
+    the estimate lets fake tensors take their device's real path. Adam's default on the CPU is the
+    per-tensor path (a few layers' temporaries at once), on CUDA foreach (a temporary as large as
+    every parameter at once: planned as the per-tensor path, a step of 40 GB on CUDA was 8 GiB
+    under its peak). CUDA's side needs a torch built with CUDA, not a GPU."""
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.optim import optimizer
+
+    parameters = 4 * 512 * 512 * 4
+
+    def above_kept(device, foreach=None):
+        found = ds.estimate_memory(adam_step_alone, device, foreach, backend="torch")
+        assert found.kept >= 4 * parameters  # the parameters, their gradients and Adam's two moments
+        return found.peak - found.kept
+
+    per_tensor, every_tensor = above_kept("cpu"), above_kept("cpu", True)
+    assert per_tensor < parameters and every_tensor == parameters
+    if torch.backends.cuda.is_built():
+        assert (above_kept("cuda"), above_kept("cuda", False)) == (every_tensor, per_tensor)
+
+    from torch.utils._foreach_utils import _has_foreach_support  # clip_grad_norm_'s choice, CPU included
+
+    taken: list = []
+
+    def clip_grad_norm_path():
+        taken.append(_has_foreach_support([torch.ones(3)], torch.device("cpu")))
+
+    ds.estimate_memory(clip_grad_norm_path, backend="torch")
+    clip_grad_norm_path()
+    assert taken[0] == taken[1]  # fake as real
+    assert FakeTensor not in optimizer._foreach_supported_types  # as they were before the estimate
+
+
+def test_a_torch_estimate_of_a_cuda_step_without_a_cuda_device_says_how_to_plan_it():
+    """With no CUDA device, a CUDA step's backward pass fails in torch's autograd engine (a torch
+    built with CUDA), or its first CUDA tensor does (a torch without): a named error says to
+    build the step on "cpu". Where torch has a CUDA device, the estimate is made on it."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.device_count():
+        assert ds.estimate_memory(memory_steps.torch_mlp, 64, "cuda", backend="torch").device == "cuda:0"
+        return
+    with pytest.raises(ds.MemoryEstimateError, match=r'no CUDA device here.*build it on "cpu".*torch said: ') as info:
+        ds.estimate_memory(memory_steps.torch_mlp, 64, "cuda", backend="torch")
+    assert isinstance(info.value, RuntimeError) and isinstance(info.value.__cause__, RuntimeError)
+    with pytest.raises(RuntimeError) as info:  # a CPU step's own error stays its own
+        ds.estimate_memory(lambda: torch.ones(2, 3) @ torch.ones(2, 3), backend="torch")
+    assert not isinstance(info.value, ds.DevshimError)
+
+
 def test_the_largest_batch_is_found_by_bisection_with_progress_on_stderr(capsys):
     pytest.importorskip("torch")
     per_example, kept = 4 * (784 + 1024 + 1024 + 10), None

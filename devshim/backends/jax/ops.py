@@ -96,10 +96,11 @@ def native_calls(x, device) -> dict:
         >>> native_calls(x, device)["device_of"]()
         CpuDevice(id=0)
     """
+    put = _copy_put()
     return {
         "device_of": (lambda: x.device) if hasattr(x, "device") else (lambda: x.devices()),
         "copy_if_needed": lambda: jax.device_put(x, device),
-        "to_device": lambda: _copy_put()(x, device),
+        "to_device": lambda: put(x, device),
     }
 
 
@@ -113,9 +114,11 @@ def _copy_put():
 
 def native_copy_dict(leaves: dict, device) -> dict:
     """`{key: copy of value on device}` as a user writes it: a dict comprehension."""
-    return {key: _copy_put()(value, device) for key, value in leaves.items()}
+    put = _copy_put()
+    return {key: put(value, device) for key, value in leaves.items()}
 
 
 def native_copy_lists(nest: dict, device) -> dict:
     """`{key: [copies on device]}` for a dict of lists of tensors, written out by hand."""
-    return {key: [_copy_put()(value, device) for value in values] for key, values in nest.items()}
+    put = _copy_put()
+    return {key: [put(value, device) for value in values] for key, values in nest.items()}

@@ -386,6 +386,7 @@ class FakeTensors(NamedTuple):
     """What `ds.estimate_memory` runs a torch step with (`FAKE_TENSORS`)."""
 
     mode: Any              # torch._subclasses.fake_tensor.FakeTensorMode: tensors with no storage memory
+    tensor: Any            # their type, FakeTensor
     copy_mode: Any         # its FakeCopyMode: copy.deepcopy of a model makes one of fake tensors
     dispatch_mode: Any     # torch.utils._python_dispatch.TorchDispatchMode: devshim's count of their bytes
     value_read: tuple      # the errors a step that reads a value (item, a data-dependent shape) gets
@@ -395,7 +396,7 @@ def _fake_tensors() -> FakeTensors:
     from torch._subclasses import fake_tensor
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    return FakeTensors(fake_tensor.FakeTensorMode, fake_tensor.FakeCopyMode, TorchDispatchMode,
+    return FakeTensors(fake_tensor.FakeTensorMode, fake_tensor.FakeTensor, fake_tensor.FakeCopyMode, TorchDispatchMode,
                        (fake_tensor.DataDependentOutputException, fake_tensor.DynamicOutputShapeException))
 
 
@@ -428,4 +429,21 @@ FAKE_MEMO = INTERNALS.add(
              "error (build the model on its device instead: torch.nn.Linear(..., device=device)).",
     find=_fake_memo,
 )
-__all__ += ["FakeTensors", "FAKE_TENSORS", "FAKE_MEMO"]
+
+#: torch takes its faster `foreach` kernels (an optimiser's step over all its tensors at once,
+#: CUDA's default; `clip_grad_norm_`'s, on the CPU too) only for tensors whose type is in these
+#: lists, and a FakeTensor's is not: an estimate adds its type for the step's time, as torch
+#: itself adds DTensor's, so a step takes the path it takes on its device's real tensors.
+FOREACH_TYPES = _add(
+    "torch.optim.optimizer._foreach_supported_types",
+    feature="ds.estimate_memory on torch: an optimiser's default path on the step's device (the foreach "
+            "kernels on CUDA, whose temporaries are as large as all the parameters at once)",
+    fallback="an estimated step's optimisers take the per-tensor path on every device (pass foreach=True to "
+             "the optimiser to plan CUDA's default path).",
+)
+CLIP_FOREACH_TYPES = _add(
+    "torch.utils._foreach_utils._foreach_supported_types",
+    feature="ds.estimate_memory on torch: clip_grad_norm_'s default path on the step's device (foreach)",
+    fallback="an estimated step's clip_grad_norm_ takes the per-tensor path (pass foreach=True to plan the default).",
+)
+__all__ += ["FakeTensors", "FAKE_TENSORS", "FAKE_MEMO", "FOREACH_TYPES", "CLIP_FOREACH_TYPES"]

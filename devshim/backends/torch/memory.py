@@ -18,6 +18,7 @@ counted at once. Tensors passed in are counted from the start, as arguments are.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import weakref
@@ -146,7 +147,7 @@ class TorchMemory(DeviceMemory):
             args, kwargs = _as_fake(mode, count, (args, kwargs))
         arguments = dict(count.used)
         try:
-            with mode, count:
+            with mode, count, _default_paths_for(fake.tensor):
                 result = step(*args, **kwargs)
                 kept = dict(count.used)
                 del result, args, kwargs
@@ -157,7 +158,32 @@ class TorchMemory(DeviceMemory):
             if "FakeTensor" not in str(error):
                 raise
             raise MemoryEstimateError(_REAL_TENSOR) from error
+        except RuntimeError as error:
+            if torch.cuda.device_count() or not _asked_for_cuda(count, error):
+                raise
+            raise MemoryEstimateError(_NO_CUDA.format(error=error)) from error
         return _figures_of(count, kept, arguments)
+
+
+@contextlib.contextmanager
+def _default_paths_for(fake_type):
+    """The step's fake tensors take the kernels torch picks for real tensors of their device:
+    torch chooses its `foreach` kernels (CUDA's default for optimisers) by a tensor's type, and
+    lists FakeTensor's only for the estimate's time (`_internals.FOREACH_TYPES`)."""
+    lists = [found for found in (_internals.FOREACH_TYPES.get(), _internals.CLIP_FOREACH_TYPES.get())
+             if found is not None and fake_type not in found]
+    for found in lists:
+        found.append(fake_type)
+    try:
+        yield
+    finally:
+        for found in lists:
+            found.remove(fake_type)
+
+
+def _asked_for_cuda(count, error) -> bool:
+    """Whether a step that failed had made CUDA tensors, or failed asking for one."""
+    return any(device.type == "cuda" for device in count.peak) or "cuda" in str(error).lower()
 
 
 def _no_memo(tensor, fake) -> None:
@@ -168,6 +194,12 @@ _VALUE_READ = (
     "the step read a tensor's value ({op}: .item(), float(t), a branch or a shape that depends on the values), "
     "which an estimate without memory does not have. Leave value reads out of the step you estimate (the loss's "
     ".item() for logging, say), or give data-dependent shapes their largest size."
+)
+_NO_CUDA = (
+    "the step runs on CUDA tensors and torch has no CUDA device here: even without their memory, torch "
+    "cannot run it (its autograd runs a CUDA backward pass on a CUDA device; a torch built without CUDA "
+    "makes no CUDA tensor). To plan a GPU step on this machine, build it on \"cpu\": its tensors "
+    "are counted the same (give its optimiser foreach=True to plan CUDA's default path). torch said: {error}"
 )
 _REAL_TENSOR = (
     "the step used a tensor made outside the estimate (a model, an optimiser or a batch built before "
