@@ -807,7 +807,8 @@ def test_a_torch_estimate_takes_the_optimisers_path_real_tensors_take_on_its_dev
     the estimate lets fake tensors take their device's real path. Adam's default on the CPU is the
     per-tensor path (a few layers' temporaries at once), on CUDA foreach (a temporary as large as
     every parameter at once: planned as the per-tensor path, a step of 40 GB on CUDA was 8 GiB
-    under its peak). CUDA's side needs a torch built with CUDA, not a GPU."""
+    under its peak). CUDA's side needs a torch built with CUDA, and a GPU where torch initialises
+    a layer's CUDA weights on it even when they are fake (torch 2.4)."""
     torch = pytest.importorskip("torch")
     from torch._subclasses.fake_tensor import FakeTensor
     from torch.optim import optimizer
@@ -822,7 +823,10 @@ def test_a_torch_estimate_takes_the_optimisers_path_real_tensors_take_on_its_dev
     per_tensor, every_tensor = above_kept("cpu"), above_kept("cpu", True)
     assert per_tensor < parameters and every_tensor == parameters
     if torch.backends.cuda.is_built():
-        assert (above_kept("cuda"), above_kept("cuda", False)) == (every_tensor, per_tensor)
+        try:
+            assert (above_kept("cuda"), above_kept("cuda", False)) == (every_tensor, per_tensor)
+        except ds.MemoryEstimateError:  # no CUDA device: torch 2.4 builds no CUDA layer then, fake or not
+            assert not torch.cuda.device_count()
 
     from torch.utils._foreach_utils import _has_foreach_support  # clip_grad_norm_'s choice, CPU included
 
