@@ -215,7 +215,8 @@ NO_AUTOTUNE = "--xla_gpu_autotune_level=0"
 #: convolution kernels). Its peak on CUDA was 2.1 times its estimate at batch 4096 (H200,
 #: 2026-11-28) where the MLP's was 1.2 times; an estimate sees the step's tensors, not a kernel's
 #: workspace, and the two peaks side by side say how much of the difference is cuDNN's.
-VARIANTS = {"torch": {"cuDNN off": (("cnn", 256), ("cnn", 4096))}}
+CUDNN_OFF = "cuDNN off"
+VARIANTS = {"torch": {CUDNN_OFF: (("cnn", 256), ("cnn", 4096))}}
 
 
 def _steps():
@@ -229,12 +230,12 @@ def _torch_estimate(ds, model: str, batch: int, variant: str = "") -> dict:
     """The estimate under FakeTensorMode on "cuda", and the step's peak above what was allocated
     before it, by torch's own counter (reset first). The step runs once before it is measured:
     cuBLAS's and cuDNN's workspaces, made at their first use and kept, are not the step's.
-    `variant` "cuDNN off" runs the step on torch's own convolutions (`VARIANTS`)."""
+    `variant` CUDNN_OFF runs the step on torch's own convolutions (`VARIANTS`)."""
     import gc
 
     import torch
 
-    torch.backends.cudnn.enabled = variant != "cuDNN off"
+    torch.backends.cudnn.enabled = variant != CUDNN_OFF
     step = getattr(_steps(), f"torch_{model}")
     found = ds.estimate_memory(step, batch, "cuda", backend="torch")
     step(batch, "cuda")
@@ -453,8 +454,8 @@ def _estimates(names: list, env: dict, seconds: int) -> dict:
 
     def one(job):
         name, model, batch, variant = job
-        record = _measure_in_child(name, no_autotune if name == "jax" else env, seconds, model, str(batch),
-                                   *filter(None, [variant]))
+        which = (model, str(batch), variant) if variant else (model, str(batch))
+        record = _measure_in_child(name, no_autotune if name == "jax" else env, seconds, *which)
         if "error" in record:
             return {"step": _estimate_step(model, batch, variant), "devshim": {}, "framework": {},
                     "source": "", "how": f"FAILED: {record['error']}", "failed": True}
