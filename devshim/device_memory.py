@@ -330,9 +330,10 @@ def estimate_memory(step: Callable[..., Any], *args: Any, capacity: Any = None, 
 
     - PyTorch: `step` runs under torch's `FakeTensorMode`: build the model, its optimiser and the
       batch inside it (on the device you plan for: `"cpu"` works anywhere, `"cuda"` where torch
-      has a CUDA device), and run a step or two; every storage it makes is counted while it
-      lives, and its optimiser takes its device's default path (`foreach` on CUDA: to plan that
-      on `"cpu"`, give the optimiser `foreach=True`). Tensors passed as `args` are counted from
+      has a CUDA device; a virtual GPU's step raises `ds.MemoryEstimateError`), and run a step or
+      two; every storage it makes is counted while it lives, and its optimiser takes its device's
+      default path (`foreach` on CUDA and virtual GPUs: to plan that on `"cpu"`, give the
+      optimiser `foreach=True`). Tensors passed as `args` are counted from
       the start. Reading a value (`loss.item()`) raises `ds.MemoryEstimateError`.
     - JAX: `step` is compiled, not run; `args` may be arrays or `jax.ShapeDtypeStruct`s (no
       memory at all), and arguments that hold no array are static. XLA's memory analysis gives

@@ -41,7 +41,8 @@ def train(batch: int, device="cpu", steps: int = 2):
     Fashion-MNIST-shaped images; the model and the optimiser are made here, on `device`."""
     torch.manual_seed(0)
     net = nn.Sequential(nn.Flatten(), nn.Linear(784, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 10)).to(device)
-    optimizer = torch.optim.Adam(net.parameters())
+    # foreach=True: Adam's path on a GPU (CUDA's default, and a virtual GPU's), planned on the CPU too.
+    optimizer = torch.optim.Adam(net.parameters(), foreach=True)
     loss = nn.CrossEntropyLoss()
     for _ in range(steps):
         X = torch.rand(batch, 1, 28, 28, device=device)

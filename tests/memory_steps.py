@@ -5,23 +5,24 @@ Each step builds what it uses, so an estimate of it needs no memory at all."""
 from __future__ import annotations
 
 
-def torch_mlp(batch: int, device="cpu", hidden: int = 1024, steps: int = 2):
-    """D2L's MLP for Fashion-MNIST, wider: 784 -> hidden -> hidden -> 10, `steps` steps of Adam."""
+def torch_mlp(batch: int, device="cpu", hidden: int = 1024, steps: int = 2, foreach=None):
+    """D2L's MLP for Fashion-MNIST, wider: 784 -> hidden -> hidden -> 10, `steps` steps of Adam
+    (`foreach`: Adam's, None for its device's default path)."""
     from torch import nn
 
     net = nn.Sequential(nn.Flatten(), nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
                         nn.Linear(hidden, 10)).to(device)
-    return _torch_train(net, (batch, 1, 28, 28), batch, device, steps)
+    return _torch_train(net, (batch, 1, 28, 28), batch, device, steps, foreach=foreach)
 
 
-def torch_cnn(batch: int, device="cpu", channels: int = 16, steps: int = 2):
+def torch_cnn(batch: int, device="cpu", channels: int = 16, steps: int = 2, foreach=None):
     """A small CNN (LeNet's shape): conv, ReLU, max pool, conv, ReLU, max pool, linear; Adam."""
     from torch import nn
 
     net = nn.Sequential(nn.Conv2d(1, channels, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
                         nn.Conv2d(channels, 2 * channels, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
                         nn.Linear(2 * channels * 5 * 5, 10)).to(device)
-    return _torch_train(net, (batch, 1, 28, 28), batch, device, steps)
+    return _torch_train(net, (batch, 1, 28, 28), batch, device, steps, foreach=foreach)
 
 
 def torch_wide(batch: int, device="cpu", width: int = 16384, layers: int = 10, steps: int = 2):
@@ -36,10 +37,10 @@ def torch_wide(batch: int, device="cpu", width: int = 16384, layers: int = 10, s
     return _torch_train(net, (batch, width), batch, device, steps, classes=width)
 
 
-def _torch_train(net, shape: tuple, batch: int, device, steps: int, classes: int = 10):
+def _torch_train(net, shape: tuple, batch: int, device, steps: int, classes: int = 10, foreach=None):
     import torch
 
-    optimizer = torch.optim.Adam(net.parameters())
+    optimizer = torch.optim.Adam(net.parameters(), foreach=foreach)
     loss_fn = torch.nn.CrossEntropyLoss()
     for _ in range(steps):  # the second step has Adam's state: the steady state of training
         x = torch.rand(*shape, device=device)
@@ -103,12 +104,19 @@ def jax_mlp(key, sizes=(784, 1024, 1024, 10)):
     return model, params
 
 
-def jax_cnn(key, channels: int = 16):
+#: The JAX CNN's shapes, which the tests' hand counts read too: its images, its kernel, its channels.
+JAX_CNN_IMAGE, JAX_CNN_KERNEL, JAX_CNN_CHANNELS = (28, 28), (3, 3), 16
+
+
+def jax_cnn(key, channels: int = JAX_CNN_CHANNELS):
     """(model, params) of a small CNN on (batch, 1, 28, 28) images: conv 3x3, ReLU, 2x2 max pool, linear."""
     import jax
 
     k1, k2 = jax.random.split(key)
-    params = [jax.random.normal(k1, (channels, 1, 3, 3)) * 0.1, jax.random.normal(k2, (channels * 13 * 13, 10)) * 0.01]
+    (height, width), (kernel_height, kernel_width) = JAX_CNN_IMAGE, JAX_CNN_KERNEL
+    pooled = ((height - kernel_height + 1) // 2) * ((width - kernel_width + 1) // 2)
+    params = [jax.random.normal(k1, (channels, 1, kernel_height, kernel_width)) * 0.1,
+              jax.random.normal(k2, (channels * pooled, 10)) * 0.01]
 
     def model(params, x):
         conv, dense = params
@@ -127,7 +135,7 @@ def jax_training(name: str, batch: int, device):
     import jax.numpy as jnp
 
     model, params = (jax_mlp if name == "mlp" else jax_cnn)(jax.random.PRNGKey(0))
-    shape = (batch, 784) if name == "mlp" else (batch, 1, 28, 28)
+    shape = (batch, 784) if name == "mlp" else (batch, 1, *JAX_CNN_IMAGE)
     state = jax.device_put(jax_state(params), device)
     x, y = jax.device_put(jnp.ones(shape), device), jax.device_put(jnp.zeros((batch,), jnp.int32), device)
     return jax_adam_step(model), state, x, y

@@ -756,8 +756,9 @@ import memory_steps  # noqa: E402
                          ids=["mlp-adam", "cnn-adam"])
 def test_a_torch_estimate_agrees_with_the_peak_measured_on_a_virtual_gpu(vgpu, step, batch):
     """The same two steps of Adam, estimated on the CPU device under FakeTensorMode (no memory)
-    and run on a virtual GPU, whose every storage devshim counts: within 5%."""
-    found = ds.estimate_memory(step, batch, "cpu", capacity="1GiB")
+    and run on a virtual GPU, whose every storage devshim counts: within 5%. The virtual GPU takes
+    Adam's default path on CUDA (foreach), which the estimate on "cpu" plans when told to."""
+    found = ds.estimate_memory(step, batch, "cpu", capacity="1GiB", foreach=True)
     gc.collect()
     with ds.memory_peak("gpu:0") as peak:
         step(batch, ds.gpu(0))
@@ -841,6 +842,41 @@ def test_a_torch_estimate_takes_the_optimisers_path_real_tensors_take_on_its_dev
     assert FakeTensor not in optimizer._foreach_supported_types  # as they were before the estimate
 
 
+def test_a_virtual_gpu_takes_the_optimisers_path_cuda_takes(vgpu):
+    """Optimisers and clip_grad_norm_ take torch's foreach kernels on a virtual GPU by default, as on
+    CUDA (torch picks the path by a tensor's type, and virtual tensors are listed with its own): a
+    virtual GPU measures CUDA's peak, one parameter-sized temporary above the per-tensor path's, and
+    an estimate on "cpu" with foreach=True plans the same difference."""
+    torch = vgpu
+    from torch.utils._foreach_utils import _has_foreach_support
+
+    def measured(foreach):
+        gc.collect()
+        with ds.memory_peak("gpu:0") as peak:
+            result = adam_step_alone(ds.gpu(0), foreach)
+        del result
+        return peak.added
+
+    default, every_tensor, per_tensor = measured(None), measured(True), measured(False)
+    planned = {foreach: ds.estimate_memory(adam_step_alone, "cpu", foreach).peak for foreach in (True, False)}
+    assert default == every_tensor > per_tensor
+    assert every_tensor - per_tensor == planned[True] - planned[False]
+    assert _has_foreach_support([torch.ones(3, device=ds.gpu(0))], ds.gpu(0))
+
+
+def test_a_torch_estimate_of_a_virtual_gpu_step_says_how_to_plan_it(vgpu):
+    """torch's fake tensors cannot stand in for a virtual GPU's: a step that makes one, or is given
+    a tensor or a model on one, is refused by name, before torch fails in its own words."""
+    torch = vgpu
+    gpu = ds.gpu(0)
+    steps = [(memory_steps.torch_mlp, (64, gpu)), (lambda t: t * 2, (ds.to_device(torch.ones(3), gpu),)),
+             (lambda net: net(torch.ones(2, 4)), (torch.nn.Linear(4, 4).to(gpu),))]
+    for step, args in steps:
+        with pytest.raises(ds.MemoryEstimateError, match=r'virtual GPU vgpu:0.*build the step on "cpu"'):
+            ds.estimate_memory(step, *args)
+    assert ds.estimate_memory(memory_steps.torch_mlp, 64, "cpu").device == "cpu"
+
+
 def test_a_torch_estimate_of_a_cuda_step_without_a_cuda_device_says_how_to_plan_it():
     """With no CUDA device, a CUDA step's backward pass fails in torch's autograd engine (a torch
     built with CUDA), or its first CUDA tensor does (a torch without): a named error says to
@@ -907,14 +943,15 @@ print(json.dumps(found))
 '''
 
 
-def jax_convolution_scratch(batch, kernel=(3, 3), out_channels=16, out_size=(26, 26), in_channels=1):
+def jax_convolution_scratch(batch):
     """What XLA's CPU runtime may take beside XLA's own count for the small CNN's step, counted by
     hand: the convolution's weight gradient is a matrix product over every output position, whose
     two operands it may pack whole, the input's patches (an im2col copy, one row per weight of a
     filter) and the output's gradient (a copy), float32. A GPU takes none of it (cuDNN's workspace
-    is inside XLA's count there)."""
-    positions = batch * out_size[0] * out_size[1] * in_channels
-    return (kernel[0] * kernel[1] + out_channels) * positions * 4
+    is inside XLA's count there). At batch 512: (3 x 3 + 16) x 512 x 26 x 26 x 4 bytes, 33 MiB."""
+    (height, width), (kernel_height, kernel_width) = memory_steps.JAX_CNN_IMAGE, memory_steps.JAX_CNN_KERNEL
+    positions = batch * (height - kernel_height + 1) * (width - kernel_width + 1)  # one input channel
+    return (kernel_height * kernel_width + memory_steps.JAX_CNN_CHANNELS) * positions * 4
 
 
 @pytest.mark.same_in_every_pass  # a fresh interpreter with DEVSHIM_BACKEND=jax

@@ -432,18 +432,20 @@ FAKE_MEMO = INTERNALS.add(
 
 #: torch takes its faster `foreach` kernels (an optimiser's step over all its tensors at once,
 #: CUDA's default; `clip_grad_norm_`'s, on the CPU too) only for tensors whose type is in these
-#: lists, and a FakeTensor's is not: an estimate adds its type for the step's time, as torch
-#: itself adds DTensor's, so a step takes the path it takes on its device's real tensors.
+#: lists, and neither a FakeTensor's nor a virtual tensor's is: an estimate adds FakeTensor for
+#: the step's time, and virtual GPUs add their tensor type once installed, as torch itself adds
+#: DTensor's, so a step takes the path it takes on its device's real tensors.
 FOREACH_TYPES = _add(
     "torch.optim.optimizer._foreach_supported_types",
-    feature="ds.estimate_memory on torch: an optimiser's default path on the step's device (the foreach "
-            "kernels on CUDA, whose temporaries are as large as all the parameters at once)",
-    fallback="an estimated step's optimisers take the per-tensor path on every device (pass foreach=True to "
-             "the optimiser to plan CUDA's default path).",
+    feature="an optimiser's default path on a virtual GPU and in ds.estimate_memory on torch (the foreach "
+            "kernels, CUDA's default, whose temporaries are as large as all the parameters at once)",
+    fallback="optimisers take the per-tensor path on virtual GPUs and in estimated steps (pass foreach=True "
+             "to the optimiser for CUDA's default path).",
 )
 CLIP_FOREACH_TYPES = _add(
     "torch.utils._foreach_utils._foreach_supported_types",
-    feature="ds.estimate_memory on torch: clip_grad_norm_'s default path on the step's device (foreach)",
-    fallback="an estimated step's clip_grad_norm_ takes the per-tensor path (pass foreach=True to plan the default).",
+    feature="clip_grad_norm_'s default path (foreach) on a virtual GPU and in ds.estimate_memory on torch",
+    fallback="clip_grad_norm_ takes the per-tensor path on virtual GPUs and in estimated steps (pass "
+             "foreach=True for the default).",
 )
 __all__ += ["FakeTensors", "FAKE_TENSORS", "FAKE_MEMO", "FOREACH_TYPES", "CLIP_FOREACH_TYPES"]

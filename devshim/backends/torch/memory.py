@@ -158,6 +158,8 @@ class TorchMemory(DeviceMemory):
             if "FakeTensor" not in str(error):
                 raise
             raise MemoryEstimateError(_REAL_TENSOR) from error
+        except MemoryEstimateError:
+            raise
         except RuntimeError as error:
             if torch.cuda.device_count() or not _asked_for_cuda(count, error):
                 raise
@@ -182,7 +184,9 @@ def _default_paths_for(fake_type):
 
 
 def _asked_for_cuda(count, error) -> bool:
-    """Whether a step that failed had made CUDA tensors, or failed asking for one."""
+    """Whether a step that failed had made CUDA tensors, or failed asking for one. torch's Python
+    bindings start CUDA for `t.to("cuda")` and CUDA factories before any operation is dispatched
+    (torch 2.4; a torch built without CUDA refuses there), so then only torch's message names it."""
     return any(device.type == "cuda" for device in count.peak) or "cuda" in str(error).lower()
 
 
@@ -200,6 +204,12 @@ _NO_CUDA = (
     "cannot run it (its autograd runs a CUDA backward pass on a CUDA device; a torch built without CUDA "
     "makes no CUDA tensor). To plan a GPU step on this machine, build it on \"cpu\": its tensors "
     "are counted the same (give its optimiser foreach=True to plan CUDA's default path). torch said: {error}"
+)
+_VIRTUAL = (
+    "the step uses devshim's virtual GPU {device}, whose tensors are host memory torch's FakeTensorMode "
+    "cannot stand in for. To plan the GPU, build the step on \"cpu\" (give its optimiser foreach=True: "
+    "virtual GPUs, like CUDA, take that path) and estimate that; or measure the step where it runs: "
+    "with ds.memory_peak(\"gpu:0\") on the virtual GPU."
 )
 _REAL_TENSOR = (
     "the step used a tensor made outside the estimate (a model, an optimiser or a batch built before "
@@ -225,7 +235,11 @@ class _StorageCount:
         self._held: dict = {}  # id(storage) -> (weak reference, device, bytes)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        device = kwargs.get("device")  # a factory's or a copy's
+        if device is not None:
+            _refuse_virtual(device)
+        result = func(*args, **kwargs)
         self.count(result)
         return result
 
@@ -266,10 +280,13 @@ def _as_fake(mode, count, nest):
     """The tensors and models in `nest` (the arguments) as fake ones (FakeCopyMode is on: a
     model's deep copy is made of fake tensors), counted from the start."""
     if isinstance(nest, torch.Tensor):
+        _refuse_virtual(nest.device)
         fake = mode.from_tensor(nest)
         count.count(fake)
         return fake
     if isinstance(nest, torch.nn.Module):
+        for tensor in (*nest.parameters(), *nest.buffers()):
+            _refuse_virtual(tensor.device)
         fake = copy.deepcopy(nest)
         count.count([*fake.parameters(), *fake.buffers()])
         return fake
@@ -278,6 +295,11 @@ def _as_fake(mode, count, nest):
     if isinstance(nest, dict):
         return {key: _as_fake(mode, count, value) for key, value in nest.items()}
     return nest
+
+
+def _refuse_virtual(device) -> None:
+    if device.type == VIRTUAL_TYPE:
+        raise MemoryEstimateError(_VIRTUAL.format(device=device))
 
 
 def _figures_of(count, kept: dict, arguments: dict) -> dict:
