@@ -651,3 +651,60 @@ def test_the_estimates_run_at_once_each_in_its_own_process_jax_without_autotunin
                                                               "estimate: mlp with Adam, batch 2, cuDNN off"]
     assert found["torch"][1]["failed"] and "CUDA error" in found["torch"][1]["how"]
     assert found["jax"][0]["how"] == f"the allocator's peak (XLA_FLAGS={memory.NO_AUTOTUNE})"
+
+
+def test_where_the_peak_is_names_the_operation_at_the_peak_and_what_was_in_use_before_it(vgpu):
+    """The GPU check runs each PyTorch step op by op to say where its peak is reached. On a virtual
+    GPU, whose every storage devshim counts, the answer is a hand count: 1 MiB, then 2, then a
+    concatenation of 2 MiB beside them, then the two freed; no operation takes scratch there."""
+    torch = vgpu
+    memory = _load("gpu_memory_check")
+    MiB, gpu = memory.MiB, ds.gpu(0)
+
+    def step():
+        a = torch.ones(MiB // 4, device=gpu)
+        b = a * 2
+        c = torch.cat([a, b])
+        del a, b
+        return c.sum()
+
+    where = memory.where_the_peak_is(ds, gpu, step)
+    assert (where["at"], where["before"], where["peak"], where["scratch"]) == ("aten.cat.default", 2 * MiB, 4 * MiB, 0)
+    assert where["most scratch"] == []
+
+
+def test_where_the_peak_is_counts_what_an_operation_takes_and_gives_back_inside_it(vgpu):
+    """An operation's scratch is its own peak above what was in use both before and after it (a
+    kernel's workspace). devshim is given a kernel that takes 3 MiB inside the step's third
+    operation (the concatenation): the peak is found there, 3 MiB above the tensors."""
+    import contextlib
+    import types
+
+    torch = vgpu
+    memory = _load("gpu_memory_check")
+    MiB, gpu = memory.MiB, ds.gpu(0)
+    calls = []
+
+    @contextlib.contextmanager
+    def memory_peak(device):
+        with ds.memory_peak(device) as peak:
+            seen = types.SimpleNamespace()
+            yield seen
+        calls.append(device)
+        extra = 3 * MiB if len(calls) == 3 else 0
+        seen.start, seen.end, seen.peak = peak.start, peak.end, peak.peak + extra
+
+    with_workspace = types.SimpleNamespace(memory=ds.memory, memory_peak=memory_peak)
+
+    def step():
+        a = torch.ones(MiB // 4, device=gpu)
+        b = a * 2
+        return torch.cat([a, b, b]).sum()
+
+    where = memory.where_the_peak_is(with_workspace, gpu, step)
+    assert (where["at"], where["before"], where["peak"], where["scratch"]) == ("aten.cat.default", 2 * MiB,
+                                                                               8 * MiB, 3 * MiB)
+    assert where["most scratch"] == [{"op": "aten.cat.default", "calls": 1, "scratch": 3 * MiB}]
+    line = memory.where_line(where)
+    assert line == ("its peak, run op by op: 8.0 MiB, inside aten.cat.default (2.0 MiB in use before it, 3.0 MiB "
+                    "scratch); most scratch: aten.cat.default 3.0 MiB (1 call)")

@@ -10,7 +10,9 @@ a temporary allocation, and whether devshim recognises the framework's own out-o
 For PyTorch and JAX it then sets ``ds.estimate_memory``'s figure for tests/memory_steps.py's MLP
 and small CNN trained with Adam (the steps tests/test_memory.py compares on virtual GPUs) beside
 the peak the framework's allocator measures when the step runs, each in a fresh interpreter, with
-their ratio: an estimate is a plan, shown beside the truth and not failed on.
+their ratio: an estimate is a plan, shown beside the truth and not failed on. A PyTorch step then
+runs once more op by op (``where_the_peak_is``), to say which operation its peak is reached in and
+which kernels took memory beyond the step's tensors (cuDNN's and cuBLAS's workspaces).
 Needs no network; run it from a checkout (it imports the devshim beside it):
 
     python tools/gpu_memory_check.py                     # every installed framework
@@ -226,6 +228,45 @@ def _steps():
     return memory_steps
 
 
+def where_the_peak_is(ds, device, run) -> dict:
+    """Where `run()`'s peak on torch device `device` is reached, operation by operation: each ATen
+    operation it runs (forward and backward) is measured on its own (`ds.memory_peak`: on CUDA,
+    torch's counter reset around it) beside what was in use before and after it. An operation's
+    scratch is its peak above both: memory it took and gave back inside (a kernel's workspace,
+    cuDNN's or cuBLAS's), which no count of the step's tensors sees. Gives the operation at the
+    step's peak (`at`), the bytes in use before it (`before`) and at the peak (`peak`), above
+    what was in use when `run` began, its scratch, and the operations with the most scratch.
+
+    Example:
+        >>> where_the_peak_is(ds, torch.device("cuda", 0), lambda: step(4096, "cuda"))["at"]
+        'aten.convolution_backward.default'
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    scratch: dict = {}  # operation -> [calls, most scratch]
+    top: dict = {"peak": -1}
+
+    class PerOperation(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            with ds.memory_peak(device) as peak:
+                result = func(*args, **(kwargs or {}))
+            name = str(func)
+            inside = max(0, peak.peak - max(peak.start, peak.end))
+            calls, most = scratch.get(name, (0, 0))
+            scratch[name] = (calls + 1, max(most, inside))
+            if peak.peak > top["peak"]:
+                top.update(peak=peak.peak, at=name, before=peak.start, scratch=inside)
+            return result
+
+    start = ds.memory(device).in_use
+    with PerOperation():
+        run()
+    most = sorted(scratch.items(), key=lambda item: -item[1][1])[:5]
+    return {"at": top.get("at"), "before": top.get("before", start) - start, "peak": max(top["peak"], start) - start,
+            "scratch": top.get("scratch", 0),
+            "most scratch": [{"op": name, "calls": calls, "scratch": most} for name, (calls, most) in most if most]}
+
+
 def _torch_estimate(ds, model: str, batch: int, variant: str = "") -> dict:
     """The estimate under FakeTensorMode on "cuda", and the step's peak above what was allocated
     before it, by torch's own counter (reset first). The step runs once before it is measured:
@@ -246,9 +287,11 @@ def _torch_estimate(ds, model: str, batch: int, variant: str = "") -> dict:
     before = torch.cuda.memory_allocated()
     step(batch, "cuda")
     torch.cuda.synchronize()
-    return {"estimate": found.peak, "measured": torch.cuda.max_memory_allocated() - before,
+    measured = torch.cuda.max_memory_allocated() - before
+    return {"estimate": found.peak, "measured": measured,
             "how": "torch.cuda.max_memory_allocated after reset_peak_memory_stats, less what was allocated before"
-                   + ("" if torch.backends.cudnn.enabled else " (torch.backends.cudnn.enabled = False)")}
+                   + ("" if torch.backends.cudnn.enabled else " (torch.backends.cudnn.enabled = False)"),
+            "where": where_the_peak_is(ds, torch.device("cuda", 0), lambda: step(batch, "cuda"))}
 
 
 def _jax_estimate(ds, model: str, batch: int) -> dict:
@@ -287,7 +330,7 @@ def estimate_one(name: str, model: str, batch: int, variant: str = "") -> dict:
     return {"step": _estimate_step(model, batch, variant), "devshim": {"estimate": found["estimate"]},
             "framework": {"measured peak": found["measured"]}, "source": "", "how": found["how"],
             "ratio": None if not found["estimate"] or found["measured"] is None
-            else found["measured"] / found["estimate"]}
+            else found["measured"] / found["estimate"], **({"where": found["where"]} if "where" in found else {})}
 
 
 def _estimate_step(model: str, batch: int, variant: str = "") -> str:
@@ -422,7 +465,23 @@ def report(results: list) -> int:
                 print(f"   {'':<40} " + ("" if ratio is None else f"measured / estimate {ratio:.3f}"
                                           + ("" if abs(ratio - 1) <= 0.05 else " (outside 5%)") + "; ")
                       + f"measured: {record['how']}")
+            if record.get("where"):
+                print(f"   {'':<40} {where_line(record['where'])}")
     return status if ran or status else 2
+
+
+def where_line(where: dict) -> str:
+    """`where_the_peak_is`'s answer in a line of the report, in MiB.
+
+    Example:
+        >>> where_line({"at": "aten.mm.default", "before": 3 * MiB, "peak": 5 * MiB, "scratch": 1 * MiB,
+        ...             "most scratch": [{"op": "aten.mm.default", "calls": 4, "scratch": 1 * MiB}]})
+        'its peak, run op by op: 5.0 MiB, inside aten.mm.default (3.0 MiB in use before it, 1.0 MiB scratch); most scratch: aten.mm.default 1.0 MiB (4 calls)'
+    """
+    most = ", ".join(f"{op['op']} {_mib(op['scratch'])} MiB ({op['calls']} call{'s' * (op['calls'] != 1)})"
+                     for op in where["most scratch"])
+    return (f"its peak, run op by op: {_mib(where['peak'])} MiB, inside {where['at']} ({_mib(where['before'])} MiB in "
+            f"use before it, {_mib(where['scratch'])} MiB scratch); most scratch: {most or 'none'}")
 
 
 def _measure_in_child(name: str, env: dict, seconds: int, *which: str) -> dict:
