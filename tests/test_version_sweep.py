@@ -42,7 +42,7 @@ def test_the_table_says_the_code_and_machine_its_rows_describe():
     assert all(f"`{commit}`" in first_line for commit in commits), first_line
     assert all(row.get("machine") and row.get("devshim_tree") for row in results.values()), (
         [key for key, row in results.items() if not row.get("machine") or not row.get("devshim_tree")])
-    assert f"({len(results)} releases)" in first_line
+    assert f"({len(results)} releases, {sum(row['seconds'] for row in results.values())} s of runs in all)" in first_line
 
 
 def test_every_row_describes_the_devshim_code_of_this_checkout():
@@ -58,7 +58,7 @@ def test_every_row_describes_the_devshim_code_of_this_checkout():
     assert not stale, (
         f"{len(stale)} rows of the release table were swept on other devshim/ code than HEAD's "
         f"(e.g. {sorted(stale.items())[:3]}): run python tools/version_sweep.py --stale "
-        "(about 90 minutes on a 2-core machine) and commit the results file and the docs")
+        "--lanes 6 (about 80 minutes on a 2-core machine) and commit the results file and the docs")
 
 
 def test_every_framework_range_is_covered_from_floor_to_newest():
@@ -79,3 +79,57 @@ def test_the_rotation_takes_the_releases_tox_does_not_pin_in_turn():
     turns = [[r.version for r in sweep.rotation(releases, pinned, turn)][0] for turn in range(4)]
     assert turns == ["2.5.1", "2.6.0", "2.5.1", "2.6.0"]
     assert sweep.rotation(releases[:1], {"torch==2.4.1"}, 7) == []
+
+
+def test_lanes_share_the_releases_out_by_the_seconds_each_took():
+    sweep = sweep_tool()
+    recorded = {f"numpy=={v}": {"seconds": s} for v, s in (("2.0.2", 540), ("2.1.3", 439), ("2.2.6", 380),
+                                                           ("2.3.5", 513), ("2.4.6", 516))}
+    releases = [sweep.Release(sweep.FRAMEWORKS["numpy"], key.split("==")[1]) for key in recorded]
+    never_run = sweep.Release(sweep.FRAMEWORKS["numpy"], "2.5.5")  # counted as the median, 513 s
+    shared = sweep.lanes([*releases, never_run], recorded, 3)
+    assert sorted(r.key for lane in shared for r in lane) == sorted([*recorded, never_run.key])
+    times = [sum(recorded.get(r.key, {"seconds": 513})["seconds"] for r in lane) for lane in shared]
+    assert len(shared) == 3 and max(times) - min(times) <= 540, times
+    assert len(sweep.lanes(releases[:2], recorded, 6)) == 2 and sweep.lanes([], recorded, 6) == []
+
+
+LANE = '''
+import json, sys
+path, keys = sys.argv[1], sys.argv[2:]
+rows = {key: {"framework": key.split("==")[0], "release": key.split("==")[1], "commit": "abc", "devshim_tree": "t",
+              "date": "2026-11-29", "machine": "a test", "plain": {"passed": 3, "failed": 0, "skipped": 1},
+              "result": "failed" if key.endswith("2.2.6") else "passed", "seconds": 1} for key in keys}
+json.dump(rows, open(path, "w"))
+'''
+
+
+def test_a_sweep_in_lanes_merges_every_lanes_results_into_the_file_and_the_table(tmp_path, monkeypatch, capsys):
+    """`--lanes`: each lane is a process of the tool recording into its own file; the sweep merges
+    each into the results file, beside the rows recorded before, and writes the table from them. Too
+    many lanes for the machine's cores is said on stderr."""
+    import argparse
+    import json
+
+    sweep = sweep_tool()
+    results_file, doc = tmp_path / "results.json", tmp_path / "supported-versions.md"
+    earlier = {"numpy==1.23.5": {"framework": "numpy", "release": "1.23.5", "commit": "old", "devshim_tree": "t",
+                                 "date": "2026-11-28", "machine": "a test", "result": "passed", "seconds": 9,
+                                 "plain": {"passed": 1, "failed": 0, "skipped": 0}}}
+    results_file.write_text(json.dumps(earlier))
+    doc.write_text(f"# versions\n{sweep.START}\n{sweep.END}\nafter\n")
+    monkeypatch.setattr(sweep, "RESULTS", results_file)
+    monkeypatch.setattr(sweep, "DOC", doc)
+    monkeypatch.setattr(sweep, "lane_command", lambda keys, workdir, results, limit: [
+        sys.executable, "-c", LANE, str(results), *keys])
+    monkeypatch.setattr(sweep.os, "cpu_count", lambda: 1)
+    releases = [sweep.Release(sweep.FRAMEWORKS["numpy"], v) for v in ("2.0.2", "2.1.3", "2.2.6", "2.3.5")]
+    args = argparse.Namespace(lanes=4, workdir=tmp_path / "work", cache_limit_gb=8.0)
+    assert sweep.run_lanes(args, releases, sweep.load_results()) == 1  # 2.2.6 failed in its lane
+    merged = sweep.load_results()
+    assert sorted(merged) == sorted(["numpy==1.23.5", *(r.key for r in releases)])
+    assert merged["numpy==1.23.5"]["commit"] == "old" and merged["numpy==2.1.3"]["result"] == "passed"
+    assert doc.read_text().split(sweep.START)[1].split(sweep.END)[0].strip("\n") == sweep.table(merged)
+    out, err = capsys.readouterr()
+    assert "4 lanes on 1 CPU cores" in err and "use --lanes 3 or fewer" in err
+    assert "sweep: numpy==2.2.6 failed in 1 s" in out and (tmp_path / "work" / "lane3" / "sweep.log").exists()

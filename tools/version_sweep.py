@@ -18,13 +18,16 @@ minor release (and the floor itself), and for each one
 A release already in the results file is not run again (the sweep resumes where it stopped),
 unless asked (``--redo``, ``--redo-failed``, ``--stale``). One venv at a time: a CUDA build of
 torch takes about 5.5 GB, and the pip cache (the sweep's own) is emptied when it passes
-``--cache-limit-gb``.
+``--cache-limit-gb``. ``--lanes N`` runs N sweeps side by side instead, each in its own folder
+with its own venv and cache, the releases shared out by the seconds each took when last
+recorded; their results are merged into the results file as each lane ends.
 
     python tools/version_sweep.py --list                      # what the sweep would run
     python tools/version_sweep.py                             # all of it, resuming
     python tools/version_sweep.py --framework jax             # one framework
     python tools/version_sweep.py --release torch==2.7.1      # one release (run again if recorded)
     python tools/version_sweep.py --stale                     # rerun rows tested on other devshim/ code
+    python tools/version_sweep.py --stale --lanes 6           # the same, six releases at a time
     python tools/version_sweep.py --rotate --budget 240       # the rotating part (tox -e sweep-part): releases tox does not pin
     python tools/version_sweep.py --table                     # rewrite the docs table only
 
@@ -40,6 +43,7 @@ import os
 import platform
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -400,14 +404,15 @@ def described_code(root: Path = ROOT) -> dict:
 # ------------------------------------------------------------------ results and the table
 
 
-def load_results() -> dict:
-    return json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+def load_results(path: Path | None = None) -> dict:
+    path = path or RESULTS
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
-def save_results(results: dict) -> None:
+def save_results(results: dict, path: Path | None = None) -> None:
     ordered = dict(sorted(results.items(), key=lambda kv: (list(FRAMEWORKS).index(kv[1]["framework"]),
                                                             Version(kv[1]["release"]))))
-    RESULTS.write_text(json.dumps(ordered, indent=1) + "\n")
+    (path or RESULTS).write_text(json.dumps(ordered, indent=1) + "\n")
 
 
 def _counts(part) -> str:
@@ -433,8 +438,9 @@ def described_by(results: dict) -> str:
                 + ", ".join(f"`{c}`" for c in commits))
     else:
         code = "several states of devshim's code (commits " + ", ".join(f"`{c}`" for c in commits) + ")"
+    seconds = sum(row.get("seconds") or 0 for row in results.values())
     return (f"Every row below describes {code}, swept {when} on {'; '.join(machines)} "
-            f"({len(results)} releases).")
+            f"({len(results)} releases, {seconds} s of runs in all).")
 
 
 def table(results: dict) -> str:
@@ -532,8 +538,80 @@ def parse_args(argv=None):
                         help="with --rotate: start no release after this many seconds (default 240)")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "devshim-version-sweep")
     parser.add_argument("--cache-limit-gb", type=float, default=12.0,
-                        help="empty the sweep's pip cache when it grows past this (default 12)")
+                        help="empty the sweep's pip cache when it grows past this (default 12; with --lanes, "
+                             "shared among the lanes)")
+    parser.add_argument("--lanes", type=int, default=1,
+                        help=f"run this many sweeps side by side, the releases shared out by their recorded seconds "
+                             f"(default 1; more than {LANES_PER_CORE} per CPU core overloads the machine: a warning)")
+    parser.add_argument("--results", type=Path, help=argparse.SUPPRESS)  # a lane's own results file
     return parser.parse_args(argv)
+
+
+#: Lanes side by side per CPU core before the load alone fails timing-bound tests: on the
+#: project's 2-core machine 6 lanes ran clean, and with 10 a README test of the logging bench ran
+#: past the suite's 300-second hung-test watchdog and a time-limit test read 9.75 s.
+LANES_PER_CORE = 3
+
+
+def lanes(releases: list, results: dict, count: int) -> list:
+    """`releases` shared out among `count` lanes of about equal time: longest first, each to the
+    lane with the fewest seconds so far, by the seconds each took when last recorded (the median
+    of the recorded ones for a release never run).
+
+    >>> jax = FRAMEWORKS["jax"]
+    >>> done = {f"jax=={v}": {"seconds": s} for v, s in (("0.4.31", 100), ("0.5.3", 90), ("0.6.2", 50))}
+    >>> [[r.version for r in lane] for lane in lanes([Release(jax, v) for v in ("0.4.31", "0.5.3", "0.6.2")], done, 2)]
+    [['0.4.31'], ['0.5.3', '0.6.2']]
+    """
+    recorded = [row["seconds"] for row in results.values() if row.get("seconds")]
+    typical = statistics.median(recorded) if recorded else 600
+
+    def seconds(release: Release) -> float:
+        return (results.get(release.key) or {}).get("seconds") or typical
+
+    shared: list = [[] for _ in range(min(max(1, count), len(releases)))]
+    load = [0.0] * len(shared)
+    for release in sorted(releases, key=seconds, reverse=True):
+        lane = load.index(min(load))
+        shared[lane].append(release)
+        load[lane] += seconds(release)
+    return shared
+
+
+def lane_command(release_keys: list, workdir: Path, results: Path, cache_limit_gb: float) -> list:
+    """The command line of one lane: this tool, on `release_keys`, recording into its own file."""
+    return [sys.executable, str(Path(__file__).resolve()), "--workdir", str(workdir), "--results", str(results),
+            "--cache-limit-gb", str(cache_limit_gb), *(f"--release={key}" for key in release_keys)]
+
+
+def run_lanes(args, releases: list, results: dict) -> int:
+    """`releases` in `args.lanes` sweeps side by side (`lanes`), each a process of this tool with
+    its own folder, venv, cache and log; each lane's results are merged into `results` (and the
+    results file and the table) as it ends. 0 when every release passed."""
+    cores = os.cpu_count() or 1
+    if args.lanes > LANES_PER_CORE * cores:
+        print(f"sweep: warning: {args.lanes} lanes on {cores} CPU cores: more than {LANES_PER_CORE} a core, and "
+              f"timing-bound tests may fail from the load alone (use --lanes {LANES_PER_CORE * cores} or fewer)",
+              file=sys.stderr, flush=True)
+    running = []
+    for number, lane in enumerate(lanes(releases, results, args.lanes)):
+        workdir = args.workdir / f"lane{number}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        log = (workdir / "sweep.log").open("w")
+        command = lane_command([r.key for r in lane], workdir, workdir / "results.json",
+                               args.cache_limit_gb / args.lanes)
+        running.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), workdir, log))
+        print(f"sweep: lane {number}: {', '.join(r.key for r in lane)} (log: {workdir / 'sweep.log'})", flush=True)
+    for child, workdir, log in running:
+        child.wait()
+        log.close()
+        found = load_results(workdir / "results.json")
+        results.update(found)
+        save_results(results)
+        write_table(results)
+        for key, row in found.items():
+            print(f"sweep: {key} {_summary(row)}", flush=True)
+    return 0 if all((results.get(r.key) or {}).get("result") == "passed" for r in releases) else 1
 
 
 def pinned_by_tox() -> set:
@@ -598,7 +676,9 @@ def main(argv=None) -> int:
         return 0
     args.workdir.mkdir(parents=True, exist_ok=True)
     source, described = export_source(args.workdir)
-    results = {} if args.rotate else load_results()
+    results = {} if args.rotate else load_results(args.results)
+    if args.lanes > 1 and not args.rotate:
+        return run_lanes(args, [r for r in releases if due(r, results, args, described)], results)
     started = time.monotonic()
     for release in releases:
         if args.rotate and results and time.monotonic() - started > args.budget:
@@ -609,8 +689,9 @@ def main(argv=None) -> int:
         print(f"sweep: {release.key} ...", flush=True)
         results[release.key] = sweep_one(release, args.workdir, source, args.workdir / "pip-cache", described)
         if not args.rotate:  # CI's rotating part reports; the results file records full sweeps
-            save_results(results)
-            write_table(results)
+            save_results(results, args.results)
+            if args.results is None:  # a lane's results are written out by the sweep that runs it
+                write_table(results)
         print(f"sweep: {release.key} {_summary(results[release.key])}", flush=True)
         for failure in (results[release.key].get("plain") or {}).get("failures", []) + (
                 results[release.key].get("virtual") or {}).get("failures", []):
