@@ -408,6 +408,24 @@ def test_an_mlp_trains_to_the_same_numbers_as_on_the_cpu(vgpu, optimizer):
     same_numbers([p.grad for p in on_cpu.parameters()], [p.grad for p in on_gpu.parameters()])
 
 
+def test_optimisers_and_gradient_clipping_take_cudas_foreach_path_with_the_cpus_numbers(vgpu):
+    """On CUDA an optimiser's default is its foreach path (the CPU's is per tensor), and a virtual
+    GPU takes it too; the numbers are the CPU's, bit for bit, clipped gradients included."""
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    on_gpu = copy.deepcopy(net).to(ds.try_gpu(1))
+    assert _default_to_fused_or_foreach(list(on_gpu.parameters()), False) == (False, True)
+    assert _default_to_fused_or_foreach(list(net.parameters()), False) == (False, False)
+    X = torch.randn(5, 8)
+    for model, inputs in ((net, X), (on_gpu, X.to(ds.try_gpu(1)))):
+        model(inputs).pow(2).sum().backward()
+    norms = [torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5) for model in (net, on_gpu)]
+    same_numbers(norms[:1], norms[1:])
+    same_numbers([p.grad for p in net.parameters()], [p.grad for p in on_gpu.parameters()])
+
+
 def test_a_small_cnn_trains_to_the_same_numbers_as_on_the_cpu(vgpu):
     torch.manual_seed(0)
     net = nn.Sequential(
