@@ -5,6 +5,7 @@ until `python tools/version_sweep.py --stale` runs again."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -133,3 +134,35 @@ def test_a_sweep_in_lanes_merges_every_lanes_results_into_the_file_and_the_table
     out, err = capsys.readouterr()
     assert "4 lanes on 1 CPU cores" in err and "use --lanes 3 or fewer" in err
     assert "sweep: numpy==2.2.6 failed in 1 s" in out and (tmp_path / "work" / "lane3" / "sweep.log").exists()
+
+
+HUNG = '''
+import time
+
+def test_hangs():
+    time.sleep(60)
+'''
+WATCHDOG = '''
+import faulthandler, os, sys
+
+def pytest_configure(config):  # as tests/conftest.py's watchdog: stderr before pytest's capture takes fd 2
+    global stderr
+    stderr = os.fdopen(os.dup(sys.__stderr__.fileno()), "w")
+
+def pytest_runtest_call(item):
+    faulthandler.dump_traceback_later(1, exit=True, file=stderr)
+'''
+
+
+def test_a_run_the_hung_test_watchdog_ended_names_the_test_it_stopped(tmp_path):
+    """The suite's watchdog ends a run without a JUnit report, its stacks on stderr: the sweep
+    records the test it stopped, not the dump's last line."""
+    sweep = sweep_tool()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_hang.py").write_text(HUNG)
+    (tmp_path / "tests" / "conftest.py").write_text(WATCHDOG)
+    venv = Path(sys.executable).parent.parent
+    counts = sweep.run_pytest(venv, tmp_path, ["tests/test_hang.py"], dict(os.environ), tmp_path / "report.xml")
+    assert counts["exit"] == 1 and counts["failed"] == 1 and counts["seconds"] < 50
+    assert counts["failures"] == ["pytest exit 1: the hung-test watchdog stopped it in tests/test_hang.py:5 test_hangs"]
+    assert sweep.stopped_tests("pytest exit 1\nTraceback (most recent call last):\n") == []

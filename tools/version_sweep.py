@@ -282,8 +282,9 @@ def run_pytest(venv: Path, source: Path, paths, env: dict, report: Path) -> dict
                               f"--junitxml={report}", *paths],
                              cwd=source, env=env, capture_output=True, text=True, timeout=TEST_TIMEOUT)
         status, tail = run.returncode, run.stdout[-2000:] + run.stderr[-2000:]
+        stopped = stopped_tests(run.stderr)
     except subprocess.TimeoutExpired:
-        status, tail = "timeout", f"pytest ran past {TEST_TIMEOUT} s"
+        status, tail, stopped = "timeout", f"pytest ran past {TEST_TIMEOUT} s", []
     counts = {"passed": 0, "failed": 0, "skipped": 0, "failures": [], "exit": status,
               "seconds": round(time.monotonic() - started)}
     if report.exists():
@@ -301,11 +302,32 @@ def run_pytest(venv: Path, source: Path, paths, env: dict, report: Path) -> dict
                 counts["passed"] += 1
         report.unlink()
     if status not in (0, 1) or (status == 1 and not counts["failed"]):
-        counts["failures"].append(f"pytest exit {status}: " + tail.strip().splitlines()[-1:][0][:300]
-                                  if tail.strip() else f"pytest exit {status}")
+        if stopped:  # the suite's hung-test watchdog (tests/conftest.py) dumped every stack and ended it
+            counts["failures"].append(f"pytest exit {status}: the hung-test watchdog stopped it in "
+                                      + ", ".join(stopped))
+        else:
+            counts["failures"].append(f"pytest exit {status}: " + tail.strip().splitlines()[-1:][0][:300]
+                                      if tail.strip() else f"pytest exit {status}")
         counts["failed"] = max(counts["failed"], 1)
     counts["failures"] = counts["failures"][:8]
     return counts
+
+
+def stopped_tests(stderr: str) -> list:
+    """The tests in the stacks the suite's hung-test watchdog dumps (faulthandler: "Timeout" and
+    every thread's frames, most recent first) before it ends a run: each test's file, line and
+    name, once. Empty when the run was not ended so.
+
+    >>> stopped_tests('Timeout (0:05:00)!\\nThread 0x1 (most recent call first):\\n'
+    ...               '  File "/s/x/tests/test_readme.py", line 40 in run\\n'
+    ...               '  File "/s/x/tests/test_readme.py", line 88 in test_the_bench_runs\\n')
+    ['tests/test_readme.py:88 test_the_bench_runs']
+    """
+    if "Timeout (" not in stderr:
+        return []
+    dump = stderr[stderr.index("Timeout ("):]
+    found = re.findall(r'File "[^"]*?(tests/[\w/]*test_\w+\.py)", line (\d+) in (test_\w+)', dump)
+    return list(dict.fromkeys(f"{path}:{line} {name}" for path, line, name in found))
 
 
 def test_env(release: Release, virtual: int = 0) -> dict:
