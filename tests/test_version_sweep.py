@@ -96,9 +96,10 @@ def test_lanes_share_the_releases_out_by_the_seconds_each_took():
 
 
 LANE = '''
-import json, sys
+import json, os, sys
 path, keys = sys.argv[1], sys.argv[2:]
-rows = {key: {"framework": key.split("==")[0], "release": key.split("==")[1], "commit": "abc", "devshim_tree": "t",
+rows = json.load(open(path)) if os.path.exists(path) else {}  # as the tool does: its file, resumed
+rows |= {key: {"framework": key.split("==")[0], "release": key.split("==")[1], "commit": "abc", "devshim_tree": "t",
               "date": "2026-11-29", "machine": "a test", "plain": {"passed": 3, "failed": 0, "skipped": 1},
               "result": "failed" if key.endswith("2.2.6") else "passed", "seconds": 1} for key in keys}
 json.dump(rows, open(path, "w"))
@@ -106,9 +107,9 @@ json.dump(rows, open(path, "w"))
 
 
 def test_a_sweep_in_lanes_merges_every_lanes_results_into_the_file_and_the_table(tmp_path, monkeypatch, capsys):
-    """`--lanes`: each lane is a process of the tool recording into its own file; the sweep merges
-    each into the results file, beside the rows recorded before, and writes the table from them. Too
-    many lanes for the machine's cores is said on stderr."""
+    """`--lanes`: each lane is a process of the tool recording into its own file (an earlier run's
+    file there is not taken); the sweep merges each into the results file, beside the rows recorded
+    before, and writes the table from them. Too many lanes for the machine's cores is said on stderr."""
     import argparse
     import json
 
@@ -126,7 +127,10 @@ def test_a_sweep_in_lanes_merges_every_lanes_results_into_the_file_and_the_table
     monkeypatch.setattr(sweep.os, "cpu_count", lambda: 1)
     releases = [sweep.Release(sweep.FRAMEWORKS["numpy"], v) for v in ("2.0.2", "2.1.3", "2.2.6", "2.3.5")]
     args = argparse.Namespace(lanes=4, workdir=tmp_path / "work", cache_limit_gb=8.0)
-    assert sweep.run_lanes(args, releases, sweep.load_results()) == 1  # 2.2.6 failed in its lane
+    stale = tmp_path / "work" / "lane0" / "results.json"  # an earlier sweep's lane 0, with a row of its own
+    stale.parent.mkdir(parents=True)
+    stale.write_text(json.dumps({"numpy==1.26.4": dict(earlier["numpy==1.23.5"], release="1.26.4")}))
+    assert sweep.run_lanes(args, releases, sweep.load_results(), stagger=0.01) == 1  # 2.2.6 failed in its lane
     merged = sweep.load_results()
     assert sorted(merged) == sorted(["numpy==1.23.5", *(r.key for r in releases)])
     assert merged["numpy==1.23.5"]["commit"] == "old" and merged["numpy==2.1.3"]["result"] == "passed"

@@ -570,9 +570,12 @@ def parse_args(argv=None):
 
 
 #: Lanes side by side per CPU core before the load alone fails timing-bound tests: on the
-#: project's 2-core machine 6 lanes ran clean, and with 10 a README test of the logging bench ran
-#: past the suite's 300-second hung-test watchdog and a time-limit test read 9.75 s.
+#: project's 2-core machine, with 10 a README test of the logging bench ran past the suite's
+#: 300-second hung-test watchdog and a time-limit test read 9.75 s; with 6 started at once, one
+#: release's tests ran past the watchdog while all six were installing (pip is CPU-heavy), and
+#: none after. Lanes start `LANE_STAGGER` seconds apart, so that their first installs do not coincide.
 LANES_PER_CORE = 3
+LANE_STAGGER = 60.0
 
 
 def lanes(releases: list, results: dict, count: int) -> list:
@@ -606,10 +609,11 @@ def lane_command(release_keys: list, workdir: Path, results: Path, cache_limit_g
             "--cache-limit-gb", str(cache_limit_gb), *(f"--release={key}" for key in release_keys)]
 
 
-def run_lanes(args, releases: list, results: dict) -> int:
+def run_lanes(args, releases: list, results: dict, stagger: float = LANE_STAGGER) -> int:
     """`releases` in `args.lanes` sweeps side by side (`lanes`), each a process of this tool with
-    its own folder, venv, cache and log; each lane's results are merged into `results` (and the
-    results file and the table) as it ends. 0 when every release passed."""
+    its own folder, venv, cache and log, started `stagger` seconds apart; each lane's results are
+    merged into `results` (and the results file and the table) as soon as it ends. 0 when every
+    release passed."""
     cores = os.cpu_count() or 1
     if args.lanes > LANES_PER_CORE * cores:
         print(f"sweep: warning: {args.lanes} lanes on {cores} CPU cores: more than {LANES_PER_CORE} a core, and "
@@ -617,22 +621,29 @@ def run_lanes(args, releases: list, results: dict) -> int:
               file=sys.stderr, flush=True)
     running = []
     for number, lane in enumerate(lanes(releases, results, args.lanes)):
+        if number:
+            time.sleep(stagger)
         workdir = args.workdir / f"lane{number}"
         workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "results.json").unlink(missing_ok=True)  # an earlier run's lane held other releases
         log = (workdir / "sweep.log").open("w")
         command = lane_command([r.key for r in lane], workdir, workdir / "results.json",
                                args.cache_limit_gb / args.lanes)
         running.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), workdir, log))
         print(f"sweep: lane {number}: {', '.join(r.key for r in lane)} (log: {workdir / 'sweep.log'})", flush=True)
-    for child, workdir, log in running:
-        child.wait()
-        log.close()
-        found = load_results(workdir / "results.json")
-        results.update(found)
-        save_results(results)
-        write_table(results)
-        for key, row in found.items():
-            print(f"sweep: {key} {_summary(row)}", flush=True)
+    while running:
+        ended = [lane for lane in running if lane[0].poll() is not None]
+        for _, workdir, log in ended:
+            log.close()
+            found = load_results(workdir / "results.json")
+            results.update(found)
+            save_results(results)
+            write_table(results)
+            for key, row in found.items():
+                print(f"sweep: {key} {_summary(row)}", flush=True)
+        running = [lane for lane in running if lane not in ended]
+        if running and not ended:
+            time.sleep(1.0)
     return 0 if all((results.get(r.key) or {}).get("result") == "passed" for r in releases) else 1
 
 
