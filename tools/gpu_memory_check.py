@@ -243,7 +243,7 @@ def where_the_peak_is(ds, device, run) -> dict:
     """
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    scratch: dict = {}  # operation -> [calls, most scratch]
+    scratch: dict = {}  # operation -> (calls, its most scratch in one call)
     top: dict = {"peak": -1}
 
     class PerOperation(TorchDispatchMode):
@@ -261,10 +261,10 @@ def where_the_peak_is(ds, device, run) -> dict:
     start = ds.memory(device).in_use
     with PerOperation():
         run()
-    most = sorted(scratch.items(), key=lambda item: -item[1][1])[:5]
+    largest = sorted(scratch.items(), key=lambda item: -item[1][1])[:5]
     return {"at": top.get("at"), "before": top.get("before", start) - start, "peak": max(top["peak"], start) - start,
             "scratch": top.get("scratch", 0),
-            "most scratch": [{"op": name, "calls": calls, "scratch": most} for name, (calls, most) in most if most]}
+            "most scratch": [{"op": name, "calls": calls, "scratch": most} for name, (calls, most) in largest if most]}
 
 
 def _torch_estimate(ds, model: str, batch: int, variant: str = "") -> dict:
@@ -287,8 +287,7 @@ def _torch_estimate(ds, model: str, batch: int, variant: str = "") -> dict:
     before = torch.cuda.memory_allocated()
     step(batch, "cuda")
     torch.cuda.synchronize()
-    measured = torch.cuda.max_memory_allocated() - before
-    return {"estimate": found.peak, "measured": measured,
+    return {"estimate": found.peak, "measured": torch.cuda.max_memory_allocated() - before,
             "how": "torch.cuda.max_memory_allocated after reset_peak_memory_stats, less what was allocated before"
                    + ("" if torch.backends.cudnn.enabled else " (torch.backends.cudnn.enabled = False)"),
             "where": where_the_peak_is(ds, torch.device("cuda", 0), lambda: step(batch, "cuda"))}
