@@ -172,14 +172,11 @@ def _default_paths_for(fake_type):
     """The step's fake tensors take the kernels torch picks for real tensors of their device:
     torch chooses its `foreach` kernels (CUDA's default for optimisers) by a tensor's type, and
     lists FakeTensor's only for the estimate's time (`_internals.FOREACH_TYPES`)."""
-    lists = [found for found in (_internals.FOREACH_TYPES.get(), _internals.CLIP_FOREACH_TYPES.get())
-             if found is not None and fake_type not in found]
-    for found in lists:
-        found.append(fake_type)
+    added = _internals.take_foreach_path(fake_type)
     try:
         yield
     finally:
-        for found in lists:
+        for found in added:
             found.remove(fake_type)
 
 

@@ -133,18 +133,10 @@ def _register() -> None:
     dlpack.install()  # torch.utils.dlpack.to_dlpack of a virtual tensor shares its memory
     lazy.install()  # torch.nn.Lazy* modules' uninitialised tensors move to virtual GPUs
     parallel.install()  # nn.DataParallel, scatter, gather, replicate, parallel_apply
-    _take_foreach_by_default()
+    # Optimisers and clip_grad_norm_ take their foreach kernels by default, as on CUDA (the path
+    # sets a step's peak: its temporaries span all the parameters at once).
+    _internals.take_foreach_path(VirtualTensor)
     _keep.extend([hooks, guard, fallback, kernels])
-
-
-def _take_foreach_by_default() -> None:
-    """Optimisers and `clip_grad_norm_` take their `foreach` kernels on virtual GPUs by default,
-    as on CUDA (the path sets a step's peak: its temporaries span all the parameters at once).
-    torch picks the path by a tensor's type, from lists of its own types that it extends for
-    DTensor; virtual tensors join them (`_internals.FOREACH_TYPES`)."""
-    for types_taking_foreach in (_internals.FOREACH_TYPES.get(), _internals.CLIP_FOREACH_TYPES.get()):
-        if types_taking_foreach is not None and VirtualTensor not in types_taking_foreach:
-            types_taking_foreach.append(VirtualTensor)
 
 
 def _register_kernels() -> tuple:
