@@ -631,11 +631,13 @@ def test_the_estimates_results_file_is_made_from_the_comparisons_records():
 def test_the_estimates_run_at_once_each_in_its_own_process_jax_without_autotuning(monkeypatch):
     memory = _load("gpu_memory_check")
     monkeypatch.setattr(memory, "ESTIMATED", {"torch": (("mlp", 8), ("cnn", 4)), "jax": (("mlp", 16),)})
-    monkeypatch.setattr(memory, "VARIANTS", {"torch": {"cuDNN off": (("mlp", 2),)}})
+    monkeypatch.setattr(memory, "VARIANTS", {"torch": {"cuDNN off": (("mlp", 2),)},
+                                             "jax": {memory.CUDA_ASYNC: (("mlp", 16),)}})
     calls = []
 
     def child(name, env, seconds, model, batch, *variant):
         calls.append((name, env.get("XLA_FLAGS"), model, batch, *variant))
+        assert env.get("XLA_PYTHON_CLIENT_ALLOCATOR") == ("cuda_async" if variant == (memory.CUDA_ASYNC,) else None)
         if model == "cnn":
             return {"framework": name, "error": "exit status 1: CUDA error"}
         return {"step": memory._estimate_step(model, batch, *variant), "devshim": {"estimate": 1},
@@ -644,13 +646,45 @@ def test_the_estimates_run_at_once_each_in_its_own_process_jax_without_autotunin
     monkeypatch.setattr(memory, "_measure_in_child", child)
     found = memory._estimates(["torch", "jax"], {"XLA_FLAGS": "--xla_dump_to=x"}, 60)
     assert sorted(calls) == [("jax", "--xla_dump_to=x " + memory.NO_AUTOTUNE, "mlp", "16"),
+                             ("jax", "--xla_dump_to=x " + memory.NO_AUTOTUNE, "mlp", "16", memory.CUDA_ASYNC),
                              ("torch", "--xla_dump_to=x", "cnn", "4"), ("torch", "--xla_dump_to=x", "mlp", "2", "cuDNN off"),
                              ("torch", "--xla_dump_to=x", "mlp", "8")]
     assert [record["step"] for record in found["torch"]] == ["estimate: mlp with Adam, batch 8",
                                                               "estimate: cnn with Adam, batch 4",
                                                               "estimate: mlp with Adam, batch 2, cuDNN off"]
     assert found["torch"][1]["failed"] and "CUDA error" in found["torch"][1]["how"]
-    assert found["jax"][0]["how"] == f"the allocator's peak (XLA_FLAGS={memory.NO_AUTOTUNE})"
+    assert [record["how"] for record in found["jax"]] == [
+        f"the allocator's peak (XLA_FLAGS={memory.NO_AUTOTUNE})",
+        f"the allocator's peak (XLA_FLAGS={memory.NO_AUTOTUNE}, XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async)"]
+
+
+def test_a_jax_variant_runs_under_its_allocator_and_names_the_pools_fraction_once():
+    """JAX's smaller steps are measured again with the pool preallocated (a twentieth of the GPU,
+    as the check's processes share it) and with cudaMallocAsync. The fraction goes in the name the
+    environment already uses: the CUDA plugin refuses both names at once."""
+    memory = _load("gpu_memory_check")
+    assert set(memory.VARIANTS["jax"]) == {memory.PREALLOCATED, memory.CUDA_ASYNC}
+    off = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_FLAGS": memory.NO_AUTOTUNE}
+    assert memory.variant_environment(off, memory.PREALLOCATED) == {
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "true", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.05", "XLA_FLAGS": memory.NO_AUTOTUNE}
+    newer = memory.variant_environment({"XLA_CLIENT_MEM_FRACTION": "0.9"}, memory.PREALLOCATED)
+    assert newer == {"XLA_CLIENT_MEM_FRACTION": "0.05", "XLA_PYTHON_CLIENT_PREALLOCATE": "true"}
+    assert memory.variant_environment(off, memory.CUDA_ASYNC) == {**off, "XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_async"}
+    assert memory.variant_environment(off, "") == memory.variant_environment(off, memory.CUDNN_OFF) == off
+
+
+def test_a_jax_steps_first_run_is_measured_only_where_the_allocator_keeps_a_peak_it_raised():
+    memory = _load("gpu_memory_check")
+    MiB = memory.MiB
+    rose = memory.first_run_rise({"bytes_in_use": 10 * MiB, "peak_bytes_in_use": 50 * MiB},
+                                 {"bytes_in_use": 30 * MiB, "peak_bytes_in_use": 90 * MiB})
+    assert rose == {"measured": 80 * MiB, "how": "peak_bytes_in_use after the first run, less bytes_in_use before it"}
+    below = memory.first_run_rise({"bytes_in_use": 10 * MiB, "peak_bytes_in_use": 500 * MiB},
+                                  {"bytes_in_use": 30 * MiB, "peak_bytes_in_use": 500 * MiB})
+    assert below["measured"] is None and "the compilation's peak, 500.0 MiB, is above it" in below["how"]
+    for stats in (None, {"bytes_in_use": 0}):
+        kept_none = memory.first_run_rise(stats, stats)
+        assert kept_none["measured"] is None and kept_none["how"].startswith("the allocator keeps no peak")
 
 
 def test_where_the_peak_is_names_the_operation_at_the_peak_and_what_was_in_use_before_it(vgpu):

@@ -12,7 +12,9 @@ and small CNN trained with Adam (the steps tests/test_memory.py compares on virt
 the peak the framework's allocator measures when the step runs, each in a fresh interpreter, with
 their ratio: an estimate is a plan, shown beside the truth and not failed on. A PyTorch step then
 runs once more op by op (``where_the_peak_is``), to say which operation its peak is reached in and
-which kernels took memory beyond the step's tensors (cuDNN's and cuBLAS's workspaces).
+which kernels took memory beyond the step's tensors (cuDNN's and cuBLAS's workspaces); the CNN
+runs again with cuDNN off, and JAX's smaller steps again with its pool preallocated and with
+cudaMallocAsync (``VARIANTS``), to say how much of a difference is the kernels' or the allocator's.
 Needs no network; run it from a checkout (it imports the devshim beside it):
 
     python tools/gpu_memory_check.py                     # every installed framework
@@ -218,7 +220,40 @@ NO_AUTOTUNE = "--xla_gpu_autotune_level=0"
 #: 2026-11-28) where the MLP's was 1.2 times; an estimate sees the step's tensors, not a kernel's
 #: workspace, and the two peaks side by side say how much of the difference is cuDNN's.
 CUDNN_OFF = "cuDNN off"
-VARIANTS = {"torch": {CUDNN_OFF: (("cnn", 256), ("cnn", 4096))}}
+#: JAX's two smaller steps measured again under other allocators. The check starts JAX without
+#: preallocation (XLA_PYTHON_CLIENT_PREALLOCATE=false), and its BFC allocator then grows its pool
+#: in regions of doubling size; its count (`bytes_in_use`, and so the peak) is of the blocks it
+#: hands out, and it does not split a free block less than twice the request unless that wastes
+#: 128 MiB or more: a step's buffers may take a whole region of up to twice their size. The larger
+#: steps were within 0.1% of their estimates, the smaller 1.28 and 1.35 times (the CNN at batch 512
+#: measured 128.3 MiB, a 128 MiB region's size; H200, 2026-11-28). With the pool preallocated
+#: (JAX's default; a twentieth of the GPU here, as these processes run side by side) every block
+#: is split from one large region; cudaMallocAsync's allocator counts the bytes asked for.
+PREALLOCATED = "pool preallocated"
+CUDA_ASYNC = "cudaMallocAsync"
+VARIANTS = {"torch": {CUDNN_OFF: (("cnn", 256), ("cnn", 4096))},
+            "jax": {PREALLOCATED: (("mlp", 4096), ("cnn", 512)), CUDA_ASYNC: (("mlp", 4096), ("cnn", 512))}}
+#: The environment of a JAX variant's process (JAX reads it when it starts its GPU client). The
+#: pool's fraction goes in whichever of its two names the environment uses (the CUDA plugin refuses both).
+ALLOCATOR_SETTINGS = {PREALLOCATED: {"XLA_PYTHON_CLIENT_PREALLOCATE": "true", "fraction": "0.05"},
+                      CUDA_ASYNC: {"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_async"}}
+
+
+def variant_environment(env: dict, variant: str) -> dict:
+    """`env` with JAX variant `variant`'s allocator settings (`ALLOCATOR_SETTINGS`; none for
+    another variant).
+
+    Example:
+        >>> variant_environment({}, PREALLOCATED)
+        {'XLA_PYTHON_CLIENT_PREALLOCATE': 'true', 'XLA_PYTHON_CLIENT_MEM_FRACTION': '0.05'}
+    """
+    settings = dict(ALLOCATOR_SETTINGS.get(variant, {}))
+    fraction = settings.pop("fraction", None)
+    changed = {**env, **settings}
+    if fraction is not None:
+        name = "XLA_CLIENT_MEM_FRACTION" if "XLA_CLIENT_MEM_FRACTION" in env else "XLA_PYTHON_CLIENT_MEM_FRACTION"
+        changed[name] = fraction
+    return changed
 
 
 def _steps():
@@ -295,8 +330,8 @@ def _torch_estimate(ds, model: str, batch: int, variant: str = "") -> dict:
 
 def _jax_estimate(ds, model: str, batch: int) -> dict:
     """The compiled step's estimate (XLA's memory analysis: outputs and temporaries, the arguments
-    being on the GPU already) and its first run's peak above the bytes in use before it, by the
-    allocator's lifetime peak: the figure holds only when the run raised that peak."""
+    being on the GPU already) and its first run's peak above the bytes in use before it
+    (`first_run_rise`)."""
     import jax
 
     device = [d for d in jax.devices() if d.platform != "cpu"][0]
@@ -306,10 +341,23 @@ def _jax_estimate(ds, model: str, batch: int) -> dict:
     jax.block_until_ready((state, x, y))
     before = device.memory_stats()
     jax.block_until_ready(compiled(state, x, y))
-    after = device.memory_stats()
+    return {"estimate": found.peak - found.details["arguments"], **first_run_rise(before, device.memory_stats())}
+
+
+def first_run_rise(before, after) -> dict:
+    """A JAX step's first run's peak above the bytes in use before it (`measured`, and `how`),
+    from the allocator's `memory_stats()` before and after the run: its lifetime peak, which
+    cannot be reset, so the figure holds only when the run raised it. An allocator that keeps
+    no peak (stats None, or without one) gives no figure, and says so.
+
+    Example:
+        >>> first_run_rise({"bytes_in_use": 10, "peak_bytes_in_use": 50}, {"bytes_in_use": 30, "peak_bytes_in_use": 90})
+        {'measured': 80, 'how': 'peak_bytes_in_use after the first run, less bytes_in_use before it'}
+    """
+    if not (before and after and "peak_bytes_in_use" in before and "peak_bytes_in_use" in after):
+        return {"measured": None, "how": f"the allocator keeps no peak (memory_stats(): {sorted(after or {})})"}
     raised = after["peak_bytes_in_use"] > before["peak_bytes_in_use"]
-    return {"estimate": found.peak - found.details["arguments"],
-            "measured": after["peak_bytes_in_use"] - before["bytes_in_use"] if raised else None,
+    return {"measured": after["peak_bytes_in_use"] - before["bytes_in_use"] if raised else None,
             "how": "peak_bytes_in_use after the first run, less bytes_in_use before it"
                    + ("" if raised else f": not raised by the run (the compilation's peak, "
                                         f"{before['peak_bytes_in_use'] / MiB:.1f} MiB, is above it)")}
@@ -513,12 +561,14 @@ def _estimates(names: list, env: dict, seconds: int) -> dict:
     def one(job):
         name, model, batch, variant = job
         which = (model, str(batch), variant) if variant else (model, str(batch))
-        record = _measure_in_child(name, no_autotune if name == "jax" else env, seconds, *which)
+        child_env = variant_environment(no_autotune, variant) if name == "jax" else env
+        record = _measure_in_child(name, child_env, seconds, *which)
         if "error" in record:
             return {"step": _estimate_step(model, batch, variant), "devshim": {}, "framework": {},
                     "source": "", "how": f"FAILED: {record['error']}", "failed": True}
         if name == "jax":
-            record["how"] += f" (XLA_FLAGS={NO_AUTOTUNE})"
+            settings = [f"{key}={value}" for key, value in sorted(child_env.items()) if no_autotune.get(key) != value]
+            record["how"] += f" (XLA_FLAGS={NO_AUTOTUNE}{''.join(', ' + setting for setting in settings)})"
         return record
 
     found: dict = {name: [] for name in names}
