@@ -864,6 +864,29 @@ def test_a_virtual_gpu_takes_the_optimisers_path_cuda_takes(vgpu):
     assert _has_foreach_support([torch.ones(3, device=ds.gpu(0))], ds.gpu(0))
 
 
+def test_torchs_foreach_lists_take_a_type_once_and_an_estimate_leaves_them_as_they_were():
+    """`take_foreach_path` adds a type to torch's two foreach lists once and says where; the
+    estimate lists FakeTensor for the step's time only, so real tensors' paths are not changed."""
+    torch = pytest.importorskip("torch")
+    from devshim.backends.torch import _internals
+
+    lists = [found for found in (_internals.FOREACH_TYPES.get(), _internals.CLIP_FOREACH_TYPES.get()) if found is not None]
+
+    class Listed(torch.Tensor):
+        pass
+
+    try:
+        added = _internals.take_foreach_path(Listed)
+        assert [id(found) for found in added] == [id(found) for found in lists] and all(Listed in f for f in lists)
+        assert _internals.take_foreach_path(Listed) == []
+    finally:
+        for found in lists:
+            found.remove(Listed)
+    planned = ds.estimate_memory(memory_steps.torch_mlp, 64, "cpu", backend="torch")
+    fake_type = _internals.FAKE_TENSORS.get().tensor  # torch itself adds DTensor when it is imported
+    assert planned.peak > 0 and lists and not any(fake_type in found or Listed in found for found in lists)
+
+
 def test_a_torch_estimate_of_a_virtual_gpu_step_says_how_to_plan_it(vgpu):
     """torch's fake tensors cannot stand in for a virtual GPU's: a step that makes one, or is given
     a tensor or a model on one, is refused by name, before torch fails in its own words."""

@@ -448,15 +448,19 @@ CLIP_FOREACH_TYPES = _add(
     fallback="clip_grad_norm_ takes the per-tensor path on virtual GPUs and in estimated steps (pass "
              "foreach=True for the default).",
 )
+
+
 def take_foreach_path(tensor_type) -> list:
     """Makes optimisers and `clip_grad_norm_` take their `foreach` kernels by default for tensors
-    of `tensor_type`, as for CUDA's: adds it to the lists of `FOREACH_TYPES` and
-    `CLIP_FOREACH_TYPES` this torch has and that lack it, and gives back those it was added to
-    (for the caller that adds it for a while to take it off them again).
+    of `tensor_type`, as they do for CUDA tensors: adds the type to those of the two lists
+    (`FOREACH_TYPES`, `CLIP_FOREACH_TYPES`) that this torch has and that lack it, and gives back
+    the lists it was added to (a caller that adds it for a while takes it off them again).
 
     Example:
         >>> take_foreach_path(VirtualTensor)   # once, when virtual GPUs are installed
-        [[<class 'torch.Tensor'>, ..., <class 'VirtualTensor'>], [...]]
+        [[Tensor, Parameter, VirtualTensor], [Tensor, VirtualTensor]]
+        >>> take_foreach_path(VirtualTensor)   # the lists hold it already
+        []
     """
     lists = [found for found in (FOREACH_TYPES.get(), CLIP_FOREACH_TYPES.get())
              if found is not None and tensor_type not in found]

@@ -171,7 +171,7 @@ class TorchMemory(DeviceMemory):
 def _default_paths_for(fake_type):
     """The step's fake tensors take the kernels torch picks for real tensors of their device:
     torch chooses its `foreach` kernels (CUDA's default for optimisers) by a tensor's type, and
-    lists FakeTensor's only for the estimate's time (`_internals.FOREACH_TYPES`)."""
+    lists FakeTensor's only for the estimate's time (`_internals.take_foreach_path`)."""
     added = _internals.take_foreach_path(fake_type)
     try:
         yield
