@@ -233,10 +233,12 @@ PREALLOCATED = "pool preallocated"
 CUDA_ASYNC = "cudaMallocAsync"
 VARIANTS = {"torch": {CUDNN_OFF: (("cnn", 256), ("cnn", 4096))},
             "jax": {PREALLOCATED: (("mlp", 4096), ("cnn", 512)), CUDA_ASYNC: (("mlp", 4096), ("cnn", 512))}}
-#: The environment of a JAX variant's process (JAX reads it when it starts its GPU client). The
-#: pool's fraction goes in whichever of its two names the environment uses (the CUDA plugin refuses both).
-ALLOCATOR_SETTINGS = {PREALLOCATED: {"XLA_PYTHON_CLIENT_PREALLOCATE": "true", "fraction": "0.05"},
+#: The environment of a JAX variant's process (JAX reads it when it starts its GPU client), and
+#: the preallocated pool's share of the GPU, set under whichever of its two names the environment
+#: uses (the CUDA plugin refuses both).
+ALLOCATOR_SETTINGS = {PREALLOCATED: {"XLA_PYTHON_CLIENT_PREALLOCATE": "true"},
                       CUDA_ASYNC: {"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda_async"}}
+PREALLOCATED_FRACTION = "0.05"
 
 
 def variant_environment(env: dict, variant: str) -> dict:
@@ -247,12 +249,10 @@ def variant_environment(env: dict, variant: str) -> dict:
         >>> variant_environment({}, PREALLOCATED)
         {'XLA_PYTHON_CLIENT_PREALLOCATE': 'true', 'XLA_PYTHON_CLIENT_MEM_FRACTION': '0.05'}
     """
-    settings = dict(ALLOCATOR_SETTINGS.get(variant, {}))
-    fraction = settings.pop("fraction", None)
-    changed = {**env, **settings}
-    if fraction is not None:
+    changed = {**env, **ALLOCATOR_SETTINGS.get(variant, {})}
+    if variant == PREALLOCATED:
         name = "XLA_CLIENT_MEM_FRACTION" if "XLA_CLIENT_MEM_FRACTION" in env else "XLA_PYTHON_CLIENT_MEM_FRACTION"
-        changed[name] = fraction
+        changed[name] = PREALLOCATED_FRACTION
     return changed
 
 
