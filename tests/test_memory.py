@@ -1021,6 +1021,44 @@ def test_a_torch_estimate_takes_a_model_as_an_argument_and_leaves_it_as_it_was()
     assert [(p, p.data_ptr()) for p in net.parameters()] == before and all(p.grad is None for p in net.parameters())
 
 
+def test_a_torch_estimate_runs_compiled_code_eagerly_and_allocates_none_of_it():
+    """Code compiled with torch.compile runs Inductor's kernels, whose tensors are real memory made
+    below torch's dispatcher: the estimate runs it eagerly instead, so a step with a compiled model
+    (built in the step, or passed in) or a compiled function is estimated as the same step
+    uncompiled, without compiling or allocating it (a layer of 1 GiB, Adam, a batch of 1 GiB), and
+    torch.compile compiles again afterwards."""
+    torch = pytest.importorskip("torch")
+    graphs = []
+
+    def keep_graph(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    def layer(width):
+        return torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU())
+
+    def step(net, batch, width, wrap=lambda fn: fn):
+        optimizer = torch.optim.Adam(net.parameters())
+        wrap(lambda x: net(x).square().mean())(torch.rand(batch, width)).backward()
+        optimizer.step()
+
+    def built_in_step(batch, width, wrap=lambda net: net):
+        step(wrap(layer(width)), batch, width)
+
+    small = layer(64)
+    uncompiled = ds.estimate_memory(step, small, 32, 64, backend="torch")
+    assert uncompiled.peak > 0
+    with ds.memory_peak("cpu", backend="numpy") as host:
+        found = [ds.estimate_memory(built_in_step, 16384, 16384, torch.compile, backend="torch"),
+                 ds.estimate_memory(step, small, 32, 64, torch.compile, backend="torch"),
+                 ds.estimate_memory(step, torch.compile(small), 32, 64, backend="torch")]
+    assert found[0].peak == ds.estimate_memory(built_in_step, 16384, 16384, backend="torch").peak > 2**32
+    assert [estimate.peak for estimate in found[1:]] == [uncompiled.peak] * 2
+    assert host.added is None or host.added < 2**30, host  # the host did not hold the step
+    compiled = torch.compile(lambda x: x.square() + 1, backend=keep_graph)
+    assert compiled(torch.ones(3)).tolist() == [2.0] * 3 and len(graphs) == 1  # compiled, after the estimate
+
+
 def test_numpy_claims_its_own_memory_errors_and_leaves_other_frameworks_theirs():
     """NumPy's contract is asked for every MemoryError; another framework's subclass (CuPy's
     OutOfMemoryError is one) is that framework's to claim."""

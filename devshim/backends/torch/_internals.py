@@ -16,6 +16,7 @@ underscore); their canary checks each is still an operator.
 
 from __future__ import annotations
 
+import contextlib
 from operator import attrgetter
 from typing import Any, NamedTuple
 
@@ -430,6 +431,46 @@ FAKE_MEMO = INTERNALS.add(
     find=_fake_memo,
 )
 
+
+def _dynamo_config():
+    from torch._dynamo import config
+
+    config.disable  # noqa: B018 - the switch patched
+    return config
+
+
+#: torch.compile'd code runs eagerly in an estimate: Inductor's kernels make their tensors below
+#: torch's dispatcher, in real memory the estimate neither counts nor should take. From torch 2.6,
+#: `torch.compiler.set_stance("force_eager")` says so publicly; before, Dynamo is switched off.
+DYNAMO_CONFIG = _add(
+    "torch._dynamo.config.disable",
+    _dynamo_config,
+    feature="ds.estimate_memory of a step that uses torch.compile, on torch before 2.6: its compiled functions "
+            "and modules run eagerly (torch.compiler.set_stance(\"force_eager\") from 2.6)",
+    fallback="the compiled code runs Inductor's kernels, which make real tensors, and the estimate is refused "
+             "with ds.MemoryEstimateError: estimate the step without torch.compile.",
+    before=(2, 6),
+)
+
+
+def compiled_code_runs_eagerly():
+    """A context in which functions and modules compiled with `torch.compile` run eagerly, on
+    torch's own kernels (`torch.compiler.set_stance("force_eager")`, torch 2.6 on; Dynamo switched
+    off before, `DYNAMO_CONFIG`).
+
+    Example:
+        >>> with compiled_code_runs_eagerly():
+        ...     torch.compile(model)(x)      # model(x), not compiled
+    """
+    import torch
+
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    if set_stance is not None:
+        return set_stance("force_eager")
+    config = DYNAMO_CONFIG.get()
+    return config.patch(disable=True) if config is not None else contextlib.nullcontext()
+
+
 #: torch takes its faster `foreach` kernels (an optimiser's step over all its tensors at once,
 #: CUDA's default; `clip_grad_norm_`'s, on the CPU too) only for tensors whose type is in these
 #: lists, and neither a FakeTensor's nor a virtual tensor's is: an estimate adds FakeTensor for
@@ -469,4 +510,5 @@ def take_foreach_path(tensor_type) -> list:
     return lists
 
 
-__all__ += ["FakeTensors", "FAKE_TENSORS", "FAKE_MEMO", "FOREACH_TYPES", "CLIP_FOREACH_TYPES", "take_foreach_path"]
+__all__ += ["FakeTensors", "FAKE_TENSORS", "FAKE_MEMO", "DYNAMO_CONFIG", "compiled_code_runs_eagerly", "FOREACH_TYPES",
+            "CLIP_FOREACH_TYPES", "take_foreach_path"]

@@ -13,7 +13,9 @@ Estimates (`ds.estimate_memory`): the step runs under torch's `FakeTensorMode`, 
 have shapes, dtypes and devices and no memory, while a dispatch mode of devshim's counts the
 bytes of every storage an operation makes, on its device, and takes them off when torch frees
 the storage (weak references), as devshim counts a virtual GPU's storages: the peak is the most
-counted at once. Tensors passed in are counted from the start, as arguments are.
+counted at once. Tensors passed in are counted from the start, as arguments are. Code compiled
+with `torch.compile` runs eagerly there (`_internals.compiled_code_runs_eagerly`): Inductor's
+kernels would make real tensors, below the dispatcher, which nothing counts.
 """
 
 from __future__ import annotations
@@ -147,7 +149,7 @@ class TorchMemory(DeviceMemory):
             args, kwargs = _as_fake(mode, count, (args, kwargs))
         arguments = dict(count.used)
         try:
-            with mode, count, _default_paths_for(fake.tensor):
+            with mode, count, _default_paths_for(fake.tensor), _internals.compiled_code_runs_eagerly():
                 result = step(*args, **kwargs)
                 kept = dict(count.used)
                 del result, args, kwargs
