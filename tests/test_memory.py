@@ -782,12 +782,36 @@ def test_a_torch_estimate_counts_the_tensors_it_is_given_and_refuses_what_it_can
     torch = pytest.importorskip("torch")
     found = ds.estimate_memory(lambda t: t * 2, torch.ones(1000), backend="torch")
     assert (found.peak, found.kept) == (8000, 8000)  # the argument, then the result beside it
-    with pytest.raises(ds.MemoryEstimateError, match=r"read a tensor's value") as info:
+    with pytest.raises(ds.MemoryEstimateError, match=r"read a tensor's value in <lambda>\(\) at .*test_memory.py:") as info:
         ds.estimate_memory(lambda: torch.ones(3).sum().item(), backend="torch")
-    assert isinstance(info.value, RuntimeError)
+    assert isinstance(info.value, RuntimeError) and "GradScaler" not in str(info.value)
+    with pytest.raises(ds.MemoryEstimateError, match=r"^the step read a tensor's value \(aten"):
+        ds.estimate_memory(torch.Tensor.item, torch.ones(1), backend="torch")  # no line of the step's own
     weights = torch.ones(3)
-    with pytest.raises(ds.MemoryEstimateError, match="made outside the estimate"):
+    with pytest.raises(ds.MemoryEstimateError, match=r"made outside the estimate in <lambda>\(\) at .*test_memory.py:"):
         ds.estimate_memory(lambda: weights * 2, backend="torch")
+
+
+def test_a_torch_estimate_of_a_step_with_a_grad_scaler_says_what_to_leave_out():
+    """torch.amp.GradScaler's step reads whether the gradients are finite (a value the estimate has
+    not got): the error names the step's line that called it and says to estimate the step without
+    the scaler, which then works."""
+    torch = pytest.importorskip("torch")
+
+    def step(batch, scaled=True):
+        net = torch.nn.Linear(512, 512)
+        optimizer = torch.optim.Adam(net.parameters())
+        scaler = torch.amp.GradScaler("cpu", enabled=scaled)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = net(torch.rand(batch, 512)).float().square().mean()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+    with pytest.raises(ds.MemoryEstimateError, match=r"value in step\(\) at .*test_memory.py:.*GradScaler reads whether "
+                                                     r"the gradients are finite.*optimizer.step\(\) for scaler.step"):
+        ds.estimate_memory(step, 64, backend="torch")
+    assert ds.estimate_memory(step, 64, False, backend="torch").peak > 4 * 512 * 512 * 4  # weights, grads, moments
 
 
 def adam_step_alone(device, foreach=None, layers=4, width=512):

@@ -23,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import os
+import traceback
 import weakref
 
 import torch
@@ -154,12 +156,11 @@ class TorchMemory(DeviceMemory):
                 kept = dict(count.used)
                 del result, args, kwargs
         except fake.value_read as error:
-            op = str(error.args[0]) if error.args else type(error).__name__
-            raise MemoryEstimateError(_VALUE_READ.format(op=op)) from error
+            raise MemoryEstimateError(_value_read(error)) from error
         except AssertionError as error:
             if "FakeTensor" not in str(error):
                 raise
-            raise MemoryEstimateError(_REAL_TENSOR) from error
+            raise MemoryEstimateError(_REAL_TENSOR.format(where=_steps_line(error))) from error
         except MemoryEstimateError:
             raise
         except RuntimeError as error:
@@ -193,10 +194,40 @@ def _no_memo(tensor, fake) -> None:
     """FakeTensorConverter.set_tensor_memo, for a mode whose results are never looked up again."""
 
 
+def _value_read(error) -> str:
+    """What a step that read a tensor's value is told: the operation, the step's line that read it
+    and, where a GradScaler read it, what to do."""
+    op = str(error.args[0]) if error.args else type(error).__name__
+    scaler = any(_is_grad_scaler(frame.f_globals.get("__name__")) for frame, _ in traceback.walk_tb(error.__traceback__))
+    return _VALUE_READ.format(op=op, where=_steps_line(error)) + (_SCALER if scaler else "")
+
+
+def _is_grad_scaler(module) -> bool:
+    """Whether the module named `module` is torch's GradScaler's (torch.amp's, torch.cuda.amp's)."""
+    return isinstance(module, str) and module.startswith("torch.") and module.endswith(".grad_scaler")
+
+
+def _steps_line(error) -> str:
+    """The step's own line in `error`'s traceback, its innermost outside torch and devshim, as
+    ' in step() at train.py:12' ('' where there is none)."""
+    own = [(frame.f_code, line) for frame, line in traceback.walk_tb(error.__traceback__)
+           if not frame.f_code.co_filename.startswith(_LIBRARIES)]
+    return f" in {own[-1][0].co_name}() at {own[-1][0].co_filename}:{own[-1][1]}" if own else ""
+
+
+#: Where torch's and devshim's own code lives: the frames there are not the step's.
+_LIBRARIES = (os.path.dirname(torch.__file__) + os.sep,
+              os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep)
+
 _VALUE_READ = (
-    "the step read a tensor's value ({op}: .item(), float(t), a branch or a shape that depends on the values), "
+    "the step read a tensor's value{where} ({op}: .item(), float(t), a branch or a shape that depends on the values), "
     "which an estimate without memory does not have. Leave value reads out of the step you estimate (the loss's "
     ".item() for logging, say), or give data-dependent shapes their largest size."
+)
+_SCALER = (
+    " A torch.amp.GradScaler reads whether the gradients are finite at each step: estimate the step without "
+    "it (loss.backward() for scaler.scale(loss).backward(), optimizer.step() for scaler.step(optimizer), no "
+    "scaler.update()); the scaler's own tensors are a few scalars."
 )
 _NO_CUDA = (
     "the step runs on CUDA tensors and torch has no CUDA device here: even without their memory, torch "
@@ -211,7 +242,7 @@ _VIRTUAL = (
     "with ds.memory_peak(\"gpu:0\") on the virtual GPU."
 )
 _REAL_TENSOR = (
-    "the step used a tensor made outside the estimate (a model, an optimiser or a batch built before "
+    "the step used a tensor made outside the estimate{where} (a model, an optimiser or a batch built before "
     "ds.estimate_memory was called that a closure holds): it has memory of its own and cannot take part. Pass "
     "the model and the tensors as arguments (ds.estimate_memory(step, model, x, y): fake copies of them, counted "
     "from the start), or build them inside the step; an optimiser is made inside the step, from the model it gets."
