@@ -792,18 +792,21 @@ def test_a_torch_estimate_counts_the_tensors_it_is_given_and_refuses_what_it_can
         ds.estimate_memory(lambda: weights * 2, backend="torch")
 
 
-def test_a_torch_estimate_of_a_step_with_a_grad_scaler_says_what_to_leave_out():
-    """torch.amp.GradScaler's step reads whether the gradients are finite (a value the estimate has
-    not got): the error names the step's line that called it and says to estimate the step without
-    the scaler, which then works."""
+def test_a_torch_estimate_of_a_step_with_torchs_own_value_readers_says_what_to_do_instead():
+    """torch.amp.GradScaler's step reads whether the gradients are finite, a DataLoader's sampler
+    its order: values the estimate has not got. The error names the step's line that called them
+    and says what to do instead, which then works."""
     torch = pytest.importorskip("torch")
 
-    def step(batch, scaled=True):
+    def step(batch, scaled=True, loaded=False):
         net = torch.nn.Linear(512, 512)
         optimizer = torch.optim.Adam(net.parameters())
         scaler = torch.amp.GradScaler("cpu", enabled=scaled)
+        x = torch.rand(batch, 512)
+        if loaded:
+            (x,) = next(iter(torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x), batch_size=batch)))
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = net(torch.rand(batch, 512)).float().square().mean()
+            loss = net(x).float().square().mean()
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
@@ -811,6 +814,9 @@ def test_a_torch_estimate_of_a_step_with_a_grad_scaler_says_what_to_leave_out():
     with pytest.raises(ds.MemoryEstimateError, match=r"value in step\(\) at .*test_memory.py:.*GradScaler reads whether "
                                                      r"the gradients are finite.*optimizer.step\(\) for scaler.step"):
         ds.estimate_memory(step, 64, backend="torch")
+    with pytest.raises(ds.MemoryEstimateError, match=r"value in step\(\) at .*A DataLoader draws its order") as info:
+        ds.estimate_memory(step, 64, False, True, backend="torch")
+    assert "GradScaler" not in str(info.value)
     assert ds.estimate_memory(step, 64, False, backend="torch").peak > 4 * 512 * 512 * 4  # weights, grads, moments
 
 

@@ -196,15 +196,19 @@ def _no_memo(tensor, fake) -> None:
 
 def _value_read(error) -> str:
     """What a step that read a tensor's value is told: the operation, the step's line that read it
-    and, where a GradScaler read it, what to do."""
+    and, where one of torch's own readers (`_READERS`) read it, what to do instead."""
     op = str(error.args[0]) if error.args else type(error).__name__
-    scaler = any(_is_grad_scaler(frame.f_globals.get("__name__")) for frame, _ in traceback.walk_tb(error.__traceback__))
-    return _VALUE_READ.format(op=op, where=_steps_line(error)) + (_SCALER if scaler else "")
+    return _VALUE_READ.format(op=op, where=_steps_line(error)) + _readers_advice(error)
 
 
-def _is_grad_scaler(module) -> bool:
-    """Whether the module named `module` is torch's GradScaler's (torch.amp's, torch.cuda.amp's)."""
-    return isinstance(module, str) and module.startswith("torch.") and module.endswith(".grad_scaler")
+def _readers_advice(error) -> str:
+    """The advice for the first of torch's readers (`_READERS`) in `error`'s traceback, or ''."""
+    for frame, _ in traceback.walk_tb(error.__traceback__):
+        module = frame.f_globals.get("__name__")
+        for prefix, suffix, advice in _READERS:
+            if isinstance(module, str) and module.startswith(prefix) and module.endswith(suffix):
+                return advice
+    return ""
 
 
 def _steps_line(error) -> str:
@@ -224,10 +228,17 @@ _VALUE_READ = (
     "which an estimate without memory does not have. Leave value reads out of the step you estimate (the loss's "
     ".item() for logging, say), or give data-dependent shapes their largest size."
 )
-_SCALER = (
-    " A torch.amp.GradScaler reads whether the gradients are finite at each step: estimate the step without "
-    "it (loss.backward() for scaler.scale(loss).backward(), optimizer.step() for scaler.step(optimizer), no "
-    "scaler.update()); the scaler's own tensors are a few scalars."
+#: torch's modules that read tensors' values in a training step (module name prefix and suffix),
+#: and what to do instead in the step estimated.
+_READERS = (
+    ("torch.", ".grad_scaler", (
+        " A torch.amp.GradScaler reads whether the gradients are finite at each step: estimate the step without "
+        "it (loss.backward() for scaler.scale(loss).backward(), optimizer.step() for scaler.step(optimizer), no "
+        "scaler.update()); the scaler's own tensors are a few scalars.")),
+    ("torch.utils.data.", "", (
+        " A DataLoader draws its order and its workers' seeds as tensors' values: give the step its batch "
+        "instead, made inside it at the batch's shape (torch.rand, torch.randint) or passed as an argument "
+        "(ds.estimate_memory(step, x, y): fake copies of real tensors).")),
 )
 _NO_CUDA = (
     "the step runs on CUDA tensors and torch has no CUDA device here: even without their memory, torch "
