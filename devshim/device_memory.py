@@ -287,7 +287,9 @@ class MemoryEstimate(NamedTuple):
 
     `peak`      the most bytes the step holds at once on `device`, its arguments included;
     `kept`      the bytes still held when it returned (its arguments and what it returned);
-    `device`    the device the step's tensors were on, by the framework's name ("cpu", "cuda:0");
+    `device`    the device the step's tensors were on, by the framework's name ("cpu", "cuda:0"); for
+                a JAX step sharded over several, the first, the figures being each one's and
+                `details["devices"]` naming them all;
     `method`    how the figures were found, in words;
     `capacity`  the size compared with (bytes), or None;
     `details`   the framework's own figures (JAX: arguments, outputs, temporaries, ...).
@@ -319,7 +321,9 @@ class MemoryEstimate(NamedTuple):
     def __str__(self) -> str:
         size = "" if self.capacity is None else (
             f" of {format_bytes(self.capacity)}: {'fits' if self.fits else 'does not fit'}")
-        return f"peak {format_bytes(self.peak)} on {self.device}{size} (kept after: {format_bytes(self.kept)})"
+        devices = (self.details or {}).get("devices")
+        where = f"each of {', '.join(devices)}" if devices else self.device
+        return f"peak {format_bytes(self.peak)} on {where}{size} (kept after: {format_bytes(self.kept)})"
 
 
 def estimate_memory(step: Callable[..., Any], *args: Any, capacity: Any = None, backend: Optional[str] = None,

@@ -1035,6 +1035,36 @@ def test_a_jax_estimate_agrees_with_the_peak_measured_on_a_virtual_gpu():
         assert 0.95 * estimated <= measured <= 1.05 * (estimated + scratch), (name, runs, estimated, scratch)
 
 
+JAX_SHARDED = """
+import jax, jax.numpy as jnp, numpy as np
+import devshim as ds
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+mesh = Mesh(np.array(ds.try_all_gpus()), ("data",))   # two virtual GPUs
+def step(w, x):
+    return w - 0.1 * jax.grad(lambda w: jnp.mean((x @ w) ** 2))(w)
+w = jax.ShapeDtypeStruct((1024, 1024), jnp.float32, sharding=NamedSharding(mesh, PartitionSpec()))
+x = jax.ShapeDtypeStruct((8192, 1024), jnp.float32, sharding=NamedSharding(mesh, PartitionSpec("data")))
+found = ds.estimate_memory(step, w, x)
+print(found.device, found.details["devices"], found.details["arguments"], found.details["outputs"])
+print(found)
+"""
+
+
+@pytest.mark.same_in_every_pass  # a fresh interpreter with DEVSHIM_BACKEND=jax and two virtual GPUs
+def test_a_jax_estimate_of_a_sharded_step_gives_each_devices_figures_and_names_them_all():
+    """A step sharded over two devices runs one program on each: its figures are each device's
+    (the weights whole, half the batch: by hand), and the estimate names both, the first as its
+    device."""
+    pytest.importorskip("jax")
+    done = run_python(JAX_SHARDED, DEVSHIM_BACKEND="jax", DEVSHIM_VIRTUAL_DEVICES="2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures, printed = done.stdout.splitlines()[-2:]
+    weights, half_batch = 1024 * 1024 * 4, 4096 * 1024 * 4
+    assert figures == f"gpu:0 ['gpu:0', 'gpu:1'] {weights + half_batch} {weights}"
+    assert printed.startswith("peak ") and " on each of gpu:0, gpu:1 (kept after: " in printed
+
+
 def test_a_torch_estimate_takes_a_model_as_an_argument_and_leaves_it_as_it_was():
     torch = pytest.importorskip("torch")
     net = torch.nn.Sequential(torch.nn.Linear(256, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))

@@ -17,7 +17,8 @@ Estimates (`ds.estimate_memory`): the step is compiled, not run (`jax.jit(step).
 .compile()`; arguments may be `jax.ShapeDtypeStruct`s, which hold no memory, and those that
 hold no array are static), and XLA's buffer assignment says what it takes
 (`compiled.memory_analysis()`): its arguments, its outputs, less the outputs that reuse a
-donated argument's buffer, and its temporaries, all live at once at worst. (XLA's own
+donated argument's buffer, and its temporaries, all live at once at worst. A step sharded over
+several devices runs one program on each: the figures are each device's. (XLA's own
 `peak_memory_in_bytes` leaves the temporaries out on the CPU, where they are allocated all the same.)
 """
 
@@ -126,13 +127,15 @@ class JaxMemory(DeviceMemory):
             )
         arguments, outputs = found.argument_size_in_bytes, found.output_size_in_bytes
         aliased, temporaries = found.alias_size_in_bytes, found.temp_size_in_bytes
+        devices = [str(adapter.describe(native)) for native in _devices_of(args, kwargs)]
+        details = {"arguments": arguments, "outputs": outputs, "aliased": aliased, "temporaries": temporaries,
+                   "code": found.generated_code_size_in_bytes}
         return {
             "peak": arguments + outputs - aliased + temporaries, "kept": arguments + outputs - aliased,
-            "device": str(adapter.describe(_device_of(args, kwargs))),
+            "device": devices[0],
             "method": "XLA's memory analysis of the compiled step: arguments, outputs (less those reusing a "
                       "donated argument) and temporaries",
-            "details": {"arguments": arguments, "outputs": outputs, "aliased": aliased, "temporaries": temporaries,
-                        "code": found.generated_code_size_in_bytes},
+            "details": {**details, "devices": devices} if len(devices) > 1 else details,
         }
 
 
@@ -155,10 +158,11 @@ def _holds_arrays(value) -> bool:
                for leaf in jax.tree_util.tree_leaves(value))
 
 
-def _device_of(args: tuple, kwargs: dict):
-    """The device the compiled step runs on: its arguments', else JAX's default device."""
+def _devices_of(args: tuple, kwargs: dict) -> list:
+    """The devices the compiled step runs on, by id: its arguments' (a step sharded over several
+    runs one program on each, and XLA's figures are each one's), else JAX's default device."""
     for leaf in jax.tree_util.tree_leaves((args, kwargs)):
         devices = getattr(getattr(leaf, "sharding", None), "device_set", None)
         if devices:
-            return next(iter(devices))
-    return jax.devices()[0]
+            return sorted(devices, key=lambda native: native.id)
+    return [jax.devices()[0]]
