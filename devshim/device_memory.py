@@ -340,7 +340,8 @@ def estimate_memory(step: Callable[..., Any], *args: Any, capacity: Any = None, 
       optimiser `foreach=True`). Tensors passed as `args` are counted from
       the start. Reading a value (`loss.item()`) raises `ds.MemoryEstimateError`.
     - JAX: `step` is compiled, not run; `args` may be arrays or `jax.ShapeDtypeStruct`s (no
-      memory at all), and arguments that hold no array are static. XLA's memory analysis gives
+      memory at all), and arguments that hold no array are static (a step jitted already keeps
+      its own static and donated arguments). XLA's memory analysis gives
       the arguments, the outputs and the temporaries.
     - TensorFlow, MXNet, NumPy, CuPy: `ds.MemoryEstimateUnsupportedError`.
 

@@ -1035,6 +1035,35 @@ def test_a_jax_estimate_agrees_with_the_peak_measured_on_a_virtual_gpu():
         assert 0.95 * estimated <= measured <= 1.05 * (estimated + scratch), (name, runs, estimated, scratch)
 
 
+def test_a_jax_step_jitted_already_is_estimated_with_its_own_donated_and_static_arguments():
+    """A step its author jitted is lowered as it is: with donate_argnums its outputs reuse the
+    state's buffers, and the estimate is XLA's analysis of that program, below the same step
+    undonated; its static arguments are its own, and a branch on an argument it did not make
+    static is refused saying where to name it."""
+    jax = pytest.importorskip("jax")
+    step, state, x, y = memory_steps.jax_training("mlp", 4096, jax.devices("cpu")[0])
+    plain = ds.estimate_memory(step, state, x, y, backend="jax")
+    donating = jax.jit(step, donate_argnums=0)
+    found = ds.estimate_memory(donating, state, x, y, backend="jax")
+    analysis = donating.lower(state, x, y).compile().memory_analysis()
+    assert found.details["aliased"] == analysis.alias_size_in_bytes > 0 == plain.details["aliased"]
+    assert found.peak < plain.peak and found.details["arguments"] == plain.details["arguments"]
+    ones = jax.jit(lambda x, n: jax.numpy.ones(n) * x, static_argnames="n")
+    scalar = jax.ShapeDtypeStruct((), jax.numpy.float32)
+    assert ds.estimate_memory(ones, scalar, n=1000, backend="jax").details["outputs"] == 4000
+    with pytest.raises(ds.MemoryEstimateError, match=r"jitted yourself: name it in jax.jit's static_argnums"):
+        ds.estimate_memory(jax.jit(lambda x, n: x * 2 if n > 0 else x), scalar, 1000, backend="jax")
+
+
+def test_an_estimate_for_several_devices_prints_them_all_and_one_for_one_device():
+    """A sharded step's figures are each device's (JAX names them in `details["devices"]`): the
+    estimate prints them all; an estimate without that list prints its one device."""
+    found = ds.MemoryEstimate(2**20, 0, "gpu:0", "how", 2**30, {"devices": ["gpu:0", "gpu:1"]})
+    assert str(found) == "peak 1.0 MiB on each of gpu:0, gpu:1 of 1.0 GiB: fits (kept after: 0 B)"
+    for details in ({"arguments": 0}, None):
+        assert str(found._replace(details=details)) == "peak 1.0 MiB on gpu:0 of 1.0 GiB: fits (kept after: 0 B)"
+
+
 JAX_SHARDED = """
 import jax, jax.numpy as jnp, numpy as np
 import devshim as ds

@@ -15,7 +15,8 @@ message starts `RESOURCE_EXHAUSTED`.
 
 Estimates (`ds.estimate_memory`): the step is compiled, not run (`jax.jit(step).lower(*args)
 .compile()`; arguments may be `jax.ShapeDtypeStruct`s, which hold no memory, and those that
-hold no array are static), and XLA's buffer assignment says what it takes
+hold no array are static; a step jitted already is lowered as it is, with its own static and
+donated arguments), and XLA's buffer assignment says what it takes
 (`compiled.memory_analysis()`): its arguments, its outputs, less the outputs that reuse a
 donated argument's buffer, and its temporaries, all live at once at worst. A step sharded over
 several devices runs one program on each: the figures are each device's. (XLA's own
@@ -109,15 +110,14 @@ class JaxMemory(DeviceMemory):
         return sum(leaf.nbytes for leaf in jax.tree_util.tree_leaves(model) if isinstance(leaf, jax.Array))
 
     def estimate(self, adapter, step, args: tuple, kwargs: dict) -> dict:
-        static = tuple(i for i, value in enumerate(args) if not _holds_arrays(value))
-        static_names = tuple(name for name, value in kwargs.items() if not _holds_arrays(value))
         try:
-            compiled = _compile(jax.jit(step, static_argnums=static, static_argnames=static_names).lower(*args, **kwargs))
+            compiled = _compile(_lowered(step, args, kwargs))
         except jax.errors.ConcretizationTypeError as error:
             raise MemoryEstimateError(
                 "the step read an array's value while JAX compiled it (a Python branch or shape on a traced "
                 "value, float(x)), which an estimate without memory does not have. Make it static (pass it as a "
-                "plain Python number) or write it with jax.lax.cond / jnp.where."
+                "plain Python number; a step you jitted yourself: name it in jax.jit's static_argnums) or write it "
+                "with jax.lax.cond / jnp.where."
             ) from error
         found = compiled.memory_analysis()
         if found is None:
@@ -143,6 +143,17 @@ class JaxMemory(DeviceMemory):
 #: generation: the estimate asks LLVM for no optimisation (a compile in a fifth of the time, the
 #: same figures, measured on JAX 0.10.2's CPU client).
 _QUICK = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+
+
+def _lowered(step, args: tuple, kwargs: dict):
+    """`step` lowered for `args`: a step jitted already as it is (`jax.jit(step, donate_argnums=0)`:
+    its own static arguments and donated buffers), another jitted with the arguments that hold no
+    array static."""
+    if callable(getattr(step, "lower", None)):
+        return step.lower(*args, **kwargs)
+    static = tuple(i for i, value in enumerate(args) if not _holds_arrays(value))
+    static_names = tuple(name for name, value in kwargs.items() if not _holds_arrays(value))
+    return jax.jit(step, static_argnums=static, static_argnames=static_names).lower(*args, **kwargs)
 
 
 def _compile(lowered):
