@@ -292,7 +292,9 @@ class MemoryEstimate(NamedTuple):
                 `details["devices"]` naming them all;
     `method`    how the figures were found, in words;
     `capacity`  the size compared with (bytes), or None;
-    `details`   the framework's own figures (JAX: arguments, outputs, temporaries, ...).
+    `details`   the framework's own figures (JAX: arguments, outputs, temporaries, ...), and
+                `details["not_counted"]` where part of what the step takes is outside them, in words
+                (JAX on the CPU: operations run in kernel libraries, whose scratch XLA does not count).
     `fits` says whether `peak` is at most `capacity` (None without one).
 
     Example:
@@ -323,7 +325,9 @@ class MemoryEstimate(NamedTuple):
             f" of {format_bytes(self.capacity)}: {'fits' if self.fits else 'does not fit'}")
         devices = (self.details or {}).get("devices")
         where = f"each of {', '.join(devices)}" if devices else self.device
-        return f"peak {format_bytes(self.peak)} on {where}{size} (kept after: {format_bytes(self.kept)})"
+        uncounted = (self.details or {}).get("not_counted")
+        beside = f"; not counted: {uncounted}" if uncounted else ""
+        return f"peak {format_bytes(self.peak)} on {where}{size} (kept after: {format_bytes(self.kept)}{beside})"
 
 
 def estimate_memory(step: Callable[..., Any], *args: Any, capacity: Any = None, backend: Optional[str] = None,

@@ -24,6 +24,8 @@ import contextlib
 import copy
 import functools
 import os
+import site
+import sysconfig
 import traceback
 import weakref
 
@@ -212,16 +214,33 @@ def _readers_advice(error) -> str:
 
 
 def _steps_line(error) -> str:
-    """The step's own line in `error`'s traceback, its innermost outside torch and devshim, as
-    ' in step() at train.py:12' ('' where there is none)."""
-    own = [(frame.f_code, line) for frame, line in traceback.walk_tb(error.__traceback__)
-           if not frame.f_code.co_filename.startswith(_LIBRARIES)]
+    """The step's own line in `error`'s traceback, as ' in step() at train.py:12' ('' where there
+    is none): its innermost frame outside torch and devshim, and outside Python's standard library
+    and installed packages where it has one (a step that hands a tensor to `statistics.fmean`, or
+    to a library's model, is named where it calls them)."""
+    frames = [(frame.f_code, line) for frame, line in traceback.walk_tb(error.__traceback__)
+              if not frame.f_code.co_filename.startswith(_LIBRARIES)]
+    own = [(code, line) for code, line in frames if not code.co_filename.startswith(_INSTALLED)] or frames
     return f" in {own[-1][0].co_name}() at {own[-1][0].co_filename}:{own[-1][1]}" if own else ""
 
 
 #: Where torch's and devshim's own code lives: the frames there are not the step's.
 _LIBRARIES = (os.path.dirname(torch.__file__) + os.sep,
               os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep)
+
+
+def _installed_code() -> tuple:
+    """Where Python's standard library and installed packages live (this interpreter's, its
+    environment's and the user's site-packages)."""
+    folders = {path for key, path in sysconfig.get_paths().items() if key in ("stdlib", "platstdlib", "purelib",
+                                                                               "platlib")}
+    folders.update(getattr(site, "getsitepackages", list)())
+    if site.ENABLE_USER_SITE:
+        folders.add(site.getusersitepackages())
+    return tuple(sorted(os.path.join(os.path.abspath(folder), "") for folder in folders if folder))
+
+
+_INSTALLED = _installed_code()
 
 _VALUE_READ = (
     "the step read a tensor's value{where} ({op}: .item(), float(t), a branch or a shape that depends on the values), "
