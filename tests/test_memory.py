@@ -809,6 +809,34 @@ def test_a_torch_estimates_refusal_names_the_steps_line():
         ds.estimate_memory(step_averaging_with_statistics, backend="torch")  # read in the standard library
 
 
+def test_a_torch_estimates_refusal_names_the_steps_line_past_every_installed_folder(tmp_path):
+    """A value read in code from any folder Python installs into (its standard library, the
+    environment's site-packages, `site`'s and the user's) is named at the step's own line that
+    called it; code from any other folder is the step's own."""
+    import site
+    import sysconfig
+
+    torch = pytest.importorskip("torch")
+    installed = {path for key, path in sysconfig.get_paths().items()
+                 if key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    installed.update(site.getsitepackages())
+    if site.ENABLE_USER_SITE:
+        installed.add(site.getusersitepackages())
+
+    def reader_in(folder):  # a function whose code says it lives in `folder`, reading a value
+        space = {}
+        exec(compile("def read(t):\n    return float(t.sum())\n", os.path.join(folder, "reader.py"), "exec"), space)
+        return space["read"]
+
+    for folder in sorted(installed) + [str(tmp_path)]:
+        def step(read=reader_in(folder)):
+            return read(torch.ones(3))
+
+        where = "read" if folder == str(tmp_path) else "step"
+        with pytest.raises(ds.MemoryEstimateError, match=rf"value in {where}\(\) at "):
+            ds.estimate_memory(step, backend="torch")
+
+
 def step_averaging_with_statistics():
     """A step that hands tensors to Python's standard library, which reads their values."""
     import statistics
