@@ -829,7 +829,9 @@ def test_a_torch_estimates_refusal_names_the_steps_line_past_every_installed_fol
         return space["read"]
 
     for folder in sorted(installed) + [str(tmp_path)]:
-        def step(read=reader_in(folder)):
+        read = reader_in(folder)
+
+        def step(read=read):
             return read(torch.ones(3))
 
         where = "read" if folder == str(tmp_path) else "step"
