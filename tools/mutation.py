@@ -96,11 +96,8 @@ TESTS = [
     "tests/test_mutants_copy_paths.py",
 ]
 #: Tests of these files that cannot see a mutant: they run devshim in a fresh interpreter, which
-#: imports the unchanged copy installed in the env. And one that cannot pass under mutmut: the
-#: torch estimate names the step's line as the innermost frame outside torch and devshim, and
-#: mutmut's trampoline (which calls each devshim function of a mutated file) is such a frame.
-DESELECTED = ["tests/test_memory.py::test_the_size_set_for_the_process_reaches_a_fresh_interpreter",
-              "tests/test_memory.py::test_a_torch_estimates_refusal_names_the_steps_line"]
+#: imports the unchanged copy installed in the env.
+DESELECTED = ["tests/test_memory.py::test_the_size_set_for_the_process_reaches_a_fresh_interpreter"]
 #: The backend and virtual GPUs the tests run on (the tox env sets the same). One OpenMP thread:
 #: mutmut forks a process per mutant from one that has run torch, and OpenMP's threads do not
 #: survive a fork (measured: the forked tests spun until mutmut's CPU limit, every mutant of

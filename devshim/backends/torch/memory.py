@@ -215,12 +215,12 @@ def _readers_advice(error) -> str:
 
 def _steps_line(error) -> str:
     """The step's own line in `error`'s traceback, as ' in step() at train.py:12' ('' where there
-    is none): its innermost frame outside torch and devshim, and outside Python's standard library
-    and installed packages where it has one (a step that hands a tensor to `statistics.fmean`, or
-    to a library's model, is named where it calls them)."""
-    frames = [(frame.f_code, line) for frame, line in traceback.walk_tb(error.__traceback__)
-              if not frame.f_code.co_filename.startswith(_LIBRARIES)]
-    own = [(code, line) for code, line in frames if not code.co_filename.startswith(_INSTALLED)] or frames
+    is none): its innermost frame outside torch, devshim, Python's standard library and installed
+    packages (a step that hands a tensor to `statistics.fmean`, or to a library's model, is named
+    where it calls them)."""
+    libraries = _LIBRARIES + _installed_code()
+    own = [(frame.f_code, line) for frame, line in traceback.walk_tb(error.__traceback__)
+           if not frame.f_code.co_filename.startswith(libraries)]
     return f" in {own[-1][0].co_name}() at {own[-1][0].co_filename}:{own[-1][1]}" if own else ""
 
 
@@ -231,16 +231,15 @@ _LIBRARIES = (os.path.dirname(torch.__file__) + os.sep,
 
 def _installed_code() -> tuple:
     """Where Python's standard library and installed packages live (this interpreter's, its
-    environment's and the user's site-packages)."""
+    environment's and the user's site-packages). Read on each refusal, not at import: a refusal
+    is rare, and a figure kept from import would hide this code from the mutation run (mutmut
+    switches a mutant on after devshim is imported)."""
     folders = {path for key, path in sysconfig.get_paths().items() if key in ("stdlib", "platstdlib", "purelib",
                                                                                "platlib")}
     folders.update(getattr(site, "getsitepackages", list)())
     if site.ENABLE_USER_SITE:
         folders.add(site.getusersitepackages())
     return tuple(sorted(os.path.join(os.path.abspath(folder), "") for folder in folders if folder))
-
-
-_INSTALLED = _installed_code()
 
 _VALUE_READ = (
     "the step read a tensor's value{where} ({op}: .item(), float(t), a branch or a shape that depends on the values), "
