@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import time
 import warnings
 
@@ -793,8 +794,8 @@ def test_a_torch_estimate_counts_the_tensors_it_is_given_and_refuses_what_it_can
 
 def test_a_torch_estimates_refusal_names_the_steps_line():
     """A value read, or an outside tensor used, is named by the step's line: the innermost frame
-    of the error outside torch and devshim, and outside the standard library and installed
-    packages where the step has one (none where the step is torch's own function)."""
+    of the error outside torch, devshim, the standard library and installed packages (none where
+    the step is torch's own function)."""
     torch = pytest.importorskip("torch")
     with pytest.raises(ds.MemoryEstimateError, match=r"read a tensor's value in <lambda>\(\) at .*test_memory.py:"):
         ds.estimate_memory(lambda: torch.ones(3).sum().item(), backend="torch")
@@ -809,34 +810,41 @@ def test_a_torch_estimates_refusal_names_the_steps_line():
         ds.estimate_memory(step_averaging_with_statistics, backend="torch")  # read in the standard library
 
 
-def test_a_torch_estimates_refusal_names_the_steps_line_past_every_installed_folder(tmp_path):
-    """A value read in code from any folder Python installs into (its standard library, the
-    environment's site-packages, `site`'s and the user's) is named at the step's own line that
-    called it; code from any other folder is the step's own."""
+def test_a_torch_estimates_refusal_names_the_steps_line_past_every_installed_folder(tmp_path, monkeypatch):
+    """A value read in code from any folder Python installs into (its standard library, platform
+    library, pure and platform site-packages, `site`'s folders, and the user's site-packages
+    where user site is on) is named at the step's own line that called it; code from any other
+    folder is the step's own. The folders are made distinct here: in a virtual environment
+    several of them are one folder, which would hide a folder left out."""
     import site
     import sysconfig
 
     torch = pytest.importorskip("torch")
-    installed = {path for key, path in sysconfig.get_paths().items()
-                 if key in ("stdlib", "platstdlib", "purelib", "platlib")}
-    installed.update(site.getsitepackages())
-    if site.ENABLE_USER_SITE:
-        installed.add(site.getusersitepackages())
+    folders = {name: str(tmp_path / name) for name in ("stdlib", "platstdlib", "purelib", "platlib", "site", "user")}
+    folders["scripts"] = str(tmp_path / "site-scripts")  # not code Python imports; its name begins with "site"'s
+    monkeypatch.setattr(sysconfig, "get_paths", lambda *args, **kwargs: {
+        key: folders[key] for key in ("stdlib", "platstdlib", "purelib", "platlib", "scripts")})
+    installed = site.getsitepackages()  # still skipped: a test runner's code may sit between step and torch
+    monkeypatch.setattr(site, "getsitepackages", lambda *args: [folders["site"], *installed])
+    monkeypatch.setattr(site, "getusersitepackages", lambda: folders["user"])
 
     def reader_in(folder):  # a function whose code says it lives in `folder`, reading a value
         space = {}
         exec(compile("def read(t):\n    return float(t.sum())\n", os.path.join(folder, "reader.py"), "exec"), space)
         return space["read"]
 
-    for folder in sorted(installed) + [str(tmp_path)]:
-        read = reader_in(folder)
+    for user_site in (True, False):
+        monkeypatch.setattr(site, "ENABLE_USER_SITE", user_site)
+        for name, folder in folders.items():
+            read = reader_in(folder)
 
-        def step(read=read):
-            return read(torch.ones(3))
+            def step(read=read):
+                return read(torch.ones(3))
 
-        where = "read" if folder == str(tmp_path) else "step"
-        with pytest.raises(ds.MemoryEstimateError, match=rf"value in {where}\(\) at "):
-            ds.estimate_memory(step, backend="torch")
+            own = name == "scripts" or (name == "user" and not user_site)
+            where = rf"read\(\) at {re.escape(folder)}" if own else r"step\(\) at .*test_memory.py"
+            with pytest.raises(ds.MemoryEstimateError, match=rf"value in {where}"):
+                ds.estimate_memory(step, backend="torch")
 
 
 def step_averaging_with_statistics():

@@ -166,9 +166,10 @@ def _library_operations(compiled) -> dict:
     found = collections.Counter(custom or fusion for custom, fusion in _LIBRARY_OPERATION.findall(text))
     if not found:
         return {}
-    names = ", ".join(f"{name} x{count}" if count > 1 else name for name, count in sorted(found.items()))
+    operations = dict(sorted(found.items()))
+    names = ", ".join(f"{name} x{count}" if count > 1 else name for name, count in operations.items())
     total = sum(found.values())
-    return {"library_operations": dict(sorted(found.items())),
+    return {"library_operations": operations,
             "not_counted": f"whatever scratch memory the {total} operation{'s' * (total > 1)} XLA's CPU runtime "
                            f"hands to kernel libraries take ({names})"}
 

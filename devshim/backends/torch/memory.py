@@ -236,10 +236,11 @@ def _installed_code() -> tuple:
     switches a mutant on after devshim is imported)."""
     folders = {path for key, path in sysconfig.get_paths().items() if key in ("stdlib", "platstdlib", "purelib",
                                                                                "platlib")}
-    folders.update(getattr(site, "getsitepackages", list)())
+    folders.update(site.getsitepackages())
     if site.ENABLE_USER_SITE:
         folders.add(site.getusersitepackages())
     return tuple(sorted(os.path.join(os.path.abspath(folder), "") for folder in folders if folder))
+
 
 _VALUE_READ = (
     "the step read a tensor's value{where} ({op}: .item(), float(t), a branch or a shape that depends on the values), "
