@@ -5,7 +5,9 @@ out-of-memory error). What every backend must do is in tests/devshim_conformance
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import io
 import os
 import re
 import time
@@ -1036,6 +1038,41 @@ def test_the_largest_batch_is_found_by_bisection_with_progress_on_stderr(capsys)
     nothing = ds.largest_batch(step, 1024, backend="torch", progress=False)
     assert (nothing.batch, nothing.estimate) == (0, None) and capsys.readouterr().err == ""
     del per_example, kept
+
+
+def test_the_largest_batch_is_exactly_the_largest_that_fits_for_every_capacity():
+    """A step of exactly 1000 bytes an example: for every capacity the search ends on the largest
+    batch that fits (however the bisection's halves fall), builds each batch's inputs with
+    `inputs`, estimates with the backend asked for, says which argument was not a size, and shows
+    each estimate's own seconds as it is made (flushed: a notebook's stream shows nothing before)."""
+    torch = pytest.importorskip("torch")
+
+    def step(examples):
+        return torch.empty(examples * 1000, dtype=torch.uint8)
+
+    for fitting in range(1, 41):
+        for spare in (0, 999):
+            found = ds.largest_batch(step, fitting * 1000 + spare, backend="torch", progress=False)
+            assert (found.batch, found.estimate.peak) == (fitting, fitting * 1000)
+    doubled = ds.largest_batch(step, 9000, inputs=lambda batch: (2 * batch,), backend="torch", progress=False)
+    assert doubled.batch == 4  # 2 * 4 examples fit in 9000 bytes, 2 * 5 do not
+
+    class Notebook(io.StringIO):  # a stream that shows what it holds only when flushed, as a notebook's
+        shown = ""
+
+        def flush(self):
+            self.shown = self.getvalue()
+
+    began = time.perf_counter()
+    with contextlib.redirect_stderr(Notebook()) as stderr:
+        found = ds.largest_batch(step, 5000, backend="torch")
+    took = [float(line.rsplit("(", 1)[1].split(" s)")[0]) for line in stderr.shown.splitlines()]
+    assert len(took) == len(found.tried) and all(0 <= seconds <= time.perf_counter() - began + 0.1
+                                                  for seconds in took)
+    with pytest.raises(ValueError, match=r"^capacity='lots' is not a size"):
+        ds.largest_batch(step, "lots", backend="torch")
+    with pytest.raises(ds.MemoryEstimateUnsupportedError, match="cannot estimate a NumPy step"):
+        ds.largest_batch(step, 5000, backend="numpy")  # the backend asked for is the one estimating
 
 
 JAX_MEASURE = '''
