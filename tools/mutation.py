@@ -99,9 +99,10 @@ TESTS = [
 #: imports the unchanged copy installed in the env.
 DESELECTED = ["tests/test_memory.py::test_the_size_set_for_the_process_reaches_a_fresh_interpreter"]
 #: The backend and virtual GPUs the tests run on (the tox env sets the same). One OpenMP thread:
-#: mutmut forks a process per mutant from one that has run torch, and OpenMP's threads do not
-#: survive a fork (measured: the forked tests spun until mutmut's CPU limit, every mutant of
-#: torch's copies and storage resizes read as timed out, that is caught, when most survive).
+#: OpenMP's threads do not survive a fork (measured when mutmut forked each mutant from the process
+#: that had run the suite: the forked tests spun until mutmut's CPU limit, every mutant of torch's
+#: copies and storage resizes read as timed out, that is caught, when most survive). Kept under
+#: the fork server below, where the server has run no torch operation; not measured without it.
 ENVIRONMENT = {"DEVSHIM_BACKEND": "torch", "DEVSHIM_VIRTUAL_DEVICES": "2", "PYTHONHASHSEED": "0",
                "OMP_NUM_THREADS": "1"}
 #: Where each mutant's tests are forked from: a server that has imported the tests but run none.
@@ -109,7 +110,7 @@ ENVIRONMENT = {"DEVSHIM_BACKEND": "torch", "DEVSHIM_VIRTUAL_DEVICES": "2", "PYTH
 #: autograd engine has started its threads; torch refuses a backward pass in such a child
 #: ("Unable to handle autograd's threading in combination with fork-based multiprocessing"), so
 #: every mutant whose tests take one read as caught (measured: all 28 mutants of the torch
-#: estimate's installed-folders list, 3 of them equivalent, each passing its tests when run alone).
+#: estimate's installed-folders list read as caught, and 3 of them passed their tests run alone).
 ISOLATION = "forkserver"
 #: A pytest plugin each session of the run loads, the fork server's first: it imports what the
 #: torch tests import (torch, and torch._dynamo, which devshim's torch backend reaches through
