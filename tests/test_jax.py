@@ -480,6 +480,47 @@ def test_older_jax_gets_its_host_devices_from_xla_flags(monkeypatch):
         "--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=3")
 
 
+
+def test_virtual_gpus_ask_xla_to_keep_library_operations_in_its_own_code():
+    """Virtual GPUs ask XLA's CPU compiler for no oneDNN rewrite (every release) and no YNNPACK
+    fusion (the releases whose XLA knows that flag: any other flag stops the process), keeping
+    passes the user disabled and a YNNPACK setting of their own."""
+    from devshim.backends.jax.core import _in_xla_own_code
+
+    onednn = "onednn-convolution-rewriter,onednn-matmul-rewriter,onednn-ops-rewriter"
+    assert _in_xla_own_code("", (0, 4, 31)) == f"--xla_disable_hlo_passes={onednn}"
+    assert _in_xla_own_code("", (0, 8, 0)) == f"--xla_disable_hlo_passes={onednn}"
+    for known in ((0, 8, 1), (0, 10, 2), (0, 12, 0)):
+        assert _in_xla_own_code("", known).split() == [
+            f"--xla_disable_hlo_passes={onednn}", "--xla_cpu_experimental_ynn_fusion_type="]
+    for untested in ((0, 13, 0), (1, 0, 0), None):
+        assert "ynn" not in _in_xla_own_code("", untested)
+    mine = "--xla_dump_to=/tmp/d --xla_disable_hlo_passes=my-pass,onednn-ops-rewriter --xla_cpu_experimental_ynn_fusion_type=1"
+    assert _in_xla_own_code(mine, (0, 10, 2)).split() == [
+        "--xla_dump_to=/tmp/d", "--xla_cpu_experimental_ynn_fusion_type=1",
+        "--xla_disable_hlo_passes=my-pass,onednn-ops-rewriter,onednn-convolution-rewriter,onednn-matmul-rewriter"]
+
+
+def test_virtual_gpus_leave_the_users_xla_flags_to_child_processes():
+    """XLA reads the flags when JAX starts; afterwards XLA_FLAGS is the user's again (unset where
+    it was unset), and a convolution's gradient and a matrix product compiled on a virtual GPU
+    are handed to no kernel library (as released, JAX 0.4.31 hands them to oneDNN, 0.9 and
+    later to YNNPACK)."""
+    result = run_python("""
+        import os
+        import jax, jax.numpy as jnp
+        import devshim as ds
+
+        ds.num_gpus()                    # JAX starts here, with the virtual GPU
+        x = ds.to_device(jnp.ones((64, 1, 28, 28)), "gpu:0")
+        w = ds.to_device(jnp.ones((16, 1, 3, 3)), "gpu:0")
+        conv = lambda x, w: (jax.lax.conv(x, w, (1, 1), "VALID") @ jnp.ones((26, 26))).sum()
+        text = jax.jit(jax.grad(conv, argnums=1)).lower(x, w).compile().as_text()
+        print(os.environ.get("XLA_FLAGS"), "onednn" in text or "ynn" in text)
+    """, XLA_FLAGS="--xla_cpu_enable_fast_math=false", DEVSHIM_VIRTUAL_DEVICES="1")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["--xla_cpu_enable_fast_math=false", "False"]
+
 def test_devshim_info_lists_the_virtual_gpus():
     result = run_fresh("", "-m", "devshim", "info", "--json", DEVSHIM_BACKEND="jax", DEVSHIM_VIRTUAL_DEVICES="2")
     assert result.returncode == 0, result.stderr

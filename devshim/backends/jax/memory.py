@@ -21,9 +21,10 @@ donated arguments), and XLA's buffer assignment says what it takes
 donated argument's buffer, and its temporaries, all live at once at worst. A step sharded over
 several devices runs one program on each: the figures are each device's. (XLA's own
 `peak_memory_in_bytes` leaves the temporaries out on the CPU, where they are allocated all the same.)
-On the CPU (and so on virtual GPUs), XLA hands some operations to kernel libraries (oneDNN's
-custom calls, YNNPACK's fusions, LAPACK's), whose own scratch memory its analysis does not count:
-the estimate names them (`details["library_operations"]`, and "not counted: ..." where printed).
+On the CPU, XLA hands some operations to kernel libraries (oneDNN's custom calls, YNNPACK's
+fusions, LAPACK's), whose own scratch memory its analysis does not count: the estimate names them
+(`details["library_operations"]`, and "not counted: ..." where printed). Virtual GPUs ask XLA to
+keep oneDNN's and YNNPACK's in its own code (`core._in_xla_own_code`), as a GPU's are.
 """
 
 from __future__ import annotations
@@ -159,9 +160,9 @@ def _library_operations(compiled) -> dict:
     """The operations of a CPU program that run in kernel libraries, by name and count, with the
     sentence an estimate prints for them; {} where there are none. Their own scratch is outside
     XLA's count, and how much they take differs by library and release: for the tests' small CNN
-    at batch 512, YNNPACK's weight gradient on JAX 0.10.2 packs its operands whole (1.19 times
-    the estimate, 33 MiB beside 176 MiB), on 0.12.0.1 it took 1.04 times; the releases whose CPU
-    program has no such operation measured 1.03 times."""
+    at batch 512 on the CPU device, YNNPACK's weight gradient on JAX 0.10.2 packs its operands
+    whole (1.19 times the estimate, 33 MiB beside 176 MiB), on 0.12.0.1 it took 1.04 times; the
+    same step kept in XLA's own code (as on virtual GPUs) measured 1.03 times on each release."""
     text = compiled.as_text() or ""  # (None where a program has no text)
     found = collections.Counter(custom or fusion for custom, fusion in _LIBRARY_OPERATION.findall(text))
     if not found:
