@@ -108,6 +108,8 @@ class MemoryPeak:
     `reason`      why `peak` is None, in words ("" otherwise);
     `device`      the `ds.Device`.
 
+    One object may be entered again: each block's figures are its own run's.
+
     Example:
         >>> with ds.memory_peak("gpu:0") as peak:
         ...     y = (x @ x).sum()
@@ -124,6 +126,10 @@ class MemoryPeak:
         # The host's peak is the process's, whichever framework asks; a device's is its framework's.
         self._key = ("host", 0) if self.device.kind == "cpu" else (adapter.name, self.device)
         self.interval = interval
+        self._afresh()
+
+    def _afresh(self) -> None:
+        """No figure yet: how a block starts, each time the object is entered."""
         self.start: Optional[int] = None
         self.end: Optional[int] = None
         self.peak: Optional[int] = None
@@ -136,8 +142,7 @@ class MemoryPeak:
         self._inner: Optional[int] = None  # the most the blocks nested in this one saw (their counter or readings)
         self._counter_start: Optional[int] = None
         self._last_began: Optional[float] = None  # when the latest reading that succeeded began
-        self._stop = threading.Event()
-        self._sampler: Optional[threading.Thread] = None
+        self._sampler: Optional[threading.Thread] = None  # with its `_stop` event, where the block samples
 
     @property
     def added(self) -> Optional[int]:
@@ -168,6 +173,7 @@ class MemoryPeak:
         return self._contract.figures(self._adapter, self._native).peak
 
     def __enter__(self) -> "MemoryPeak":
+        self._afresh()  # a block used again measures its own run only
         self.start = self._read()
         with _open_lock:
             blocks = _open.setdefault(self._key, [])
@@ -178,6 +184,7 @@ class MemoryPeak:
             return self
         self._counter_start = self._counter()
         self._seen = self.start
+        self._stop = threading.Event()
         self._sampler = threading.Thread(target=self._sample, name="devshim memory_peak", daemon=True)
         self._sampler.start()
         return self

@@ -92,6 +92,8 @@ TESTS = [
     "tests/test_mutants_memory.py",
     "tests/test_mutants_out_of_memory.py",
     "tests/test_mutants_memory_base.py",
+    "tests/test_mutants_memory_peak.py",
+    "tests/test_mutants_torch_memory.py",
     "tests/test_mutants_testing.py",
     "tests/test_mutants_copy_paths.py",
 ]
