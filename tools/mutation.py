@@ -94,6 +94,8 @@ TESTS = [
     "tests/test_mutants_memory_base.py",
     "tests/test_mutants_memory_peak.py",
     "tests/test_mutants_torch_memory.py",
+    "tests/test_mutants_gradients.py",
+    "tests/test_mutants_backend_base.py",
     "tests/test_mutants_testing.py",
     "tests/test_mutants_copy_paths.py",
 ]
