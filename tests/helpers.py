@@ -64,6 +64,28 @@ class WithoutTensors:
         raise AssertionError("no tensors")
 
 
+class TwoGpuDevices(WithoutTensors):
+    """Mixed into a stand-in Backend: a CPU and two GPUs, whose native devices are ("cpu", 0),
+    ("gpu", 0), ("gpu", 1), and no tensors."""
+
+    def is_tensor(self, x):
+        return False
+
+    def is_native_device(self, obj):
+        return isinstance(obj, tuple) and len(obj) == 2 and obj[0] in ("cpu", "gpu")
+
+    def accelerator_count(self):
+        return 2
+
+    def make_native_device(self, kind, index):
+        return (kind, index)
+
+    def describe(self, native):
+        from devshim._device import Device
+
+        return Device(native[0], native[1], native=native, backend=self.spec.name)
+
+
 def free_port() -> int:
     """A TCP port nobody listens on now, on the loopback interface."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:

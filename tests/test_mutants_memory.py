@@ -19,7 +19,7 @@ from devshim._device import Device
 from devshim.backends.memory_base import (
     DeviceMemory, HostOnlyMemory, MemoryInfo, buffer_bytes, covered_bytes, format_bytes, live_objects, with_capacity,
 )
-from helpers import WithoutTensors
+from helpers import TwoGpuDevices
 
 MiB = 2**20
 
@@ -77,22 +77,10 @@ def test_live_objects_finds_every_instance_of_the_kinds_asked_for_and_nothing_el
 # ------------------------------------------------------------------ a framework without memory.py
 
 
-class _ToyGpus(WithoutTensors, backends.Backend):
+class _ToyGpus(TwoGpuDevices, backends.Backend):
     """A framework with two GPUs and no memory.py."""
 
     spec = backends.BackendSpec("toygpus_memory", import_name=__name__, title="A toy GPU framework")
-
-    def is_tensor(self, x):
-        return False
-
-    def is_native_device(self, obj):
-        return isinstance(obj, tuple) and len(obj) == 2 and obj[0] in ("cpu", "gpu")
-
-    def accelerator_count(self):
-        return 2
-
-    def make_native_device(self, kind, index):
-        return (kind, index)
 
     def describe(self, native):
         return Device(native[0], native[1], native=native, backend=self.spec.name,

@@ -16,7 +16,7 @@ from devshim import backends, device_memory
 from devshim._device import Device
 from devshim.backends import registry
 from devshim.backends.memory_base import MemoryInfo
-from helpers import WithoutTensors
+from helpers import TwoGpuDevices
 
 SAMPLER = "devshim memory_peak"
 
@@ -67,25 +67,10 @@ class _Meter:
 
 
 def _framework_class(name: str) -> type:
-    class Framework(WithoutTensors, backends.Backend):
+    class Framework(TwoGpuDevices, backends.Backend):
         """A stand-in framework with a CPU and two GPUs, whose devices are ("cpu", 0), ("gpu", 1) ..."""
 
         spec = backends.BackendSpec(name, import_name=__name__, title=f"The stand-in framework {name}")
-
-        def is_tensor(self, x):
-            return False
-
-        def is_native_device(self, obj):
-            return isinstance(obj, tuple) and len(obj) == 2 and obj[0] in ("cpu", "gpu")
-
-        def accelerator_count(self):
-            return 2
-
-        def make_native_device(self, kind, index):
-            return (kind, index)
-
-        def describe(self, native):
-            return Device(native[0], native[1], native=native, backend=self.spec.name)
 
     return Framework
 
