@@ -86,6 +86,19 @@ class TwoGpuDevices(WithoutTensors):
         return Device(native[0], native[1], native=native, backend=self.spec.name)
 
 
+class InlineThread:
+    """Stands in for threading.Thread: the target runs when the thread is started."""
+
+    def __init__(self, target, name, daemon) -> None:
+        self.target = target
+
+    def start(self) -> None:
+        self.target()
+
+    def join(self) -> None:
+        pass
+
+
 def free_port() -> int:
     """A TCP port nobody listens on now, on the loopback interface."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:

@@ -19,7 +19,7 @@ from devshim._device import Device
 from devshim.backends.memory_base import (
     DeviceMemory, HostOnlyMemory, MemoryInfo, buffer_bytes, covered_bytes, format_bytes, live_objects, with_capacity,
 )
-from helpers import TwoGpuDevices
+from helpers import InlineThread as _Inline, TwoGpuDevices
 
 MiB = 2**20
 
@@ -424,19 +424,6 @@ class _Stop:
         return self.left < 0
 
     def set(self) -> None:
-        pass
-
-
-class _Inline:
-    """threading.Thread, run when it is started."""
-
-    def __init__(self, target, name, daemon) -> None:
-        self.target = target
-
-    def start(self) -> None:
-        self.target()
-
-    def join(self) -> None:
         pass
 
 

@@ -16,7 +16,7 @@ from devshim import backends, device_memory
 from devshim._device import Device
 from devshim.backends import registry
 from devshim.backends.memory_base import MemoryInfo
-from helpers import TwoGpuDevices
+from helpers import InlineThread as _Inline, TwoGpuDevices
 
 SAMPLER = "devshim memory_peak"
 
@@ -285,19 +285,6 @@ def test_the_sampler_is_a_daemon_thread_named_for_devshim(standin):
     with ds.memory_peak("gpu:0", backend=name) as peak:
         running = [thread for thread in _samplers() if thread is peak._sampler]
     assert peak.method == "sampled" and len(running) == 1 and running[0].daemon is True
-
-
-class _Inline:
-    """threading.Thread, run when it is started."""
-
-    def __init__(self, target, name, daemon) -> None:
-        self.target = target
-
-    def start(self) -> None:
-        self.target()
-
-    def join(self) -> None:
-        pass
 
 
 class _Samples:
